@@ -1,0 +1,51 @@
+"""Exceptions whose messages are what people read.
+
+Every failure that reaches a person (in the chat or on the CLI's stderr) is a
+:class:`ChatError`; ``str(error)`` is a complete, one-line, human sentence with no
+stack trace. :mod:`backend.client` maps openai-python's exception classes one to
+one onto these (connection -> :class:`ServerUnreachable`, timeout ->
+:class:`RequestTimeout`, 400 -> :class:`RequestRejected` and its subclasses,
+5xx -> :class:`ServerFailed`, 503 while loading -> :class:`ServerLoading`).
+"""
+
+from __future__ import annotations
+
+
+class ChatError(Exception):
+    """Base class: a failure explained in one sentence a person can act on."""
+
+
+class ServerUnreachable(ChatError):
+    """The vLLM server did not accept a connection (down, wrong URL, wrong port)."""
+
+
+class ServerLoading(ChatError):
+    """The vLLM server is up but not ready yet (model still loading)."""
+
+
+class RequestTimeout(ChatError):
+    """The server accepted the request but did not answer in time."""
+
+
+class RequestRejected(ChatError):
+    """HTTP 400 (or 404/413/422) from vLLM: the request itself is wrong.
+
+    The message carries vLLM's own explanation, e.g. "At most 4 image(s) may be
+    provided in one prompt."
+    """
+
+
+class ContextTooLong(RequestRejected):
+    """The prompt plus the answer budget exceed the server's max model length."""
+
+
+class TooManyImages(RequestRejected):
+    """More images than the server's ``--limit-mm-per-prompt`` allows."""
+
+
+class ServerFailed(ChatError):
+    """HTTP 5xx or a broken stream: the server failed while answering."""
+
+
+class ImageError(ChatError):
+    """An uploaded file could not be used as an image; the message names the file."""

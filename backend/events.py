@@ -1,0 +1,78 @@
+"""Plain value types for the parts of a streamed chat completion.
+
+A stream from :mod:`backend.client` yields, in order, any number of
+:class:`ReasoningDelta` and :class:`AnswerDelta` parts and exactly one final
+:class:`Done`. Front ends (Chainlit, the CLI) render these and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of the model's reasoning (text between ``◁think▷`` and ``◁/think▷``).
+
+    Never contains the markers themselves.
+    """
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerDelta:
+    """A piece of the final answer, never containing reasoning markers."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts reported by the server (OpenAI ``usage`` object)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """End of a stream, with what the server and our clock said about it.
+
+    Attributes:
+        finish_reason: the server's ``finish_reason`` (``"stop"``, ``"length"``,
+            ...), or ``None`` if the stream ended without one.
+        usage: token counts, or ``None`` when the server sent no usage chunk.
+        ttft_s: seconds from sending the request to the first non-empty delta
+            (time to first token), ``None`` when no token arrived.
+        reasoning_s: seconds from the first reasoning delta to the first answer
+            delta (or to the end if the answer never started); ``None`` if the
+            model did not reason.
+        elapsed_s: seconds from sending the request to the end of the stream.
+        reasoning_unclosed: True if the stream ended while still inside
+            reasoning (e.g. ``finish_reason == "length"``), so no answer came.
+    """
+
+    finish_reason: str | None
+    usage: Usage | None
+    ttft_s: float | None
+    reasoning_s: float | None
+    elapsed_s: float
+    reasoning_unclosed: bool = False
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Output tokens per second over the generation phase (after the first token)."""
+        if self.usage is None or self.ttft_s is None:
+            return None
+        gen_s = self.elapsed_s - self.ttft_s
+        if gen_s <= 0 or self.usage.completion_tokens < 2:
+            return None
+        return (self.usage.completion_tokens - 1) / gen_s
+
+
+TextPart = ReasoningDelta | AnswerDelta
+"""A text part of a stream: what the reasoning splitter produces."""
+
+StreamEvent = ReasoningDelta | AnswerDelta | Done
+"""Everything a chat completion stream yields."""
