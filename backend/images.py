@@ -1,0 +1,369 @@
+"""Turn an uploaded file into an image Kimi-VL sees exactly as sent.
+
+Kimi-VL's vision tower (MoonViT) cuts an image into 14x14-pixel patches and merges
+2x2 patches into one language-model token. Its image processor (``rescale`` in the
+model repo's ``image_processing_kimi_vl.py``) first scales an image down, keeping
+the aspect ratio, when ``(W // 14) * (H // 14) > in_token_limit``, with
+``scale = sqrt(in_token_limit / ((W // 14) * (H // 14)))`` and ``int()`` of the
+scaled sides; then, with ``pad_input`` (true in the published configs), pads the
+bottom and right with black to multiples of 28 px; a padded side of 512 patches or
+more (7168 px) is an error ("Exceed pos emb"). vLLM counts the prompt tokens the
+same way (``KimiVLProcessingInfo.get_num_image_tokens`` in
+``vllm/model_executor/models/kimi_vl.py``): ``ceil(H / 28) * ceil(W / 28)`` after
+that scaling. See :func:`image_tokens` and :func:`fit_to_budget`.
+
+:func:`prepare_image` does the whole job for one upload: it refuses what is not a
+usable image with :class:`backend.errors.ImageError` (one line, naming the file),
+applies the EXIF orientation, puts transparent areas on white, scales the image to
+the largest size the server will take as is (so the server never resamples it
+again and the token count is known before sending), and encodes it as a base64
+data URL: PNG for text-like content, JPEG for photos (see :func:`choose_format`).
+
+Memory is bounded on purpose: Pillow's ``Image.MAX_IMAGE_PIXELS`` is set to
+:data:`MAX_SOURCE_PIXELS` when this module is imported (a header claiming more
+pixels is refused as a possible decompression bomb), and at most
+:data:`MAX_DECODED_PIXELS` are ever decoded (JPEGs are decoded at a reduced DCT
+scale when that is enough for the budget).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from backend.errors import ImageError
+
+PATCH_SIZE: Final = 14
+"""MoonViT patch side in pixels (``patch_size`` in Kimi-VL's preprocessor_config.json)."""
+
+MERGE_KERNEL: Final = (2, 2)
+"""Patches merged into one token, (height, width) (``merge_kernel_size``)."""
+
+TOKEN_SIDE: Final = PATCH_SIZE * MERGE_KERNEL[0]
+"""Pixels per token side (28): the processor pads each side up to a multiple of this."""
+
+MAX_SIDE: Final = 7140
+"""Largest side in pixels the processor accepts: it pads a side to a multiple of 28 and
+refuses 512 patches (7168 px) or more, so the largest padded side is 255 * 28 = 7140."""
+
+MIN_SIDE: Final = TOKEN_SIDE
+"""Sides shorter than this are padded with white (not scaled) up to it: the token count
+is the same (one token row or column), and 1-pixel-thin images crashed older vLLM."""
+
+MAX_SOURCE_PIXELS: Final = 200_000_000
+"""Largest width x height a file may declare (a 200-megapixel phone photo is the biggest
+real one); more is refused as a possible decompression bomb. Set as Pillow's
+``Image.MAX_IMAGE_PIXELS``."""
+
+MAX_DECODED_PIXELS: Final = 64_000_000
+"""Largest number of pixels decoded into memory (about 256 MB as RGBA). JPEGs bigger
+than this are still accepted when a reduced DCT scale (1/2, 1/4, 1/8) fits under it."""
+
+JPEG_QUALITY: Final = 90
+"""JPEG quality for photos: no visible artefacts at the model's resolution."""
+
+LOSSLESS_FORMATS: Final = frozenset({"PNG", "GIF", "BMP", "TIFF", "PPM", "ICO", "TGA"})
+"""Source formats whose pixels are exact: candidates for PNG output."""
+
+FLAT_TOP_COLOURS: Final = 16
+FLAT_COVERAGE: Final = 0.5
+"""An image is "flat" (screenshot, diagram, scanned text) when its 16 most frequent
+colours cover at least half of its pixels; photos stay far below (measured on the
+scikit-image photos: 0.01-0.13)."""
+
+Image.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedImage:
+    """An image ready to send to vLLM, with what the app shows and counts.
+
+    Attributes:
+        name: the uploaded file name (for messages).
+        data_url: ``data:image/png;base64,...`` or ``data:image/jpeg;base64,...``.
+        width: pixels after scaling (what the server receives).
+        height: pixels after scaling.
+        tokens: Kimi-VL image tokens for ``width`` x ``height`` (:func:`image_tokens`).
+        source_bytes: size of the uploaded file in bytes.
+        notices: one-line remarks a person should see (e.g. only the first frame of an
+            animation was used); empty when there is nothing to say.
+    """
+
+    name: str
+    data_url: str
+    width: int
+    height: int
+    tokens: int
+    source_bytes: int
+    notices: tuple[str, ...] = ()
+
+    @property
+    def mime_type(self) -> str:
+        """``image/png`` or ``image/jpeg``: the type inside :attr:`data_url`."""
+        return self.data_url[len("data:") : self.data_url.index(";")]
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of the encoded image inside :attr:`data_url` (before base64)."""
+        encoded = self.data_url[self.data_url.index(",") + 1 :]
+        return len(encoded) * 3 // 4 - encoded.count("=", len(encoded) - 2)
+
+    def as_content_part(self) -> dict[str, Any]:
+        """The OpenAI chat content part: ``{"type": "image_url", "image_url": {"url": ...}}``."""
+        return {"type": "image_url", "image_url": {"url": self.data_url}}
+
+
+def _patches(width: int, height: int) -> int:
+    """Whole 14x14 patches, as the processor's budget test counts them."""
+    return (width // PATCH_SIZE) * (height // PATCH_SIZE)
+
+
+def _check_size(width: int, height: int, in_token_limit: int) -> None:
+    if width < 1 or height < 1:
+        raise ValueError(f"image size must be positive, got {width}x{height}")
+    if in_token_limit < 1:
+        raise ValueError(f"in_token_limit must be positive, got {in_token_limit}")
+
+
+def image_tokens(width: int, height: int, in_token_limit: int) -> int:
+    """Number of prompt tokens vLLM counts for a ``width`` x ``height`` image.
+
+    Mirrors ``KimiVLProcessingInfo.get_num_image_tokens`` in vLLM's
+    ``vllm/model_executor/models/kimi_vl.py``: if ``(W // 14) * (H // 14)`` exceeds
+    ``in_token_limit`` both sides are multiplied by
+    ``sqrt(in_token_limit / ((W // 14) * (H // 14)))`` and truncated to int; then
+    ``tokens = ceil(H / 28) * ceil(W / 28)`` (the processor pads to multiples of 28).
+
+    Args:
+        width: image width in pixels (>= 1).
+        height: image height in pixels (>= 1).
+        in_token_limit: the served model's budget in 14x14 patches (4096 for
+            Kimi-VL-A3B-Instruct, 16384 for Thinking-2506).
+
+    Returns:
+        The token count, >= 1. For sizes from :func:`fit_to_budget` it is at most
+        about ``in_token_limit / 4`` plus one row and one column of padding.
+
+    Raises:
+        ValueError: a non-positive size or limit.
+    """
+    _check_size(width, height, in_token_limit)
+    patches = _patches(width, height)
+    if patches > in_token_limit:
+        scale = math.sqrt(in_token_limit / patches)
+        width, height = int(width * scale), int(height * scale)
+    return math.ceil(height / TOKEN_SIDE) * math.ceil(width / TOKEN_SIDE)
+
+
+def _fits(width: int, height: int, in_token_limit: int) -> bool:
+    return max(width, height) <= MAX_SIDE and _patches(width, height) <= in_token_limit
+
+
+def fit_to_budget(width: int, height: int, in_token_limit: int) -> tuple[int, int]:
+    """The largest size with the same aspect ratio that the server takes as it is.
+
+    "Takes as it is" means the processor will not rescale it, ``(W // 14) * (H // 14)
+    <= in_token_limit``, and will not refuse it, no side above :data:`MAX_SIDE`. An
+    image that already fits is returned unchanged (never upscaled). Otherwise the
+    longer side is the largest integer for which the shorter side, rounded to
+    keep the aspect ratio (at least 1 px), still fits: never smaller than needed.
+    Unlike the processor's own single ``sqrt`` step, this never lands above the limit.
+
+    Args:
+        width: source width in pixels (>= 1).
+        height: source height in pixels (>= 1).
+        in_token_limit: budget in 14x14 patches.
+
+    Returns:
+        ``(width, height)`` in pixels, each between 1 and the source's.
+
+    Raises:
+        ValueError: a non-positive size or limit.
+    """
+    _check_size(width, height, in_token_limit)
+    if _fits(width, height, in_token_limit):
+        return width, height
+    long_side, short_side = max(width, height), min(width, height)
+
+    def sides(long_new: int) -> tuple[int, int]:
+        short_new = max(1, round(short_side * long_new / long_side))
+        return (long_new, short_new) if width >= height else (short_new, long_new)
+
+    # Binary search: the shorter side grows with the longer, so fitting is monotonic.
+    low, high = 1, min(long_side, MAX_SIDE)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _fits(*sides(middle), in_token_limit):
+            low = middle
+        else:
+            high = middle - 1
+    return sides(low)
+
+
+def choose_format(image: Image.Image, source_format: str | None) -> str:
+    """``"PNG"`` for text-like content, ``"JPEG"`` for photos.
+
+    PNG (lossless) when the source was lossless (:data:`LOSSLESS_FORMATS`) and the
+    picture is grayscale (scans) or flat (:data:`FLAT_COVERAGE`: screenshots,
+    diagrams); JPEG at :data:`JPEG_QUALITY` otherwise, including every JPEG source
+    (its detail is already lossy, and PNG would be several times larger).
+
+    Args:
+        image: the scaled image, mode ``RGB`` or ``L``.
+        source_format: Pillow's format name of the upload (``im.format``).
+    """
+    if source_format not in LOSSLESS_FORMATS:
+        return "JPEG"
+    if image.mode == "L":
+        return "PNG"
+    # Nearest-neighbour sampling keeps colours exact (filters would blend new ones).
+    sample = image.copy()
+    sample.thumbnail((256, 256), Image.Resampling.NEAREST)
+    colours = sample.getcolors(sample.width * sample.height) or []
+    counts = sorted((count for count, _ in colours), reverse=True)
+    coverage = sum(counts[:FLAT_TOP_COLOURS]) / (sample.width * sample.height)
+    return "PNG" if coverage >= FLAT_COVERAGE else "JPEG"
+
+
+def _is_grayscale(image: Image.Image) -> bool:
+    return image.mode in {"1", "L", "LA", "La", "I", "F"} or image.mode.startswith("I;16")
+
+
+def _to_rgb_or_l(image: Image.Image) -> Image.Image:
+    """Flatten to ``L`` (grayscale sources) or ``RGB``: transparency onto white.
+
+    16-bit grayscale is scaled to 8 bits (Pillow's plain conversion clips at 255).
+    """
+    gray = _is_grayscale(image)
+    if image.mode.startswith("I;16") or image.mode == "I":
+        image = image.convert("I").point(lambda value: value * (1 / 256)).convert("L")
+    has_alpha = image.mode in {"RGBA", "LA", "PA", "RGBa", "La"} or "transparency" in image.info
+    if has_alpha:
+        rgba = image.convert("RGBA")
+        canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        canvas.alpha_composite(rgba)
+        image = canvas
+    return image.convert("L" if gray else "RGB")
+
+
+def _pad_to_min_side(image: Image.Image) -> Image.Image:
+    """Centre a too-thin image on a white canvas at least :data:`MIN_SIDE` px each way."""
+    if image.width >= MIN_SIDE and image.height >= MIN_SIDE:
+        return image
+    size = (max(image.width, MIN_SIDE), max(image.height, MIN_SIDE))
+    canvas = Image.new(image.mode, size, "white")
+    canvas.paste(image, ((size[0] - image.width) // 2, (size[1] - image.height) // 2))
+    return canvas
+
+
+def _encode(image: Image.Image, image_format: str) -> bytes:
+    buffer = io.BytesIO()
+    if image_format == "JPEG":
+        image.save(buffer, "JPEG", quality=JPEG_QUALITY, optimize=False)
+    else:
+        image.save(buffer, "PNG", compress_level=6)
+    return buffer.getvalue()
+
+
+def _decode(path: Path, label: str, in_token_limit: int) -> tuple[Image.Image, str | None]:
+    """Open, check and decode the first frame, already near the budget for JPEGs.
+
+    Returns the decoded image (EXIF orientation not applied yet) and Pillow's format.
+    """
+    image = Image.open(path)
+    source_format = image.format
+    width, height = image.size
+    if width * height > MAX_SOURCE_PIXELS:
+        raise ImageError(
+            f"{label}: {width}x{height} pixels is more than the "
+            f"{MAX_SOURCE_PIXELS // 1_000_000} megapixels accepted"
+        )
+    if source_format == "JPEG":
+        # Decode at 1/2, 1/4 or 1/8 scale when that is still at least the target size.
+        image.draft(None, fit_to_budget(width, height, in_token_limit))
+    if image.width * image.height > MAX_DECODED_PIXELS:
+        raise ImageError(
+            f"{label}: {width}x{height} pixels is too large to decode "
+            f"(at most {MAX_DECODED_PIXELS // 1_000_000} megapixels)"
+        )
+    image.load()
+    return image, source_format
+
+
+def prepare_image(path: str | Path, in_token_limit: int, name: str | None = None) -> PreparedImage:
+    """Read an uploaded image file and make it model-ready.
+
+    Pipeline: open with Pillow (size checked against :data:`MAX_SOURCE_PIXELS`, JPEGs
+    decoded at a reduced DCT scale when enough), first frame only, EXIF orientation
+    applied (``ImageOps.exif_transpose``), transparency composited onto white, 16-bit
+    reduced to 8 bits, grayscale kept as one channel, scaled with LANCZOS to
+    :func:`fit_to_budget`, sides under 28 px padded with white, encoded by
+    :func:`choose_format` into a base64 data URL.
+
+    This is synchronous, CPU-bound work (tens of milliseconds for a phone photo):
+    call it off the event loop, e.g. ``await asyncio.to_thread(prepare_image, ...)``.
+
+    Args:
+        path: the uploaded file.
+        in_token_limit: the served model's budget in 14x14 patches
+            (``ModelProfile.in_token_limit``).
+        name: the name the person gave the file (defaults to the path's name); used
+            in every message.
+
+    Returns:
+        The :class:`PreparedImage`; its ``tokens`` is what vLLM will count.
+
+    Raises:
+        ImageError: the file is missing, empty, not an image Pillow can read,
+            truncated or corrupt, or declares too many pixels. The message is one
+            line starting with the file name, e.g. ``"cat.jpg: not an image Pillow
+            can read (cannot identify image file)"``.
+        ValueError: ``in_token_limit`` is not positive (a programming error).
+    """
+    if in_token_limit < 1:
+        raise ValueError(f"in_token_limit must be positive, got {in_token_limit}")
+    path = Path(path)
+    label = name or path.name
+    try:
+        source_bytes = path.stat().st_size
+    except OSError as error:
+        raise ImageError(f"{label}: cannot read the file ({error.strerror})") from error
+    if source_bytes == 0:
+        raise ImageError(f"{label}: the file is empty (0 bytes)")
+    try:
+        decoded, source_format = _decode(path, label, in_token_limit)
+        with decoded:
+            image = _to_rgb_or_l(ImageOps.exif_transpose(decoded))
+    except ImageError:
+        raise
+    except UnidentifiedImageError as error:
+        raise ImageError(
+            f"{label}: not an image Pillow can read (cannot identify image file)"
+        ) from error
+    except Image.DecompressionBombError as error:
+        raise ImageError(f"{label}: refused as a possible decompression bomb ({error})") from error
+    except Exception as error:  # any decoder failure is the file's fault
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ImageError(f"{label}: the image is damaged or unsupported ({reason})") from error
+
+    size = fit_to_budget(image.width, image.height, in_token_limit)
+    if size != image.size:
+        image = image.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
+    image = _pad_to_min_side(image)
+    image_format = choose_format(image, source_format)
+    payload = _encode(image, image_format)
+    mime = "image/png" if image_format == "PNG" else "image/jpeg"
+    return PreparedImage(
+        name=label,
+        data_url=f"data:{mime};base64,{base64.b64encode(payload).decode('ascii')}",
+        width=image.width,
+        height=image.height,
+        tokens=image_tokens(image.width, image.height, in_token_limit),
+        source_bytes=source_bytes,
+    )
