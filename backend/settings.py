@@ -130,7 +130,8 @@ class Settings(BaseSettings):
     vllm_python: str = Field("", description="python of an installed vLLM to use as is")
     vllm_extra_args: str = Field("", description="extra flags appended to vllm serve")
 
-    # Uploads.
+    # The UI.
+    dev_mode: bool = Field(False, description="set by launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
 
     @property

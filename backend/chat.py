@@ -1,0 +1,245 @@
+"""One person's chat with one served model: the glue between a UI and the backend.
+
+:class:`ChatSession` owns the client, the chosen model and its limits, the
+conversation and the sampling options. A UI (``app.py``) calls
+:meth:`ChatSession.connect`, :meth:`ChatSession.prepare_uploads`,
+:meth:`ChatSession.start_turn` and iterates :meth:`ChatSession.respond`;
+it renders events and never touches the OpenAI API itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from backend.client import ChatClient, ChatRequest, ServedModel
+from backend.conversation import Budget, Conversation, Turn
+from backend.errors import ChatError, ImageError
+from backend.events import AnswerDelta, ReasoningDelta, StreamEvent
+from backend.images import PreparedImage, prepare_image
+from backend.settings import ModelProfile, Settings, profile_for
+
+log = logging.getLogger("kimi_vl_chat")
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file the person attached: its display name and where it lies on disk."""
+
+    name: str
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingOptions:
+    """Per-chat sampling options (the settings panel)."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    show_reasoning: bool = True
+
+    @classmethod
+    def for_profile(cls, profile: ModelProfile, max_model_len: int) -> SamplingOptions:
+        """The recommended defaults of a model, max tokens capped by max model length."""
+        return cls(
+            temperature=profile.temperature,
+            top_p=1.0,
+            max_tokens=min(profile.max_tokens, max_model_len // 2),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UploadResult:
+    """Prepared images, and one sentence per file that could not be used."""
+
+    images: list[PreparedImage]
+    problems: list[str]
+
+
+@dataclass
+class ChatSession:
+    """State of one chat: client, served model, limits, options and history.
+
+    Create with :meth:`create`; call :meth:`connect` before the first turn
+    (again after a :class:`backend.errors.ServerUnreachable`).
+    """
+
+    settings: Settings
+    client: ChatClient
+    model: ServedModel | None = None
+    options: SamplingOptions | None = None
+    conversation: Conversation = field(default_factory=Conversation)
+    message_turns: dict[str, Turn] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, settings: Settings) -> ChatSession:
+        """A session with a client built from ``settings``; nothing is sent yet."""
+        return cls(settings=settings, client=ChatClient.from_settings(settings))
+
+    @property
+    def profile(self) -> ModelProfile:
+        """The profile of the connected model (``settings.model`` before connecting)."""
+        return profile_for(self.model.id if self.model else self.settings.model)
+
+    @property
+    def max_model_len(self) -> int:
+        """Max model length in tokens: the server's if it says, else the setting."""
+        if self.model and self.model.max_model_len:
+            return self.model.max_model_len
+        return self.settings.max_model_len
+
+    async def connect(self, model_name: str | None = None) -> ServedModel:
+        """Ask the server which models it serves and pick one.
+
+        Picks ``model_name``, else ``settings.model``, else the first served.
+        Keeps sampling options the person already chose for the same model.
+
+        Raises:
+            ChatError: the server is unreachable, serves nothing, or not that model.
+        """
+        models = await self.client.list_models()
+        wanted = model_name or self.settings.model
+        chosen = next((m for m in models if m.id == wanted), None) if wanted else None
+        if chosen is None and models and not wanted:
+            chosen = models[0]
+        if chosen is None:
+            served = ", ".join(m.id for m in models) or "nothing"
+            raise ChatError(f"The model server does not serve '{wanted}'; it serves {served}.")
+        if self.model is None or self.model.id != chosen.id or self.options is None:
+            self.model = chosen
+            self.options = SamplingOptions.for_profile(self.profile, self.max_model_len)
+        return chosen
+
+    async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
+        """Prepare uploaded images for the model, off the event loop.
+
+        Pillow decoding of a large photo takes tens of milliseconds and would
+        stall every session's websocket if run on the event loop (facts.md), so
+        each file is prepared in a worker thread.
+        """
+        limit = self.profile.in_token_limit
+        results = await asyncio.gather(
+            *(asyncio.to_thread(prepare_image, u.path, limit, u.name) for u in uploads),
+            return_exceptions=True,
+        )
+        images: list[PreparedImage] = []
+        problems: list[str] = []
+        for upload, result in zip(uploads, results, strict=True):
+            if isinstance(result, PreparedImage):
+                images.append(result)
+            elif isinstance(result, ImageError):
+                problems.append(str(result))
+            else:
+                log.error("preparing %s failed: %r", upload.name, result)
+                problems.append(f"{upload.name}: could not be prepared ({type(result).__name__}).")
+        return UploadResult(images, problems)
+
+    def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
+        """Record a new turn for a UI message.
+
+        If ``message_id`` is a message already answered (Chainlit's edit of an
+        earlier message), history is rewound to just before it and the edited
+        turn keeps its prepared images.
+        """
+        earlier = self.message_turns.get(message_id)
+        if earlier is not None and earlier in self.conversation.turns:
+            index = self.conversation.turns.index(earlier)
+            images = images or earlier.images
+            self.conversation.truncate(index)
+            self.message_turns = {
+                k: t for k, t in self.message_turns.items() if t in self.conversation.turns
+            }
+        turn = self.conversation.start_turn(text, images)
+        self.message_turns[message_id] = turn
+        return turn
+
+    def last_turn(self) -> Turn | None:
+        """The most recent turn, or None in an empty chat."""
+        return self.conversation.turns[-1] if self.conversation.turns else None
+
+    async def plan_request(
+        self, turn: Turn, max_tokens: int | None = None
+    ) -> tuple[ChatRequest, list[str]]:
+        """Build the chat completion request for ``turn`` within the server's limits.
+
+        Connects first if needed. Returns the request and the notices for the
+        person about older images or turns left out (see
+        :meth:`backend.conversation.Conversation.plan`).
+
+        Raises:
+            ChatError: the server is unreachable, or the turn alone is too large.
+        """
+        if self.model is None or self.options is None:
+            await self.connect()
+        assert self.model is not None and self.options is not None
+        budget = Budget(
+            max_model_len=self.max_model_len,
+            max_images=self.settings.max_images_per_prompt,
+            max_tokens=max_tokens or self.options.max_tokens,
+        )
+        plan = self.conversation.plan(turn, budget)
+        request = ChatRequest(
+            model=self.model.id,
+            messages=plan.messages,
+            max_tokens=plan.max_tokens,
+            temperature=self.options.temperature,
+            top_p=self.options.top_p,
+            thinking=self.profile.thinking,
+            request_id=f"chat-{uuid.uuid4().hex}",
+        )
+        log.info(
+            "request %s model=%s messages=%d prompt_tokens~%d max_tokens=%d "
+            "images_left_out=%d turns_left_out=%d",
+            request.request_id,
+            request.model,
+            len(plan.messages),
+            plan.prompt_tokens,
+            plan.max_tokens,
+            plan.images_left_out,
+            plan.turns_left_out,
+        )
+        return request, plan.notices
+
+    async def respond(self, turn: Turn, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        """Stream the model's response to ``turn`` and record it in the turn.
+
+        Yields the events of :meth:`backend.client.ChatClient.stream`. On any
+        exit ``turn`` holds the reasoning and answer received so far, and its
+        status says how it ended: ``done``, ``cut_off`` (max tokens reached),
+        ``stopped`` (cancelled by Stop) or ``failed`` (an error).
+
+        Raises:
+            ChatError: any server failure, mapped by the client.
+        """
+        reasoning: list[str] = []
+        answer: list[str] = []
+        turn.status = "pending"
+        try:
+            async for event in self.client.stream(request):
+                if isinstance(event, ReasoningDelta):
+                    reasoning.append(event.text)
+                elif isinstance(event, AnswerDelta):
+                    answer.append(event.text)
+                else:
+                    turn.status = "cut_off" if event.finish_reason == "length" else "done"
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            turn.status = "stopped"
+            raise
+        except ChatError:
+            turn.status = "failed"
+            raise
+        finally:
+            turn.reasoning = "".join(reasoning)
+            turn.answer = "".join(answer)
+            log.info("request %s ended: %s", request.request_id, turn.status)
+
+    def with_options(self, **changes: float | int | bool) -> None:
+        """Change sampling options (the settings panel), keeping the others."""
+        assert self.options is not None
+        self.options = replace(self.options, **changes)  # type: ignore[arg-type]

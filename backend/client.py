@@ -1,0 +1,308 @@
+"""Talks to a vLLM OpenAI-compatible server: models, health, streamed chat completions.
+
+Everything goes through ``openai.AsyncOpenAI`` (SSE parsing, timeouts) and
+``httpx`` (the ``/health`` and ``/tokenize`` endpoints, which are vLLM's own and
+not part of the OpenAI API). Errors from either are mapped one to one onto
+:mod:`backend.errors`, whose messages are what people read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx
+import openai
+
+from backend.errors import (
+    ChatError,
+    ContextTooLong,
+    RequestRejected,
+    RequestTimeout,
+    ServerFailed,
+    ServerLoading,
+    ServerUnreachable,
+    TooManyImages,
+)
+from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
+from backend.reasoning import ReasoningSplitter
+from backend.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """One entry of ``GET /v1/models``.
+
+    ``max_model_len`` is vLLM's extension of the OpenAI model object (tokens);
+    ``None`` when the server does not say.
+    """
+
+    id: str
+    max_model_len: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One chat completion request.
+
+    Attributes:
+        model: served model name.
+        messages: OpenAI chat messages (``content`` may be a list of ``text`` and
+            ``image_url`` parts).
+        max_tokens: answer budget in tokens (reasoning counts against it).
+        temperature, top_p: sampling parameters.
+        thinking: True if text before any marker is reasoning (Thinking models).
+        request_id: sent as ``X-Request-Id``; vLLM uses it as the request id
+            it logs, so a request can be found in ``llm.log``.
+        extra_body: extra JSON fields vLLM understands (e.g. ``structured_outputs``).
+    """
+
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    temperature: float
+    top_p: float = 1.0
+    thinking: bool = False
+    request_id: str | None = None
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _vllm_message(body: object, fallback: str) -> str:
+    """Pull vLLM's human message out of an error body.
+
+    vLLM answers errors as ``{"error": {"message", "type", "param", "code"}}``
+    (facts.md); openai-python hands us either that object or its ``error`` part.
+    """
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+    return fallback
+
+
+def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
+    """Translate an openai-python or httpx exception into one of ours.
+
+    Mapping (one to one): ``APITimeoutError`` -> :class:`RequestTimeout`;
+    ``APIConnectionError`` / ``httpx.ConnectError`` -> :class:`ServerUnreachable`;
+    400 with "maximum context length" / "max_model_len" -> :class:`ContextTooLong`;
+    400 with "image(s) may be provided" -> :class:`TooManyImages`; other 4xx ->
+    :class:`RequestRejected`; 503 -> :class:`ServerLoading`; other 5xx and an
+    error event inside the stream -> :class:`ServerFailed`. Anything else is
+    returned as a :class:`ServerFailed` carrying its type name, never a traceback.
+    """
+    if isinstance(exc, ChatError):
+        return exc
+    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+        return RequestTimeout(
+            f"The model server at {base_url} did not answer in time. It may be busy; try again."
+        )
+    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+        return ServerUnreachable(
+            f"Cannot reach the model server at {base_url}. If it was just started it may "
+            "still be loading the model (see llm.log); otherwise check that it is running."
+        )
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        detail = _vllm_message(exc.body, exc.message)
+        if status == 503:
+            return ServerLoading(f"The model server is still loading ({detail}). Try again soon.")
+        if status >= 500:
+            return ServerFailed(f"The model server failed while answering ({status}): {detail}")
+        if status in (401, 403):
+            return RequestRejected(
+                "The model server refused our API key. Check KIMI_API_KEY matches vLLM's --api-key."
+            )
+        if status == 404:
+            return RequestRejected(f"The model server does not serve '{model}': {detail}")
+        lowered = detail.lower()
+        if "image(s) may be provided" in lowered:
+            return TooManyImages(f"Too many images for the server in one request: {detail}")
+        if "maximum context length" in lowered or "max_model_len" in lowered:
+            return ContextTooLong(
+                f"The conversation is too long for the model: {detail} Start a new chat, send "
+                "fewer images, or lower max tokens."
+            )
+        return RequestRejected(f"The model server rejected the request: {detail}")
+    if isinstance(exc, openai.APIError):
+        detail = _vllm_message(exc.body, exc.message)
+        return ServerFailed(f"The model server reported an error while answering: {detail}")
+    return ServerFailed(f"Unexpected failure talking to the model server ({type(exc).__name__}).")
+
+
+class ChatClient:
+    """A vLLM OpenAI-compatible server, as the app and the CLI see it.
+
+    Args:
+        base_url: OpenAI API base URL ending in ``/v1`` (e.g. ``http://127.0.0.1:8100/v1``).
+        api_key: the key vLLM was started with (``--api-key``), or any string.
+        timeout_s: seconds for a whole request (and between two streamed chunks).
+        connect_timeout_s: seconds to open a connection.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._openai = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=api_key,
+            timeout=openai.Timeout(timeout_s, connect=connect_timeout_s),
+            max_retries=0,  # errors reach the person at once; they retry with one click
+        )
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            headers={"Authorization": f"Bearer {api_key}"},
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ChatClient:
+        """Build a client from :class:`backend.settings.Settings`."""
+        return cls(
+            settings.base_url,
+            settings.api_key.get_secret_value(),
+            timeout_s=settings.request_timeout_s,
+            connect_timeout_s=settings.connect_timeout_s,
+        )
+
+    @property
+    def server_root(self) -> str:
+        """The server's root URL (``base_url`` without a trailing ``/v1``)."""
+        return self.base_url.removesuffix("/v1")
+
+    async def aclose(self) -> None:
+        """Close both HTTP connection pools."""
+        await self._openai.close()
+        await self._http.aclose()
+
+    async def is_healthy(self) -> bool:
+        """True if ``GET /health`` answers 200 (vLLM: the engine is ready).
+
+        Never raises: an unreachable or loading server is simply not healthy.
+        """
+        try:
+            response = await self._http.get(f"{self.server_root}/health")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def list_models(self) -> list[ServedModel]:
+        """Return the served models from ``GET /v1/models``.
+
+        Raises:
+            ChatError: mapped as in :func:`map_error`.
+        """
+        try:
+            page = await self._openai.models.list()
+        except Exception as exc:
+            raise map_error(exc, base_url=self.base_url, model="") from exc
+        return [
+            ServedModel(id=m.id, max_model_len=getattr(m, "max_model_len", None)) for m in page.data
+        ]
+
+    async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+        """Count the prompt tokens of ``messages`` with vLLM's ``POST /tokenize``.
+
+        The count covers the chat template and text; vLLM's tokenizer endpoint
+        counts image placeholders only as the template's text. Returns ``None``
+        when the endpoint is missing or fails (the caller falls back to an estimate).
+        """
+        body = {"model": model, "messages": messages, "add_generation_prompt": True}
+        try:
+            response = await self._http.post(f"{self.server_root}/tokenize", json=body)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        count = response.json().get("count")
+        return count if isinstance(count, int) else None
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        """Stream one chat completion as typed events.
+
+        Yields :class:`ReasoningDelta` and :class:`AnswerDelta` parts as chunks
+        arrive (reasoning from ``delta.reasoning``, from the older
+        ``delta.reasoning_content``, or split out of ``delta.content`` by
+        :class:`backend.reasoning.ReasoningSplitter`, since vLLM has no parser for
+        Kimi-VL's ``◁think▷`` markers), then exactly one :class:`Done`.
+
+        Closing the generator early (``aclose()``, or cancellation as Chainlit's
+        Stop does) closes the HTTP response, which makes vLLM abort the request.
+
+        Raises:
+            ChatError: mapped as in :func:`map_error`, before or during the stream.
+        """
+        splitter = ReasoningSplitter(starts_in_reasoning=request.thinking)
+        headers = {"X-Request-Id": request.request_id} if request.request_id else None
+        started = time.perf_counter()
+        first_token: float | None = None
+        first_reasoning: float | None = None
+        first_answer: float | None = None
+        finish_reason: str | None = None
+        usage: Usage | None = None
+        try:
+            stream = await self._openai.chat.completions.create(
+                model=request.model,
+                messages=cast(Any, request.messages),  # OpenAI TypedDicts; ours are plain dicts
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_headers=headers,
+                extra_body=dict(request.extra_body) or None,
+            )
+            async with stream:
+                async for chunk in stream:
+                    if chunk.usage is not None:
+                        usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                    if not chunk.choices:
+                        continue
+                    choice = chunk.choices[0]
+                    if choice.finish_reason is not None:
+                        finish_reason = choice.finish_reason
+                    delta = choice.delta
+                    # vLLM's reasoning field: `reasoning` now, `reasoning_content` before 2026.
+                    reasoning = getattr(delta, "reasoning", None) or getattr(
+                        delta, "reasoning_content", None
+                    )
+                    parts: list[StreamEvent] = []
+                    if reasoning:
+                        parts.append(ReasoningDelta(reasoning))
+                    if delta.content:
+                        parts.extend(splitter.feed(delta.content))
+                    for part in parts:
+                        now = time.perf_counter()
+                        if first_token is None:
+                            first_token = now
+                        if isinstance(part, ReasoningDelta):
+                            first_reasoning = first_reasoning or now
+                        elif first_answer is None:
+                            first_answer = now
+                        yield part
+        except Exception as exc:
+            raise map_error(exc, base_url=self.base_url, model=request.model) from exc
+        for part in splitter.flush():
+            if isinstance(part, AnswerDelta) and first_answer is None:
+                first_answer = time.perf_counter()
+            yield part
+        ended = time.perf_counter()
+        yield Done(
+            finish_reason=finish_reason,
+            usage=usage,
+            ttft_s=None if first_token is None else first_token - started,
+            reasoning_s=None
+            if first_reasoning is None
+            else (first_answer or ended) - first_reasoning,
+            elapsed_s=ended - started,
+            reasoning_unclosed=first_reasoning is not None and first_answer is None,
+        )

@@ -1,0 +1,252 @@
+"""Conversation history and the request messages built from it.
+
+A conversation is a list of :class:`Turn` (the person's text and prepared
+images, the model's answer and reasoning). :meth:`Conversation.plan` turns it
+into OpenAI chat messages for the next request, within the server's limits:
+
+* earlier assistant turns go back with their answer only; reasoning never goes
+  back (the official Kimi-VL demo strips ``... ◁/think▷`` from history, and
+  reasoning fed back makes the model imitate the markers);
+* images are the already prepared copies (data URLs), never re-read uploads;
+* when the prompt would exceed ``max_model_len`` minus the answer budget, or its
+  images would exceed ``--limit-mm-per-prompt``, the oldest images and then the
+  oldest turns are left out (never the current turn), with a notice saying so.
+
+``cl.chat_context.to_openai()`` drops images, which is why the app keeps its own
+history here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from backend.errors import ContextTooLong, TooManyImages
+from backend.images import PreparedImage
+from backend.reasoning import strip_reasoning
+
+TurnStatus = Literal["pending", "done", "stopped", "cut_off", "failed"]
+
+# Chat-template tokens around one message (role markers, <|im_end|>) and around
+# one image (media start/end); a deliberate over-estimate.
+MESSAGE_OVERHEAD_TOKENS = 8
+IMAGE_OVERHEAD_TOKENS = 4
+
+
+def estimate_text_tokens(text: str) -> int:
+    """Estimate the token count of ``text`` without a tokenizer.
+
+    One token per 3 UTF-8 bytes over-estimates English (about 4 characters a
+    token) and Chinese (3 bytes a character, 1-1.5 characters a token), so a
+    prompt planned with it fits. Used when the server's ``/tokenize`` is missing.
+    """
+    return math.ceil(len(text.encode("utf-8")) / 3)
+
+
+@dataclass(eq=False)
+class Turn:
+    """One exchange: what the person sent and what the model answered.
+
+    Attributes:
+        text: the person's message.
+        images: prepared images sent with it, in upload order.
+        answer: the final answer (markers never included).
+        reasoning: the model's reasoning, kept for display only.
+        status: ``pending`` while streaming; ``done``; ``stopped`` by the person;
+            ``cut_off`` when max tokens ran out; ``failed`` on an error.
+    """
+
+    text: str
+    images: list[PreparedImage] = field(default_factory=list)
+    answer: str = ""
+    reasoning: str = ""
+    status: TurnStatus = "pending"
+
+    def user_message(self, kept_images: int | None = None) -> dict[str, Any]:
+        """The OpenAI user message: image parts first, then the text.
+
+        Args:
+            kept_images: send only the last ``kept_images`` images; the others
+                are named in a short text note. ``None`` sends all.
+        """
+        keep = len(self.images) if kept_images is None else kept_images
+        dropped = self.images[: len(self.images) - keep]
+        parts: list[dict[str, Any]] = [img.as_content_part() for img in self.images[len(dropped) :]]
+        text = self.text
+        if dropped:
+            names = ", ".join(img.name for img in dropped)
+            text = f"[{len(dropped)} earlier image(s) left out to fit the context: {names}]\n{text}"
+        parts.append({"type": "text", "text": text})
+        return {"role": "user", "content": parts}
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The OpenAI assistant message: the answer only, reasoning stripped."""
+        return {"role": "assistant", "content": strip_reasoning(self.answer)}
+
+    @property
+    def in_history(self) -> bool:
+        """True if this turn goes back as history (it has an answer to show)."""
+        return self.status != "pending" and bool(self.answer.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The server's limits for one request.
+
+    Attributes:
+        max_model_len: tokens of prompt plus answer the server accepts (from
+            ``/v1/models`` or settings).
+        max_images: images per request (vLLM ``--limit-mm-per-prompt``).
+        max_tokens: the answer budget the person asked for.
+        min_answer_tokens: the least answer budget worth sending a request for;
+            history is left out before the answer budget goes below it.
+    """
+
+    max_model_len: int
+    max_images: int
+    max_tokens: int
+    min_answer_tokens: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to send: messages, the answer budget, and what was left out.
+
+    Attributes:
+        messages: OpenAI chat messages, oldest first, current turn last.
+        max_tokens: answer budget that fits beside the prompt.
+        prompt_tokens: estimated prompt tokens (text estimate + image tokens).
+        images_left_out: older images replaced by a note.
+        turns_left_out: older turns not sent at all.
+        notices: sentences for the person about what was left out.
+    """
+
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    prompt_tokens: int
+    images_left_out: int
+    turns_left_out: int
+    notices: list[str]
+
+
+@dataclass
+class Conversation:
+    """The turns of one chat, oldest first, plus an optional system prompt."""
+
+    turns: list[Turn] = field(default_factory=list)
+    system_prompt: str = ""
+
+    def start_turn(self, text: str, images: list[PreparedImage]) -> Turn:
+        """Append a pending turn for a new message and return it."""
+        turn = Turn(text=text, images=list(images))
+        self.turns.append(turn)
+        return turn
+
+    def truncate(self, keep: int) -> None:
+        """Keep only the first ``keep`` turns (edit of an earlier message, regenerate)."""
+        del self.turns[keep:]
+
+    def plan(
+        self,
+        current: Turn,
+        budget: Budget,
+        count_text: Callable[[str], int] = estimate_text_tokens,
+    ) -> Plan:
+        """Build the request for ``current`` (the last turn) within ``budget``.
+
+        Older images go first, oldest first, then whole older turns, oldest
+        first; the current turn is never cut.
+
+        Raises:
+            TooManyImages: the current turn alone has more images than allowed.
+            ContextTooLong: the current turn alone leaves less than
+                ``budget.min_answer_tokens`` for the answer.
+        """
+        if len(current.images) > budget.max_images:
+            raise TooManyImages(
+                f"This message has {len(current.images)} images but the server accepts at most "
+                f"{budget.max_images} per request. Send fewer images at a time."
+            )
+        history = [t for t in self.turns if t is not current and t.in_history]
+        kept_images = [len(t.images) for t in history]
+        first_turn = 0
+        image_total = sum(kept_images) + len(current.images)
+
+        def cost(index: int, images: int) -> int:
+            turn = history[index]
+            return (
+                count_text(turn.text)
+                + count_text(turn.answer)
+                + 2 * MESSAGE_OVERHEAD_TOKENS
+                + sum(
+                    i.tokens + IMAGE_OVERHEAD_TOKENS
+                    for i in turn.images[len(turn.images) - images :]
+                )
+            )
+
+        fixed = (
+            count_text(current.text)
+            + MESSAGE_OVERHEAD_TOKENS
+            + sum(i.tokens + IMAGE_OVERHEAD_TOKENS for i in current.images)
+            + (
+                count_text(self.system_prompt) + MESSAGE_OVERHEAD_TOKENS
+                if self.system_prompt
+                else 0
+            )
+        )
+        available = budget.max_model_len - min(budget.min_answer_tokens, budget.max_tokens)
+        if fixed > available:
+            raise ContextTooLong(
+                f"This message needs about {fixed} tokens, but the model takes "
+                f"{budget.max_model_len} tokens including at least {budget.min_answer_tokens} "
+                "for the answer. Send fewer or smaller images, or a shorter text."
+            )
+        costs = [cost(i, n) for i, n in enumerate(kept_images)]
+        images_left_out = 0
+
+        def prompt_tokens() -> int:
+            return fixed + sum(costs[first_turn:])
+
+        # 1. Oldest images first, while over the image limit or the token budget.
+        for i in range(len(history)):
+            while kept_images[i] and (
+                image_total > budget.max_images or prompt_tokens() > available
+            ):
+                kept_images[i] -= 1
+                image_total -= 1
+                images_left_out += 1
+                costs[i] = cost(i, kept_images[i])
+        # 2. Then whole turns, oldest first.
+        while first_turn < len(history) and prompt_tokens() > available:
+            first_turn += 1
+
+        messages: list[dict[str, Any]] = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt})
+        for i in range(first_turn, len(history)):
+            messages.append(history[i].user_message(kept_images[i]))
+            messages.append(history[i].assistant_message())
+        messages.append(current.user_message())
+
+        notices = []
+        if images_left_out or first_turn:
+            what = []
+            if images_left_out:
+                what.append(f"{images_left_out} older image(s)")
+            if first_turn:
+                what.append(f"{first_turn} older turn(s)")
+            notices.append(
+                f"Left out {' and '.join(what)} to fit the model's limits "
+                f"({budget.max_model_len} tokens, {budget.max_images} images per request)."
+            )
+        total = prompt_tokens()
+        return Plan(
+            messages=messages,
+            max_tokens=max(1, min(budget.max_tokens, budget.max_model_len - total)),
+            prompt_tokens=total,
+            images_left_out=images_left_out,
+            turns_left_out=first_turn,
+            notices=notices,
+        )

@@ -1,0 +1,52 @@
+"""Words and numbers people see around an answer: step titles, stats, notes.
+
+Pure functions, so the Chainlit app stays wiring and these stay testable.
+"""
+
+from __future__ import annotations
+
+from backend.events import Done
+
+THINKING_LABEL = "Thinking…"
+
+
+def thought_label(seconds: float, *, stopped: bool = False) -> str:
+    """Title of a finished reasoning step, e.g. ``"Thought for 12.3s"``."""
+    label = f"Thought for {seconds:.1f}s"
+    return f"{label} (stopped)" if stopped else label
+
+
+def stats_line(done: Done) -> str:
+    """One compact line under an answer: TTFT, thinking time, tokens, tokens/s.
+
+    Example: ``"TTFT 0.41 s · thought 12.3 s · 512 tokens · 48.2 tokens/s"``;
+    parts the server did not report are left out.
+    """
+    parts = []
+    if done.ttft_s is not None:
+        parts.append(f"TTFT {done.ttft_s:.2f} s")
+    if done.reasoning_s is not None:
+        parts.append(f"thought {done.reasoning_s:.1f} s")
+    if done.usage is not None:
+        parts.append(f"{done.usage.completion_tokens} tokens")
+    rate = done.tokens_per_s
+    if rate is not None:
+        parts.append(f"{rate:.1f} tokens/s")
+    parts.append(f"total {done.elapsed_s:.1f} s")
+    return " · ".join(parts)
+
+
+def cut_off_note(max_tokens: int, *, in_reasoning: bool) -> str:
+    """Say that max tokens ran out, and where."""
+    where = "while still thinking, before any answer" if in_reasoning else "before the answer ended"
+    return (
+        f"The answer was cut off: the model used all {max_tokens} tokens {where}. "
+        "Retry with more tokens, or ask a narrower question."
+    )
+
+
+DEV_MODE_BANNER = (
+    "**Dev mode**: the server runs a tiny model with random weights on the CPU. "
+    "Answers are noise; dev mode exists to exercise the whole path "
+    "(uploads, streaming, reasoning display, errors)."
+)

@@ -1,0 +1,1 @@
+"""Test doubles that speak real protocols (HTTP, SSE) rather than mocks."""
