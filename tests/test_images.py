@@ -5,7 +5,11 @@ from __future__ import annotations
 import base64
 import io
 import math
+import random
+import struct
+import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -294,3 +298,262 @@ def test_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ImageError) as error:
         prepare_image(tmp_path / "gone.png", 4096)
     assert_one_line_naming(error, "gone.png")
+
+
+# --- formats (issue 4, item 1) ------------------------------------------------------
+
+
+def encoded(image: Image.Image, image_format: str, **params: Any) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, image_format, **params)
+    return buffer.getvalue()
+
+
+def frames(image_format: str, **params: Any) -> bytes:
+    """Three frames: the cat, then the cat flipped twice (so frame 1 is identifiable)."""
+    cat = photo("chelsea.png")
+    others = [
+        cat.transpose(Image.Transpose.FLIP_LEFT_RIGHT),
+        cat.transpose(Image.Transpose.ROTATE_180),
+    ]
+    return encoded(cat, image_format, save_all=True, append_images=others, **params)
+
+
+ROCKET = photo("rocket.jpg")
+CAT = photo("chelsea.png")
+
+FORMATS: dict[str, tuple[bytes, Image.Image, float, str | None]] = {
+    # name: (file bytes, expected upright content, max mean difference, notice part);
+    # the cat is a photo, so it is sent as JPEG whatever the source format.
+    "baseline.jpg": (encoded(ROCKET, "JPEG", quality=95), ROCKET, 3, None),
+    "progressive.jpg": (encoded(ROCKET, "JPEG", quality=95, progressive=True), ROCKET, 3, None),
+    "cmyk.jpg": (encoded(ROCKET.convert("CMYK"), "JPEG", quality=95), ROCKET, 6, None),
+    "gray16.png": (
+        encoded(CAT.convert("L").point(lambda value: value * 257, "I").convert("I;16"), "PNG"),
+        CAT.convert("L"),
+        1,
+        None,
+    ),
+    "lossy.webp": (encoded(CAT, "WEBP", quality=90), CAT, 4, None),
+    "lossless.webp": (encoded(CAT, "WEBP", lossless=True), CAT, 3, None),
+    "still.gif": (encoded(CAT, "GIF"), CAT, 12, None),  # 256-colour palette
+    "animated.gif": (frames("GIF"), CAT, 12, "only the first frame"),
+    "animated.webp": (frames("WEBP", quality=90), CAT, 4, "only the first frame"),
+    "picture.bmp": (encoded(CAT, "BMP"), CAT, 3, None),
+    "scan.tiff": (encoded(CAT, "TIFF", compression="tiff_lzw"), CAT, 3, None),
+    "pages.tiff": (frames("TIFF"), CAT, 3, "only the first page"),
+    "phone.heic": (encoded(ROCKET, "HEIF", quality=90), ROCKET, 4, None),
+    "modern.avif": (encoded(ROCKET, "AVIF", quality=90), ROCKET, 5, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_formats_are_read_first_frame_only(save: Callable[..., Path], name: str) -> None:
+    data, expected, tolerance, notice = FORMATS[name]
+    prepared = prepare_image(save(name, data), 4096)
+    image = decode(prepared)
+    assert image.size == expected.size
+    assert mean_difference(image, expected) < tolerance
+    if notice is None:
+        assert prepared.notices == ()
+    else:
+        assert len(prepared.notices) == 1
+        assert prepared.notices[0].startswith(f"{name}: ") and notice in prepared.notices[0]
+
+
+def test_sixteen_bit_png_is_scaled_not_clipped(save: Callable[..., Path]) -> None:
+    ramp = Image.new("I", (256, 32))
+    ramp.putdata([x * 257 for _ in range(32) for x in range(256)])  # 0..65535 left to right
+    path = save("ramp16.png", ramp.convert("I;16"))
+    assert Image.open(path).mode.startswith("I;16")
+    prepared = prepare_image(path, 4096)
+    image = decode(prepared)
+    assert prepared.mime_type == "image/png" and image.mode == "L"
+    assert [image.getpixel((x, 16)) for x in range(256)] == list(range(256))
+
+
+# --- bad inputs (issue 4, items 3 and 6) --------------------------------------------
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A tiny PNG whose header declares width x height 1-bit gray pixels."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
+
+
+def jpeg_declaring(width: int, height: int) -> bytes:
+    """rocket.jpg with its frame header (SOF0) rewritten to declare width x height."""
+    data = bytearray((DATA / "rocket.jpg").read_bytes())
+    start = data.index(b"\xff\xc0")
+    data[start + 5 : start + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def gif_declaring(width: int, height: int) -> bytes:
+    """A real GIF whose logical screen is rewritten to width x height."""
+    data = bytearray(encoded(CAT, "GIF"))
+    data[6:10] = struct.pack("<HH", width, height)
+    return bytes(data)
+
+
+def flipped_byte(data: bytes, position: int) -> bytes:
+    return data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1 :]
+
+
+def with_exif(image: Image.Image, exif: Image.Exif | bytes) -> bytes:
+    return encoded(image, "JPEG", quality=90, exif=exif)
+
+
+def orientation(value: int) -> Image.Exif:
+    exif = Image.Exif()
+    exif[0x0112] = value
+    return exif
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One input of the corpus and what must happen to it.
+
+    ``error``: a part of the ImageError message (after "name: "), or None when the file
+    must be accepted; then ``notice`` (a part of the one notice) or None (no notice),
+    and ``size`` the expected size when given.
+    """
+
+    name: str
+    data: bytes
+    error: str | None = None
+    notice: str | None = None
+    size: tuple[int, int] | None = None
+    max_bytes: int | None = None
+
+
+PNG_CAT = encoded(CAT, "PNG")
+JPEG_ROCKET = (DATA / "rocket.jpg").read_bytes()
+NOT_AN_IMAGE = "not an image Pillow can read"
+TOO_MANY = "megapixels accepted (a possible decompression bomb)"
+
+BAD_INPUTS = [
+    # Not images at all.
+    BadInput("empty.jpg", b"", "the file is empty"),
+    BadInput("one-byte.jpg", b"\xff", NOT_AN_IMAGE),
+    BadInput("notes.jpg", b"milk, eggs, coffee\n" * 20, NOT_AN_IMAGE),
+    BadInput("data.jpg", b'{"image": "cat.jpg", "width": 640}', NOT_AN_IMAGE),
+    BadInput("page.jpg", b"<html><body><img src='cat.jpg'></body></html>", "an HTML page"),
+    BadInput("saved.jpg", b"\n<!DOCTYPE html>\n<HTML lang='en'><head>", "an HTML page"),
+    BadInput("logo.svg", b"<svg xmlns='http://www.w3.org/2000/svg'><rect/></svg>", "SVG"),
+    BadInput("icon.svg", b"<?xml version='1.0'?>\n<svg width='10'><circle/></svg>", "SVG"),
+    BadInput("drawing.png", b"\xef\xbb\xbf<svg viewBox='0 0 1 1'></svg>", "SVG"),
+    BadInput(
+        "report.png", b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n", "a PDF document"
+    ),
+    BadInput("archive.jpg", b"PK\x03\x04" + bytes(200), NOT_AN_IMAGE),
+    BadInput("program.png", b"\x7fELF\x02\x01\x01" + bytes(200), NOT_AN_IMAGE),
+    BadInput("noise.png", random.Random(4).randbytes(4096), NOT_AN_IMAGE),
+    BadInput("signature.png", b"\x89PNG\r\n\x1a\n", NOT_AN_IMAGE),
+    BadInput("gif-header.gif", b"GIF89a", NOT_AN_IMAGE),
+    # Damaged images.
+    BadInput("half.jpg", JPEG_ROCKET[: len(JPEG_ROCKET) // 2], "truncated"),
+    BadInput("header-only.jpg", JPEG_ROCKET[:400], "damaged"),
+    BadInput("half.png", PNG_CAT[: len(PNG_CAT) // 2], "damaged"),
+    BadInput("garbled.png", flipped_byte(PNG_CAT, len(PNG_CAT) // 2), "damaged"),
+    BadInput("half.gif", encoded(CAT, "GIF")[:3000], "damaged"),
+    BadInput("half.webp", encoded(CAT, "WEBP")[:2000], "damaged"),
+    BadInput("half.tiff", encoded(CAT, "TIFF")[:5000], "damaged"),
+    BadInput("half.bmp", encoded(CAT, "BMP")[:5000], "damaged"),
+    BadInput("half.heic", encoded(ROCKET, "HEIF")[:3000], "damaged"),
+    # Too big: declared pixels (decompression bombs), decoded pixels, bytes.
+    BadInput("bomb.png", png_declaring(20_000, 20_000), TOO_MANY),
+    BadInput("bomb-300mp.png", png_declaring(17_320, 17_320), TOO_MANY),
+    BadInput("bomb.jpg", jpeg_declaring(65_500, 65_500), TOO_MANY),
+    BadInput("bomb.gif", gif_declaring(65_535, 65_535), TOO_MANY),
+    BadInput("big.png", png_declaring(10_000, 10_000), "too large to decode"),
+    BadInput("big.jpg", JPEG_ROCKET, "MB limit for one file", max_bytes=100_000),
+    # Odd but usable: accepted, with a notice where the person should know.
+    BadInput(
+        "dot.png",
+        encoded(Image.new("RGB", (1, 1), "red"), "PNG"),
+        None,
+        "only 1x1 pixels",
+        (28, 28),
+    ),
+    BadInput(
+        "line.png", encoded(Image.new("L", (1, 5000), 0), "PNG"), None, "only 1x5000", (28, 5000)
+    ),
+    BadInput(
+        "rule.png", encoded(Image.new("L", (5000, 1), 0), "PNG"), None, "only 5000x1", (5000, 28)
+    ),
+    BadInput(
+        "thread.png",
+        encoded(Image.new("L", (2, 20_000), 0), "PNG"),
+        None,
+        "only 1x7140",
+        (28, 7140),
+    ),
+    BadInput(
+        "banner.png", encoded(Image.new("RGB", (9000, 40), "navy"), "PNG"), None, None, (7140, 32)
+    ),
+    BadInput(
+        "huge-photo.jpg",
+        encoded(Image.new("L", (9000, 8000), 90), "JPEG"),
+        None,
+        None,
+        fit_to_budget(9000, 8000, 4096),
+    ),
+    BadInput("orientation-9.jpg", with_exif(ROCKET, orientation(9)), None, None, ROCKET.size),
+    BadInput("orientation-0.jpg", with_exif(ROCKET, orientation(0)), None, None, ROCKET.size),
+    BadInput(
+        "junk-exif.jpg",
+        with_exif(ROCKET, b"Exif\x00\x00" + bytes(range(64))),
+        None,
+        None,
+        ROCKET.size,
+    ),
+]
+
+
+def test_corpus_is_large_and_names_are_unique() -> None:
+    assert len(BAD_INPUTS) >= 30
+    assert len({case.name for case in BAD_INPUTS}) == len(BAD_INPUTS)
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[case.name for case in BAD_INPUTS])
+def test_bad_inputs_give_one_line_or_a_usable_image(
+    save: Callable[..., Path], case: BadInput
+) -> None:
+    path = save(case.name, case.data)
+    if case.error is not None:
+        with pytest.raises(ImageError) as error:
+            prepare_image(path, 4096, max_bytes=case.max_bytes)
+        assert case.error in assert_one_line_naming(error, case.name)
+        return
+    prepared = prepare_image(path, 4096, max_bytes=case.max_bytes)
+    image = decode(prepared)
+    assert image.size == (prepared.width, prepared.height)
+    if case.size is not None:
+        assert image.size == case.size
+    assert prepared.tokens == image_tokens(*image.size, 4096)
+    if case.notice is None:
+        assert prepared.notices == ()
+    else:
+        assert len(prepared.notices) == 1 and case.notice in prepared.notices[0]
+        assert prepared.notices[0].startswith(f"{case.name}: ")
+
+
+def test_directory_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "photos.jpg"
+    folder.mkdir()
+    with pytest.raises(ImageError) as error:
+        prepare_image(folder, 4096)
+    assert "cannot read" in assert_one_line_naming(error, "photos.jpg")
