@@ -246,8 +246,9 @@ def choose_format(image: Image.Image, source_format: str | None) -> str:
     picture is grayscale (scans) or flat (:data:`FLAT_COVERAGE`: screenshots,
     diagrams); JPEG at :data:`JPEG_QUALITY` otherwise, including every lossy source
     (JPEG, WebP, HEIC, AVIF: their detail is already approximate, and PNG would be
-    several times larger). Measured on page.png (a scan): PNG keeps every pixel and
-    tesseract reads it exactly as the original; see ``bench/bench_images.py --ocr``.
+    several times larger). Measured on page.png, a scan (``bench/bench_images.py
+    --ocr``, tesseract 5.3): the PNG (43 KB) reads exactly as the original, while
+    JPEG changes 18 of 209 recognised characters at quality 90 (23 KB), 31 at 50.
 
     Args:
         image: the flattened image, mode ``RGB`` or ``L``, any size.

@@ -1,0 +1,158 @@
+"""Benchmark of backend.images.prepare_image, and the OCR check behind its PNG choice.
+
+Usage (from the repository root):
+    .venv/bin/python -m bench.bench_images            # timing table
+    .venv/bin/python -m bench.bench_images --ocr      # also: tesseract on page.png
+
+The timing table lists, for each input and model budget (in_token_limit 4096 for
+Kimi-VL-A3B-Instruct, 16384 for Thinking-2506): the input, bytes in, bytes out
+(the encoded image inside the data URL), pixels out, Kimi-VL tokens, the output
+format and the best wall time in milliseconds over several runs, pinned to one CPU
+core. Inputs are the scikit-image photos in tests/data plus made ones: a
+12-megapixel and a 48-megapixel "photo" (coffee.png upscaled with sensor-like
+noise, JPEG quality 92, about the bytes a phone writes) and a 1920x1080 text
+screenshot.
+
+The OCR check (needs the ``tesseract`` command, Debian package tesseract-ocr) reads
+page.png as prepared (PNG, lossless) and re-encoded as JPEG at several qualities,
+and prints bytes and how much of the original's OCR text each keeps (difflib ratio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import difflib
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw, ImageFont
+
+from backend.images import prepare_image
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+LIMITS = (4096, 16384)
+RUNS = 5
+
+
+def _save(image: Image.Image, path: Path, image_format: str, **params: Any) -> Path:
+    image.save(path, image_format, **params)
+    return path
+
+
+def _photo(size: tuple[int, int], path: Path) -> Path:
+    """coffee.png scaled to ``size`` with a little noise, as a phone JPEG (quality 92)."""
+    base = Image.open(DATA / "coffee.png").convert("RGB").resize(size, Image.Resampling.LANCZOS)
+    noise = Image.effect_noise(size, 24).convert("RGB")
+    return _save(Image.blend(base, noise, 0.15), path, "JPEG", quality=92)
+
+
+def _screenshot(path: Path) -> Path:
+    """A 1920x1080 text-heavy screenshot (black 16 px text on white, a grey side bar)."""
+    image = Image.new("RGB", (1920, 1080), "white")
+    draw = ImageDraw.Draw(image)
+    draw.rectangle((0, 0, 300, 1080), fill=(238, 238, 242))
+    font = ImageFont.load_default(16)
+    for row in range(45):
+        text = f"{row:02d}  def prepare(path, limit): tokens = ceil(h / 28) * ceil(w / 28)"
+        draw.text((320, 12 + row * 23), text, fill=(20, 20, 20), font=font)
+    return _save(image, path, "PNG")
+
+
+def _inputs(folder: Path) -> list[Path]:
+    made = [
+        _photo((4000, 3000), folder / "photo-12mp.jpg"),
+        _photo((8000, 6000), folder / "photo-48mp.jpg"),
+        _screenshot(folder / "screenshot-1080p.png"),
+    ]
+    return [DATA / name for name in sorted(os.listdir(DATA)) if name != "README.md"] + made
+
+
+def _best_ms(path: Path, limit: int) -> float:
+    best = float("inf")
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        prepare_image(path, limit)
+        best = min(best, time.perf_counter() - start)
+    return best * 1000
+
+
+def timing_table(folder: Path) -> None:
+    """Print the table: input, size in, size out, pixels out, tokens, format, ms."""
+    header = f"| {'input':22} | limit | {'size in':>9} | {'size out':>9} | {'pixels out':>11} "
+    print(header + f"| tokens | {'format':6} | {'ms':>6} |")
+    print("|" + "|".join("-" * width for width in (24, 7, 11, 11, 13, 8, 8, 8)) + "|")
+    for path in _inputs(folder):
+        for limit in LIMITS:
+            prepared = prepare_image(path, limit)
+            pixels = f"{prepared.width}x{prepared.height}"
+            print(
+                f"| {path.name:22} | {limit:5} | {prepared.source_bytes:9,} "
+                f"| {prepared.payload_bytes:9,} | {pixels:>11} | {prepared.tokens:6} "
+                f"| {prepared.mime_type.removeprefix('image/'):6} | {_best_ms(path, limit):6.1f} |"
+            )
+
+
+def _ocr(image_bytes: bytes, folder: Path) -> str:
+    path = folder / "ocr-input"
+    path.write_bytes(image_bytes)
+    result = subprocess.run(
+        ["tesseract", str(path), "-", "--psm", "6"], capture_output=True, text=True, check=True
+    )
+    return " ".join(result.stdout.split())
+
+
+def ocr_check(folder: Path) -> None:
+    """Print bytes and OCR agreement with the original for page.png in several encodings."""
+    if shutil.which("tesseract") is None:
+        print("tesseract not found (apt-get install tesseract-ocr): OCR check skipped")
+        return
+    source = DATA / "page.png"
+    prepared = prepare_image(source, 16384)
+    page = Image.open(source)
+    reference = _ocr(source.read_bytes(), folder)
+    variants: list[tuple[str, bytes]] = [
+        (
+            "prepared (" + prepared.mime_type + ")",
+            base64.b64decode(prepared.data_url.split(",", 1)[1]),
+        )
+    ]
+    for quality in (90, 75, 50, 30):
+        buffer = io.BytesIO()
+        page.save(buffer, "JPEG", quality=quality)
+        variants.append((f"JPEG quality {quality}", buffer.getvalue()))
+    print(f"\npage.png ({page.width}x{page.height}, {source.stat().st_size:,} bytes): ")
+    print(f"tesseract reads {len(reference)} characters from the original\n")
+    print(f"| {'encoding':24} | {'bytes':>7} | {'OCR agreement':>13} | {'chars changed':>13} |")
+    print(f"|{'-' * 26}|{'-' * 9}|{'-' * 15}|{'-' * 15}|")
+    for label, data in variants:
+        text = _ocr(data, folder)
+        matcher = difflib.SequenceMatcher(None, reference, text, autojunk=False)
+        changed = sum(
+            max(end1 - start1, end2 - start2)
+            for tag, start1, end1, start2, end2 in matcher.get_opcodes()
+            if tag != "equal"
+        )
+        print(f"| {label:24} | {len(data):7,} | {matcher.ratio():13.4f} | {changed:13} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ocr", action="store_true", help="also run the OCR check")
+    arguments = parser.parse_args()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = Path(temporary)
+        timing_table(folder)
+        if arguments.ocr:
+            ocr_check(folder)
+
+
+if __name__ == "__main__":
+    main()
