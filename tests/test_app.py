@@ -1,0 +1,171 @@
+"""The Chainlit handlers of app.py, run in a Chainlit context without a browser.
+
+A WebsocketSession whose ``emit`` records what would go over the socket stands in
+for the browser; the scripted server stands in for vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import chainlit as cl
+import pytest
+from chainlit.context import init_ws_context
+from chainlit.session import WebsocketSession
+
+import app
+from backend.settings import Settings
+from tests.conftest import DATA, RunningFake, free_port
+from tests.fakes.kimi_server import ANSWER, REASONING
+
+
+@dataclass
+class Browser:
+    """What the app sent over the socket, in order."""
+
+    frames: list[tuple[str, Any]] = field(default_factory=list)
+
+    async def emit(self, event: str, data: Any) -> None:
+        self.frames.append((event, data))
+
+    def steps(self, kind: str) -> dict[str, dict[str, Any]]:
+        """Latest state of each step of a type, by id (new_message/update_message)."""
+        latest: dict[str, dict[str, Any]] = {}
+        for event, data in self.frames:
+            if event in ("new_message", "update_message", "stream_start") and data["type"] == kind:
+                latest[data["id"]] = {**latest.get(data["id"], {}), **data}
+        return latest
+
+    def texts(self) -> list[str]:
+        """Final text of every assistant message."""
+        return [s["output"] for s in self.steps("assistant_message").values()]
+
+    def actions(self) -> list[str]:
+        return [data["name"] for event, data in self.frames if event == "action"]
+
+
+async def start_chat(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Browser:
+    browser = Browser()
+
+    async def emit_call(*_: Any) -> None:
+        return None
+
+    session = WebsocketSession(
+        id=str(uuid.uuid4()),
+        socket_id=str(uuid.uuid4()),
+        emit=browser.emit,  # type: ignore[arg-type]  # Chainlit awaits it; its hint is wrong
+        emit_call=emit_call,
+        user_env={},
+        client_type="webapp",
+    )
+    init_ws_context(session)
+    monkeypatch.setattr(app, "SETTINGS", settings)
+    await app.on_chat_start()
+    return browser
+
+
+def user_message(text: str, *paths: Path) -> cl.Message:
+    elements = [cl.Image(name=p.name, path=str(p), mime="image/jpeg") for p in paths]
+    return cl.Message(content=text, author="User", type="user_message", elements=elements)
+
+
+@pytest.fixture
+async def browser(fake: RunningFake, monkeypatch: pytest.MonkeyPatch) -> Browser:
+    return await start_chat(Settings(base_url=fake.base_url), monkeypatch)
+
+
+async def test_photo_question_streams_reasoning_step_then_answer(
+    browser: Browser, fake: RunningFake
+) -> None:
+    await app.on_message(user_message("What is in this picture?", DATA / "rocket.jpg"))
+    steps = browser.steps("llm")
+    assert len(steps) == 1
+    step = next(iter(steps.values()))
+    assert step["output"] == REASONING
+    assert step["name"].startswith("Thought for ") and step["name"].endswith("s")
+    assert step["defaultOpen"] is True and step["autoCollapse"] is True
+    created = [d for e, d in browser.frames if e == "new_message" and d["type"] == "llm"]
+    assert [d["name"] for d in created] == ["Thinking…"]
+    answer = browser.texts()[-1]
+    assert answer.startswith(ANSWER.strip()) and "TTFT" in answer and "tokens/s" in answer
+    assert "◁" not in answer and REASONING not in answer
+    assert "retry" in browser.actions()  # the Regenerate button
+    assert fake.requests[-1]["messages"][0]["content"][0]["type"] == "image_url"
+
+
+async def test_answer_tokens_are_batched(browser: Browser) -> None:
+    await app.on_message(user_message("#scenario=long"))
+    tokens = [d for e, d in browser.frames if e == "stream_token"]
+    step = next(iter(browser.steps("llm").values()))
+    assert step["output"].count("w") == 30000
+    assert len(tokens) < 300  # 30,000 reasoning tokens, far fewer socket frames
+
+
+async def test_cut_off_offers_more_tokens(browser: Browser) -> None:
+    await app.on_message(user_message("#scenario=cutoff"))
+    step = next(iter(browser.steps("llm").values()))
+    assert step["output"] == REASONING
+    assert "cut off" in browser.texts()[-1] and "while still thinking" in browser.texts()[-1]
+    labels = [d["label"] for e, d in browser.frames if e == "action"]
+    assert "Retry with more tokens" in labels
+
+
+async def test_server_error_keeps_the_turn_for_retry(browser: Browser, fake: RunningFake) -> None:
+    await app.on_message(user_message("#scenario=error-images"))
+    assert "At most 4 image(s)" in browser.texts()[-1]
+    assert "Traceback" not in browser.texts()[-1]
+    session = app.chat()
+    turn = session.last_turn()
+    assert turn is not None and turn.status == "failed"
+    turn.text = "now fine"  # as if the cause was fixed; the retry resends the turn
+    retry = next(d for e, d in browser.frames if e == "action" and d["name"] == "retry")
+    await app.on_retry(cl.Action(name="retry", payload=retry["payload"], id=retry["id"]))
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    status: str = turn.status
+    assert status == "done" and session.last_turn() is turn
+
+
+async def test_bad_upload_is_refused_and_message_kept(
+    browser: Browser, fake: RunningFake, tmp_path: Path
+) -> None:
+    bogus = tmp_path / "holiday.jpg"
+    bogus.write_text("<html>nope</html>")
+    good = tmp_path / "rocket.jpg"
+    shutil.copy(DATA / "rocket.jpg", good)
+    await app.on_message(user_message("Compare these", bogus, good))
+    assert "holiday.jpg" in browser.texts()[-1] and fake.requests == []
+    assert "send_anyway" in browser.actions()
+    await app.on_send_anyway(cl.Action(name="send_anyway", payload={}))
+    content = fake.requests[-1]["messages"][-1]["content"]
+    assert [p["type"] for p in content] == ["image_url", "text"]
+    assert content[-1]["text"] == "Compare these"
+
+
+async def test_stop_keeps_partial_reasoning(browser: Browser) -> None:
+    task = asyncio.create_task(app.on_message(user_message("#scenario=slow")))
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        if any(e == "stream_start" for e, _ in browser.frames):
+            break
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    step = next(iter(browser.steps("llm").values()))
+    assert step["name"].endswith("(stopped)") and len(step["output"]) > 10
+    assert not step.get("isError")
+    assert "Stopped" in browser.texts()[-1]
+    turn = app.chat().last_turn()
+    assert turn is not None and turn.status == "stopped" and turn.reasoning
+
+
+async def test_unreachable_server_is_said_at_chat_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(base_url=f"http://127.0.0.1:{free_port()}/v1", connect_timeout_s=1)
+    browser = await start_chat(settings, monkeypatch)
+    assert "Cannot reach the model server" in browser.texts()[-1]
+    await app.on_chat_end()

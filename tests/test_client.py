@@ -1,0 +1,146 @@
+"""The client against the scripted server: events, timings and error mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.client import ChatClient, ChatRequest, map_error
+from backend.errors import (
+    ContextTooLong,
+    RequestTimeout,
+    ServerFailed,
+    ServerLoading,
+    ServerUnreachable,
+    TooManyImages,
+)
+from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from tests.conftest import RunningFake, free_port
+from tests.fakes.kimi_server import ANSWER, REASONING
+
+
+async def collect(client: ChatClient, text: str, **kw: object) -> list[StreamEvent]:
+    request = ChatRequest(
+        model="kimi-vl-thinking-2506",
+        messages=[{"role": "user", "content": text}],
+        max_tokens=100,
+        temperature=0.8,
+        **kw,  # type: ignore[arg-type]
+    )
+    return [event async for event in client.stream(request)]
+
+
+def texts(events: list[StreamEvent]) -> tuple[str, str]:
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    answer = "".join(e.text for e in events if isinstance(e, AnswerDelta))
+    return reasoning, answer
+
+
+@pytest.fixture
+async def client(fake: RunningFake) -> ChatClient:
+    return ChatClient(fake.base_url, "test-key", timeout_s=5)
+
+
+@pytest.mark.parametrize("scenario", ["thinking", "close-only", "reasoning-field"])
+async def test_reasoning_and_answer_are_split(client: ChatClient, scenario: str) -> None:
+    events = await collect(client, f"hi #scenario={scenario}", thinking=True)
+    reasoning, answer = texts(events)
+    assert reasoning == REASONING
+    assert answer == ANSWER.lstrip()
+    done = events[-1]
+    assert isinstance(done, Done)
+    assert done.finish_reason == "stop"
+    assert done.usage is not None and done.usage.completion_tokens > 10
+    assert done.ttft_s is not None and 0 < done.ttft_s < done.elapsed_s
+    assert done.reasoning_s is not None and done.reasoning_s > 0
+    assert not done.reasoning_unclosed
+    assert sum(isinstance(e, Done) for e in events) == 1
+
+
+async def test_plain_answer_has_no_reasoning(client: ChatClient) -> None:
+    events = await collect(client, "#scenario=plain")
+    reasoning, answer = texts(events)
+    assert reasoning == ""
+    assert answer == ANSWER
+    done = events[-1]
+    assert isinstance(done, Done) and done.reasoning_s is None
+
+
+async def test_cut_off_inside_reasoning(client: ChatClient) -> None:
+    events = await collect(client, "#scenario=cutoff", thinking=True)
+    reasoning, answer = texts(events)
+    assert reasoning == REASONING and answer == ""
+    done = events[-1]
+    assert isinstance(done, Done)
+    assert done.finish_reason == "length" and done.reasoning_unclosed
+
+
+async def test_request_id_and_options_are_sent(client: ChatClient, fake: RunningFake) -> None:
+    await collect(client, "#scenario=plain", request_id="abc-123")
+    assert fake.server.headers[-1]["x-request-id"] == "abc-123"
+    body = fake.requests[-1]
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 100 and body["temperature"] == 0.8
+
+
+@pytest.mark.parametrize(
+    ("scenario", "error", "words"),
+    [
+        ("error-context", ContextTooLong, "maximum context length is 2048"),
+        ("error-images", TooManyImages, "At most 4 image(s)"),
+        ("error-500", ServerFailed, "EngineCore"),
+        ("error-503", ServerLoading, "still loading"),
+        ("midstream-error", ServerFailed, "engine died"),
+    ],
+)
+async def test_server_errors_become_our_errors(
+    client: ChatClient, scenario: str, error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error) as caught:
+        await collect(client, f"#scenario={scenario}")
+    assert words in str(caught.value)
+    assert "Traceback" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+async def test_unreachable_server() -> None:
+    client = ChatClient(f"http://127.0.0.1:{free_port()}/v1", "k", connect_timeout_s=1)
+    with pytest.raises(ServerUnreachable, match="Cannot reach the model server"):
+        await collect(client, "hello")
+    with pytest.raises(ServerUnreachable):
+        await client.list_models()
+    assert await client.is_healthy() is False
+
+
+async def test_timeout(fake: RunningFake) -> None:
+    client = ChatClient(fake.base_url, "k", timeout_s=0.02)
+    with pytest.raises(RequestTimeout, match="did not answer in time"):
+        await collect(client, "#scenario=slow")
+
+
+async def test_models_and_health(client: ChatClient) -> None:
+    models = await client.list_models()
+    assert [(m.id, m.max_model_len) for m in models] == [("kimi-vl-thinking-2506", 8192)]
+    assert await client.is_healthy()
+
+
+async def test_closing_the_stream_early_closes_the_response(
+    client: ChatClient, fake: RunningFake
+) -> None:
+    request = ChatRequest(
+        model="m",
+        messages=[{"role": "user", "content": "#scenario=slow"}],
+        max_tokens=10,
+        temperature=0.0,
+        thinking=True,
+    )
+    stream = client.stream(request)
+    first = await anext(stream)
+    assert isinstance(first, ReasoningDelta)
+    await stream.aclose()  # what cancellation by Stop does
+    # A new request still works on the same client after the early close.
+    assert texts(await collect(client, "#scenario=plain")) == ("", ANSWER)
+
+
+def test_map_error_passes_unknown_exceptions_as_server_failed() -> None:
+    mapped = map_error(ValueError("boom"), base_url="u", model="m")
+    assert isinstance(mapped, ServerFailed) and "ValueError" in str(mapped)
