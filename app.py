@@ -87,6 +87,8 @@ async def on_message(message: cl.Message) -> None:
             actions if can_send else None,
         )
         return
+    for notice in prepared.notices:
+        await say(f"ℹ️ {notice}")
     turn = session.start_turn(message.id, message.content, prepared.images)
     await run_turn(session, turn)
 

@@ -55,10 +55,15 @@ class SamplingOptions:
 
 @dataclass(frozen=True, slots=True)
 class UploadResult:
-    """Prepared images, and one sentence per file that could not be used."""
+    """Prepared images, one sentence per file that could not be used, and remarks.
+
+    ``notices`` are about files that were used but changed in a way the person
+    should know (only the first frame of an animated GIF, say).
+    """
 
     images: list[PreparedImage]
     problems: list[str]
+    notices: list[str]
 
 
 @dataclass
@@ -123,8 +128,12 @@ class ChatSession:
         each file is prepared in a worker thread.
         """
         limit = self.profile.in_token_limit
+        max_bytes = self.settings.max_upload_mb * 1_000_000
         results = await asyncio.gather(
-            *(asyncio.to_thread(prepare_image, u.path, limit, u.name) for u in uploads),
+            *(
+                asyncio.to_thread(prepare_image, u.path, limit, u.name, max_bytes=max_bytes)
+                for u in uploads
+            ),
             return_exceptions=True,
         )
         images: list[PreparedImage] = []
@@ -137,7 +146,8 @@ class ChatSession:
             else:
                 log.error("preparing %s failed: %r", upload.name, result)
                 problems.append(f"{upload.name}: could not be prepared ({type(result).__name__}).")
-        return UploadResult(images, problems)
+        notices = [notice for image in images for notice in image.notices]
+        return UploadResult(images, problems, notices)
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
         """Record a new turn for a UI message.
