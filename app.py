@@ -158,6 +158,9 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
                 await close_step()
                 await answer.stream_token(event.text)
             elif isinstance(event, Done):
+                if event.answer_in_reasoning and step is not None:
+                    await step.remove()  # no marker came: that text was the answer
+                    step = None
                 await close_step()
                 await finish_answer(answer, turn, event, request.max_tokens)
     except asyncio.CancelledError:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend.client import ChatClient, ChatRequest, ServedModel
-from backend.conversation import Budget, Conversation, Turn
+from backend.conversation import Budget, Conversation, TokenCounter, Turn
 from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, ReasoningDelta, StreamEvent
 from backend.images import PreparedImage, prepare_image
@@ -80,6 +80,7 @@ class ChatSession:
     options: SamplingOptions | None = None
     conversation: Conversation = field(default_factory=Conversation)
     message_turns: dict[str, Turn] = field(default_factory=dict)
+    token_counter: TokenCounter = field(default_factory=TokenCounter)
 
     @classmethod
     def create(cls, settings: Settings) -> ChatSession:
@@ -192,7 +193,7 @@ class ChatSession:
             max_images=self.settings.max_images_per_prompt,
             max_tokens=max_tokens or self.options.max_tokens,
         )
-        plan = self.conversation.plan(turn, budget)
+        plan = self.conversation.plan(turn, budget, self.token_counter)
         request = ChatRequest(
             model=self.model.id,
             messages=plan.messages,
@@ -237,8 +238,11 @@ class ChatSession:
                     answer.append(event.text)
                 else:
                     turn.status = "cut_off" if event.finish_reason == "length" else "done"
+                    if event.answer_in_reasoning:
+                        answer, reasoning = reasoning, []
                     turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
                 yield event
+            await self._learn_token_counts(turn)
         except (asyncio.CancelledError, GeneratorExit):
             turn.status = "stopped"
             raise
@@ -249,6 +253,15 @@ class ChatSession:
             turn.reasoning = "".join(reasoning)
             turn.answer = "".join(answer)
             log.info("request %s ended: %s", request.request_id, turn.status)
+
+    async def _learn_token_counts(self, turn: Turn) -> None:
+        """Ask the server's tokenizer for the exact counts of a finished turn's texts."""
+        assert self.model is not None
+        for text in (turn.text, turn.answer):
+            if text and not self.token_counter.knows(text):
+                count = await self.client.count_text_tokens(self.model.id, text)
+                if count is not None:
+                    self.token_counter.learn(text, count)
 
     def with_options(self, **changes: float | int | bool) -> None:
         """Change sampling options (the settings panel), keeping the others."""

@@ -19,16 +19,14 @@ import argparse
 import asyncio
 import json
 import sys
-import uuid
 from dataclasses import asdict
+from pathlib import Path
 from typing import TextIO
 
-from backend.client import ChatClient, ChatRequest
-from backend.conversation import Budget, Conversation
-from backend.errors import ChatError
+from backend.chat import ChatSession, Upload
+from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, Done, ReasoningDelta
-from backend.images import prepare_image
-from backend.settings import Settings, profile_for
+from backend.settings import Settings
 
 DIM, RESET = "\033[2m", "\033[0m"
 
@@ -51,69 +49,50 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
 
 
 async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
-    """Run ``ask``: prepare images, stream the answer, print events.
+    """Run ``ask`` on a :class:`backend.chat.ChatSession`, as the chat UI does.
 
     Raises:
         ChatError: any failure a person can act on (printed by :func:`main`).
     """
-    client = ChatClient(
-        args.base_url,
-        settings.api_key.get_secret_value(),
-        timeout_s=settings.request_timeout_s,
-        connect_timeout_s=settings.connect_timeout_s,
-    )
+    session = ChatSession.create(settings.model_copy(update={"base_url": args.base_url}))
     try:
-        models = await client.list_models()
-        if not models:
-            raise ChatError(f"The server at {args.base_url} serves no model.")
-        served = next((m for m in models if m.id == args.model), None) if args.model else models[0]
-        if served is None:
-            names = ", ".join(m.id for m in models)
-            raise ChatError(f"The server does not serve '{args.model}'; it serves: {names}.")
-        profile = profile_for(served.id)
-        images = [
-            await asyncio.to_thread(prepare_image, path, profile.in_token_limit)
-            for path in args.image
-        ]
-        conversation = Conversation()
-        turn = conversation.start_turn(args.question, images)
-        budget = Budget(
-            max_model_len=served.max_model_len or settings.max_model_len,
-            max_images=settings.max_images_per_prompt,
-            max_tokens=args.max_tokens or profile.max_tokens,
-        )
-        plan = conversation.plan(turn, budget)
-        request = ChatRequest(
-            model=served.id,
-            messages=plan.messages,
-            max_tokens=plan.max_tokens,
-            temperature=profile.temperature if args.temperature is None else args.temperature,
-            thinking=profile.thinking,
-            request_id=f"cli-{uuid.uuid4().hex}",
-        )
+        await session.connect(args.model or None)
+        uploads = [Upload(name=Path(p).name, path=Path(p)) for p in args.image]
+        prepared = await session.prepare_uploads(uploads)
+        if prepared.problems:
+            raise ImageError(" ".join(prepared.problems))
+        for notice in prepared.notices:
+            err.write(f"note: {notice}\n")
+        if args.temperature is not None:
+            session.with_options(temperature=args.temperature)
+        turn = session.start_turn("cli", args.question, prepared.images)
+        request, notices = await session.plan_request(turn, args.max_tokens)
+        for notice in notices:
+            err.write(f"note: {notice}\n")
         dim = err.isatty()
-        async for event in client.stream(request):
+        answered = False
+        async for event in session.respond(turn, request):
             if isinstance(event, ReasoningDelta):
-                turn.reasoning += event.text
                 if args.jsonl:
                     out.write(json.dumps({"kind": "reasoning", "text": event.text}) + "\n")
                 else:
                     err.write(f"{DIM}{event.text}{RESET}" if dim else event.text)
                     err.flush()
             elif isinstance(event, AnswerDelta):
-                if not args.jsonl and not turn.answer and turn.reasoning:
-                    err.write("\n")
-                turn.answer += event.text
-                out.write(
-                    json.dumps({"kind": "answer", "text": event.text}) + "\n"
-                    if args.jsonl
-                    else event.text
-                )
+                if args.jsonl:
+                    out.write(json.dumps({"kind": "answer", "text": event.text}) + "\n")
+                else:
+                    if not answered:
+                        err.write("\n")
+                    out.write(event.text)
+                answered = True
             else:
+                if event.answer_in_reasoning and not args.jsonl:
+                    out.write(turn.answer)
                 report_done(event, turn.reasoning, turn.answer, args.jsonl, out, err)
             out.flush()
     finally:
-        await client.aclose()
+        await session.client.aclose()
 
 
 def report_done(

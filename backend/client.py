@@ -213,14 +213,14 @@ class ChatClient:
             ServedModel(id=m.id, max_model_len=getattr(m, "max_model_len", None)) for m in page.data
         ]
 
-    async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
-        """Count the prompt tokens of ``messages`` with vLLM's ``POST /tokenize``.
+    async def count_text_tokens(self, model: str, text: str) -> int | None:
+        """Count the tokens of ``text`` with vLLM's ``POST /tokenize`` (``prompt`` form).
 
-        The count covers the chat template and text; vLLM's tokenizer endpoint
-        counts image placeholders only as the template's text. Returns ``None``
-        when the endpoint is missing or fails (the caller falls back to an estimate).
+        Special tokens are not added: chat-template overhead is accounted for
+        separately by :mod:`backend.conversation`. Returns ``None`` when the
+        endpoint is missing or fails, so the caller falls back to an estimate.
         """
-        body = {"model": model, "messages": messages, "add_generation_prompt": True}
+        body = {"model": model, "prompt": text, "add_special_tokens": False}
         try:
             response = await self._http.post(f"{self.server_root}/tokenize", json=body)
         except httpx.HTTPError:
@@ -306,6 +306,13 @@ class ChatClient:
                 first_answer = time.perf_counter()
             yield part
         ended = time.perf_counter()
+        unmarked = (
+            request.thinking
+            and not server_splits
+            and not splitter.saw_marker
+            and first_reasoning is not None
+            and finish_reason != "length"
+        )
         yield Done(
             finish_reason=finish_reason,
             usage=usage,
@@ -314,5 +321,8 @@ class ChatClient:
             if first_reasoning is None
             else (first_answer or ended) - first_reasoning,
             elapsed_s=ended - started,
-            reasoning_unclosed=first_reasoning is not None and first_answer is None,
+            reasoning_unclosed=first_reasoning is not None
+            and first_answer is None
+            and not unmarked,
+            answer_in_reasoning=unmarked,
         )

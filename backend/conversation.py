@@ -45,6 +45,32 @@ def estimate_text_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / 3)
 
 
+class TokenCounter:
+    """Text token counts: exact ones learnt from the server's tokenizer, else an estimate.
+
+    Call it like a function (``counter(text) -> int``). Exact counts come from
+    vLLM's ``/tokenize`` (see :meth:`backend.client.ChatClient.count_text_tokens`)
+    and are learnt after each turn, off the time-to-first-token path; texts not
+    counted yet (the current message) use :func:`estimate_text_tokens`, which
+    over-estimates, so a plan made with it still fits.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        known = self._known.get(text)
+        return estimate_text_tokens(text) if known is None else known
+
+    def knows(self, text: str) -> bool:
+        """True if an exact count of ``text`` was learnt."""
+        return text in self._known
+
+    def learn(self, text: str, count: int) -> None:
+        """Remember the exact token count of ``text``."""
+        self._known[text] = count
+
+
 @dataclass(eq=False)
 class Turn:
     """One exchange: what the person sent and what the model answered.

@@ -51,6 +51,10 @@ class Done:
         elapsed_s: seconds from sending the request to the end of the stream.
         reasoning_unclosed: True if the stream ended while still inside
             reasoning (e.g. ``finish_reason == "length"``), so no answer came.
+        answer_in_reasoning: True if a Thinking model's whole output came with
+            no marker at all and ended normally: what was streamed as reasoning
+            (text before any marker counts as reasoning) was really the answer,
+            and front ends should show it as such.
     """
 
     finish_reason: str | None
@@ -59,6 +63,7 @@ class Done:
     reasoning_s: float | None
     elapsed_s: float
     reasoning_unclosed: bool = False
+    answer_in_reasoning: bool = False
 
     @property
     def tokens_per_s(self) -> float | None:

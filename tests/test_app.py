@@ -169,3 +169,12 @@ async def test_unreachable_server_is_said_at_chat_start(monkeypatch: pytest.Monk
     browser = await start_chat(settings, monkeypatch)
     assert "Cannot reach the model server" in browser.texts()[-1]
     await app.on_chat_end()
+
+
+async def test_unmarked_answer_of_a_thinking_model_is_shown_as_answer(browser: Browser) -> None:
+    await app.on_message(user_message("#scenario=plain"))
+    removed = [d for e, d in browser.frames if e == "delete_message"]
+    assert [d["type"] for d in removed] == ["llm"]
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    turn = app.chat().last_turn()
+    assert turn is not None and turn.answer == ANSWER.lstrip() and turn.reasoning == ""

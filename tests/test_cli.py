@@ -85,3 +85,9 @@ def test_unknown_model(fake: RunningFake) -> None:
     result = cli("--base-url", fake.base_url, "--model", "nope", "hi")
     assert result.returncode == 1
     assert "does not serve 'nope'" in result.stderr
+
+
+def test_thinking_model_answer_without_markers_goes_to_stdout(fake: RunningFake) -> None:
+    result = cli("--base-url", fake.base_url, "#scenario=plain")
+    assert result.returncode == 0
+    assert result.stdout.startswith(ANSWER.lstrip())

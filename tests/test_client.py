@@ -144,3 +144,11 @@ async def test_closing_the_stream_early_closes_the_response(
 def test_map_error_passes_unknown_exceptions_as_server_failed() -> None:
     mapped = map_error(ValueError("boom"), base_url="u", model="m")
     assert isinstance(mapped, ServerFailed) and "ValueError" in str(mapped)
+
+
+async def test_thinking_model_answer_without_markers_is_flagged(client: ChatClient) -> None:
+    events = await collect(client, "#scenario=plain", thinking=True)
+    done = events[-1]
+    assert isinstance(done, Done)
+    assert done.answer_in_reasoning and not done.reasoning_unclosed
+    assert texts(events) == (ANSWER.lstrip(), "")  # streamed live as reasoning, flagged at the end

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backend.chat import ChatSession, Upload
-from backend.conversation import Budget, Conversation, Turn
+from backend.conversation import Budget, Conversation, Turn, estimate_text_tokens
 from backend.errors import ContextTooLong, TooManyImages
 from backend.images import PreparedImage
 from backend.settings import Settings
@@ -143,3 +143,25 @@ async def test_edit_rewinds_history(fake: RunningFake) -> None:
     assert session.conversation.turns == [edited]
     request, _ = await session.plan_request(edited)
     assert [m["role"] for m in request.messages] == ["user"]
+
+
+async def test_exact_counts_are_learnt_from_tokenize(fake: RunningFake) -> None:
+    session = ChatSession.create(Settings(base_url=fake.base_url))
+    turn = session.start_turn("m1", "Count me #scenario=plain", [])
+    request, _ = await session.plan_request(turn)
+    _ = [e async for e in session.respond(turn, request)]
+    counter = session.token_counter
+    assert counter.knows(turn.text) and counter.knows(turn.answer)
+    # The scripted /tokenize counts len(json.dumps(prompt)) // 4.
+    assert counter(turn.answer) == len(json.dumps(turn.answer)) // 4
+    assert counter("never sent") == estimate_text_tokens("never sent")
+
+
+async def test_missing_tokenize_falls_back_to_estimate(fake: RunningFake) -> None:
+    client = ChatSession.create(Settings(base_url=fake.base_url + "/nowhere")).client
+    assert await client.count_text_tokens("m", "hello") is None
+
+
+def test_estimate_over_counts_english_and_chinese() -> None:
+    assert estimate_text_tokens("The quick brown fox jumps over the lazy dog.") >= 10
+    assert estimate_text_tokens("这张图片里有什么？") >= 9  # 9 characters, 27 bytes
