@@ -87,21 +87,22 @@ log=$KIMI_LLM_LOG
 timeout_s=${KIMI_SERVER_START_TIMEOUT_S%.*}
 
 server_pid="" ui_pid=""
-# stop_all: TERM each process group we started, then KILL what is left after 20 s.
+# stop_all: TERM each process group we started; once their leaders (our children)
+# are gone, or after 15 s, KILL whatever is left in the groups.
 # shellcheck disable=SC2317 # called from the traps
 stop_all() {
   trap - INT TERM EXIT
-  local pid groups=() i
+  local pid leaders=() i
   for pid in "$ui_pid" "$server_pid"; do
-    [[ -n $pid ]] && kill -TERM -- "-$pid" 2>/dev/null && groups+=("$pid")
+    [[ -n $pid ]] && kill -TERM -- "-$pid" 2>/dev/null && leaders+=("$pid")
   done
-  ((${#groups[@]})) || return 0
-  for ((i = 0; i < 40; i++)); do
-    for pid in "${groups[@]}"; do kill -0 -- "-$pid" 2>/dev/null && break; pid=""; done
-    [[ -z ${pid-} ]] && return 0
+  ((${#leaders[@]})) || return 0
+  for ((i = 0; i < 30; i++)); do
+    kill -0 "${leaders[@]}" 2>/dev/null || break
     sleep 0.5
   done
-  for pid in "${groups[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  sleep 1 # the rest of each group finishes its own cleanup
+  for pid in "${leaders[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
 }
 trap 'stop_all; exit 130' INT
 trap 'stop_all; exit 143' TERM
@@ -134,6 +135,7 @@ start_server() {
     while IFS= read -r line || [[ -n $line ]]; do printf '%(%F %T)T %s\n' -1 "$line"; done >>"$log"
   ) 2>&1 &
   server_pid=$!
+  say "vLLM server pid $server_pid (its process group is stopped on exit)"
   local start=$SECONDS
   until curl -sf -m 2 -o /dev/null "$health"; do
     kill -0 "$server_pid" 2>/dev/null || server_failed "the vLLM server exited"
