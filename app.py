@@ -7,26 +7,32 @@ server at ``KIMI_BASE_URL``.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
+from typing import Any
 
 import chainlit as cl
+from chainlit.input_widget import InputWidget, Slider, Switch
 
 from backend.batching import coalesce
 from backend.chat import ChatSession, Upload
 from backend.conversation import Turn
-from backend.errors import ChatError
+from backend.errors import ChatError, ServerLoading
 from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.panel import option_changes, panel_fields, profile_choices, served_models
 from backend.presenter import (
     DEV_MODE_BANNER,
-    THINKING_LABEL,
     cut_off_note,
+    ready_note,
     stats_line,
-    thought_label,
+    stopped_note,
+    waiting_note,
 )
+from backend.reasoning_view import ReasoningView
 from backend.settings import Settings
+from backend.starters import sample_for, starters_for
 
 SETTINGS = Settings()
+READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 
 
 def chat() -> ChatSession:
@@ -40,41 +46,97 @@ async def say(text: str, actions: list[cl.Action] | None = None) -> None:
     await cl.Message(content=text, author="Kimi-VL Chat", actions=actions or []).send()
 
 
+@cl.set_chat_profiles
+async def chat_profiles(user: cl.User | None) -> list[cl.ChatProfile]:
+    """One profile per served model when the server serves several (Thinking, Instruct)."""
+    return [
+        cl.ChatProfile(
+            name=c.name, display_name=c.label, markdown_description=c.description, default=c.default
+        )
+        for c in profile_choices(await served_models(SETTINGS))
+    ]
+
+
+@cl.set_starters
+async def starters(user: cl.User | None, language: str | None = None) -> list[cl.Starter]:
+    """Suggested questions, each with a bundled sample image (attached in on_message)."""
+    return [
+        cl.Starter(label=s.label, message=s.message, icon=s.icon_url)
+        for s in starters_for(language)
+    ]
+
+
+async def send_settings(session: ChatSession) -> None:
+    """Show the settings panel with the connected model's current options."""
+    assert session.options is not None
+    widgets: list[InputWidget] = [
+        Slider(id=f.id, label=f.label, initial=float(f.initial), min=f.min, max=f.max,
+               step=f.step, description=f.description)
+        if f.kind == "slider"
+        else Switch(id=f.id, label=f.label, initial=bool(f.initial), description=f.description)
+        for f in panel_fields(session.profile, session.options, session.max_model_len)
+    ]  # fmt: skip
+    await cl.ChatSettings(widgets).send()
+
+
+@cl.on_settings_update
+async def on_settings_update(values: dict[str, Any]) -> None:
+    """Apply the settings panel to the next answers."""
+    session = chat()
+    if session.options is not None:
+        session.with_options(**option_changes(values))
+
+
 async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
-    """Poll the server while it loads, then tell the person it is ready."""
-    while not await session.client.is_healthy():
-        await asyncio.sleep(2)
-    try:
-        model = await session.connect()
-    except ChatError as exc:
-        status.content = f"⚠️ {exc}"
-    else:
-        status.content = f"✅ The model server is ready: **{model.id}**. Ask away."
+    """Poll the server while it is unreachable or loading, then say it is ready."""
+    profile = cl.user_session.get("chat_profile") or None
+    while True:
+        await asyncio.sleep(READY_POLL_S)
+        if not await session.client.is_healthy():
+            continue
+        try:
+            await session.connect(profile)
+        except ServerLoading as exc:
+            status.content = waiting_note(str(exc))
+            await status.update()
+            continue
+        except ChatError as exc:
+            status.content = f"⚠️ {exc}"
+            await status.update()
+            return
+        break
+    status.content = ready_note(session.profile.label)
     await status.update()
+    await send_settings(session)
 
 
 @cl.on_chat_start
 async def on_chat_start() -> None:
-    """Create the chat state and tell the person whether the server is ready."""
+    """Create the chat state, connect to the chosen model, show the settings."""
     session = ChatSession.create(SETTINGS)
     cl.user_session.set("chat", session)
     if SETTINGS.dev_mode:
         await say(DEV_MODE_BANNER)
     try:
-        await session.connect()
+        await session.connect(cl.user_session.get("chat_profile") or None)
     except ChatError as exc:
-        status = cl.Message(
-            content=f"⏳ {exc} I will say here when it is ready.", author="Kimi-VL Chat"
-        )
+        status = cl.Message(content=waiting_note(str(exc)), author="Kimi-VL Chat")
         await status.send()
         cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
+    else:
+        await send_settings(session)
 
 
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
-    """Prepare the uploads, record the turn, stream the answer."""
+    """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
     session = chat()
     uploads = [Upload(name=el.name, path=Path(el.path)) for el in message.elements or [] if el.path]
+    sample = None if uploads else sample_for(message.content)
+    if sample is not None:
+        uploads = [Upload(name=sample.name, path=sample)]
+        image = cl.Image(name=sample.name, path=str(sample), display="inline", size="medium")
+        await image.send(for_id=message.id)
     prepared = await session.prepare_uploads(uploads)
     if prepared.problems:
         cl.user_session.set("draft", (message.id, message.content, prepared.images))
@@ -119,7 +181,10 @@ def retry_action(label: str = "Retry", max_tokens: int | None = None) -> cl.Acti
 
 
 async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = None) -> None:
-    """Stream one answer: reasoning into a collapsible step, answer into a message."""
+    """Stream one answer: reasoning into a collapsible step, then the answer message.
+
+    The answer message is created at its first token, so it sits below the step.
+    """
     try:
         request, notices = await session.plan_request(turn, max_tokens)
     except ChatError as exc:
@@ -129,49 +194,33 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
     for notice in notices:
         await say(f"ℹ️ {notice}")
     show_reasoning = session.options is None or session.options.show_reasoning
-    answer = cl.Message(content="")
-    step: cl.Step | None = None
-    thinking_since = 0.0
-
-    async def close_step(stopped: bool = False) -> None:
-        nonlocal step
-        if step is not None:
-            step.name = thought_label(time.monotonic() - thinking_since, stopped=stopped)
-            step.end = cl.utils.utc_now()
-            await step.update()
-            step = None
-
+    answer: cl.Message | None = None
+    reasoning = ReasoningView()
     try:
         async for event in coalesce(session.respond(turn, request)):
             if isinstance(event, ReasoningDelta):
-                if not show_reasoning:
-                    continue
-                if step is None:
-                    thinking_since = time.monotonic()
-                    step = cl.Step(
-                        name=THINKING_LABEL, type="llm", default_open=True, auto_collapse=True
-                    )
-                    step.start = cl.utils.utc_now()
-                    await step.send()
-                await step.stream_token(event.text)
+                if show_reasoning:
+                    await reasoning.add(event.text)
             elif isinstance(event, AnswerDelta):
-                await close_step()
+                await reasoning.close()
+                answer = answer or cl.Message(content="")
                 await answer.stream_token(event.text)
             elif isinstance(event, Done):
-                if event.answer_in_reasoning and step is not None:
-                    await step.remove()  # no marker came: that text was the answer
-                    step = None
-                await close_step()
+                if event.answer_in_reasoning:
+                    await reasoning.discard()  # no marker came: that text was the answer
+                await reasoning.close()
+                answer = answer or cl.Message(content="")
                 await finish_answer(answer, turn, event, request.max_tokens)
     except asyncio.CancelledError:
-        await close_step(stopped=True)
-        answer.content = (turn.answer + "\n\n" if turn.answer else "") + "*⏹ Stopped.*"
+        await reasoning.close(stopped=True)
+        answer = answer or cl.Message(content="")
+        answer.content = stopped_note(turn.answer)
         answer.actions = [retry_action()]
         await answer.send()
         raise
     except ChatError as exc:
-        await close_step(stopped=True)
-        if turn.answer:
+        await reasoning.close(stopped=True)
+        if answer is not None:
             await answer.send()
         await say(f"⚠️ {exc}", [retry_action()])
 

@@ -45,6 +45,26 @@ def cut_off_note(max_tokens: int, *, in_reasoning: bool) -> str:
     )
 
 
+def stopped_note(partial_answer: str) -> str:
+    """The message left by Stop: the partial answer, if any, marked as stopped."""
+    if partial_answer:
+        return f"{partial_answer}\n\n*■ Stopped before the end of the answer.*"
+    return "*■ Stopped while thinking: the reasoning so far is kept above.*"
+
+
+def waiting_note(problem: str) -> str:
+    """Said while the model server is unreachable or loading; ``problem`` says which."""
+    return (
+        f"**Waiting for the model server.** {problem}\n\n"
+        "*This message changes when the server is ready.*"
+    )
+
+
+def ready_note(label: str) -> str:
+    """Said once the model server answers."""
+    return f"✓ **The model server is ready** ({label}). Ask away."
+
+
 DEV_MODE_BANNER = (
     "**Dev mode**: the server runs a tiny model with random weights on the CPU. "
     "Answers are noise; dev mode exists to exercise the whole path "

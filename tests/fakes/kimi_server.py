@@ -7,8 +7,11 @@ last content chunk, a separate usage chunk with empty ``choices`` when
 ``stream_options.include_usage`` is set, then ``data: [DONE]``) and answers
 errors in vLLM's JSON shape.
 
-A scenario is chosen by ``#scenario=NAME`` in the last user message (default
-``thinking``); see :data:`SCENARIOS`. Every request body is recorded and can be
+A scenario is chosen by ``#scenario=NAME`` in the last user message; see
+:data:`SCENARIOS`. The default is ``thinking`` for a model whose name says
+"thinking" and ``plain`` for others (Instruct writes no reasoning). Several
+models can be served at once (``--model A --model B``), as a server hosting
+both Kimi-VL Thinking and Instruct would list them. Every request body is recorded and can be
 read at ``GET /debug/requests`` (``DELETE`` clears), so tests assert on exactly
 what the app sent. Run standalone: ``python -m tests.fakes.kimi_server --port N``.
 """
@@ -116,11 +119,25 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
-class KimiServer:
-    """The server's state: the model it pretends to serve and recorded requests."""
+def default_scenario(model: str) -> str:
+    """The scenario of a request without a tag: thinking models think, others do not."""
+    return "thinking" if "thinking" in model.lower() else "plain"
 
-    def __init__(self, model: str = "kimi-vl-thinking-2506", max_model_len: int = 32768) -> None:
+
+class KimiServer:
+    """The server's state: the models it pretends to serve and recorded requests.
+
+    ``model`` is listed first by ``/v1/models``; ``extra_models`` follow it.
+    """
+
+    def __init__(
+        self,
+        model: str = "kimi-vl-thinking-2506",
+        max_model_len: int = 32768,
+        extra_models: tuple[str, ...] = (),
+    ) -> None:
         self.model = model
+        self.models_served = (model, *extra_models)
         self.max_model_len = max_model_len
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -141,15 +158,18 @@ class KimiServer:
         return Response(status_code=200)
 
     async def models(self, request: Request) -> Response:
-        card = {
-            "id": self.model,
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": "vllm",
-            "root": self.model,
-            "max_model_len": self.max_model_len,
-        }
-        return JSONResponse({"object": "list", "data": [card]})
+        cards = [
+            {
+                "id": name,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "vllm",
+                "root": name,
+                "max_model_len": self.max_model_len,
+            }
+            for name in self.models_served
+        ]
+        return JSONResponse({"object": "list", "data": cards})
 
     async def tokenize(self, request: Request) -> Response:
         body = await request.json()
@@ -167,7 +187,8 @@ class KimiServer:
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         match = SCENARIO_TAG.search(last_user_text(body))
-        scenario = SCENARIOS[match.group(1) if match else "thinking"]
+        model = str(body.get("model", self.model))
+        scenario = SCENARIOS[match.group(1) if match else default_scenario(model)]
         if scenario.status != 200:
             return JSONResponse(
                 {
@@ -245,10 +266,15 @@ def main() -> None:
     """Serve on 127.0.0.1 until interrupted."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--model", default="kimi-vl-thinking-2506")
+    parser.add_argument(
+        "--model",
+        action="append",
+        help="served model name; repeat to serve several (default kimi-vl-thinking-2506)",
+    )
     parser.add_argument("--max-model-len", type=int, default=32768)
     args = parser.parse_args()
-    server = KimiServer(args.model, args.max_model_len)
+    first, *extra = args.model or ["kimi-vl-thinking-2506"]
+    server = KimiServer(first, args.max_model_len, tuple(extra))
     uvicorn.run(server.app(), host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -1,0 +1,154 @@
+"""The settings panel and the model choice, as plain data the Chainlit app renders.
+
+:func:`panel_fields` says which controls the settings panel shows for a model
+(sampling defaults come from :class:`backend.chat.SamplingOptions`, i.e. from the
+model's profile); :func:`option_changes` turns the panel's values back into
+:meth:`backend.chat.ChatSession.with_options` keywords. :func:`profile_choices`
+builds one chat profile per served model (:func:`served_models`) when the
+server serves several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from backend.chat import SamplingOptions
+from backend.client import ChatClient, ServedModel
+from backend.errors import ChatError
+from backend.settings import ModelProfile, Settings, profile_for
+
+MIN_MAX_TOKENS = 256
+"""The smallest answer budget the panel offers (and its step)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PanelField:
+    """One control of the settings panel: a slider or a switch."""
+
+    id: str
+    label: str
+    kind: Literal["slider", "switch"]
+    initial: float | bool
+    description: str
+    min: float = 0
+    max: float = 1
+    step: float = 1
+
+
+def panel_fields(
+    profile: ModelProfile, options: SamplingOptions, max_model_len: int
+) -> list[PanelField]:
+    """The controls for a model: temperature, top_p, max tokens, and for a
+    thinking model a switch to hide the reasoning.
+
+    ``options`` are the current values (the profile's defaults in a new chat).
+    Max tokens goes up to half the max model length (the other half is for the
+    prompt and images), and never below the current value.
+    """
+    token_cap = max(MIN_MAX_TOKENS, max_model_len // 2 // MIN_MAX_TOKENS * MIN_MAX_TOKENS)
+    fields = [
+        PanelField(
+            "temperature",
+            "Temperature",
+            "slider",
+            options.temperature,
+            f"Randomness of the answer. Recommended for {profile.label}: {profile.temperature}.",
+            min=0,
+            max=2,
+            step=0.05,
+        ),
+        PanelField(
+            "top_p",
+            "Top p",
+            "slider",
+            options.top_p,
+            "Sample only from the most likely tokens that add up to this share.",
+            min=0.05,
+            max=1,
+            step=0.05,
+        ),
+        PanelField(
+            "max_tokens",
+            "Max tokens",
+            "slider",
+            options.max_tokens,
+            "Longest answer, reasoning included, in tokens.",
+            min=MIN_MAX_TOKENS,
+            max=max(token_cap, options.max_tokens),
+            step=MIN_MAX_TOKENS,
+        ),
+    ]
+    if profile.thinking:
+        fields.append(
+            PanelField(
+                "hide_reasoning",
+                "Hide reasoning",
+                "switch",
+                not options.show_reasoning,
+                "Show only the answer, not the model's thinking before it.",
+            )
+        )
+    return fields
+
+
+def option_changes(values: Mapping[str, object]) -> dict[str, float | int | bool]:
+    """Keyword changes for :meth:`ChatSession.with_options` from the panel's values.
+
+    Unknown keys are ignored; the switch "hide reasoning" becomes ``show_reasoning``.
+    """
+    changes: dict[str, float | int | bool] = {}
+    for key in ("temperature", "top_p"):
+        value = values.get(key)
+        if isinstance(value, int | float):
+            changes[key] = round(float(value), 2)
+    tokens = values.get("max_tokens")
+    if isinstance(tokens, int | float):
+        changes["max_tokens"] = int(tokens)
+    hide = values.get("hide_reasoning")
+    if isinstance(hide, bool):
+        changes["show_reasoning"] = not hide
+    return changes
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileChoice:
+    """One entry of the model choice: the served name and what people read."""
+
+    name: str
+    label: str
+    description: str
+    default: bool
+
+
+def profile_choices(models: Sequence[ServedModel]) -> list[ProfileChoice]:
+    """One choice per served model, the first served one as default.
+
+    Empty when the server serves fewer than two models: there is nothing to choose.
+    """
+    if len(models) < 2:
+        return []
+    choices = []
+    for index, model in enumerate(models):
+        profile = profile_for(model.id)
+        kind = (
+            "Reasons step by step before it answers (slower, better at hard questions)."
+            if profile.thinking
+            else "Answers at once, without a reasoning step."
+        )
+        choices.append(
+            ProfileChoice(model.id, profile.label, f"**{profile.label}** · {kind}", index == 0)
+        )
+    return choices
+
+
+async def served_models(settings: Settings) -> list[ServedModel]:
+    """The models the server serves now; empty while it is unreachable or loading."""
+    client = ChatClient.from_settings(settings)
+    try:
+        return await client.list_models()
+    except ChatError:
+        return []
+    finally:
+        await client.aclose()

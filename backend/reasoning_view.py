@@ -1,0 +1,56 @@
+# mypy: disallow-untyped-calls=False
+# (Chainlit ships no type hints for Step and utc_now.)
+"""The reasoning step of one answer in Chainlit: "Thinking…", then "Thought for 12.3s".
+
+Chainlit's ``cl.Step`` used as a context manager replaces the step's output with
+the error text when an exception (including Stop's ``CancelledError``) crosses
+it (facts.md), so the step is opened and closed by hand here and always ends
+with the reasoning received so far and a title that says how it ended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import chainlit as cl
+
+from backend.presenter import THINKING_LABEL, thought_label
+
+
+class ReasoningView:
+    """Opens the step at the first reasoning text, streams into it, closes it once."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._step: cl.Step | None = None
+        self._since = 0.0
+
+    async def add(self, text: str) -> None:
+        """Stream reasoning text, opening the step (expanded) on the first call."""
+        if self._step is None:
+            self._since = self._clock()
+            self._step = cl.Step(
+                name=THINKING_LABEL, type="llm", default_open=True, auto_collapse=True
+            )
+            self._step.start = cl.utils.utc_now()
+            await self._step.send()
+        await self._step.stream_token(text)
+
+    async def discard(self) -> None:
+        """Remove the open step: what streamed into it turned out to be the answer."""
+        if self._step is not None:
+            await self._step.remove()
+            self._step = None
+
+    async def close(self, *, stopped: bool = False) -> None:
+        """Retitle the open step "Thought for N.Ns" (plus "(stopped)"); no-op if none is open.
+
+        Chainlit collapses an ``auto_collapse`` step once the answer message follows it.
+        """
+        if self._step is None:
+            return
+        self._step.name = thought_label(self._clock() - self._since, stopped=stopped)
+        self._step.end = cl.utils.utc_now()
+        await self._step.update()
+        self._step = None
