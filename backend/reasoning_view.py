@@ -30,8 +30,15 @@ class ReasoningView:
         """Stream reasoning text, opening the step (expanded) on the first call."""
         if self._step is None:
             self._since = self._clock()
+            # Same parent as the answer message (the run of on_message), so the
+            # browser shows the step above the answer, not after the whole run.
+            parent = cl.context.current_step
             self._step = cl.Step(
-                name=THINKING_LABEL, type="llm", default_open=True, auto_collapse=True
+                name=THINKING_LABEL,
+                type="llm",
+                parent_id=parent.id if parent else None,
+                default_open=True,
+                auto_collapse=True,
             )
             self._step.start = cl.utils.utc_now()
             await self._step.send()

@@ -91,6 +91,10 @@ SCENARIOS: dict[str, Scenario] = {
         pieces=("◁think▷", *(f"w{i % 10} " for i in range(30000)), "◁/think▷", "Done."),
         delay_s=0.0,
     ),
+    # Reasoning that streams for a few seconds, long enough to watch it (browser tests).
+    "steady": Scenario(
+        pieces=tokens(f"◁think▷{REASONING} {REASONING}◁/think▷{ANSWER}"), delay_s=0.03
+    ),
     # Slow reasoning, for Stop.
     "slow": Scenario(pieces=tokens(f"◁think▷{REASONING * 20}◁/think▷{ANSWER}"), delay_s=0.05),
     "error-context": Scenario(

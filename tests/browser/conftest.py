@@ -1,0 +1,230 @@
+"""Browser fixtures: the scripted server, ``chainlit run app.py`` and headless chromium.
+
+The scripted Kimi-VL server and the Chainlit app run as real subprocesses, as
+they do in production; Playwright drives Debian's chromium (facts.md: flags,
+selectors, CDN requests blocked). Each test gets a fresh browser context, so a
+fresh Chainlit session, and saves a screenshot under ``artifacts/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    Playwright,
+    Route,
+    expect,
+    sync_playwright,
+)
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+LOGS = ROOT / "artifacts" / "logs"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+THINKING_MODEL = "kimi-vl-thinking-2506"
+INSTRUCT_MODEL = "kimi-vl"
+TIMEOUT_MS = 30_000
+"""Generous: two cores run chromium, Chainlit and the scripted server at once."""
+expect.set_options(timeout=TIMEOUT_MS)
+
+pytestmark = pytest.mark.browser
+
+
+@dataclass
+class Process:
+    """A subprocess with its log file; stopped by :meth:`stop`."""
+
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        """Terminate the process (kill it after 10 s)."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def spawn(name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+    """Start ``args`` in the repository root, output to ``artifacts/logs/<name>.log``."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = LOGS / f"{name}.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    return Process(popen, log)
+
+
+def wait_http(url: str, process: Process, timeout_s: float = 60) -> None:
+    """Wait until ``url`` answers 200; fail with the process log if it dies or times out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.popen.poll() is not None:
+            pytest.fail(f"{process.log.name} exited:\n{process.log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"{url} not ready after {timeout_s} s:\n{process.log.read_text()[-3000:]}")
+
+
+def start_scripted_server(port: int, *models: str) -> Process:
+    """The scripted Kimi-VL server on ``port``, serving ``models`` (first is the default)."""
+    args = [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port)]
+    for model in models:
+        args += ["--model", model]
+    server = spawn(f"scripted-{port}", args)
+    wait_http(f"http://127.0.0.1:{port}/health", server)
+    return server
+
+
+def start_ui(port: int, base_url: str, **env: str) -> Process:
+    """``chainlit run app.py --headless`` on ``port``, talking to ``base_url``."""
+    chainlit = str(Path(sys.executable).with_name("chainlit"))
+    ui = spawn(
+        f"chainlit-{port}",
+        [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1", "--port", str(port)],
+        {"KIMI_BASE_URL": base_url, **env},
+    )
+    wait_http(f"http://127.0.0.1:{port}/", ui)
+    return ui
+
+
+@dataclass
+class Stack:
+    """The running UI and the scripted server behind it."""
+
+    ui_url: str
+    server_url: str
+    processes: list[Process] = field(default_factory=list)
+
+    def requests(self) -> list[dict[str, object]]:
+        """Chat completion request bodies the scripted server received."""
+        body = httpx.get(f"{self.server_url}/debug/requests").json()
+        requests: list[dict[str, object]] = body["requests"]
+        return requests
+
+    def clear_requests(self) -> None:
+        """Forget recorded requests."""
+        httpx.delete(f"{self.server_url}/debug/requests")
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    """Scripted server serving Thinking and Instruct, and the UI in front of it."""
+    server_port, ui_port = free_port(), free_port()
+    server = start_scripted_server(server_port, THINKING_MODEL, INSTRUCT_MODEL)
+    try:
+        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1")
+    except BaseException:
+        server.stop()
+        raise
+    yield Stack(f"http://127.0.0.1:{ui_port}", f"http://127.0.0.1:{server_port}", [server, ui])
+    ui.stop()
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    """Playwright's driver, once per session."""
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture(scope="session")
+def chromium(playwright: Playwright) -> Iterator[Browser]:
+    """Debian's chromium, headless (never a downloaded browser)."""
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield browser
+    browser.close()
+
+
+def block_cdn(route: Route) -> None:
+    """Refuse requests that leave the machine (web fonts, KaTeX CSS from CDNs)."""
+    route.abort()
+
+
+def new_context(chromium: Browser, locale: str = "en-US") -> BrowserContext:
+    """A fresh browser context (a fresh Chainlit session) with CDN requests blocked."""
+    context = chromium.new_context(
+        locale=locale, viewport={"width": 1100, "height": 800}, device_scale_factor=1
+    )
+    context.set_default_timeout(TIMEOUT_MS)
+    context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)
+    return context
+
+
+@pytest.fixture
+def page(chromium: Browser, stack: Stack) -> Iterator[Page]:
+    """A page on the UI, loaded, with the input ready."""
+    context = new_context(chromium)
+    page = context.new_page()
+    page.goto(stack.ui_url)
+    page.wait_for_load_state("networkidle")
+    page.locator("#chat-input").wait_for()
+    yield page
+    context.close()
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Save a screenshot of the page as ``artifacts/screenshots/<name>.png``."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), animations="disabled")
+    return path
+
+
+ANSWERS = '[data-step-type="assistant_message"] .message-content'
+REASONING_STEP = '[data-step-type="llm"]'
+
+
+def attach(page: Page, *files: Path) -> None:
+    """Attach files with the paperclip input and wait for their previews."""
+    page.locator("#upload-button-input").set_input_files([str(f) for f in files])
+    for f in files:
+        expect(page.locator(f'#attachments img[alt="{f.name}"]')).to_be_visible()
+
+
+def ask(page: Page, text: str, *files: Path) -> None:
+    """Attach ``files`` (if any), type ``text`` and send it."""
+    if files:
+        attach(page, *files)
+    page.locator("#chat-input").fill(text)
+    submit = page.locator("#chat-submit")
+    expect(submit).to_be_enabled()
+    submit.click()
+
+
+def wait_answer_done(page: Page) -> None:
+    """Wait until the answer has ended (the Stop button is gone, Send is back)."""
+    expect(page.locator("#stop-button")).to_have_count(0)
+    expect(page.locator("#chat-submit")).to_be_visible()

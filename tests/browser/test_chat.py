@@ -1,0 +1,171 @@
+"""The chat in a real browser: uploads, the reasoning step, rendering, Stop, refusals.
+
+Against the scripted Kimi-VL server (``tests/fakes/kimi_server.py``), which the
+app reaches over HTTP exactly as it reaches vLLM.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import (
+    ANSWERS,
+    REASONING_STEP,
+    Stack,
+    ask,
+    attach,
+    screenshot,
+    wait_answer_done,
+)
+from tests.conftest import DATA
+from tests.fakes.kimi_server import REASONING
+
+pytestmark = pytest.mark.browser
+
+THOUGHT = re.compile(r"^\s*Thought for \d+\.\ds\s*$")
+
+
+def test_reasoning_streams_open_then_collapses_and_answer_renders(page: Page, stack: Stack) -> None:
+    ask(page, "What is in this picture? #scenario=steady", DATA / "rocket.jpg")
+    user = page.locator('[data-step-type="user_message"]').last
+    expect(user.locator('img[alt="rocket.jpg"]')).to_be_visible()
+
+    thinking = page.locator(f'{REASONING_STEP} button[id="step-Thinking…"]')
+    expect(thinking).to_have_attribute("aria-expanded", "true")
+    expect(thinking).to_have_text(re.compile(r"^\s*Thinking…\s*$"))
+    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    expect(reasoning).to_contain_text("Okay, the user")
+    seen = len(reasoning.inner_text())
+    page.wait_for_function(
+        "([sel, n]) => document.querySelector(sel).innerText.length > n",
+        arg=[f"{REASONING_STEP} .message-content", seen + 20],
+    )  # still streaming into the open step
+    screenshot(page, "reasoning-streaming")
+
+    thought = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
+    expect(thought).to_have_text(THOUGHT)  # no "Used" prefix
+    expect(thought).to_have_attribute("aria-expanded", "false")
+    wait_answer_done(page)
+    answer = page.locator(ANSWERS).last
+    expect(answer.locator("h2")).to_have_text("What the picture shows")
+    expect(answer).to_contain_text("A rocket stands on its launch pad")
+    expect(answer.locator(".katex").first).to_be_visible()
+    expect(answer.locator("pre")).to_contain_text("print('liftoff')")
+    expect(answer).to_contain_text(re.compile(r"TTFT [\d.]+ s · thought [\d.]+ s · \d+ tokens"))
+    expect(answer).not_to_contain_text("◁")
+    expect(reasoning).to_be_hidden()
+    screenshot(page, "reasoning-collapsed")
+
+    thought.click()
+    expect(thought).to_have_attribute("aria-expanded", "true")
+    expect(reasoning).to_be_visible()
+    expect(reasoning).to_contain_text(REASONING)
+    screenshot(page, "reasoning-expanded")
+
+    sent = stack.requests()[-1]["messages"]
+    assert isinstance(sent, list)
+    assert [part["type"] for part in sent[-1]["content"]] == ["image_url", "text"]
+
+
+def test_several_images_show_previews_and_all_are_sent(page: Page, stack: Stack) -> None:
+    images = [DATA / "rocket.jpg", DATA / "page.png", DATA / "chelsea.png"]
+    attach(page, *images)
+    screenshot(page, "several-images-previews")
+    ask(page, "What do these have in common? #scenario=plain")
+    wait_answer_done(page)
+    user = page.locator('[data-step-type="user_message"]').last
+    for image in images:
+        expect(user.locator(f'img[alt="{image.name}"]')).to_be_visible()
+    expect(page.locator(ANSWERS).last.locator("h2")).to_have_text("What the picture shows")
+    expect(page.locator(REASONING_STEP)).to_have_count(0)
+    screenshot(page, "several-images-answer")
+    content = stack.requests()[-1]["messages"][-1]["content"]  # type: ignore[index]
+    assert [part["type"] for part in content] == ["image_url"] * 3 + ["text"]
+
+
+def test_stop_mid_reasoning_is_tidy_and_the_next_question_works(page: Page) -> None:
+    ask(page, "Think slowly #scenario=slow")
+    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    expect(reasoning).to_contain_text("Let me look carefully")
+    page.locator("#stop-button").click()
+
+    stopped = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
+    expect(stopped).to_have_text(re.compile(r"^\s*Thought for \d+\.\ds \(stopped\)\s*$"))
+    note = page.locator(ANSWERS, has_text="Stopped while thinking")
+    expect(note).to_contain_text("the reasoning so far is kept above")
+    expect(page.get_by_role("button", name="Retry", exact=True)).to_be_visible()
+    if stopped.get_attribute("aria-expanded") == "false":
+        stopped.click()
+    expect(reasoning).to_contain_text("Okay, the user wants to know")
+    partial = reasoning.inner_text()
+    assert len(partial) < len(REASONING) * 20  # cut short, yet kept
+    for bad in ("Error", "error", "Traceback", "CancelledError"):
+        expect(page.locator("#root")).not_to_contain_text(bad)
+    screenshot(page, "stop-mid-reasoning")
+
+    ask(page, "And now a short one #scenario=plain")
+    wait_answer_done(page)
+    expect(page.locator(ANSWERS).last.locator("h2")).to_have_text("What the picture shows")
+    screenshot(page, "stop-then-next-question")
+
+
+def test_wrong_file_types_are_refused_with_a_message(page: Page, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    page.locator("#upload-button-input").set_input_files(str(notes))
+    expect(page.get_by_text(re.compile("File type must be"))).to_be_visible()
+    expect(page.locator("#attachments img")).to_have_count(0)
+    screenshot(page, "wrong-type-refused-by-browser")
+
+    disguised = tmp_path / "holiday.jpg"
+    disguised.write_text("<html>not a photo</html>")
+    ask(page, "What is this?", disguised)
+    note = page.locator(ANSWERS).last
+    expect(note).to_contain_text("holiday.jpg")
+    expect(note).to_contain_text("Your message is kept")
+    expect(page.get_by_role("button", name="Send without them")).to_be_visible()
+    screenshot(page, "wrong-type-refused-by-app")
+
+
+def test_cut_off_in_reasoning_offers_more_tokens(page: Page, stack: Stack) -> None:
+    stack.clear_requests()
+    ask(page, "#scenario=cutoff")
+    wait_answer_done(page)
+    step = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
+    expect(step).to_have_text(THOUGHT)
+    note = page.locator(ANSWERS).last
+    expect(note).to_contain_text("cut off")
+    expect(note).to_contain_text("while still thinking")
+    more = page.get_by_role("button", name="Retry with more tokens")
+    expect(more).to_be_visible()
+    if step.get_attribute("aria-expanded") == "false":
+        step.click()
+    expect(page.locator(f"{REASONING_STEP} .message-content").first).to_contain_text(REASONING)
+    screenshot(page, "cut-off-in-reasoning")
+
+    first = stack.requests()[-1]["max_tokens"]
+    assert isinstance(first, int)
+    more.click()
+    expect(page.locator(f"{REASONING_STEP}")).to_have_count(2)
+    wait_answer_done(page)
+    retried = stack.requests()[-1]["max_tokens"]
+    assert isinstance(retried, int) and retried > first  # doubled, within the context
+
+
+def test_starter_attaches_its_sample_image(page: Page, stack: Stack) -> None:
+    stack.clear_requests()
+    starter = page.locator('[id="starter-what-is-in-this-photo?"]')
+    expect(starter.locator("img")).to_be_visible()
+    screenshot(page, "welcome-starters")
+    starter.click()
+    expect(page.locator('img[alt="rocket.jpg"]').first).to_be_visible()
+    wait_answer_done(page)
+    expect(page.locator(ANSWERS).last).to_contain_text("tokens/s")
+    screenshot(page, "starter-sample-photo")
+    content = stack.requests()[-1]["messages"][-1]["content"]  # type: ignore[index]
+    assert [part["type"] for part in content] == ["image_url", "text"]
+    assert content[-1]["text"] == "What is in this sample photo?"
