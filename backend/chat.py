@@ -17,13 +17,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend.client import ChatClient, ChatRequest, ServedModel
-from backend.conversation import Budget, Conversation, TokenCounter, Turn
+from backend.conversation import Budget, Conversation, Plan, TokenCounter, Turn
 from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, ReasoningDelta, StreamEvent
 from backend.images import PreparedImage, prepare_image
 from backend.settings import ModelProfile, Settings, profile_for
 
 log = logging.getLogger("kimi_vl_chat")
+
+VERIFY_ABOVE = 0.75
+"""Share of the prompt budget above which a planned prompt is counted exactly."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +193,10 @@ class ChatSession:
         assert self.model is not None and self.options is not None
         budget = Budget(
             max_model_len=self.max_model_len,
-            max_images=self.settings.max_images_per_prompt,
+            max_images=self.settings.images_per_prompt,
             max_tokens=max_tokens or self.options.max_tokens,
         )
-        plan = self.conversation.plan(turn, budget, self.token_counter)
+        plan = await self._plan_within(turn, budget)
         request = ChatRequest(
             model=self.model.id,
             messages=plan.messages,
@@ -215,6 +218,36 @@ class ChatSession:
             plan.turns_left_out,
         )
         return request, plan.notices
+
+    async def _plan_within(self, turn: Turn, budget: Budget) -> Plan:
+        """Plan ``turn``; near the limit, verify with the server's exact count.
+
+        Estimates (image tokens by the Kimi-VL formula, text by the tokenizer or
+        over-estimated) leave out chat-template tokens the server adds and are
+        exact only for Kimi-VL. When a plan fills more than
+        :data:`VERIFY_ABOVE` of the prompt budget, the whole planned prompt is
+        counted with vLLM's ``/tokenize`` (images included) and, if the
+        estimate was short, planned again with the difference held back, up to
+        three times.
+        """
+        assert self.model is not None
+        plan = self.conversation.plan(turn, budget, self.token_counter)
+        held_back = 0
+        for _ in range(3):
+            room = budget.max_model_len - min(budget.min_answer_tokens, budget.max_tokens)
+            if plan.prompt_tokens + held_back <= VERIFY_ABOVE * room:
+                break
+            exact = await self.client.count_prompt_tokens(self.model.id, plan.messages)
+            if exact is None:
+                break
+            if exact <= plan.prompt_tokens + held_back:
+                fits = min(budget.max_tokens, budget.max_model_len - exact)
+                return replace(plan, prompt_tokens=exact, max_tokens=max(1, fits))
+            held_back = exact - plan.prompt_tokens
+            log.info("prompt estimate short by %d tokens: planning again", held_back)
+            smaller = replace(budget, max_model_len=budget.max_model_len - held_back)
+            plan = self.conversation.plan(turn, smaller, self.token_counter)
+        return plan
 
     async def respond(self, turn: Turn, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         """Stream the model's response to ``turn`` and record it in the turn.

@@ -220,7 +220,21 @@ class ChatClient:
         separately by :mod:`backend.conversation`. Returns ``None`` when the
         endpoint is missing or fails, so the caller falls back to an estimate.
         """
-        body = {"model": model, "prompt": text, "add_special_tokens": False}
+        return await self._tokenize({"model": model, "prompt": text, "add_special_tokens": False})
+
+    async def count_prompt_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+        """Count a whole chat prompt, template and images included, with ``POST /tokenize``.
+
+        vLLM applies the chat template and expands each image into its
+        placeholder tokens, so this is what the request will cost. It decodes
+        every image, so it is called only when a prompt is near the limit.
+        Returns ``None`` when the endpoint is missing or fails.
+        """
+        body = {"model": model, "messages": messages, "add_generation_prompt": True}
+        return await self._tokenize(body)
+
+    async def _tokenize(self, body: dict[str, Any]) -> int | None:
+        """POST ``body`` to vLLM's ``/tokenize``; the ``count`` it answers, or None."""
         try:
             response = await self._http.post(f"{self.server_root}/tokenize", json=body)
         except httpx.HTTPError:

@@ -142,6 +142,11 @@ class Settings(BaseSettings):
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
 
     @property
+    def images_per_prompt(self) -> int:
+        """The server's image limit per request (the dev server's in dev mode)."""
+        return self.dev_max_images_per_prompt if self.dev_mode else self.max_images_per_prompt
+
+    @property
     def served_profile(self) -> ModelProfile:
         """The profile launch.sh serves on a GPU (Instruct or Thinking-2506)."""
         return INSTRUCT if self.instruct else THINKING_2506

