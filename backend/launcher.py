@@ -198,6 +198,13 @@ def make_plan(
     tp, note = tensor_parallel_size(settings.tensor_parallel_size, gpus, heads)
     if note:
         notes.append(note)
+    if mode == "gpu" and tp > gpus:
+        # Issue 6's preflight: refuse before anything starts rather than let vLLM
+        # fail to place its workers after minutes of loading.
+        raise PlanError(
+            f"tensor parallel size {tp} needs {tp} GPUs, but {gpus} are visible "
+            "(nvidia-smi -L, CUDA_VISIBLE_DEVICES)"
+        )
     args = [
         "serve",
         model,

