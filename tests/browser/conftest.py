@@ -9,6 +9,7 @@ fresh Chainlit session, and saves a screenshot under ``artifacts/screenshots/``.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -71,13 +72,15 @@ class Process:
                 self.popen.wait()
 
 
-def spawn(name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
-    """Start ``args`` in the repository root, output to ``artifacts/logs/<name>.log``."""
+def spawn(
+    name: str, args: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> Process:
+    """Start ``args`` in ``cwd``, output to ``artifacts/logs/<name>.log``."""
     LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"{name}.log"
     with log.open("wb") as out:
         popen = subprocess.Popen(
-            args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
     return Process(popen, log)
 
@@ -107,13 +110,30 @@ def start_scripted_server(port: int, *models: str) -> Process:
     return server
 
 
-def start_ui(port: int, base_url: str, **env: str) -> Process:
-    """``chainlit run app.py --headless`` on ``port``, talking to ``base_url``."""
+APP_FILES = ("app.py", "backend", "public", ".chainlit", "chainlit.md", "chainlit_zh-CN.md")
+"""What ``chainlit run`` needs from the repository, copied into a UI's own directory."""
+
+
+def start_ui(port: int, base_url: str, workdir: Path, **env: str) -> Process:
+    """``chainlit run app.py --headless`` on ``port``, talking to ``base_url``.
+
+    It runs in ``workdir``, where the app's files are copied: Chainlit keeps
+    uploads in ``./.files`` and deletes that folder when it stops, so two UIs
+    (or a developer's UI) sharing the repository root would break each other.
+    Copies, not links: Chainlit refuses files that resolve outside its root.
+    """
+    for name in APP_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, workdir / name)
     chainlit = str(Path(sys.executable).with_name("chainlit"))
     ui = spawn(
         f"chainlit-{port}",
         [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1", "--port", str(port)],
-        {"KIMI_BASE_URL": base_url, **env},
+        {"KIMI_BASE_URL": base_url, "PYTHONPATH": str(workdir), **env},
+        cwd=workdir,
     )
     wait_http(f"http://127.0.0.1:{port}/", ui)
     return ui
@@ -139,12 +159,12 @@ class Stack:
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Scripted server serving Thinking and Instruct, and the UI in front of it."""
     server_port, ui_port = free_port(), free_port()
     server = start_scripted_server(server_port, THINKING_MODEL, INSTRUCT_MODEL)
     try:
-        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1")
+        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", tmp_path_factory.mktemp("ui"))
     except BaseException:
         server.stop()
         raise
@@ -185,12 +205,14 @@ def new_context(chromium: Browser, locale: str = "en-US") -> BrowserContext:
 
 @pytest.fixture
 def page(chromium: Browser, stack: Stack) -> Iterator[Page]:
-    """A page on the UI, loaded, with the input ready."""
+    """A page on the UI, loaded, its chat session started."""
     context = new_context(chromium)
     page = context.new_page()
     page.goto(stack.ui_url)
     page.wait_for_load_state("networkidle")
-    page.locator("#chat-input").wait_for()
+    # The settings button appears once on_chat_start has run: the session exists on
+    # the server, so uploads (which name the session) are accepted.
+    expect(page.locator("#chat-settings-open-modal")).to_be_visible()
     yield page
     context.close()
 

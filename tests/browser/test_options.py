@@ -1,0 +1,209 @@
+"""Settings panel, model choice, languages, server status, update rate, README shots."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.browser.conftest import (
+    ANSWERS,
+    REASONING_STEP,
+    ROOT,
+    Stack,
+    ask,
+    new_context,
+    screenshot,
+    start_scripted_server,
+    start_ui,
+    wait_answer_done,
+)
+from tests.conftest import DATA, free_port
+
+pytestmark = pytest.mark.browser
+
+RATE_REPORT = ROOT / "artifacts" / "ui-update-rate.json"
+WATCH_UPDATES = """
+window.__frames = [];
+window.__paints = [];
+const NativeSocket = window.WebSocket;
+window.WebSocket = class extends NativeSocket {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener("message", (e) => {
+      const m = typeof e.data === "string" && e.data.match(/^42\\["([a-z_]+)"/);
+      if (m) window.__frames.push([performance.now(), m[1]]);
+    });
+  }
+};
+const paint = (t) => { window.__paints.push(t); requestAnimationFrame(paint); };
+requestAnimationFrame(paint);
+"""
+"""Timestamps every socket.io event the page receives and every animation frame."""
+
+
+def open_settings(page: Page) -> None:
+    """Open the settings panel."""
+    page.locator("#chat-settings-open-modal").click()
+    expect(page.locator("#confirm")).to_be_visible()
+
+
+def test_settings_panel_changes_sampling_and_hides_reasoning(page: Page, stack: Stack) -> None:
+    open_settings(page)
+    temperature = page.locator("#temperature [role=slider]")
+    expect(temperature).to_have_attribute("aria-valuenow", "0.8")  # Thinking-2506 default
+    expect(page.locator("#max_tokens [role=slider]")).to_have_attribute("aria-valuenow", "16384")
+    temperature.focus()
+    for _ in range(4):
+        page.keyboard.press("ArrowLeft")
+    expect(temperature).to_have_attribute("aria-valuenow", "0.6")
+    page.locator("#hide_reasoning").click()
+    screenshot(page, "settings-panel")
+    page.locator("#confirm").click()
+    expect(page.locator("#confirm")).to_be_hidden()
+
+    stack.clear_requests()
+    ask(page, "What is in this picture?")
+    wait_answer_done(page)
+    answer = page.locator(ANSWERS).last
+    expect(answer).to_contain_text("What the picture shows")
+    expect(answer).to_contain_text("thought")  # it did think, the step is just hidden
+    expect(page.locator(REASONING_STEP)).to_have_count(0)
+    screenshot(page, "settings-reasoning-hidden")
+    request = stack.requests()[-1]
+    assert request["temperature"] == 0.6 and request["top_p"] == 1.0
+
+
+def test_instruct_profile_has_its_defaults_and_no_reasoning_step(page: Page, stack: Stack) -> None:
+    page.locator("#chat-profiles").click()
+    page.locator('[data-test="select-item:kimi-vl"]').click()
+    confirm = page.locator("#confirm")  # Chainlit may ask before starting a new chat
+    if confirm.is_visible():
+        confirm.click()
+    expect(page.locator("#chat-profiles")).to_contain_text("Kimi-VL Instruct")
+    page.wait_for_load_state("networkidle")
+    open_settings(page)
+    expect(page.locator("#temperature [role=slider]")).to_have_attribute("aria-valuenow", "0.2")
+    expect(page.locator("#hide_reasoning")).to_have_count(0)
+    page.keyboard.press("Escape")
+    expect(page.locator("#confirm")).to_be_hidden()
+
+    stack.clear_requests()
+    ask(page, "What is in this picture?", DATA / "rocket.jpg")
+    wait_answer_done(page)
+    expect(page.locator(ANSWERS).last).to_contain_text("What the picture shows")
+    expect(page.locator(REASONING_STEP)).to_have_count(0)
+    screenshot(page, "instruct-profile")
+    request = stack.requests()[-1]
+    assert request["model"] == "kimi-vl" and request["temperature"] == 0.2
+
+
+def test_chinese_welcome_readme_and_starters(chromium: Browser, stack: Stack) -> None:
+    context = new_context(chromium, locale="zh-CN")
+    page = context.new_page()
+    try:
+        page.goto(stack.ui_url)
+        page.wait_for_load_state("networkidle")
+        expect(page.locator("#starters")).to_contain_text("读这一页")
+        expect(page.locator("#starters")).to_contain_text("照片里有什么？")
+        screenshot(page, "zh-CN-welcome")
+        page.locator("#readme-button").click()
+        expect(page.get_by_text("向 Kimi-VL 询问你的图片", exact=False)).to_be_visible()
+        screenshot(page, "zh-CN-readme")
+    finally:
+        context.close()
+
+
+def test_long_reasoning_is_batched_and_the_page_keeps_painting(
+    chromium: Browser, stack: Stack
+) -> None:
+    context = new_context(chromium)
+    context.add_init_script(WATCH_UPDATES)
+    page = context.new_page()
+    try:
+        page.goto(stack.ui_url)
+        page.wait_for_load_state("networkidle")
+        ask(page, "#scenario=long")
+        wait_answer_done(page)
+        expect(page.locator(ANSWERS).last).to_contain_text("Done.")
+        frames: list[tuple[float, str]] = page.evaluate("window.__frames")
+        paints: list[float] = page.evaluate("window.__paints")
+        screenshot(page, "long-reasoning")
+    finally:
+        context.close()
+    start = next(t for t, kind in frames if kind == "stream_start")
+    end = next(t for t, kind in reversed(frames) if kind == "task_end")
+    updates = [
+        kind
+        for t, kind in frames
+        if start <= t <= end
+        and kind in ("stream_start", "stream_token", "new_message", "update_message")
+    ]
+    seconds = (end - start) / 1000
+    during = [t for t in paints if start <= t <= end]
+    longest_frame_ms = max(b - a for a, b in pairwise(during))
+    report = {
+        "reasoning_tokens": 30000,
+        "stream_seconds": round(seconds, 2),
+        "ui_updates": len(updates),
+        "ui_updates_per_second": round(len(updates) / seconds, 1),
+        "longest_frame_ms": round(longest_frame_ms),
+    }
+    RATE_REPORT.write_text(json.dumps(report, indent=2) + "\n")
+    print(report)
+    assert report["ui_updates_per_second"] <= 25  # batched at 20 a second (backend.batching)
+    assert longest_frame_ms < 1000  # the page never froze for a second
+
+
+@pytest.fixture
+def server_down_ui(chromium: Browser, tmp_path: Path) -> Iterator[tuple[Page, int]]:
+    """A UI whose model server is not started yet; yields a page on it and the server port."""
+    server_port, ui_port = free_port(), free_port()
+    ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", tmp_path)
+    context = new_context(chromium)
+    try:
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{ui_port}")
+        yield page, server_port
+    finally:
+        context.close()
+        ui.stop()
+
+
+def test_server_status_while_loading_then_ready(server_down_ui: tuple[Page, int]) -> None:
+    page, server_port = server_down_ui
+    status = page.locator(ANSWERS).first
+    expect(status).to_contain_text("Waiting for the model server")
+    expect(status).to_contain_text("Cannot reach the model server")
+    expect(page.locator("#root")).not_to_contain_text("Traceback")
+    screenshot(page, "server-waiting")
+
+    server = start_scripted_server(server_port, "kimi-vl-thinking-2506")
+    try:
+        expect(status).to_contain_text("The model server is ready", timeout=60_000)
+        expect(status).to_contain_text("Kimi-VL Thinking (2506)")
+        screenshot(page, "server-ready")
+        ask(page, "What is in this picture?")
+        wait_answer_done(page)
+        expect(page.locator(ANSWERS).last).to_contain_text("What the picture shows")
+    finally:
+        server.stop()
+
+
+def test_readme_screenshots(page: Page) -> None:
+    """The two README pictures: reasoning collapsed and expanded (docs/screenshots)."""
+    page.set_viewport_size({"width": 1000, "height": 860})
+    ask(page, "What is in this picture?", DATA / "rocket.jpg")
+    wait_answer_done(page)
+    user = page.locator('[data-step-type="user_message"]').last
+    expect(user.locator('img[alt="rocket.jpg"]')).to_be_visible()
+    thought = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
+    expect(thought).to_have_attribute("aria-expanded", "false")
+    screenshot(page, "readme-reasoning-collapsed")
+    thought.click()
+    expect(page.locator(f"{REASONING_STEP} .message-content")).to_be_visible()
+    screenshot(page, "readme-reasoning-expanded")
