@@ -332,7 +332,7 @@ class ChatClient:
             usage=usage,
             ttft_s=None if first_token is None else first_token - started,
             reasoning_s=None
-            if first_reasoning is None
+            if first_reasoning is None or unmarked
             else (first_answer or ended) - first_reasoning,
             elapsed_s=ended - started,
             reasoning_unclosed=first_reasoning is not None

@@ -151,4 +151,5 @@ async def test_thinking_model_answer_without_markers_is_flagged(client: ChatClie
     done = events[-1]
     assert isinstance(done, Done)
     assert done.answer_in_reasoning and not done.reasoning_unclosed
+    assert done.reasoning_s is None  # it did not think: no "thought for" in the stats
     assert texts(events) == (ANSWER.lstrip(), "")  # streamed live as reasoning, flagged at the end
