@@ -27,9 +27,9 @@ from backend.presenter import (
     stopped_note,
     waiting_note,
 )
-from backend.reasoning_view import ReasoningView
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
+from ui.reasoning_view import ReasoningView
 
 SETTINGS = Settings()
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready

@@ -1,5 +1,3 @@
-# mypy: disallow-untyped-calls=False
-# (Chainlit ships no type hints for Step and utc_now.)
 """The reasoning step of one answer in Chainlit: "Thinking…", then "Thought for 12.3s".
 
 Chainlit's ``cl.Step`` used as a context manager replaces the step's output with

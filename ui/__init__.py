@@ -1,0 +1,1 @@
+"""Chainlit-side rendering helpers for app.py (backend/ never imports Chainlit)."""
