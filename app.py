@@ -18,6 +18,7 @@ from backend.chat import ChatSession, Upload
 from backend.conversation import Turn
 from backend.errors import ChatError, ServerLoading
 from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.logs import configure as configure_logging
 from backend.panel import option_changes, panel_fields, profile_choices, served_models
 from backend.presenter import (
     DEV_MODE_BANNER,
@@ -32,6 +33,7 @@ from backend.starters import sample_for, starters_for
 from ui.reasoning_view import ReasoningView
 
 SETTINGS = Settings()
+configure_logging(SETTINGS.app_log)
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 
 

@@ -21,9 +21,10 @@ from backend.conversation import Budget, Conversation, Plan, TokenCounter, Turn
 from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, ReasoningDelta, StreamEvent
 from backend.images import PreparedImage, prepare_image
+from backend.logs import LOGGER_NAME
 from backend.settings import ModelProfile, Settings, profile_for
 
-log = logging.getLogger("kimi_vl_chat")
+log = logging.getLogger(LOGGER_NAME)
 
 VERIFY_ABOVE = 0.75
 """Share of the prompt budget above which a planned prompt is counted exactly."""

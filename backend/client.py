@@ -28,10 +28,11 @@ from backend.errors import (
     TooManyImages,
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
+from backend.logs import LOGGER_NAME
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 
-log = logging.getLogger("kimi_vl_chat")
+log = logging.getLogger(LOGGER_NAME)
 
 
 @dataclass(frozen=True, slots=True)

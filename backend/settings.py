@@ -138,6 +138,7 @@ class Settings(BaseSettings):
     dev_kv_cache_memory: str = Field("512M", description="dev mode --kv-cache-memory-bytes")
 
     # The UI.
+    app_log: str = Field("app.log", description="the app's request log; empty = stderr only")
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
 

@@ -7,6 +7,8 @@ for the browser; the scripted server stands in for vLLM.
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from chainlit.context import init_ws_context
 from chainlit.session import WebsocketSession
 
 import app
+from backend.logs import LOGGER_NAME
 from backend.settings import Settings
 from tests.conftest import DATA, RunningFake, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
@@ -178,3 +181,43 @@ async def test_unmarked_answer_of_a_thinking_model_is_shown_as_answer(browser: B
     assert browser.texts()[-1].startswith(ANSWER.strip())
     turn = app.chat().last_turn()
     assert turn is not None and turn.answer == ANSWER.lstrip() and turn.reasoning == ""
+
+
+async def test_request_id_is_sent_and_logged(browser: Browser, fake: RunningFake) -> None:
+    await app.on_message(user_message("Which request am I? #scenario=plain"))
+    request_id = fake.server.headers[-1]["x-request-id"]
+    assert re.fullmatch(r"chat-[0-9a-f]{32}", request_id)
+    logger = logging.getLogger(LOGGER_NAME)
+    files = [h.baseFilename for h in logger.handlers if isinstance(h, logging.FileHandler)]
+    assert files, "the app logs to a file (KIMI_APP_LOG)"
+    lines = [line for line in Path(files[0]).read_text().splitlines() if request_id in line]
+    assert len(lines) == 2  # the request with its size, then how it ended
+    assert "prompt_tokens~" in lines[0] and lines[1].endswith("ended: done")
+
+
+async def test_editing_an_earlier_message_rewinds_history(
+    browser: Browser, fake: RunningFake
+) -> None:
+    first = user_message("first question")
+    await app.on_message(first)
+    await app.on_message(user_message("second question"))
+    assert len(fake.requests[-1]["messages"]) == 3
+    first.content = "first question, edited"  # Chainlit's edit: same message id, new text
+    await app.on_message(first)
+    assert fake.requests[-1]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "first question, edited"}]}
+    ]
+    assert [t.text for t in app.chat().conversation.turns] == ["first question, edited"]
+
+
+async def test_regenerate_reruns_the_last_turn_without_its_old_answer(
+    browser: Browser, fake: RunningFake
+) -> None:
+    await app.on_message(user_message("earlier"))
+    await app.on_message(user_message("again please"))
+    before = fake.requests[-1]["messages"]
+    regenerate = [d for e, d in browser.frames if e == "action" and d["label"] == "Regenerate"][-1]
+    await app.on_retry(cl.Action(name="retry", payload=regenerate["payload"], id=regenerate["id"]))
+    assert fake.requests[-1]["messages"] == before  # same history, same question
+    assert len(app.chat().conversation.turns) == 2
+    assert browser.texts()[-1].startswith(ANSWER.strip())
