@@ -15,9 +15,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from backend.launcher import (
     PlanError,
@@ -32,9 +34,24 @@ from tests.conftest import free_port
 from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
 
 
-def settings(**values: object) -> Settings:
-    """Settings from explicit values only (no environment, no .env)."""
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+class ExplicitSettings(Settings):
+    """Settings from explicit values only: no environment, no .env."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+def settings(**values: Any) -> Settings:
+    """Validated settings with these values and the defaults for the rest."""
+    return ExplicitSettings(**values)
 
 
 def flag(args: list[str], name: str) -> str:
@@ -234,7 +251,6 @@ def test_sigterm_while_starting_stops_the_server(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     assert live_processes_in_group(server_pid) == []
-
 
 
 @pytest.mark.integration

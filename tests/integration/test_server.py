@@ -26,11 +26,11 @@ PHOTO = Path(__file__).resolve().parent.parent / "data" / "rocket.jpg"
 
 def photo_data_url() -> str:
     """A real photo (scikit-image's rocket.jpg), shrunk to 224 px, as a JPEG data URL."""
-    with Image.open(PHOTO) as image:
-        image = image.convert("RGB")
-        image.thumbnail((224, 224))
-        buffer = io.BytesIO()
-        image.save(buffer, "JPEG", quality=85)
+    with Image.open(PHOTO) as opened:
+        image = opened.convert("RGB")
+    image.thumbnail((224, 224))
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=85)
     return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
