@@ -224,6 +224,9 @@ def make_plan(
         "--port",
         str(settings.vllm_port),
     ]
+    # Log each request's id (our X-Request-Id, as "chatcmpl-<id>"), its parameters
+    # and aborts at INFO; prompts are logged only at DEBUG (vLLM's serve --help).
+    args.append("--enable-log-requests")
     if settings.api_key.get_secret_value():
         args += ["--api-key", settings.api_key.get_secret_value()]
     if mode == "dev":

@@ -40,6 +40,7 @@ FAKE_HELP = " ".join(
         "--gpu-memory-utilization",
         "--kv-cache-memory-bytes",
         "--load-format",
+        "--enable-log-requests",
     ]
 )
 

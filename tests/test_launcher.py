@@ -170,7 +170,8 @@ def test_flags_an_installed_vllm_does_not_list_are_left_out() -> None:
         "EMPTY",
     ]
     assert plan.notes == [
-        "this vLLM does not know --max-num-batched-tokens, --gpu-memory-utilization: left out"
+        "this vLLM does not know --max-num-batched-tokens, --enable-log-requests, "
+        "--gpu-memory-utilization: left out"
     ]
     kept, dropped = filter_flags(
         ["serve", "m", "--x=1", "--enforce-eager", "--port", "1"], "--port"

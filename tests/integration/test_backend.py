@@ -137,38 +137,51 @@ def metrics(server: VllmServer) -> tuple[float, float]:
 
 
 async def test_stop_aborts_the_request_on_the_server(vllm_server: VllmServer) -> None:
-    """Cancel a long generation as Chainlit's Stop does; the server must stop generating."""
+    """Cancel a long generation as Chainlit's Stop does; the server must stop generating.
+
+    The tiny model writes 1,500 tokens in about a second, so the test cancels as
+    soon as a few deltas have arrived and then proves from ``/metrics`` that the
+    request left the engine early: fewer tokens than asked for were generated,
+    and the count stops growing.
+    """
     session = session_for(vllm_server)
     await session.connect()
     turn = session.start_turn("long", "Describe everything, at length.", [])
     request, _ = await session.plan_request(turn, max_tokens=1500)
     request = replace(request, extra_body={"ignore_eos": True})  # a forced long generation
+    _, tokens_before = await asyncio.to_thread(metrics, vllm_server)
+    started = asyncio.Event()
 
     async def consume() -> None:
+        received = 0
         async for _ in session.respond(turn, request):
-            pass
+            received += 1
+            if received == 5:
+                started.set()
 
     task = asyncio.create_task(consume())
-    deadline = time.monotonic() + 60
-    while metrics(vllm_server)[0] < 1 or metrics(vllm_server)[1] < 50:
-        assert time.monotonic() < deadline, "generation did not start"
-        await asyncio.sleep(0.05)
-    running_before, tokens_before = metrics(vllm_server)
-    assert running_before == 1
+    await asyncio.wait_for(started.wait(), timeout=60)
     stopped_at = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    while metrics(vllm_server)[0] != 0:
+    while (await asyncio.to_thread(metrics, vllm_server))[0] != 0:
         assert time.monotonic() - stopped_at < 1.0, "vLLM still running the request after 1 s"
         await asyncio.sleep(0.005)
     abort_latency = time.monotonic() - stopped_at
-    tokens_at_abort = metrics(vllm_server)[1]
+    _, tokens_at_abort = await asyncio.to_thread(metrics, vllm_server)
     await asyncio.sleep(1.0)
-    assert metrics(vllm_server)[1] == tokens_at_abort  # generation stopped growing
-    assert tokens_at_abort - tokens_before < 1500
+    assert (await asyncio.to_thread(metrics, vllm_server))[1] == tokens_at_abort  # stopped growing
+    assert tokens_at_abort - tokens_before < 1500  # it did not run to max_tokens
     assert turn.status == "stopped"
-    print(f"abort latency {abort_latency * 1000:.0f} ms")
+    print(
+        f"abort latency {abort_latency * 1000:.0f} ms, "
+        f"{tokens_at_abort - tokens_before:.0f} of 1500 tokens generated"
+    )
+    # launch.sh starts vLLM with --enable-log-requests: our X-Request-Id is in llm.log.
+    log = vllm_server.log_path.read_text()
+    assert f"chatcmpl-{request.request_id}" in log
+    assert re.search(rf"[Aa]bort\w* request.*{request.request_id}", log)
     await session.client.aclose()
 
 
