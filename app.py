@@ -242,10 +242,7 @@ async def finish_answer(answer: cl.Message, turn: Turn, done: Done, max_tokens: 
 
 @cl.on_chat_end
 async def on_chat_end() -> None:
-    """Stop the readiness poll and close the HTTP connections of this chat."""
+    """Stop the readiness poll (the HTTP client is shared by all chats and stays open)."""
     task = cl.user_session.get("status_task")
     if task is not None:
         task.cancel()
-    session = cl.user_session.get("chat")
-    if session is not None:
-        await session.client.aclose()

@@ -139,6 +139,10 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     return ServerFailed(f"Unexpected failure talking to the model server ({type(exc).__name__}).")
 
 
+_SHARED: dict[tuple[str, str, float, float], ChatClient] = {}
+"""Clients by (base URL, API key, timeouts); see :meth:`ChatClient.from_settings`."""
+
+
 class ChatClient:
     """A vLLM OpenAI-compatible server, as the app and the CLI see it.
 
@@ -171,13 +175,35 @@ class ChatClient:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChatClient:
-        """Build a client from :class:`backend.settings.Settings`."""
-        return cls(
+        """The process's client for the server ``settings`` name, made on first use.
+
+        All chats of one app process share it, so they share one pool of
+        keep-alive connections (no new TCP connection on the time-to-first-token
+        path), and a chat that ends cannot close a client another chat, or the
+        same chat after a websocket reconnect, still uses. Clients are bound to
+        the event loop that first uses them: one per process, as in Chainlit
+        and the CLI.
+        """
+        key = (
             settings.base_url,
             settings.api_key.get_secret_value(),
-            timeout_s=settings.request_timeout_s,
-            connect_timeout_s=settings.connect_timeout_s,
+            settings.request_timeout_s,
+            settings.connect_timeout_s,
         )
+        client = _SHARED.get(key)
+        if client is None or client.closed:
+            client = _SHARED[key] = cls(
+                settings.base_url,
+                settings.api_key.get_secret_value(),
+                timeout_s=settings.request_timeout_s,
+                connect_timeout_s=settings.connect_timeout_s,
+            )
+        return client
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` has run."""
+        return self._http.is_closed
 
     @property
     def server_root(self) -> str:

@@ -221,3 +221,10 @@ async def test_regenerate_reruns_the_last_turn_without_its_old_answer(
     assert fake.requests[-1]["messages"] == before  # same history, same question
     assert len(app.chat().conversation.turns) == 2
     assert browser.texts()[-1].startswith(ANSWER.strip())
+
+
+async def test_a_chat_end_does_not_break_the_chat_that_goes_on(browser: Browser) -> None:
+    """Chainlit ends and restores a chat on a websocket reconnect; the next question works."""
+    await app.on_chat_end()
+    await app.on_message(user_message("still there?"))
+    assert browser.texts()[-1].startswith(ANSWER.strip())

@@ -110,7 +110,7 @@ def start_scripted_server(port: int, *models: str) -> Process:
     return server
 
 
-APP_FILES = ("app.py", "backend", "public", ".chainlit", "chainlit.md", "chainlit_zh-CN.md")
+APP_FILES = ("app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "chainlit_zh-CN.md")
 """What ``chainlit run`` needs from the repository, copied into a UI's own directory."""
 
 
