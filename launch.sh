@@ -114,6 +114,13 @@ stop_all() {
   done
   sleep 1 # the rest of each group finishes its own cleanup
   for pid in "${leaders[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  # A killed process with GBs of memory takes a moment to go; return when the
+  # groups are empty (zombies waiting for PID 1 count as gone after 5 s).
+  for ((i = 0; i < 50; i++)); do
+    for pid in "${leaders[@]}"; do kill -0 -- "-$pid" 2>/dev/null && break; pid=""; done
+    [[ -z $pid ]] && break
+    sleep 0.1
+  done
 }
 trap 'stop_all; exit 130' INT
 trap 'stop_all; exit 143' TERM
