@@ -140,8 +140,9 @@ async def on_message(message: cl.Message) -> None:
         image = cl.Image(name=sample.name, path=str(sample), display="inline", size="medium")
         await image.send(for_id=message.id)
     prepared = await session.prepare_uploads(uploads)
+    text = prepared.message_text(message.content)  # with PDF pages / video frame times
     if prepared.problems:
-        cl.user_session.set("draft", (message.id, message.content, prepared.images))
+        cl.user_session.set("draft", (message.id, text, prepared.images))
         lines = "\n".join(f"- {p}" for p in prepared.problems)
         can_send = bool(message.content.strip() or prepared.images)
         actions = [cl.Action(name="send_anyway", payload={}, label="Send without them")]
@@ -153,7 +154,7 @@ async def on_message(message: cl.Message) -> None:
         return
     for notice in prepared.notices:
         await say(f"ℹ️ {notice}")
-    turn = session.start_turn(message.id, message.content, prepared.images)
+    turn = session.start_turn(message.id, text, prepared.images)
     await run_turn(session, turn)
 
 

@@ -18,11 +18,14 @@ from pathlib import Path
 
 from backend.client import ChatClient, ChatRequest, ServedModel
 from backend.conversation import Budget, Conversation, Plan, TokenCounter, Turn
+from backend.documents import prepare_pdf
 from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, ReasoningDelta, StreamEvent
 from backend.images import PreparedImage, prepare_image
 from backend.logs import LOGGER_NAME
 from backend.settings import ModelProfile, Settings, profile_for
+from backend.uploads import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult, UploadKind, sniff_kind
+from backend.video import prepare_video
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -62,12 +65,19 @@ class UploadResult:
     """Prepared images, one sentence per file that could not be used, and remarks.
 
     ``notices`` are about files that were used but changed in a way the person
-    should know (only the first frame of an animated GIF, say).
+    should know (only the first frame of an animated GIF, pages left out of a
+    PDF, say). ``texts`` are lines for the model about PDFs and videos (which
+    pages, the frames' timestamps), in upload order: see :meth:`message_text`.
     """
 
     images: list[PreparedImage]
     problems: list[str]
     notices: list[str]
+    texts: list[str] = field(default_factory=list)
+
+    def message_text(self, typed: str) -> str:
+        """The text to send: :attr:`texts`, one per line, before what the person typed."""
+        return "\n".join([*self.texts, typed]) if self.texts else typed
 
 
 @dataclass
@@ -126,33 +136,71 @@ class ChatSession:
         return chosen
 
     async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
-        """Prepare uploaded images for the model, off the event loop.
+        """Prepare uploaded images, PDFs and videos for the model, off the event loop.
 
-        Pillow decoding of a large photo takes tens of milliseconds and would
-        stall every session's websocket if run on the event loop (facts.md), so
-        each file is prepared in a worker thread.
+        Each file's kind is sniffed from its first bytes
+        (:func:`backend.uploads.sniff_kind`). Pillow decoding of a large photo takes
+        tens of milliseconds and would stall every session's websocket if run on
+        the event loop (facts.md), so images are prepared in worker threads, in
+        parallel. PDFs and videos follow, one at a time in a worker thread, in
+        upload order, each within what the message has left
+        (:class:`backend.uploads.MediaBudget`): the server's image limit per
+        request minus the images before it, and
+        :data:`backend.uploads.MEDIA_CONTEXT_SHARE` of the max model length minus
+        their tokens. Results keep the upload order.
         """
         limit = self.profile.in_token_limit
         max_bytes = self.settings.max_upload_mb * 1_000_000
-        results = await asyncio.gather(
+        kinds = [sniff_kind(upload.path) for upload in uploads]  # reads 1 KB of each
+        photos = [i for i, kind in enumerate(kinds) if kind is UploadKind.IMAGE]
+        prepared = await asyncio.gather(
             *(
-                asyncio.to_thread(prepare_image, u.path, limit, u.name, max_bytes=max_bytes)
-                for u in uploads
+                asyncio.to_thread(
+                    prepare_image, uploads[i].path, limit, uploads[i].name, max_bytes=max_bytes
+                )
+                for i in photos
             ),
             return_exceptions=True,
         )
-        images: list[PreparedImage] = []
-        problems: list[str] = []
-        for upload, result in zip(uploads, results, strict=True):
-            if isinstance(result, PreparedImage):
-                images.append(result)
-            elif isinstance(result, ImageError):
-                problems.append(str(result))
+        outcomes: dict[int, PreparedImage | MediaResult | BaseException] = dict(
+            zip(photos, prepared, strict=True)
+        )
+        budget = MediaBudget(
+            images=self.settings.images_per_prompt,
+            tokens=int(MEDIA_CONTEXT_SHARE * self.max_model_len),
+            in_token_limit=limit,
+            max_bytes=max_bytes,
+        ).after([image for image in outcomes.values() if isinstance(image, PreparedImage)])
+        for i, kind in enumerate(kinds):
+            if kind is not UploadKind.IMAGE:
+                prepare = prepare_pdf if kind is UploadKind.PDF else prepare_video
+                try:
+                    media = await asyncio.to_thread(
+                        prepare, uploads[i].path, budget, uploads[i].name
+                    )
+                except Exception as error:  # reported below with the others
+                    outcomes[i] = error
+                else:
+                    outcomes[i] = media
+                    budget = budget.after(media.images)
+        result = UploadResult([], [], [], [])
+        for i, upload in enumerate(uploads):
+            outcome = outcomes[i]
+            if isinstance(outcome, PreparedImage):
+                result.images.append(outcome)
+                result.notices.extend(outcome.notices)
+            elif isinstance(outcome, MediaResult):
+                result.images.extend(outcome.images)
+                result.notices.extend(outcome.notices)
+                result.texts.append(outcome.text)
+            elif isinstance(outcome, ImageError):
+                result.problems.append(str(outcome))
             else:
-                log.error("preparing %s failed: %r", upload.name, result)
-                problems.append(f"{upload.name}: could not be prepared ({type(result).__name__}).")
-        notices = [notice for image in images for notice in image.notices]
-        return UploadResult(images, problems, notices)
+                log.error("preparing %s failed: %r", upload.name, outcome)
+                result.problems.append(
+                    f"{upload.name}: could not be prepared ({type(outcome).__name__})."
+                )
+        return result
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
         """Record a new turn for a UI message.

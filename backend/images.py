@@ -406,15 +406,8 @@ def prepare_image(
         raise ValueError(f"in_token_limit must be positive, got {in_token_limit}")
     path = Path(path)
     label = name or path.name
+    source_bytes = upload_size(path, label, max_bytes)
     try:
-        source_bytes = path.stat().st_size
-        if source_bytes == 0:
-            raise ImageError(f"{label}: the file is empty (0 bytes)")
-        if max_bytes is not None and source_bytes > max_bytes:
-            raise ImageError(
-                f"{label}: {source_bytes / 1e6:.1f} MB is over the "
-                f"{max_bytes / 1e6:g} MB limit for one file"
-            )
         decoded, source_format, orientation, notices = _decode(path, label, in_token_limit)
         image = _flatten(decoded)
     except ImageError:
@@ -439,16 +432,67 @@ def prepare_image(
     transpose = _EXIF_TRANSPOSE.get(orientation or 1)
     if transpose is not None:
         image = image.transpose(transpose)
+    return encode_image(image, image_format, label, in_token_limit, source_bytes, notices)
+
+
+def upload_size(path: Path, label: str, max_bytes: int | None) -> int:
+    """The size of an uploaded file in bytes, refused when empty, too big or unreadable.
+
+    Args:
+        path: the uploaded file.
+        label: the file's name for messages.
+        max_bytes: largest accepted size in bytes; None: no limit.
+
+    Raises:
+        ImageError: the file is missing or unreadable, empty, or over ``max_bytes``.
+    """
+    try:
+        source_bytes = path.stat().st_size
+    except OSError as error:
+        raise ImageError(f"{label}: cannot read the file ({error.strerror})") from error
+    if source_bytes == 0:
+        raise ImageError(f"{label}: the file is empty (0 bytes)")
+    if max_bytes is not None and source_bytes > max_bytes:
+        raise ImageError(
+            f"{label}: {source_bytes / 1e6:.1f} MB is over the "
+            f"{max_bytes / 1e6:g} MB limit for one file"
+        )
+    return source_bytes
+
+
+def encode_image(
+    image: Image.Image,
+    image_format: str,
+    name: str,
+    in_token_limit: int,
+    source_bytes: int,
+    notices: tuple[str, ...] = (),
+) -> PreparedImage:
+    """Encode an image already scaled to the budget into a :class:`PreparedImage`.
+
+    Sides under :data:`MIN_SIDE` are padded with white (with a notice); the image is
+    encoded as ``image_format`` (PNG at :data:`PNG_COMPRESS_LEVEL` or JPEG at
+    :data:`JPEG_QUALITY`) into a base64 data URL, and its tokens are counted.
+
+    Args:
+        image: mode ``RGB`` or ``L``, already at its final size (e.g. from
+            :func:`fit_to_budget`; a larger one is counted as the server would scale it).
+        image_format: ``"PNG"`` or ``"JPEG"`` (see :func:`choose_format`).
+        name: what messages call it (a file name, or e.g. ``"clip.mp4 @ 00:03.2"``).
+        in_token_limit: the served model's budget in 14x14 patches.
+        source_bytes: bytes of the upload it came from (for statistics).
+        notices: remarks to carry; the padding notice is added to them.
+    """
     if min(image.size) < MIN_SIDE:
         notices += (
-            f"{label}: only {image.width}x{image.height} pixels, "
+            f"{name}: only {image.width}x{image.height} pixels, "
             f"padded with white to at least {MIN_SIDE} px per side",
         )
         image = _pad_to_min_side(image)
     payload = _encode(image, image_format)
     mime = "image/png" if image_format == "PNG" else "image/jpeg"
     return PreparedImage(
-        name=label,
+        name=name,
         data_url=f"data:{mime};base64,{base64.b64encode(payload).decode('ascii')}",
         width=image.width,
         height=image.height,

@@ -1,0 +1,194 @@
+"""A PDF upload as page images, rendered with pypdfium2 (PDFium) at the model's budget.
+
+Each page is rendered directly at the size the model takes as is (:func:`page_pixels`:
+the page at :data:`MAX_RENDER_DPI` scaled by :func:`backend.images.fit_to_budget`
+for the profile's ``in_token_limit``), not rendered large and shrunk. Pages are
+taken from the first on, as many as the message's budget allows
+(:class:`backend.uploads.MediaBudget`: image slots and tokens left); a notice says
+which pages were sent and which were left out, and the line ``Pages 1-4 of
+report.pdf (12 pages in all)`` tells the model what it sees.
+
+Encoding follows :func:`backend.images.choose_format` for a lossless source: PNG for
+text pages (flat colours), JPEG for pages that are mostly photograph; a page with no
+colour is sent as one grayscale channel (smaller PNG, same pixels).
+
+PDFium is not thread-safe, not even across different documents ("It is not allowed
+to call pdfium functions simultaneously across different threads, not even with
+different documents": pypdfium2's Python API docs, "Incompatibility with
+Threading"), so every PDFium call here holds :data:`_PDFIUM_LOCK`, and documents,
+pages and bitmaps are closed explicitly under it (not left to the garbage
+collector, which may run in any thread).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Final
+
+import pypdfium2 as pdfium
+from PIL import Image, ImageChops
+
+from backend.conversation import IMAGE_OVERHEAD_TOKENS
+from backend.errors import ImageError
+from backend.images import (
+    choose_format,
+    encode_image,
+    fit_to_budget,
+    image_tokens,
+    upload_size,
+)
+from backend.uploads import MediaBudget, MediaResult
+
+MAX_RENDER_DPI: Final = 300
+"""Highest resolution a page is rendered at, in dots per inch: print quality, beyond
+which text gains nothing. A US letter or A4 page at 300 dpi (2550x3300 px) is
+larger than either Kimi-VL budget, so in practice pages are rendered at the budget;
+only small pages (receipts, cards) stop at 300 dpi."""
+
+POINTS_PER_INCH: Final = 72
+"""PDF canvas units (points) per inch (ISO 32000-1, 8.3.2.3; ignoring ``UserUnit``,
+which PDFium does not report)."""
+
+_PDFIUM_LOCK: Final = threading.Lock()
+
+
+def page_pixels(width_pt: float, height_pt: float, in_token_limit: int) -> tuple[int, int]:
+    """Render size in pixels of a ``width_pt`` x ``height_pt`` page (PDF points).
+
+    The page at :data:`MAX_RENDER_DPI` (each side rounded, at least 1 px), scaled
+    by :func:`backend.images.fit_to_budget`: the largest size of that aspect ratio
+    the model takes without rescaling.
+    """
+    dots = MAX_RENDER_DPI / POINTS_PER_INCH
+    nominal = max(1, round(width_pt * dots)), max(1, round(height_pt * dots))
+    return fit_to_budget(*nominal, in_token_limit)
+
+
+def render_scale(width_pt: float, height_pt: float, size: tuple[int, int]) -> float:
+    """The PDFium scale (pixels per point) whose bitmap is exactly ``size``.
+
+    pypdfium2's ``PdfPage.render`` makes a ``ceil(width_pt * scale)`` x
+    ``ceil(height_pt * scale)`` bitmap, so any scale in ``((w - 1) / width_pt,
+    w / width_pt]`` (and likewise for the height) gives ``size``; the two
+    intervals overlap because ``size`` keeps the page's aspect ratio to within
+    half a pixel. The middle of the overlap is returned, away from the ends
+    where float rounding could add a pixel.
+    """
+    width, height = size
+    low = max((width - 1) / width_pt, (height - 1) / height_pt)
+    high = min(width / width_pt, height / height_pt)
+    return (low + high) / 2
+
+
+def _without_colour(image: Image.Image) -> Image.Image:
+    """``image`` as one grayscale channel when all its pixels are gray, else as it is."""
+    red, green, blue = image.split()
+    if ImageChops.difference(red, green).getbbox() or ImageChops.difference(green, blue).getbbox():
+        return image
+    return red
+
+
+def _render(page: pdfium.PdfPage, size: tuple[int, int]) -> Image.Image:
+    """Render ``page`` to an RGB image of exactly ``size`` (caller holds the lock)."""
+    width_pt, height_pt = page.get_size()
+    bitmap = page.render(scale=render_scale(width_pt, height_pt, size), rev_byteorder=True)
+    try:
+        image: Image.Image = bitmap.to_pil().convert("RGB")  # a copy that outlives the bitmap
+    finally:
+        bitmap.close()
+    if image.size != size:  # render_scale's guarantee broken: a bug, not the file's fault
+        raise RuntimeError(f"PDFium rendered {image.size}, expected {size}")
+    return image
+
+
+def _page_range(first: int, last: int) -> str:
+    return f"page {first}" if first == last else f"pages {first}-{last}"
+
+
+def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) -> MediaResult:
+    """Render the first pages of a PDF upload that fit ``budget`` as images.
+
+    Pages are taken in order while an image slot is left and the page's tokens
+    (plus the chat template's per-image overhead) fit the tokens left; the first
+    page that does not fit ends the run. Each page is named ``"NAME page N"``.
+
+    Synchronous and CPU-bound (about 0.1-0.3 s a page at the 16,384-patch budget,
+    most of it PNG encoding), and serialised across threads by the PDFium lock:
+    run it in a worker thread.
+
+    Args:
+        path: the uploaded file.
+        budget: image slots, tokens and the model's per-image budget left for it.
+        name: the name the person gave the file (defaults to the path's name).
+
+    Returns:
+        The page images, the ``Pages ... of NAME`` line and a notice saying which
+        pages were sent and which were left out.
+
+    Raises:
+        ImageError: too big, damaged or not a PDF, password-protected, no pages,
+            or not even the first page fits the budget; one line naming the file.
+    """
+    path = Path(path)
+    label = name or path.name
+    source_bytes = upload_size(path, label, budget.max_bytes)
+    rendered: list[Image.Image] = []
+    with _PDFIUM_LOCK:
+        try:
+            document = pdfium.PdfDocument(path)
+        except pdfium.PdfiumError as error:
+            if error.err_code == pdfium.raw.FPDF_ERR_PASSWORD:
+                raise ImageError(f"{label}: the PDF is password-protected") from error
+            reason = str(error).rstrip(".")
+            raise ImageError(f"{label}: the PDF is damaged or unsupported ({reason})") from error
+        try:
+            pages = len(document)
+            tokens_left = budget.tokens
+            for index in range(min(pages, budget.images)):
+                page = document[index]
+                try:
+                    width_pt, height_pt = page.get_size()
+                    if width_pt <= 0 or height_pt <= 0:
+                        raise ImageError(f"{label}: page {index + 1} has no size")
+                    size = page_pixels(width_pt, height_pt, budget.in_token_limit)
+                    cost = image_tokens(*size, budget.in_token_limit) + IMAGE_OVERHEAD_TOKENS
+                    if cost > tokens_left:
+                        break
+                    rendered.append(_render(page, size))
+                finally:
+                    page.close()
+                tokens_left -= cost
+        except pdfium.PdfiumError as error:
+            raise ImageError(f"{label}: the PDF is damaged ({str(error).rstrip('.')})") from error
+        finally:
+            document.close()
+    # Encoding (most of the time) needs no PDFium: outside the lock.
+    images = [
+        encode_image(
+            page_image,
+            choose_format(page_image, "PNG"),
+            f"{label} page {number}",
+            budget.in_token_limit,
+            source_bytes,
+        )
+        for number, page_image in enumerate(map(_without_colour, rendered), start=1)
+    ]
+    if pages == 0:
+        raise ImageError(f"{label}: the PDF has no pages")
+    if not images:
+        why = "no image slot is left" if budget.images < 1 else "too few tokens are left"
+        raise ImageError(f"{label}: not used: {why} in this message for even its first page")
+    sent = len(images)
+    text = f"{_page_range(1, sent).capitalize()} of {label}"
+    notice = f"{label}: {_page_range(1, sent)} of {pages} sent as images"
+    if sent < pages:
+        limit = (
+            f"at most {budget.images} more images fit in this message"
+            if sent == budget.images
+            else f"{budget.tokens} tokens were left for pictures in this message, "
+            f"about {cost} per page"
+        )
+        text += f" ({pages} pages in all)"
+        notice += f"; {_page_range(sent + 1, pages)} left out ({limit})"
+    return MediaResult(images, text, [notice])

@@ -1,0 +1,237 @@
+"""A video upload (MP4, WebM, MOV) as evenly spaced frames, decoded with PyAV.
+
+Kimi-VL takes a video as a series of images. :func:`prepare_video` picks how many
+frames and how large (:func:`plan_frames`), seeks to evenly spaced times, decodes
+one frame at each with PyAV (FFmpeg), scales it while converting to RGB (FFmpeg's
+swscale, area filter) and encodes it as JPEG (the source is lossy already). Each
+frame is a :class:`backend.images.PreparedImage` named like ``clip.mp4 @ 00:03.2``,
+and the line ``Frames of clip.mp4 at 00:00.0, 00:03.2, ...`` goes to the model so
+it knows when each frame was taken.
+
+The budget, per video: at most :data:`MAX_FRAMES` frames and
+:data:`FRAMES_PER_SECOND` frames per second of video, no more than the image
+slots left in the message, and all frames together within the message's token
+budget for pictures (:class:`backend.uploads.MediaBudget`). To fit, frames are
+scaled to a smaller ``in_token_limit`` than a photo gets (the largest that fits,
+never below :data:`MIN_FRAME_PATCHES`); only when even that is too much are fewer
+frames taken.
+
+FFmpeg contexts are per container, so several videos may be decoded in parallel
+threads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Final
+
+import av
+from PIL import Image
+
+from backend.conversation import IMAGE_OVERHEAD_TOKENS
+from backend.errors import ImageError
+from backend.images import (
+    MAX_DECODED_PIXELS,
+    PreparedImage,
+    encode_image,
+    fit_to_budget,
+    image_tokens,
+    upload_size,
+)
+from backend.uploads import MediaBudget, MediaResult
+
+MAX_FRAMES: Final = 16
+"""Most frames taken from one video: enough to follow a short clip's action while
+each frame keeps about 1,000 tokens in a 32K context (see
+:data:`backend.uploads.MEDIA_CONTEXT_SHARE`)."""
+
+FRAMES_PER_SECOND: Final = 2.0
+"""Most frames per second of video: a 3-second clip gives 6 frames, not 16 copies
+of nearly the same picture."""
+
+MIN_FRAME_PATCHES: Final = 1024
+"""Smallest per-frame budget in 14x14 patches (448x448 px, 256 tokens, for a
+square frame; 602x338 for 16:9). Below this, frames are dropped instead of shrunk."""
+
+_ROTATE: Final = {
+    90: Image.Transpose.ROTATE_90,
+    -90: Image.Transpose.ROTATE_270,
+    180: Image.Transpose.ROTATE_180,
+    -180: Image.Transpose.ROTATE_180,
+}
+"""PyAV's ``VideoFrame.rotation`` (degrees counterclockwise from the display matrix,
+as phones record portrait video) and the transposition that shows the frame upright."""
+
+
+def format_timestamp(seconds: float) -> str:
+    """``MM:SS.s`` (``H:MM:SS.s`` from one hour), e.g. ``00:03.2``; tenths truncated."""
+    tenths = int(seconds * 10 + 1e-6)
+    minutes, tenth_seconds = divmod(tenths, 600)
+    hours, minutes = divmod(minutes, 60)
+    clock = f"{minutes:02d}:{tenth_seconds // 10:02d}.{tenth_seconds % 10}"
+    return f"{hours}:{clock}" if hours else clock
+
+
+@dataclass(frozen=True, slots=True)
+class FramePlan:
+    """How many frames to take and the per-frame budget.
+
+    Attributes:
+        count: frames to take (>= 1).
+        in_token_limit: per-frame budget in 14x14 patches.
+        width: pixels of each frame as sent (before a display rotation).
+        height: pixels of each frame as sent.
+        tokens: Kimi-VL tokens of each frame.
+    """
+
+    count: int
+    in_token_limit: int
+    width: int
+    height: int
+    tokens: int
+
+
+def plan_frames(duration_s: float, width: int, height: int, budget: MediaBudget) -> FramePlan:
+    """Frame count and size for a ``width`` x ``height`` video of ``duration_s`` seconds.
+
+    Count: ``min(MAX_FRAMES, ceil(duration_s * FRAMES_PER_SECOND), budget.images)``
+    (at least 1). Size: the largest per-frame ``in_token_limit`` (at most the
+    model's) for which ``count * (tokens + IMAGE_OVERHEAD_TOKENS) <= budget.tokens``;
+    if none at or above :data:`MIN_FRAME_PATCHES` fits, the count is cut to what
+    fits at that floor.
+
+    Raises:
+        ImageError: not even one frame fits (no image slot or too few tokens left);
+            the message lacks the file name, which the caller puts in front.
+    """
+    if budget.images < 1:
+        raise ImageError("no image slot is left in this message for its frames")
+    wanted = max(1, math.ceil(duration_s * FRAMES_PER_SECOND))
+    count = min(MAX_FRAMES, wanted, budget.images)
+    floor = min(MIN_FRAME_PATCHES, budget.in_token_limit)
+
+    def cost(limit: int) -> int:
+        return image_tokens(*fit_to_budget(width, height, limit), limit) + IMAGE_OVERHEAD_TOKENS
+
+    count = min(count, budget.tokens // cost(floor))
+    if count < 1:
+        raise ImageError(
+            f"even one frame ({cost(floor)} tokens) is more than the "
+            f"{max(0, budget.tokens)} tokens left for pictures in this message"
+        )
+    low, high = floor, budget.in_token_limit  # cost grows with the limit: binary search
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count * cost(middle) <= budget.tokens:
+            low = middle
+        else:
+            high = middle - 1
+    size = fit_to_budget(width, height, low)
+    return FramePlan(count, low, *size, image_tokens(*size, low))
+
+
+def _duration_s(container: av.container.InputContainer, stream: av.VideoStream) -> float:
+    """The video's length in seconds: the stream's, else the container's (0 if unknown)."""
+    if stream.duration and stream.time_base:
+        return float(stream.duration * stream.time_base)
+    return container.duration / av.time_base if container.duration else 0.0
+
+
+def _frame_at(
+    container: av.container.InputContainer, stream: av.VideoStream, seconds: float
+) -> tuple[av.VideoFrame, float] | None:
+    """The first frame shown at or after ``seconds`` (else the last one) and its time.
+
+    Seeks to the keyframe before ``seconds`` and decodes forward. The time is in
+    seconds from the stream's start; None when no frame with a timestamp follows.
+    """
+    time_base = stream.time_base or Fraction(1, av.time_base)
+    start = stream.start_time or 0
+    target = start + int(seconds / time_base)
+    container.seek(target, stream=stream, backward=True, any_frame=False)
+    found = None
+    for frame in container.decode(stream):
+        if frame.pts is not None:
+            found = frame, float((frame.pts - start) * time_base)
+            if frame.pts >= target:
+                break
+    return found
+
+
+def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None) -> MediaResult:
+    """Decode evenly spaced frames of a video upload, within ``budget``.
+
+    Frames are taken at ``i * duration / count`` seconds for ``i`` in
+    ``0 .. count - 1`` (:func:`plan_frames`), each the first frame shown at or
+    after that time; the timestamps said are those of the decoded frames. A
+    display rotation (portrait phone video) is applied.
+
+    Synchronous and CPU-bound (about 10-30 ms a frame for 1080p H.264): run it in a
+    worker thread.
+
+    Args:
+        path: the uploaded file.
+        budget: image slots, tokens and the model's per-image budget left for it.
+        name: the name the person gave the file (defaults to the path's name).
+
+    Returns:
+        The frames, the ``Frames of NAME at ...`` line and a notice of how many
+        frames were taken.
+
+    Raises:
+        ImageError: too big, not a video FFmpeg can decode, no video stream,
+            unknown length, frames too large, or no room left in the message; one
+            line naming the file.
+    """
+    path = Path(path)
+    label = name or path.name
+    source_bytes = upload_size(path, label, budget.max_bytes)
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise ImageError(f"{label}: the file has no video stream")
+            stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            duration = _duration_s(container, stream)
+            if width < 1 or height < 1 or duration <= 0:
+                raise ImageError(f"{label}: cannot tell the video's size or length")
+            if width * height > MAX_DECODED_PIXELS:
+                raise ImageError(f"{label}: {width}x{height} frames are too large to decode")
+            try:
+                plan = plan_frames(duration, width, height, budget)
+            except ImageError as error:
+                raise ImageError(f"{label}: not used: {error}") from error
+            frames: list[PreparedImage] = []
+            times: list[str] = []
+            for index in range(plan.count):
+                found = _frame_at(container, stream, index * duration / plan.count)
+                if found is None:
+                    break
+                frame, seconds = found
+                image: Image.Image = frame.to_image(  # type: ignore[no-untyped-call]
+                    width=plan.width, height=plan.height, interpolation="AREA"
+                )
+                transpose = _ROTATE.get(frame.rotation)
+                if transpose is not None:
+                    image = image.transpose(transpose)
+                times.append(format_timestamp(max(0.0, seconds)))
+                frames.append(
+                    encode_image(
+                        image, "JPEG", f"{label} @ {times[-1]}", budget.in_token_limit, source_bytes
+                    )
+                )
+    except ImageError:
+        raise
+    except (av.FFmpegError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ImageError(f"{label}: not a video that can be decoded ({reason})") from error
+    if not frames:
+        raise ImageError(f"{label}: no frame could be decoded")
+    notice = (
+        f"{label}: {len(frames)} frames of the {format_timestamp(duration)} video sent "
+        f"({frames[0].width}x{frames[0].height} px, {frames[0].tokens} tokens each)"
+    )
+    return MediaResult(frames, f"Frames of {label} at {', '.join(times)}", [notice])
