@@ -65,22 +65,6 @@ def page_pixels(width_pt: float, height_pt: float, in_token_limit: int) -> tuple
     return fit_to_budget(*nominal, in_token_limit)
 
 
-def render_scale(width_pt: float, height_pt: float, size: tuple[int, int]) -> float:
-    """The PDFium scale (pixels per point) whose bitmap is exactly ``size``.
-
-    pypdfium2's ``PdfPage.render`` makes a ``ceil(width_pt * scale)`` x
-    ``ceil(height_pt * scale)`` bitmap, so any scale in ``((w - 1) / width_pt,
-    w / width_pt]`` (and likewise for the height) gives ``size``; the two
-    intervals overlap because ``size`` keeps the page's aspect ratio to within
-    half a pixel. The middle of the overlap is returned, away from the ends
-    where float rounding could add a pixel.
-    """
-    width, height = size
-    low = max((width - 1) / width_pt, (height - 1) / height_pt)
-    high = min(width / width_pt, height / height_pt)
-    return (low + high) / 2
-
-
 def _without_colour(image: Image.Image) -> Image.Image:
     """``image`` as one grayscale channel when all its pixels are gray, else as it is."""
     red, green, blue = image.split()
@@ -90,15 +74,26 @@ def _without_colour(image: Image.Image) -> Image.Image:
 
 
 def _render(page: pdfium.PdfPage, size: tuple[int, int]) -> Image.Image:
-    """Render ``page`` to an RGB image of exactly ``size`` (caller holds the lock)."""
-    width_pt, height_pt = page.get_size()
-    bitmap = page.render(scale=render_scale(width_pt, height_pt, size), rev_byteorder=True)
+    """Render ``page`` onto exactly ``size`` pixels, RGB on white (caller holds the lock).
+
+    PDFium maps the page onto the whole bitmap (``FPDF_RenderPageBitmap`` with the
+    bitmap's size), so the size is exact; since :func:`page_pixels` rounds the
+    shorter side, the two axes' scales differ by at most half a pixel over that
+    side. (pypdfium2's ``PdfPage.render`` takes one scale and makes
+    ``ceil(side * scale)`` pixels, which cannot hit every rounded size.) Flags as
+    ``render``'s defaults: annotations drawn, RGB byte order.
+    """
+    width, height = size
+    bitmap = pdfium.PdfBitmap.new_native(
+        width, height, pdfium.raw.FPDFBitmap_BGR, rev_byteorder=True
+    )
     try:
+        bitmap.fill_rect((255, 255, 255, 255), 0, 0, width, height)
+        flags = pdfium.raw.FPDF_ANNOT | pdfium.raw.FPDF_REVERSE_BYTE_ORDER
+        pdfium.raw.FPDF_RenderPageBitmap(bitmap, page, 0, 0, width, height, 0, flags)
         image: Image.Image = bitmap.to_pil().convert("RGB")  # a copy that outlives the bitmap
     finally:
         bitmap.close()
-    if image.size != size:  # render_scale's guarantee broken: a bug, not the file's fault
-        raise RuntimeError(f"PDFium rendered {image.size}, expected {size}")
     return image
 
 

@@ -1,0 +1,97 @@
+"""Test helpers that make PDFs and videos (no downloads): Pillow, PyAV, raw PDF syntax."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+from PIL import Image, ImageDraw
+
+PAGE_COLOURS = [(30 * i % 256, 90, 200 - 10 * i) for i in range(20)]
+"""Background colour of page ``i`` (0-based) in :func:`make_pdf`: tells pages apart."""
+
+
+def make_pdf(
+    path: Path, pages: int, size_px: tuple[int, int] = (850, 1100), resolution: float = 100
+) -> Path:
+    """A PDF of ``pages`` raster pages (Pillow), each a flat colour with a line of text.
+
+    Page ``i`` is :data:`PAGE_COLOURS` ``[i]`` with "Page i+1" in black; its size in
+    points is ``size_px / resolution * 72`` (8.5x11 in, US letter, by default).
+    """
+    images = []
+    for index in range(pages):
+        image = Image.new("RGB", size_px, PAGE_COLOURS[index])
+        ImageDraw.Draw(image).text((40, 40), f"Page {index + 1}", fill="black")
+        images.append(image)
+    images[0].save(path, "PDF", save_all=True, append_images=images[1:], resolution=resolution)
+    return path
+
+
+def raw_pdf(objects: list[bytes], trailer: bytes = b"") -> bytes:
+    """A PDF file from object bodies (numbered from 1; object 1 is the catalog).
+
+    Writes the header, the objects, a correct cross-reference table and a trailer
+    with ``/Size``, ``/Root 1 0 R`` and ``trailer`` (ISO 32000-1, 7.5).
+    """
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R %s>>\n" % (len(objects) + 1, trailer)
+    out += b"startxref\n%d\n%%%%EOF\n" % xref
+    return bytes(out)
+
+
+ONE_PAGE = [
+    b"<< /Type /Catalog /Pages 2 0 R >>",
+    b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+    b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] >>",
+]
+"""Objects of a one-page, 200x100-point empty PDF for :func:`raw_pdf`."""
+
+
+def encrypted_pdf() -> bytes:
+    """A PDF under the standard security handler whose user password is not empty.
+
+    The ``/U`` entry (RC4, revision 2) matches no key derived from the empty
+    password, so a reader must ask for one (PDFium: "Incorrect password error").
+    """
+    encrypt = b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -4 >>" % (b"11" * 32, b"22" * 32)
+    ids = b"/Encrypt 4 0 R /ID [<%s> <%s>] " % (b"33" * 16, b"33" * 16)
+    return raw_pdf([*ONE_PAGE, encrypt], ids)
+
+
+def frame_colour(index: int) -> tuple[int, int, int]:
+    """Colour of frame ``index`` in :func:`make_video`: its red level counts frames."""
+    return (8 * index % 256, 128, 64)
+
+
+def make_video(
+    path: Path,
+    seconds: float,
+    fps: int = 10,
+    size: tuple[int, int] = (320, 240),
+    codec: str = "libx264",
+) -> Path:
+    """An H.264 MP4 (or, with ``codec="libvpx-vp9"``, a WebM) of flat frames.
+
+    Frame ``i`` (shown at ``i / fps`` s) is :func:`frame_colour` ``(i)``, so a test
+    can tell which frame it got from its pixels.
+    """
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        assert isinstance(stream, av.VideoStream)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        for index in range(round(seconds * fps)):
+            image = Image.new("RGB", size, frame_colour(index))
+            for packet in stream.encode(av.VideoFrame.from_image(image)):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path

@@ -1,0 +1,168 @@
+"""Tests of backend.video (frames of MP4/WebM uploads) and video sniffing, on videos made here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backend.errors import ImageError
+from backend.images import PreparedImage, fit_to_budget, image_tokens
+from backend.uploads import MediaBudget, UploadKind, sniff_kind
+from backend.video import (
+    MAX_FRAMES,
+    MIN_FRAME_PATCHES,
+    format_timestamp,
+    plan_frames,
+    prepare_video,
+)
+from tests.media import frame_colour, make_video
+from tests.test_images import decode
+
+FPS = 10
+CODECS = [("clip.mp4", "libx264"), ("clip.webm", "libvpx-vp9")]
+
+
+def budget(images: int = 64, tokens: int = 1_000_000, limit: int = 16384) -> MediaBudget:
+    return MediaBudget(images=images, tokens=tokens, in_token_limit=limit)
+
+
+def shown_frame(frame: PreparedImage) -> int:
+    """Which frame of :func:`tests.media.make_video` this is, from its red level."""
+    image = decode(frame).convert("RGB")
+    centre = image.getpixel((image.width // 2, image.height // 2))
+    assert isinstance(centre, tuple)
+    return min(
+        range(32),
+        key=lambda i: sum(abs(a - b) for a, b in zip(centre, frame_colour(i), strict=True)),
+    )
+
+
+@pytest.mark.parametrize(("name", "codec"), CODECS)
+def test_frames_are_evenly_spaced_with_timestamps_in_the_text(
+    tmp_path: Path, name: str, codec: str
+) -> None:
+    video = make_video(tmp_path / name, seconds=3, fps=FPS, codec=codec)
+    result = prepare_video(video, budget())
+    times = ["00:00.0", "00:00.5", "00:01.0", "00:01.5", "00:02.0", "00:02.5"]  # 2 per second
+    assert result.text == f"Frames of {name} at {', '.join(times)}"
+    assert [frame.name for frame in result.images] == [f"{name} @ {t}" for t in times]
+    assert [shown_frame(frame) for frame in result.images] == [0, 5, 10, 15, 20, 25]
+    assert result.notices == [
+        f"{name}: 6 frames of the 00:03.0 video sent (320x240 px, 108 tokens each)"
+    ]
+    assert all(frame.mime_type == "image/jpeg" for frame in result.images)
+
+
+def test_frame_count_is_bounded_by_the_image_slots_left(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "clip.mp4", seconds=3, fps=FPS)
+    result = prepare_video(video, budget(images=4))
+    # Targets 0, 0.75, 1.5 and 2.25 s: the first frame shown at or after each.
+    assert [frame.name.split(" @ ")[1] for frame in result.images] == [
+        "00:00.0",
+        "00:00.8",
+        "00:01.5",
+        "00:02.3",
+    ]
+    assert [shown_frame(frame) for frame in result.images] == [0, 8, 15, 23]
+
+
+def test_frame_count_is_bounded_by_max_frames(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "long.mp4", seconds=20, fps=2, size=(64, 48))
+    result = prepare_video(video, budget())
+    assert len(result.images) == MAX_FRAMES
+    seconds = [20 * i / MAX_FRAMES for i in range(MAX_FRAMES)]  # 0, 1.25, 2.5, ...
+    shown = [float(frame.name[-4:]) + 60 * int(frame.name[-7:-5]) for frame in result.images]
+    assert all(0 <= s - target < 0.5 + 1e-9 for s, target in zip(shown, seconds, strict=True))
+
+
+def test_frames_shrink_to_fit_the_token_budget(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "hd.mp4", seconds=1, fps=FPS, size=(1280, 720))
+    tokens = 700
+    result = prepare_video(video, budget(tokens=tokens))
+    assert len(result.images) == 2  # 1 s at 2 frames per second
+    frame = result.images[0]
+    assert 2 * (frame.tokens + 4) <= tokens
+    plan = plan_frames(1.0, 1280, 720, budget(tokens=tokens))
+    assert (frame.width, frame.height) == fit_to_budget(1280, 720, plan.in_token_limit)
+    assert decode(frame).size == (frame.width, frame.height)
+    assert frame.tokens == image_tokens(frame.width, frame.height, 16384)
+    # The largest that fits: one more patch of budget per frame would not.
+    larger = fit_to_budget(1280, 720, plan.in_token_limit + 1)
+    assert larger == (frame.width, frame.height) or 2 * (image_tokens(*larger, 16384) + 4) > tokens
+
+
+def test_at_the_smallest_frame_size_frames_are_dropped_instead() -> None:
+    floor = fit_to_budget(1920, 1080, MIN_FRAME_PATCHES)
+    cost = image_tokens(*floor, MIN_FRAME_PATCHES) + 4
+    plan = plan_frames(60.0, 1920, 1080, budget(tokens=3 * cost + 1))
+    assert plan.count == 3 and plan.tokens + 4 == cost  # the floor's tokens (maybe more pixels)
+    assert plan.width >= floor[0] and plan.height >= floor[1]
+    assert plan_frames(60.0, 1920, 1080, budget(tokens=3 * cost - 1)).count == 2
+    with pytest.raises(ImageError, match="even one frame"):
+        plan_frames(60.0, 1920, 1080, budget(tokens=cost - 1))
+
+
+def test_a_short_clip_gives_at_least_one_frame() -> None:
+    assert plan_frames(0.1, 320, 240, budget()).count == 1
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "00:00.0"), (3.25, "00:03.2"), (3.2, "00:03.2"), (61.5, "01:01.5"), (3725.3, "1:02:05.3")],
+)
+def test_timestamps(seconds: float, text: str) -> None:
+    assert format_timestamp(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isomiso2" + b"\x00" * 64, "not a video"),
+        (b"\x1a\x45\xdf\xa3" + b"junk" * 100, "not a video"),
+    ],
+    ids=["mp4-header-only", "webm-magic-then-junk"],
+)
+def test_broken_video_is_one_line_naming_the_file(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    path = tmp_path / "upload.bin"
+    path.write_bytes(content)
+    assert sniff_kind(path) is UploadKind.VIDEO
+    with pytest.raises(ImageError) as error:
+        prepare_video(path, budget(), name="holiday.mp4")
+    message = str(error.value)
+    assert message.startswith(f"holiday.mp4: {reason}") and "\n" not in message
+
+
+def test_truncated_video_is_refused_or_its_frames_sent(tmp_path: Path) -> None:
+    whole = make_video(tmp_path / "whole.mp4", seconds=3).read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(whole[: len(whole) // 2])
+    try:
+        result = prepare_video(cut, budget())
+    except ImageError as error:  # the index (moov) is at the end: usually refused
+        assert str(error).startswith("cut.mp4: ") and "\n" not in str(error)
+    else:
+        assert result.images
+
+
+def test_no_image_slot_left_is_a_problem_naming_the_file(tmp_path: Path) -> None:
+    video = make_video(tmp_path / "clip.mp4", seconds=1)
+    with pytest.raises(ImageError, match=r"^clip.mp4: not used: no image slot is left"):
+        prepare_video(video, budget(images=0))
+
+
+def test_sniffing_tells_videos_from_heic_and_from_names(tmp_path: Path) -> None:
+    mp4 = make_video(tmp_path / "clip.mp4", seconds=1)
+    webm = make_video(tmp_path / "clip.webm", seconds=1, codec="libvpx-vp9")
+    assert sniff_kind(mp4) is UploadKind.VIDEO and sniff_kind(webm) is UploadKind.VIDEO
+    disguised = tmp_path / "clip.jpg"
+    disguised.write_bytes(mp4.read_bytes())
+    assert sniff_kind(disguised) is UploadKind.VIDEO
+    heic = tmp_path / "photo.heic"
+    heic.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
+    assert sniff_kind(heic) is UploadKind.IMAGE  # same container, a still image
+    named = tmp_path / "notes.mp4"
+    named.write_text("just text")
+    assert sniff_kind(named) is UploadKind.IMAGE
