@@ -25,6 +25,7 @@ from backend.logs import LOGGER_NAME
 from backend.settings import Settings
 from tests.conftest import DATA, RunningFake, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.media import make_pdf, make_video
 
 
 @dataclass
@@ -228,3 +229,30 @@ async def test_a_chat_end_does_not_break_the_chat_that_goes_on(browser: Browser)
     await app.on_chat_end()
     await app.on_message(user_message("still there?"))
     assert browser.texts()[-1].startswith(ANSWER.strip())
+
+
+async def test_pdf_pages_and_video_frames_share_the_image_limit(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    browser = await start_chat(
+        Settings(base_url=fake.base_url, max_images_per_prompt=5), monkeypatch
+    )
+    # Small pages (3x2 in: 900x600 px, 704 tokens): 3 pages fit the scripted server's
+    # 8192-token context, of which pictures may take half.
+    pdf = make_pdf(tmp_path / "slides.pdf", pages=3, size_px=(300, 200))
+    video = make_video(tmp_path / "clip.mp4", seconds=3)
+    elements: list[cl.ElementBased] = [
+        cl.File(name="slides.pdf", path=str(pdf), mime="application/pdf"),
+        cl.File(name="clip.mp4", path=str(video), mime="video/mp4"),
+    ]
+    message = cl.Message(content="What happens?", type="user_message", elements=elements)
+    await app.on_message(message)
+    content = fake.requests[-1]["messages"][-1]["content"]
+    assert [part["type"] for part in content] == ["image_url"] * 5 + ["text"]
+    assert content[-1]["text"] == (
+        "Pages 1-3 of slides.pdf\nFrames of clip.mp4 at 00:00.0, 00:01.5\nWhat happens?"
+    )
+    notes = browser.texts()
+    assert "ℹ️ slides.pdf: pages 1-3 of 3 sent as images" in notes
+    assert any(n.startswith("ℹ️ clip.mp4: 2 frames of the 00:03.0 video sent") for n in notes)
+    assert notes[-1].startswith(ANSWER.strip())
