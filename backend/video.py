@@ -23,6 +23,7 @@ threads.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -140,25 +141,51 @@ def _duration_s(container: av.container.InputContainer, stream: av.VideoStream) 
     return container.duration / av.time_base if container.duration else 0.0
 
 
-def _frame_at(
-    container: av.container.InputContainer, stream: av.VideoStream, seconds: float
-) -> tuple[av.VideoFrame, float] | None:
-    """The first frame shown at or after ``seconds`` (else the last one) and its time.
+class _FrameReader:
+    """Frames of one stream by time, decoding forward and seeking only when it saves work.
 
-    Seeks to the keyframe before ``seconds`` and decodes forward. The time is in
-    seconds from the stream's start; None when no frame with a timestamp follows.
+    Keyframe timestamps come from one pass over the packets (demuxing only, no
+    decoding: a few milliseconds for a 20 MB file). For each time, the reader
+    seeks only when the last keyframe at or before it lies beyond the frame
+    decoded last; otherwise it goes on decoding from where it is. (Seeking for
+    every frame re-decodes whole groups of pictures: 1.4 s instead of 0.2 s for
+    16 frames of a 10-second 720p clip with x264's default 250-frame keyframe
+    interval.)
     """
-    time_base = stream.time_base or Fraction(1, av.time_base)
-    start = stream.start_time or 0
-    target = start + int(seconds / time_base)
-    container.seek(target, stream=stream, backward=True, any_frame=False)
-    found = None
-    for frame in container.decode(stream):
-        if frame.pts is not None:
-            found = frame, float((frame.pts - start) * time_base)
-            if frame.pts >= target:
-                break
-    return found
+
+    def __init__(self, container: av.container.InputContainer, stream: av.VideoStream) -> None:
+        self.container, self.stream = container, stream
+        self.time_base = stream.time_base or Fraction(1, av.time_base)
+        self.start = stream.start_time or 0
+        self.keyframes = sorted(
+            packet.pts
+            for packet in container.demux(stream)
+            if packet.is_keyframe and packet.pts is not None
+        )
+        self.current: av.VideoFrame | None = None
+        self.frames: Iterator[av.VideoFrame] = iter(())
+
+    def frame_at(self, seconds: float) -> tuple[av.VideoFrame, float] | None:
+        """The first frame shown at or after ``seconds`` (else the last one) and its time.
+
+        ``seconds`` count from the stream's start and must not decrease between
+        calls. Returns None when no frame with a timestamp follows.
+        """
+        target = self.start + int(seconds / self.time_base)
+        key = max((pts for pts in self.keyframes if pts <= target), default=self.start)
+        if self.current is None or self.current.pts is None or key > self.current.pts:
+            self.container.seek(key, stream=self.stream, backward=True, any_frame=False)
+            self.frames = self.container.decode(self.stream)
+        elif self.current.pts >= target:  # targets closer than two frames
+            return self.current, float((self.current.pts - self.start) * self.time_base)
+        for frame in self.frames:
+            if frame.pts is not None:
+                self.current = frame
+                if frame.pts >= target:
+                    break
+        if self.current is None or self.current.pts is None:
+            return None
+        return self.current, float((self.current.pts - self.start) * self.time_base)
 
 
 def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None) -> MediaResult:
@@ -169,8 +196,8 @@ def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None
     after that time; the timestamps said are those of the decoded frames. A
     display rotation (portrait phone video) is applied.
 
-    Synchronous and CPU-bound (about 10-30 ms a frame for 1080p H.264): run it in a
-    worker thread.
+    Synchronous and CPU-bound (about 0.4 s for 16 frames of a 10-second 720p H.264
+    clip on one core, most of it decoding): run it in a worker thread.
 
     Args:
         path: the uploaded file.
@@ -206,8 +233,9 @@ def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None
                 raise ImageError(f"{label}: not used: {error}") from error
             frames: list[PreparedImage] = []
             times: list[str] = []
+            reader = _FrameReader(container, stream)
             for index in range(plan.count):
-                found = _frame_at(container, stream, index * duration / plan.count)
+                found = reader.frame_at(index * duration / plan.count)
                 if found is None:
                     break
                 frame, seconds = found

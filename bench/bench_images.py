@@ -11,7 +11,11 @@ format and the best wall time in milliseconds over several runs, pinned to one C
 core. Inputs are the scikit-image photos in tests/data plus made ones: a
 12-megapixel and a 48-megapixel "photo" (coffee.png upscaled with sensor-like
 noise, JPEG quality 92, about the bytes a phone writes) and a 1920x1080 text
-screenshot.
+screenshot. Then a PDF and a video (backend.documents, backend.video) within the
+budget one message gets on a 32,768-token server (64 images, half the context for
+pictures): an 8-page US-letter PDF of vector text (Helvetica, 45 lines a page) and a
+10-second 1280x720 H.264 clip at 30 frames per second (a pan across coffee.png);
+their row gives the sum of the bytes out and tokens, and the size of one picture.
 
 The OCR check (needs the ``tesseract`` command, Debian package tesseract-ocr) reads
 page.png as prepared (PNG, lossless) and re-encoded as JPEG at several qualities,
@@ -29,16 +33,23 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
+from backend.documents import prepare_pdf
 from backend.images import prepare_image
+from backend.uploads import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult
+from backend.video import prepare_video
+from tests.media import make_video, raw_pdf
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 LIMITS = (4096, 16384)
 RUNS = 5
+CONTEXT = 32768  # KIMI_MAX_MODEL_LEN's default
 
 
 def _save(image: Image.Image, path: Path, image_format: str, **params: Any) -> Path:
@@ -65,6 +76,40 @@ def _screenshot(path: Path) -> Path:
     return _save(image, path, "PNG")
 
 
+def _text_pdf(path: Path, pages: int = 8) -> Path:
+    """A US-letter PDF of ``pages`` pages, each 45 lines of 11-point Helvetica text."""
+    line = "The vision tower cuts each page into 14x14 patches; 2x2 patches make a token."
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"", b"<< /Type /Font /Subtype /Type1 "
+               b"/BaseFont /Helvetica >>"]  # fmt: skip
+    kids = []
+    for page in range(pages):
+        text = " ".join(f"0 -15 Td ({page + 1}.{row:02d} {line}) Tj" for row in range(45))
+        stream = f"BT /F1 11 Tf 54 750 Td {text} ET".encode()
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+            b"/Resources << /Font << /F1 3 0 R >> >> >>" % len(objects)
+        )
+        kids.append(b"%d 0 R" % len(objects))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), pages)
+    path.write_bytes(raw_pdf(objects))
+    return path
+
+
+def _clip(path: Path, seconds: int = 10, fps: int = 30) -> Path:
+    """A 1280x720 H.264 MP4 panning across coffee.png (scaled up), ``seconds`` long."""
+    width, height = 1280, 720
+    scene = Image.open(DATA / "coffee.png").convert("RGB")
+    scene = scene.resize((width * 2, height), Image.Resampling.BILINEAR)
+    frames = seconds * fps
+
+    def picture(index: int) -> Image.Image:
+        left = index * width // frames
+        return scene.crop((left, 0, left + width, height))
+
+    return make_video(path, seconds, fps, (width, height), picture=picture)
+
+
 def _inputs(folder: Path) -> list[Path]:
     made = [
         _photo((4000, 3000), folder / "photo-12mp.jpg"),
@@ -74,13 +119,35 @@ def _inputs(folder: Path) -> list[Path]:
     return [DATA / name for name in sorted(os.listdir(DATA)) if name != "README.md"] + made
 
 
-def _best_ms(path: Path, limit: int) -> float:
+def _best_ms(prepare: Callable[[], object]) -> float:
     best = float("inf")
     for _ in range(RUNS):
         start = time.perf_counter()
-        prepare_image(path, limit)
+        prepare()
         best = min(best, time.perf_counter() - start)
     return best * 1000
+
+
+def _media_rows(folder: Path) -> None:
+    """Table rows for a PDF and a video, with one message's budget on a 32K server."""
+    preparers: list[tuple[Path, Callable[[Path, MediaBudget], MediaResult]]] = [
+        (_text_pdf(folder / "text-8-pages.pdf"), prepare_pdf),
+        (_clip(folder / "clip-10s-720p.mp4"), prepare_video),
+    ]
+    for path, prepare in preparers:
+        for limit in LIMITS:
+            budget = MediaBudget(64, int(MEDIA_CONTEXT_SHARE * CONTEXT), limit)
+            result = prepare(path, budget)
+            first = result.images[0]
+            label = f"{path.name} ({len(result.images)})"
+            pixels = f"{first.width}x{first.height}"
+            print(
+                f"| {label:22} | {limit:5} | {path.stat().st_size:9,} "
+                f"| {sum(i.payload_bytes for i in result.images):9,} | {pixels:>11} "
+                f"| {sum(i.tokens for i in result.images):6} "
+                f"| {first.mime_type.removeprefix('image/'):6} "
+                f"| {_best_ms(partial(prepare, path, budget)):6.1f} |"
+            )
 
 
 def timing_table(folder: Path) -> None:
@@ -95,8 +162,10 @@ def timing_table(folder: Path) -> None:
             print(
                 f"| {path.name:22} | {limit:5} | {prepared.source_bytes:9,} "
                 f"| {prepared.payload_bytes:9,} | {pixels:>11} | {prepared.tokens:6} "
-                f"| {prepared.mime_type.removeprefix('image/'):6} | {_best_ms(path, limit):6.1f} |"
+                f"| {prepared.mime_type.removeprefix('image/'):6} "
+                f"| {_best_ms(partial(prepare_image, path, limit)):6.1f} |"
             )
+    _media_rows(folder)
 
 
 def _ocr(image_bytes: bytes, folder: Path) -> str:

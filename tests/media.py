@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import av
@@ -77,20 +78,27 @@ def make_video(
     fps: int = 10,
     size: tuple[int, int] = (320, 240),
     codec: str = "libx264",
+    picture: Callable[[int], Image.Image] | None = None,
+    keyframe_interval: int | None = None,
 ) -> Path:
-    """An H.264 MP4 (or, with ``codec="libvpx-vp9"``, a WebM) of flat frames.
+    """An H.264 MP4 (or, with ``codec="libvpx-vp9"``, a WebM) of ``seconds * fps`` frames.
 
-    Frame ``i`` (shown at ``i / fps`` s) is :func:`frame_colour` ``(i)``, so a test
-    can tell which frame it got from its pixels.
+    Frame ``i`` (shown at ``i / fps`` s) is ``picture(i)`` (``size`` pixels), by
+    default flat :func:`frame_colour` ``(i)``, so a test can tell which frame it
+    got from its pixels. ``keyframe_interval``: frames between keyframes (the
+    encoder's default when None: 250 for x264).
     """
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=fps)
         assert isinstance(stream, av.VideoStream)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
+        if keyframe_interval is not None:
+            stream.codec_context.gop_size = keyframe_interval
         for index in range(round(seconds * fps)):
-            image = Image.new("RGB", size, frame_colour(index))
-            for packet in stream.encode(av.VideoFrame.from_image(image)):
+            image = picture(index) if picture else Image.new("RGB", size, frame_colour(index))
+            frame = av.VideoFrame.from_image(image)
+            for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)

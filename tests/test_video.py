@@ -67,13 +67,20 @@ def test_frame_count_is_bounded_by_the_image_slots_left(tmp_path: Path) -> None:
     assert [shown_frame(frame) for frame in result.images] == [0, 8, 15, 23]
 
 
-def test_frame_count_is_bounded_by_max_frames(tmp_path: Path) -> None:
-    video = make_video(tmp_path / "long.mp4", seconds=20, fps=2, size=(64, 48))
+@pytest.mark.parametrize("keyframe_interval", [None, 4], ids=["one-keyframe", "every-2s"])
+def test_frame_count_is_bounded_by_max_frames(
+    tmp_path: Path, keyframe_interval: int | None
+) -> None:
+    video = make_video(
+        tmp_path / "long.mp4", 20, fps=2, size=(64, 48), keyframe_interval=keyframe_interval
+    )
     result = prepare_video(video, budget())
     assert len(result.images) == MAX_FRAMES
     seconds = [20 * i / MAX_FRAMES for i in range(MAX_FRAMES)]  # 0, 1.25, 2.5, ...
     shown = [float(frame.name[-4:]) + 60 * int(frame.name[-7:-5]) for frame in result.images]
     assert all(0 <= s - target < 0.5 + 1e-9 for s, target in zip(shown, seconds, strict=True))
+    # The colour counts frames modulo 32 (red = 8 * index % 256).
+    assert [shown_frame(frame) for frame in result.images] == [round(s * 2) % 32 for s in shown]
 
 
 def test_frames_shrink_to_fit_the_token_budget(tmp_path: Path) -> None:
