@@ -7,6 +7,7 @@ server at ``KIMI_BASE_URL``.
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from chainlit.input_widget import InputWidget, Slider, Switch
 from backend.batching import coalesce
 from backend.chat import ChatSession, Upload
 from backend.conversation import Turn
-from backend.errors import ChatError, ServerLoading
+from backend.errors import ChatError, ServerLoading, can_retry
 from backend.events import AnswerDelta, Done, ReasoningDelta
 from backend.logs import configure as configure_logging
 from backend.panel import option_changes, panel_fields, profile_choices, served_models
@@ -26,6 +27,7 @@ from backend.presenter import (
     ready_note,
     stats_line,
     stopped_note,
+    unusable_files_note,
     waiting_note,
 )
 from backend.settings import Settings
@@ -143,14 +145,9 @@ async def on_message(message: cl.Message) -> None:
     text = prepared.message_text(message.content)  # with PDF pages / video frame times
     if prepared.problems:
         cl.user_session.set("draft", (message.id, text, prepared.images))
-        lines = "\n".join(f"- {p}" for p in prepared.problems)
         can_send = bool(message.content.strip() or prepared.images)
         actions = [cl.Action(name="send_anyway", payload={}, label="Send without them")]
-        await say(
-            f"⚠️ Some files could not be used:\n{lines}\n\nYour message is kept: attach other "
-            "files and send again" + (", or send it without them." if can_send else "."),
-            actions if can_send else None,
-        )
+        await say(unusable_files_note(prepared.problems, can_send), actions if can_send else None)
         return
     for notice in prepared.notices:
         await say(f"ℹ️ {notice}")
@@ -192,7 +189,7 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
         request, notices = await session.plan_request(turn, max_tokens)
     except ChatError as exc:
         turn.status = "failed"
-        await say(f"⚠️ {exc}", [retry_action()])
+        await say(f"⚠️ {exc}", [retry_action()] if can_retry(exc) else None)
         return
     for notice in notices:
         await say(f"ℹ️ {notice}")
@@ -200,20 +197,21 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
     answer: cl.Message | None = None
     reasoning = ReasoningView()
     try:
-        async for event in coalesce(session.respond(turn, request)):
-            if isinstance(event, ReasoningDelta):
-                if show_reasoning:
-                    await reasoning.add(event.text)
-            elif isinstance(event, AnswerDelta):
-                await reasoning.close()
-                answer = answer or cl.Message(content="")
-                await answer.stream_token(event.text)
-            elif isinstance(event, Done):
-                if event.answer_in_reasoning:
-                    await reasoning.discard()  # no marker came: that text was the answer
-                await reasoning.close()
-                answer = answer or cl.Message(content="")
-                await finish_answer(answer, turn, event, request.max_tokens)
+        async with aclosing(coalesce(session.respond(turn, request))) as events:
+            async for event in events:
+                if isinstance(event, ReasoningDelta):
+                    if show_reasoning:
+                        await reasoning.add(event.text)
+                elif isinstance(event, AnswerDelta):
+                    await reasoning.close()
+                    answer = answer or cl.Message(content="")
+                    await answer.stream_token(event.text)
+                elif isinstance(event, Done):
+                    if event.answer_in_reasoning:
+                        await reasoning.discard()  # no marker came: that text was the answer
+                    await reasoning.close()
+                    answer = answer or cl.Message(content="")
+                    await finish_answer(answer, turn, event, request.max_tokens)
     except asyncio.CancelledError:
         await reasoning.close(stopped=True)
         answer = answer or cl.Message(content="")
@@ -225,7 +223,7 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
         await reasoning.close(stopped=True)
         if answer is not None:
             await answer.send()
-        await say(f"⚠️ {exc}", [retry_action()])
+        await say(f"⚠️ {exc}", [retry_action()] if can_retry(exc) else None)
 
 
 async def finish_answer(answer: cl.Message, turn: Turn, done: Done, max_tokens: int) -> None:

@@ -9,7 +9,8 @@ token by token would freeze the page; batched at 20 updates a second it does not
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 
 from backend.events import AnswerDelta, ReasoningDelta, StreamEvent
 
@@ -18,10 +19,10 @@ DEFAULT_INTERVAL_S = 0.05
 
 
 async def coalesce(
-    events: AsyncIterator[StreamEvent],
+    events: AsyncGenerator[StreamEvent, None],
     interval_s: float = DEFAULT_INTERVAL_S,
     clock: Callable[[], float] = time.monotonic,
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """Merge consecutive text deltas of one kind into one per ``interval_s``.
 
     The first delta of each kind passes at once (time to first token is not
@@ -32,31 +33,36 @@ async def coalesce(
 
     Held text is released when the next event arrives, so a pause in the
     stream can hold at most one batch until the next token comes.
+
+    Closing this generator closes ``events`` at once, in the same task (so a
+    Stop closes the HTTP stream underneath without waiting for the garbage
+    collector).
     """
     held: list[str] = []
     held_kind: type[ReasoningDelta] | type[AnswerDelta] | None = None
     last_release = float("-inf")
-    async for event in events:
-        if isinstance(event, ReasoningDelta | AnswerDelta):
-            kind = type(event)
-            if held_kind is not None and kind is not held_kind:
+    async with aclosing(events):
+        async for event in events:
+            if isinstance(event, ReasoningDelta | AnswerDelta):
+                kind = type(event)
+                if held_kind is not None and kind is not held_kind:
+                    yield held_kind("".join(held))
+                    held.clear()
+                    held_kind = None
+                    last_release = float("-inf")
+                held.append(event.text)
+                held_kind = kind
+                now = clock()
+                if now - last_release >= interval_s:
+                    yield kind("".join(held))
+                    held.clear()
+                    held_kind = None
+                    last_release = now
+                continue
+            if held_kind is not None:
                 yield held_kind("".join(held))
                 held.clear()
                 held_kind = None
-                last_release = float("-inf")
-            held.append(event.text)
-            held_kind = kind
-            now = clock()
-            if now - last_release >= interval_s:
-                yield kind("".join(held))
-                held.clear()
-                held_kind = None
-                last_release = now
-            continue
+            yield event
         if held_kind is not None:
             yield held_kind("".join(held))
-            held.clear()
-            held_kind = None
-        yield event
-    if held_kind is not None:
-        yield held_kind("".join(held))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -298,13 +299,16 @@ class ChatSession:
             plan = self.conversation.plan(turn, smaller, self.token_counter)
         return plan
 
-    async def respond(self, turn: Turn, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+    async def respond(self, turn: Turn, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream the model's response to ``turn`` and record it in the turn.
 
         Yields the events of :meth:`backend.client.ChatClient.stream`. On any
         exit ``turn`` holds the reasoning and answer received so far, and its
         status says how it ended: ``done``, ``cut_off`` (max tokens reached),
-        ``stopped`` (cancelled by Stop) or ``failed`` (an error).
+        ``stopped`` (cancelled by Stop, or closed early) or ``failed`` (an
+        error). Closing this generator closes the HTTP stream at once, in the
+        same task: use ``contextlib.aclosing`` so a Stop that lands outside the
+        stream (while the UI is sending) still makes vLLM abort the request.
 
         Raises:
             ChatError: any server failure, mapped by the client.
@@ -313,17 +317,18 @@ class ChatSession:
         answer: list[str] = []
         turn.status = "pending"
         try:
-            async for event in self.client.stream(request):
-                if isinstance(event, ReasoningDelta):
-                    reasoning.append(event.text)
-                elif isinstance(event, AnswerDelta):
-                    answer.append(event.text)
-                else:
-                    turn.status = "cut_off" if event.finish_reason == "length" else "done"
-                    if event.answer_in_reasoning:
-                        answer, reasoning = reasoning, []
-                    turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
-                yield event
+            async with aclosing(self.client.stream(request)) as events:
+                async for event in events:
+                    if isinstance(event, ReasoningDelta):
+                        reasoning.append(event.text)
+                    elif isinstance(event, AnswerDelta):
+                        answer.append(event.text)
+                    else:
+                        turn.status = "cut_off" if event.finish_reason == "length" else "done"
+                        if event.answer_in_reasoning:
+                            answer, reasoning = reasoning, []
+                        turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
+                    yield event
             await self._learn_token_counts(turn)
         except (asyncio.CancelledError, GeneratorExit):
             turn.status = "stopped"

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sys
+from contextlib import aclosing
 from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
@@ -71,26 +72,27 @@ async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
             err.write(f"note: {notice}\n")
         dim = err.isatty()
         answered = False
-        async for event in session.respond(turn, request):
-            if isinstance(event, ReasoningDelta):
-                if args.jsonl:
-                    out.write(json.dumps({"kind": "reasoning", "text": event.text}) + "\n")
+        async with aclosing(session.respond(turn, request)) as events:
+            async for event in events:
+                if isinstance(event, ReasoningDelta):
+                    if args.jsonl:
+                        out.write(json.dumps({"kind": "reasoning", "text": event.text}) + "\n")
+                    else:
+                        err.write(f"{DIM}{event.text}{RESET}" if dim else event.text)
+                        err.flush()
+                elif isinstance(event, AnswerDelta):
+                    if args.jsonl:
+                        out.write(json.dumps({"kind": "answer", "text": event.text}) + "\n")
+                    else:
+                        if not answered:
+                            err.write("\n")
+                        out.write(event.text)
+                    answered = True
                 else:
-                    err.write(f"{DIM}{event.text}{RESET}" if dim else event.text)
-                    err.flush()
-            elif isinstance(event, AnswerDelta):
-                if args.jsonl:
-                    out.write(json.dumps({"kind": "answer", "text": event.text}) + "\n")
-                else:
-                    if not answered:
-                        err.write("\n")
-                    out.write(event.text)
-                answered = True
-            else:
-                if event.answer_in_reasoning and not args.jsonl:
-                    out.write(turn.answer)
-                report_done(event, turn.reasoning, turn.answer, args.jsonl, out, err)
-            out.flush()
+                    if event.answer_in_reasoning and not args.jsonl:
+                        out.write(turn.answer)
+                    report_done(event, turn.reasoning, turn.answer, args.jsonl, out, err)
+                out.flush()
     finally:
         await session.client.aclose()
 

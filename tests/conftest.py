@@ -43,6 +43,7 @@ class RunningFake:
         """Forget recorded requests."""
         self.server.requests.clear()
         self.server.headers.clear()
+        self.server.aborted.clear()
 
 
 @pytest.fixture(scope="session")

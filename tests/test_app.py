@@ -33,8 +33,14 @@ class Browser:
     """What the app sent over the socket, in order."""
 
     frames: list[tuple[str, Any]] = field(default_factory=list)
+    token_delay_s: float = 0.0
+    """Seconds each streamed token takes to send (a slow browser)."""
+    sending_token: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def emit(self, event: str, data: Any) -> None:
+        if event == "stream_token" and self.token_delay_s:
+            self.sending_token.set()
+            await asyncio.sleep(self.token_delay_s)
         self.frames.append((event, data))
 
     def steps(self, kind: str) -> dict[str, dict[str, Any]]:
@@ -122,6 +128,9 @@ async def test_cut_off_offers_more_tokens(browser: Browser) -> None:
 async def test_server_error_keeps_the_turn_for_retry(browser: Browser, fake: RunningFake) -> None:
     await app.on_message(user_message("#scenario=error-images"))
     assert "At most 4 image(s)" in browser.texts()[-1]
+    assert "retry" not in browser.actions()  # the same request would be refused again
+    await app.on_message(user_message("#scenario=error-500"))
+    assert "EngineCore" in browser.texts()[-1]
     assert "Traceback" not in browser.texts()[-1]
     session = app.chat()
     turn = session.last_turn()
@@ -256,3 +265,42 @@ async def test_pdf_pages_and_video_frames_share_the_image_limit(
     assert "ℹ️ slides.pdf: pages 1-3 of 3 sent as images" in notes
     assert any(n.startswith("ℹ️ clip.mp4: 2 frames of the 00:03.0 video sent") for n in notes)
     assert notes[-1].startswith(ANSWER.strip())
+
+
+async def test_stop_while_sending_to_the_browser_closes_the_upstream_stream(
+    browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stop usually lands while the app awaits the websocket, not the HTTP read.
+
+    The stream to the server must then be closed at once and in the same task
+    (that is what makes vLLM abort), not later by the garbage collector in a
+    finaliser task, where httpx's cleanup fails ("exit cancel scope in a
+    different task") and the request may run on.
+    """
+    client = app.chat().client
+    stream = client.stream
+    tasks: list[tuple[str, asyncio.Task[Any] | None]] = []
+
+    async def watched(request: Any) -> Any:
+        tasks.append(("opened", asyncio.current_task()))
+        try:
+            async for event in stream(request):
+                yield event
+        finally:
+            tasks.append(("closed", asyncio.current_task()))
+
+    monkeypatch.setattr(client, "stream", watched)
+    browser.token_delay_s = 10  # a slow browser: Stop lands while a token is being sent
+    task = asyncio.create_task(app.on_message(user_message("#scenario=slow")))
+    await asyncio.wait_for(browser.sending_token.wait(), timeout=30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert tasks == [("opened", task), ("closed", task)]  # closed before Stop returned
+    for _ in range(100):  # and the server saw the client go
+        if fake.server.aborted:
+            break
+        await asyncio.sleep(0.01)
+    assert fake.server.aborted == [fake.server.headers[-1]["x-request-id"]]
+    turn = app.chat().last_turn()
+    assert turn is not None and turn.status == "stopped"

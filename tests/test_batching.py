@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 
 from backend.batching import coalesce
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
@@ -10,7 +10,7 @@ from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
 DONE = Done(finish_reason="stop", usage=None, ttft_s=0.1, reasoning_s=None, elapsed_s=1.0)
 
 
-async def replay(events: Iterable[StreamEvent]) -> AsyncIterator[StreamEvent]:
+async def replay(events: Iterable[StreamEvent]) -> AsyncGenerator[StreamEvent, None]:
     for event in events:
         yield event
 

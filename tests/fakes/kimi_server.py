@@ -145,6 +145,8 @@ class KimiServer:
         self.max_model_len = max_model_len
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.aborted: list[str] = []
+        """Request ids whose stream the client closed before the end (what Stop must do)."""
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -184,6 +186,7 @@ class KimiServer:
         if request.method == "DELETE":
             self.requests.clear()
             self.headers.clear()
+            self.aborted.clear()
         return JSONResponse({"requests": self.requests, "headers": self.headers})
 
     async def chat(self, request: Request) -> Response:
@@ -207,8 +210,22 @@ class KimiServer:
             )
         request_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
         return StreamingResponse(
-            self.stream(scenario, body, request_id), media_type="text/event-stream"
+            self.watched(self.stream(scenario, body, request_id), request_id),
+            media_type="text/event-stream",
         )
+
+    async def watched(self, chunks: AsyncIterator[str], request_id: str) -> AsyncIterator[str]:
+        """Pass ``chunks`` through; record ``request_id`` if the client goes away first.
+
+        Starlette cancels a streaming response when the client disconnects, as
+        vLLM aborts a request then.
+        """
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except (asyncio.CancelledError, GeneratorExit):
+            self.aborted.append(request_id)
+            raise
 
     async def stream(
         self, scenario: Scenario, body: dict[str, Any], request_id: str
