@@ -49,3 +49,13 @@ class ServerFailed(ChatError):
 
 class ImageError(ChatError):
     """An uploaded file could not be used as an image; the message names the file."""
+
+
+def can_retry(error: ChatError) -> bool:
+    """True if sending the same request again may succeed.
+
+    A request the server rejected as such (too long, too many images, a wrong
+    key or model) fails again until the person changes it, so it gets no
+    Retry button; an unreachable, loading, failing or slow server may recover.
+    """
+    return not isinstance(error, RequestRejected | ImageError)

@@ -70,3 +70,17 @@ DEV_MODE_BANNER = (
     "Answers are noise; dev mode exists to exercise the whole path "
     "(uploads, streaming, reasoning display, errors)."
 )
+
+
+def unusable_files_note(problems: list[str], can_send: bool) -> str:
+    """Name each file that could not be used, and say the message is kept.
+
+    ``can_send``: something is left to send (text or usable files), so the note
+    offers to send it without the refused files.
+    """
+    lines = "\n".join(f"- {problem}" for problem in problems)
+    how = ", or send it without them." if can_send else "."
+    return (
+        f"⚠️ Some files could not be used:\n{lines}\n\n"
+        f"Your message is kept: attach other files and send again{how}"
+    )

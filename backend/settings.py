@@ -74,7 +74,9 @@ DEV = ModelProfile(
     label="Dev model (random weights: answers are noise)",
     thinking=False,
     temperature=0.8,
-    max_tokens=256,
+    # Long enough to watch an answer stream and to press Stop (the tiny model
+    # writes about 1,000 tokens a second on 2 CPU cores), without always cutting off.
+    max_tokens=2048,
     in_token_limit=4096,
 )
 

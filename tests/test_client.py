@@ -12,6 +12,7 @@ from backend.errors import (
     ServerLoading,
     ServerUnreachable,
     TooManyImages,
+    can_retry,
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
 from tests.conftest import RunningFake, free_port
@@ -153,3 +154,9 @@ async def test_thinking_model_answer_without_markers_is_flagged(client: ChatClie
     assert done.answer_in_reasoning and not done.reasoning_unclosed
     assert done.reasoning_s is None  # it did not think: no "thought for" in the stats
     assert texts(events) == (ANSWER.lstrip(), "")  # streamed live as reasoning, flagged at the end
+
+
+def test_only_errors_that_may_pass_get_a_retry() -> None:
+    assert can_retry(ServerUnreachable("x")) and can_retry(ServerLoading("x"))
+    assert can_retry(ServerFailed("x")) and can_retry(RequestTimeout("x"))
+    assert not can_retry(ContextTooLong("x")) and not can_retry(TooManyImages("x"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from backend.chat import SamplingOptions
 from backend.client import ServedModel
 from backend.panel import option_changes, panel_fields, profile_choices
-from backend.presenter import ready_note, stopped_note, waiting_note
+from backend.presenter import ready_note, stopped_note, unusable_files_note, waiting_note
 from backend.settings import DEV, INSTRUCT, THINKING_2506
 from backend.starters import sample_for, starters_for
 from tests.conftest import DATA
@@ -72,3 +72,10 @@ def test_notes_read_well() -> None:
         ready_note("Kimi-VL Instruct")
         == "✓ **The model server is ready** (Kimi-VL Instruct). Ask away."
     )
+
+
+def test_unusable_files_note_names_each_file_and_offers_what_is_possible() -> None:
+    note = unusable_files_note(["a.jpg: empty file", "b.png: not an image"], can_send=True)
+    assert "- a.jpg: empty file\n- b.png: not an image" in note
+    assert note.endswith("or send it without them.")
+    assert unusable_files_note(["a.jpg: empty file"], can_send=False).endswith("send again.")
