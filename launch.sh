@@ -65,12 +65,14 @@ done
 banner() { printf '\n  ==== %s ====\n\n' "$*" >&2; }
 
 # make_venv DIR REQUIREMENTS [--cpu]: create DIR and install REQUIREMENTS once; a copy
-# of the requirements file in DIR marks a finished install (an interrupted one is redone).
+# of the requirements file in DIR marks a finished install (an interrupted or
+# outdated one is installed again, in place).
 make_venv() {
   local dir=$1 req=$2 stamp=$1/.installed-requirements.txt
   [[ -f $stamp ]] && cmp -s "$stamp" "$req" && return 0
-  if [[ -f $stamp ]]; then say "$req changed: recreating $dir"; rm -rf "$dir"; fi
-  say "installing $req into $dir (first run; vLLM takes a few minutes and a few GB)"
+  local what="installing $req into $dir (first run; vLLM takes a few minutes and a few GB)"
+  [[ -f $stamp ]] && what="$req changed: updating $dir in place (it may hold test tools too)"
+  say "$what"
   [[ -x $dir/bin/python ]] || python3 -m venv "$dir"
   if [[ ${3-} == --cpu ]]; then
     # facts.md: torch's +cpu build may need PyTorch's index; pip's CUDA builds of

@@ -14,12 +14,14 @@ import re
 import subprocess
 import sys
 import time
+from contextlib import aclosing
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
+from backend.batching import coalesce
 from backend.chat import ChatSession, Upload
 from backend.client import ChatClient, ChatRequest
 from backend.errors import ContextTooLong, TooManyImages
@@ -146,6 +148,14 @@ async def test_stop_aborts_the_request_on_the_server(vllm_server: VllmServer) ->
     """
     session = session_for(vllm_server)
     await session.connect()
+    # Warm up: right after start the engine streams its first answer in one late burst.
+    warm_up = ChatRequest(
+        model=vllm_server.model,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=8,
+        temperature=0.0,
+    )
+    _ = [e async for e in session.client.stream(warm_up)]
     turn = session.start_turn("long", "Describe everything, at length.", [])
     request, _ = await session.plan_request(turn, max_tokens=vllm_server.max_model_len)
     request = replace(request, extra_body={"ignore_eos": True})  # as long as the context allows
@@ -153,8 +163,11 @@ async def test_stop_aborts_the_request_on_the_server(vllm_server: VllmServer) ->
     started = asyncio.Event()
 
     async def consume() -> None:
-        async for _ in session.respond(turn, request):
-            started.set()
+        """As app.py does, with a slow browser: Stop lands while a batch is being sent."""
+        async with aclosing(coalesce(session.respond(turn, request))) as events:
+            async for _ in events:
+                started.set()
+                await asyncio.sleep(0.2)
 
     task = asyncio.create_task(consume())
     await asyncio.wait_for(started.wait(), timeout=60)
