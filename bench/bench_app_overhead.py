@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,17 +33,10 @@ import httpx
 import socketio
 
 from backend.reasoning import ReasoningSplitter
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is in this picture?"
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_http(url: str, timeout_s: float = 60) -> None:
