@@ -23,7 +23,8 @@ Memory is bounded on purpose: Pillow's ``Image.MAX_IMAGE_PIXELS`` is set to
 :data:`MAX_SOURCE_PIXELS` when this module is imported (a header claiming more
 pixels is refused as a possible decompression bomb), and at most
 :data:`MAX_DECODED_PIXELS` are ever decoded (JPEGs are decoded at a reduced DCT
-scale when that is enough for the budget).
+scale when that is enough for the budget). Freed image memory is kept for reuse, up
+to :data:`FREED_BLOCKS_KEPT` blocks of 16 MB.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from __future__ import annotations
 import base64
 import io
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import pillow_heif
-from PIL import ExifTags, Image, UnidentifiedImageError
+from PIL import ExifTags, Image, UnidentifiedImageError, _imaging
 
 from backend.errors import ImageError
 
@@ -68,20 +70,26 @@ MAX_DECODED_PIXELS: Final = 64_000_000
 """Largest number of pixels decoded into memory (about 256 MB as RGBA). JPEGs bigger
 than this are still accepted when a reduced DCT scale (1/2, 1/4, 1/8) fits under it."""
 
-JPEG_QUALITY: Final = 90
-"""JPEG quality for photos. Measured on the scikit-image photos and a 12-megapixel photo
-scaled to the 16384-patch budget: PSNR 35.5-41.8 dB at 90 (34.0-39.8 at 75, 37.5-43.2
-at 95), about 1/6 to 1/11 of the PNG size; at the model's resolution no artefact
-is visible."""
+JPEG_QUALITY: Final = 80
+"""JPEG quality for photos: the highest of the usual steps (95, 90, 85, 80) whose payload
+is at most 1/8 of a large phone photo (issue 4's target). Measured by
+``bench/bench_images.py`` on a 12-megapixel JPEG (quality 92, 3.0 MB) scaled to the
+16384-patch budget: 1/9.6 at 80, 1/8.0 at 85 (just over), 1/6.0 at 90. Against 90,
+quality 80 costs 1.5-2.4 dB PSNR (32.5-41.5 dB on the scikit-image photos and that
+photo) for 33-37% fewer bytes, and reads the same: tesseract changes 19 of 209
+characters of page.png at 80, 16-18 at 95 to 85, 31 at 50 (``--ocr``). Every turn
+re-sends the conversation's images, so the bytes count on every request."""
 
 PNG_COMPRESS_LEVEL: Final = 6
 """zlib level for PNG output (Pillow's default balance of size and speed)."""
 
 PHOTO_RESAMPLE: Final = Image.Resampling.BILINEAR
 """Filter for images that will be sent as JPEG. Pillow's BILINEAR is antialiased (its
-support grows with the reduction) and runs about 2.5x faster than LANCZOS; on a
-12-megapixel photo scaled to 2071x1553 it differs from LANCZOS by 49.9 dB PSNR, an
-error ten times smaller (in mean square) than JPEG quality 90 adds (41.8 dB)."""
+support grows with the reduction) and runs about 2.4x faster than LANCZOS (47 against
+112 ms on one core); on a 12-megapixel photo scaled to 2071x1553 it differs from
+LANCZOS by 49.9 dB PSNR, an error about seven times smaller (in mean square) than
+JPEG quality 80 then adds (41.5 dB). BOX is faster still (34 ms) but differs by
+44.4 dB and, keeping more aliasing, encodes 7% larger."""
 
 TEXT_RESAMPLE: Final = Image.Resampling.LANCZOS
 """Filter for images that will be sent as PNG (text, lines): the sharpest of Pillow's."""
@@ -95,7 +103,19 @@ FLAT_COVERAGE: Final = 0.5
 colours cover at least half of its pixels; photos stay far below (measured on the
 scikit-image photos: 0.01-0.13)."""
 
+FREED_BLOCKS_KEPT: Final = 6
+"""Freed 16 MB blocks Pillow keeps for reuse instead of returning them to the system
+(Pillow's block allocator, ``PILLOW_BLOCKS_MAX``, which defaults to none). Preparing a
+12-megapixel photo for the 16384-patch budget uses 6 (48 MB decoded, 38 MB resized);
+keeping them spares every later large image about 21,000 page faults, a quarter of
+its time (125 to 94 ms median on one core, ``bench/bench_images.py``), for about 80 MB
+kept by the process after its first large image. ``PILLOW_BLOCKS_MAX`` in the
+environment, when set, wins."""
+
 Image.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS
+if "PILLOW_BLOCKS_MAX" not in os.environ:
+    # The call PIL.Image makes for the variable, which it reads only on first import.
+    _imaging.set_blocks_max(FREED_BLOCKS_KEPT)
 _TOO_MANY_PIXELS: Final = (
     f"{MAX_SOURCE_PIXELS // 1_000_000} megapixels accepted (a possible decompression bomb)"
 )
@@ -248,7 +268,8 @@ def choose_format(image: Image.Image, source_format: str | None) -> str:
     (JPEG, WebP, HEIC, AVIF: their detail is already approximate, and PNG would be
     several times larger). Measured on page.png, a scan (``bench/bench_images.py
     --ocr``, tesseract 5.3): the PNG (43 KB) reads exactly as the original, while
-    JPEG changes 18 of 209 recognised characters at quality 90 (23 KB), 31 at 50.
+    JPEG changes 16 to 19 of 209 recognised characters at qualities 95 to 75 (29 to
+    16 KB), 31 at 50.
 
     Args:
         image: the flattened image, mode ``RGB`` or ``L``, any size.
