@@ -1,4 +1,5 @@
-"""Test helpers that make PDFs and videos (no downloads): Pillow, PyAV, raw PDF syntax."""
+"""Test helpers for uploads: PDFs and videos made here (no downloads) with Pillow, PyAV and
+raw PDF syntax, a media budget, and the check on the one-line messages for bad files."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ from pathlib import Path
 
 import av
 from PIL import Image, ImageDraw
+
+from backend.uploads import MediaBudget
+
+
+def budget(images: int = 64, tokens: int = 1_000_000, limit: int = 16384) -> MediaBudget:
+    """Room for one message's pictures: image slots, tokens, and the patch budget of one."""
+    return MediaBudget(images=images, tokens=tokens, in_token_limit=limit)
+
+
+def one_line_naming(error: BaseException, name: str) -> str:
+    """The message of ``error``, asserted to be one line starting with ``"<name>: "``."""
+    message = str(error)
+    assert message.startswith(f"{name}: ")
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
 
 PAGE_COLOURS = [(30 * i % 256, 90, 200 - 10 * i) for i in range(20)]
 """Background colour of page ``i`` (0-based) in :func:`make_pdf`: tells pages apart."""

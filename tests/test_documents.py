@@ -10,14 +10,16 @@ from backend.documents import MAX_RENDER_DPI, page_pixels, prepare_pdf
 from backend.errors import ImageError
 from backend.images import fit_to_budget, image_tokens
 from backend.uploads import MediaBudget, UploadKind, sniff_kind
-from tests.media import ONE_PAGE, PAGE_COLOURS, encrypted_pdf, make_pdf, raw_pdf
-from tests.test_images import decode
-
-LIMITS = [4096, 16384]  # Kimi-VL-A3B-Instruct, Kimi-VL-A3B-Thinking-2506
-
-
-def budget(images: int = 64, tokens: int = 1_000_000, limit: int = 16384) -> MediaBudget:
-    return MediaBudget(images=images, tokens=tokens, in_token_limit=limit)
+from tests.media import (
+    ONE_PAGE,
+    PAGE_COLOURS,
+    budget,
+    encrypted_pdf,
+    make_pdf,
+    one_line_naming,
+    raw_pdf,
+)
+from tests.test_images import LIMITS, decode
 
 
 def test_pages_up_to_the_image_limit_with_a_notice_of_those_left_out(tmp_path: Path) -> None:
@@ -105,8 +107,7 @@ def test_broken_or_locked_pdf_is_one_line_naming_the_file(
     path.write_bytes(content)
     with pytest.raises(ImageError) as error:
         prepare_pdf(path, budget(), name="contract.pdf")
-    message = str(error.value)
-    assert message.startswith(f"contract.pdf: {reason}") and "\n" not in message
+    assert one_line_naming(error.value, "contract.pdf").startswith(f"contract.pdf: {reason}")
 
 
 def test_truncated_pdf_is_refused_or_its_readable_pages_sent(tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def test_truncated_pdf_is_refused_or_its_readable_pages_sent(tmp_path: Path) -> 
     try:
         result = prepare_pdf(cut, budget())
     except ImageError as error:  # PDFium may rebuild the cross-reference table or not
-        assert str(error).startswith("cut.pdf: the PDF is damaged")
+        assert one_line_naming(error, "cut.pdf").startswith("cut.pdf: the PDF is damaged")
     else:
         assert 1 <= len(result.images) <= 3
 

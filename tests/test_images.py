@@ -28,6 +28,7 @@ from backend.images import (
     image_tokens,
     prepare_image,
 )
+from tests.media import one_line_naming
 
 DATA = Path(__file__).parent / "data"
 PHOTOS = ["astronaut.png", "chelsea.png", "rocket.jpg", "page.png", "coffee.png"]
@@ -297,38 +298,31 @@ def test_grayscale_stays_one_channel(save: Callable[..., Path]) -> None:
 # --- broken files -------------------------------------------------------------------
 
 
-def assert_one_line_naming(error: pytest.ExceptionInfo[ImageError], name: str) -> str:
-    message = str(error.value)
-    assert message.startswith(f"{name}: ")
-    assert "\n" not in message and "Traceback" not in message
-    return message
-
-
 def test_zero_byte_file_is_refused(save: Callable[..., Path]) -> None:
     with pytest.raises(ImageError) as error:
         prepare_image(save("empty.jpg", b""), 4096)
-    assert "empty" in assert_one_line_naming(error, "empty.jpg")
+    assert "empty" in one_line_naming(error.value, "empty.jpg")
 
 
 def test_truncated_jpeg_is_refused(save: Callable[..., Path]) -> None:
     data = (DATA / "rocket.jpg").read_bytes()
     with pytest.raises(ImageError) as error:
         prepare_image(save("half.jpg", data[: len(data) // 2]), 4096)
-    assert "truncated" in assert_one_line_naming(error, "half.jpg")
+    assert "truncated" in one_line_naming(error.value, "half.jpg")
 
 
 def test_text_named_jpg_is_refused(save: Callable[..., Path]) -> None:
     path = save("notes.jpg", b"shopping list: milk, eggs, coffee\n" * 10)
     with pytest.raises(ImageError) as error:
         prepare_image(path, 4096, name="cat.jpg")
-    message = assert_one_line_naming(error, "cat.jpg")
+    message = one_line_naming(error.value, "cat.jpg")
     assert "not an image" in message
 
 
 def test_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ImageError) as error:
         prepare_image(tmp_path / "gone.png", 4096)
-    assert_one_line_naming(error, "gone.png")
+    one_line_naming(error.value, "gone.png")
 
 
 # --- formats (issue 4, item 1) ------------------------------------------------------
@@ -572,7 +566,7 @@ def test_bad_inputs_give_one_line_or_a_usable_image(
     if case.error is not None:
         with pytest.raises(ImageError) as error:
             prepare_image(path, 4096, max_bytes=case.max_bytes)
-        assert case.error in assert_one_line_naming(error, case.name)
+        assert case.error in one_line_naming(error.value, case.name)
         return
     prepared = prepare_image(path, 4096, max_bytes=case.max_bytes)
     image = decode(prepared)
@@ -592,4 +586,4 @@ def test_directory_is_refused(tmp_path: Path) -> None:
     folder.mkdir()
     with pytest.raises(ImageError) as error:
         prepare_image(folder, 4096)
-    assert "cannot read" in assert_one_line_naming(error, "photos.jpg")
+    assert "cannot read" in one_line_naming(error.value, "photos.jpg")

@@ -8,7 +8,7 @@ import pytest
 
 from backend.errors import ImageError
 from backend.images import PreparedImage, fit_to_budget, image_tokens
-from backend.uploads import MediaBudget, UploadKind, sniff_kind
+from backend.uploads import UploadKind, sniff_kind
 from backend.video import (
     MAX_FRAMES,
     MIN_FRAME_PATCHES,
@@ -16,15 +16,11 @@ from backend.video import (
     plan_frames,
     prepare_video,
 )
-from tests.media import frame_colour, make_video
+from tests.media import budget, frame_colour, make_video, one_line_naming
 from tests.test_images import decode
 
 FPS = 10
 CODECS = [("clip.mp4", "libx264"), ("clip.webm", "libvpx-vp9")]
-
-
-def budget(images: int = 64, tokens: int = 1_000_000, limit: int = 16384) -> MediaBudget:
-    return MediaBudget(images=images, tokens=tokens, in_token_limit=limit)
 
 
 def shown_frame(frame: PreparedImage) -> int:
@@ -138,8 +134,7 @@ def test_broken_video_is_one_line_naming_the_file(
     assert sniff_kind(path) is UploadKind.VIDEO
     with pytest.raises(ImageError) as error:
         prepare_video(path, budget(), name="holiday.mp4")
-    message = str(error.value)
-    assert message.startswith(f"holiday.mp4: {reason}") and "\n" not in message
+    assert one_line_naming(error.value, "holiday.mp4").startswith(f"holiday.mp4: {reason}")
 
 
 def test_truncated_video_is_refused_or_its_frames_sent(tmp_path: Path) -> None:
@@ -149,7 +144,7 @@ def test_truncated_video_is_refused_or_its_frames_sent(tmp_path: Path) -> None:
     try:
         result = prepare_video(cut, budget())
     except ImageError as error:  # the index (moov) is at the end: usually refused
-        assert str(error).startswith("cut.mp4: ") and "\n" not in str(error)
+        one_line_naming(error, "cut.mp4")
     else:
         assert result.images
 
