@@ -33,23 +33,16 @@ import httpx
 import socketio
 
 from backend.reasoning import ReasoningSplitter
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_for_200
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "What is in this picture?"
 
 
 def wait_http(url: str, timeout_s: float = 60) -> None:
-    """Return once ``url`` answers 200."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.02)
-    raise RuntimeError(f"{url} not ready after {timeout_s} s")
+    """Return once ``url`` answers 200 (polled every 20 ms, for the start time)."""
+    if not wait_for_200(url, timeout_s, interval_s=0.02):
+        raise RuntimeError(f"{url} not ready after {timeout_s} s")
 
 
 def rss_mb(pid: int) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,34 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _keep_waiting() -> None:
+    """The default ``check`` of :func:`wait_for_200`: never gives up early."""
+
+
+def wait_for_200(
+    url: str,
+    timeout_s: float,
+    *,
+    interval_s: float = 0.1,
+    check: Callable[[], None] = _keep_waiting,
+) -> bool:
+    """Poll ``url`` until it answers HTTP 200 (True) or ``timeout_s`` seconds pass (False).
+
+    ``check`` runs before each attempt and raises to give up early, e.g. when the
+    process that should answer has exited. Each attempt waits at most 2 s.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        check()
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(interval_s)
+    return False
 
 
 @dataclass
@@ -55,13 +83,8 @@ def kimi_server() -> Iterator[RunningFake]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.05)
+    if not wait_for_200(f"http://127.0.0.1:{port}/health", 10, interval_s=0.05):
+        pytest.fail("the scripted server did not answer /health within 10 s")
     yield RunningFake(fake, f"http://127.0.0.1:{port}/v1")
     server.should_exit = True
     thread.join(timeout=5)

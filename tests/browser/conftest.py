@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_for_200
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -87,17 +86,13 @@ def spawn(
 
 def wait_http(url: str, process: Process, timeout_s: float = 60) -> None:
     """Wait until ``url`` answers 200; fail with the process log if it dies or times out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def alive() -> None:
         if process.popen.poll() is not None:
             pytest.fail(f"{process.log.name} exited:\n{process.log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"{url} not ready after {timeout_s} s:\n{process.log.read_text()[-3000:]}")
+
+    if not wait_for_200(url, timeout_s, check=alive):
+        pytest.fail(f"{url} not ready after {timeout_s} s:\n{process.log.read_text()[-3000:]}")
 
 
 def start_scripted_server(port: int, *models: str) -> Process:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.conftest import wait_for_200
 from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
 
 MAX_MODEL_LEN = 2048
@@ -95,20 +94,15 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
         return f"{why}\n--- launch.sh output ---\n{_tail(output)}"
 
     health = f"http://127.0.0.1:{port}/health"
-    deadline = time.monotonic() + START_TIMEOUT_S + 60
-    while True:
+
+    def running() -> None:
         if proc.poll() is not None:
             pytest.fail(failure(f"launch.sh exited with {proc.returncode}"), pytrace=False)
-        try:
-            if httpx.get(health, timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-            pytest.fail(failure("the dev server never became healthy"), pytrace=False)
-        time.sleep(1)
+
+    if not wait_for_200(health, START_TIMEOUT_S + 60, interval_s=1, check=running):
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        pytest.fail(failure("the dev server never became healthy"), pytrace=False)
 
     found = re.search(r"vLLM server pid (\d+)", output.read_text())
     assert found, failure("launch.sh did not say the server pid")
