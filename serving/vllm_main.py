@@ -12,7 +12,7 @@ version plus ``+cpu``, so the CPU platform is still detected) and runs the same
 The engine starts worker processes with ``spawn``, which re-imports the main
 module: everything runs behind ``if __name__ == "__main__":``.
 
-Usage (in the server's environment): ``python backend/vllm_main.py serve MODEL [FLAGS]``.
+Usage (in the server's environment): ``python serving/vllm_main.py serve MODEL [FLAGS]``.
 """
 
 from __future__ import annotations

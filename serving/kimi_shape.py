@@ -4,7 +4,7 @@ vLLM serves it through its own ``KimiVLForConditionalGeneration``
 (``vllm/model_executor/models/kimi_vl.py``: MoonViT vision tower, a 2x2 patch
 merger and projector, and a DeepSeek-V2-style MoE text model) with random
 weights, so nothing is downloaded: the directory holds only configuration, a
-tokenizer built here and our own processor (``backend/kimi_processing.py``,
+tokenizer built here and our own processor (``serving/kimi_processing.py``,
 copied in as remote code). It is the truest test of ``launch.sh``'s flags on a
 GPU short of the real 32 GB checkpoint: the same architecture, memory and
 kernels (MLA attention, fused MoE, the vision encoder), answers of noise.
@@ -38,7 +38,7 @@ that ids line up with the real vocabulary size.
 
 Usage (in a Python with ``tokenizers`` and ``transformers``)::
 
-    python -m backend.kimi_shape --out DIR [--hf-cache HUB_DIR] [--text-layers N]
+    python -m serving.kimi_shape --out DIR [--hf-cache HUB_DIR] [--text-layers N]
 
 ``--hf-cache`` also installs the directory as the Hugging Face cache snapshot of
 ``moonshotai/Kimi-VL-A3B-Thinking-2506``, so that with ``HF_HUB_OFFLINE=1`` a
