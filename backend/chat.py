@@ -43,6 +43,9 @@ DEV_SHAPE_REGEX = "◁think▷[^◁]{40,600}◁/think▷[^◁]{20,400}"
 the Thinking model's shape, so the reasoning step streams and folds as with
 Kimi-VL (the text itself stays noise)."""
 
+MORE_TOKENS_AT_LEAST = 1.1
+""""Retry with more tokens" is offered only when it can give at least 10% more."""
+
 __all__ = ["ChatSession", "Draft", "Planned", "SamplingOptions", "Upload", "UploadResult"]
 
 
@@ -83,7 +86,9 @@ class Planned:
         wanted_max_tokens: the answer budget the person asked for (the request's
             ``max_tokens`` may be smaller when the conversation leaves less room).
         more_tokens: a larger budget "Retry with more tokens" can offer (twice the
-            wanted one, within the max model length), or None when none can fit.
+            wanted one, within what the max model length leaves once all history is
+            left out), or None when that is not :data:`MORE_TOKENS_AT_LEAST` times
+            the request's budget.
     """
 
     request: ChatRequest
@@ -279,7 +284,8 @@ class ChatSession:
         )
         ceiling = self.max_model_len - plan.prompt_tokens + plan.history_tokens
         more = min(2 * wanted, ceiling)
-        return Planned(request, plan.notices, wanted, more if more > plan.max_tokens else None)
+        worth_it = more >= MORE_TOKENS_AT_LEAST * plan.max_tokens
+        return Planned(request, plan.notices, wanted, more if worth_it else None)
 
     async def respond(self, turn: Turn, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream the model's response to ``turn`` and record it in the turn.

@@ -98,7 +98,8 @@ CLOSED_MESSAGE = (
 
 def broken_stream(exc: Exception) -> StreamBroken:
     """Say in words how a started stream broke: ``ValueError`` (a chunk that is not
-    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error is cut off."""
+    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error (openai-python
+    wraps it as ``APIConnectionError`` mid-stream) is cut off."""
     if isinstance(exc, ValueError):
         return StreamBroken(
             "The model server's reply was garbled (a chunk that is not valid JSON). "
@@ -377,8 +378,8 @@ class ChatClient:
         except Exception as exc:
             if (
                 started_streaming
-                and isinstance(exc, httpx.TransportError | ValueError)
-                and not isinstance(exc, httpx.TimeoutException)
+                and isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
+                and not isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
             ):
                 raise broken_stream(exc) from exc
             raise map_error(exc, base_url=self.base_url, model=request.model) from exc

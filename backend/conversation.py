@@ -19,6 +19,7 @@ history here.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -41,14 +42,27 @@ VERIFY_ABOVE = 0.75
 """Share of the prompt budget above which a planned prompt is counted exactly."""
 
 
-def estimate_text_tokens(text: str) -> int:
-    """Estimate the token count of ``text`` without a tokenizer.
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_SPACE_RUN = re.compile(r" {2,}")
 
-    One token per 3 UTF-8 bytes over-estimates English (about 4 characters a
-    token) and Chinese (3 bytes a character, 1-1.5 characters a token), so a
-    prompt planned with it fits. Used when the server's ``/tokenize`` is missing.
+
+def estimate_text_tokens(text: str) -> int:
+    """Estimate the token count of ``text`` without a tokenizer; an over-estimate.
+
+    Byte-level BPE vocabularies (Kimi-VL's has 160K tokens) spend at most: one
+    token per 3 letters or digits of a word; one per ASCII symbol or newline;
+    one per 3 extra spaces of an indent; and, for any other character, its
+    UTF-8 length minus one (2 for a Chinese character, 3 for an emoji).
+    tests/test_conversation.py checks it against a real tokenizer (tiktoken's
+    cl100k_base, weaker than Kimi-VL's on Chinese, so a strict bar). Used for
+    texts the server's ``/tokenize`` has not counted yet (the current message)
+    or cannot count; exact counts replace it after each turn.
     """
-    return math.ceil(len(text.encode("utf-8")) / 3)
+    words = sum(math.ceil(len(word) / 3) for word in _WORD.findall(text))
+    symbols = sum(1 for ch in text if ord(ch) < 128 and not ch.isalnum() and ch != " ")
+    other = sum(len(ch.encode("utf-8")) - 1 for ch in text if ord(ch) >= 128)
+    indent = sum(math.ceil((len(run) - 1) / 3) for run in _SPACE_RUN.findall(text))
+    return words + symbols + other + indent
 
 
 class TokenCounter:
