@@ -33,7 +33,7 @@ from backend.errors import ChatError
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
-from backend.settings import DEV, ModelProfile, Settings, profile_for
+from backend.settings import ModelProfile, Settings, profile_for
 from backend.uploads import MediaWorkers, Upload, UploadLimits, UploadResult, prepare_uploads
 
 log = logging.getLogger(LOGGER_NAME)
@@ -135,7 +135,7 @@ class ChatSession:
         """
         if self.model is not None:
             return profile_for(self.model.id)
-        return profile_for(self.wanted_model or self.settings.model or DEV.served_name)
+        return profile_for(self.wanted_model or self.settings.model)
 
     @property
     def max_model_len(self) -> int:

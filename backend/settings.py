@@ -71,7 +71,9 @@ DEV = ModelProfile(
     served_name="kimi-vl-dev",
     hf_id="(tiny random-weights model built by serving.devmodel)",
     label="Dev model (random weights: answers are noise)",
-    thinking=False,
+    # Stands in for Thinking-2506: in dev mode the app shapes its output into
+    # "◁think▷ … ◁/think▷ answer" with structured outputs (backend.chat).
+    thinking=True,
     temperature=0.8,
     # Long enough to watch an answer stream and to press Stop (the tiny model
     # writes about 1,000 tokens a second on 2 CPU cores), without always cutting off.
