@@ -32,6 +32,7 @@ from backend.presenter import (
 )
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
+from ui.grounding_view import show_marks
 from ui.reasoning_view import ReasoningView
 
 SETTINGS = Settings()
@@ -237,6 +238,7 @@ async def finish_answer(answer: cl.Message, turn: Turn, done: Done, max_tokens: 
     answer.content = "\n\n".join(lines)
     answer.actions = actions
     await answer.send()
+    await show_marks(turn.answer, turn.images)  # points and boxes drawn on a copy, below
 
 
 @cl.on_chat_end

@@ -145,7 +145,7 @@ _CLICK_FUNCTIONS: Final = (
 _KEYWORD_POINT: Final = re.compile(rf"\bx\s*=\s*({_NUM})\s*,\s*y\s*=\s*({_NUM})")
 _POSITIONAL_CLICK: Final = re.compile(rf"\b{_CLICK_FUNCTIONS}\(\s*({_NUM})\s*,\s*({_NUM})\s*[,)]")
 _KEYED: Final = re.compile(
-    r"""["']?\b(bbox_2d|bbox|point_2d)\b["']?\s*[:=]\s*[\[(]([^\])]*)[\])]""", re.IGNORECASE
+    r"""["']?\b(bbox_2d|bbox|point_2d)\b["']?\s*[:=]\s*[\[(]([\d.,\s]*)[\])]""", re.IGNORECASE
 )
 _TUPLE: Final = re.compile(
     rf"(?<![\w$€£¥.])[\[(]\s*({_NUM})\s*,\s*({_NUM})"
@@ -329,7 +329,8 @@ def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
         elif item.source == "bbox_2d":
             wanted = 4
         if len(item.values) != wanted:
-            not_drawn.append(f"{quoted} has {len(item.values)} numbers, not {wanted}.")
+            count = len(item.values)
+            not_drawn.append(f"{quoted} has {count} number{'s' * (count != 1)}, not {wanted}.")
             continue
         named = [number for position, number in refs if position < item.start]
         if len(images) == 1:
@@ -511,6 +512,12 @@ def caption(name: str, marks: Sequence[Mark]) -> str:
     return f"📍 Marked on **{_escape(name)}** (a copy; the original is unchanged): " + ", ".join(
         items
     )
+
+
+def not_drawn_note(reasons: Sequence[str]) -> str:
+    """One note for :attr:`Grounding.not_drawn` (Markdown, model text escaped), e.g.
+    ``"ℹ️ Not drawn: “x=0.5, y=0.5” does not say which of the 2 images it is on."``."""
+    return "ℹ️ Not drawn: " + " ".join(_escape(reason) for reason in reasons)
 
 
 def _decode(data_url: str) -> tuple[Image.Image, str]:

@@ -22,6 +22,7 @@ from backend.grounding import (
     Point,
     caption,
     draw_marks,
+    not_drawn_note,
     overlays,
     read_marks,
 )
@@ -147,6 +148,12 @@ def test_box_of_three_numbers_is_not_drawn() -> None:
     grounding = read_marks('"bbox_2d": [0.1, 0.2, 0.3]', [PHOTO])
     assert grounding.marks == ()
     assert grounding.not_drawn == ('“"bbox_2d": [0.1, 0.2, 0.3]” has 3 numbers, not 4.',)
+
+
+def test_an_echo_of_the_format_asked_for_is_not_a_box() -> None:
+    answer = 'As asked, {"bbox_2d": [x1, y1, x2, y2], "label": "spoon"} with x1 = left.'
+    assert read_marks(answer, [PHOTO]) == read_marks("", [PHOTO])
+    assert shapes("I will answer with pyautogui.click(x=..., y=...).") == []
 
 
 def test_box_partly_outside_in_pixels_is_not_drawn() -> None:
@@ -382,4 +389,12 @@ def test_caption_names_the_image_and_escapes_markdown() -> None:
     assert caption("my_shot.png", marks) == (
         "📍 Marked on **my\\_shot\\.png** (a copy; the original is unchanged): "
         "1 (point), 2 \\*big\\* cup (box)"
+    )
+
+
+def test_not_drawn_note_escapes_the_model_text() -> None:
+    reasons = read_marks('"bbox_2d": [0.1, 0.2, 0.3] and "point_2d": [5]', [PHOTO]).not_drawn
+    assert not_drawn_note(reasons) == (
+        'ℹ️ Not drawn: “"bbox\\_2d": \\[0\\.1, 0\\.2, 0\\.3\\]” has 3 numbers, not 4\\. '
+        '“"point\\_2d": \\[5\\]” has 1 number, not 2\\.'
     )

@@ -1,19 +1,22 @@
-"""Render settings.html into the bundled screenshot ``public/samples/settings.png``.
+"""Render settings.html into the starter's screenshot ``public/samples/settings.png``.
 
 Run from the repository root: ``python tests/data/settings-page/render.py``. It uses
 Debian's chromium through Playwright, as the browser tests do, at 1280x800 and a
-device scale factor of 1, and prints the controls' centres and boxes as fractions of
-the page (what the scripted grounding answers in tests/fakes/kimi_server.py use).
+device scale factor of 1, copies the result to ``tests/data/settings.png``, and
+prints the controls' centres and boxes as fractions of the page (what the scripted
+grounding answers in tests/fakes/kimi_server.py use).
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from playwright.sync_api import ViewportSize, sync_playwright
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parents[2] / "public" / "samples" / "settings.png"
+TEST_COPY = HERE.parent / "settings.png"
 SIZE: ViewportSize = {"width": 1280, "height": 800}
 CONTROLS = ("dark-mode", "night-light", "brightness", "text-size", "save", "cancel")
 
@@ -44,7 +47,8 @@ def main() -> None:
                 f"pixels [{x:.0f}, {y:.0f}, {x + w:.0f}, {y + h:.0f}]"
             )
         browser.close()
-    print(f"wrote {OUT}")
+    shutil.copyfile(OUT, TEST_COPY)
+    print(f"wrote {OUT} and {TEST_COPY}")
 
 
 if __name__ == "__main__":
