@@ -107,7 +107,7 @@ class Mark:
         image: index of the image in the turn's images.
         label: what the model called it ("" when it gave no name).
         source: the format it was read from.
-        text: the text it was read from, e.g. ``"x=0.204, y=0.149"``.
+        text: the text it was read from, e.g. ``"pyautogui.click(x=0.204, y=0.149)"``.
     """
 
     number: int
@@ -142,7 +142,9 @@ _CLICK_FUNCTIONS: Final = (
     r"(?:pyautogui\.)?(?:click|doubleClick|double_click|rightClick|right_click|"
     r"middleClick|tripleClick|moveTo|move_to|dragTo|tap)"
 )
-_KEYWORD_POINT: Final = re.compile(rf"\bx\s*=\s*({_NUM})\s*,\s*y\s*=\s*({_NUM})")
+_KEYWORD_POINT: Final = re.compile(
+    rf"(?:\b{_CLICK_FUNCTIONS}\(\s*)?\bx\s*=\s*({_NUM})\s*,\s*y\s*=\s*({_NUM})(?:\s*\))?"
+)
 _POSITIONAL_CLICK: Final = re.compile(rf"\b{_CLICK_FUNCTIONS}\(\s*({_NUM})\s*,\s*({_NUM})\s*[,)]")
 _KEYED: Final = re.compile(
     r"""["']?\b(bbox_2d|bbox|point_2d)\b["']?\s*[:=]\s*[\[(]([\d.,\s]*)[\])]""", re.IGNORECASE
@@ -383,7 +385,7 @@ def draw_marks(image: Image.Image, marks: Sequence[Mark]) -> Image.Image:
     A point is a ring with a dot in its centre, its tag to the right (to the left at
     the right edge); a box is its outline, its tag on top of its top-left corner (or
     just inside when there is no room above). Tags hold the number and the label.
-    Line widths and text scale with the image (text about 1/45 of its longer side),
+    Line widths and text scale with the image (text about 1/36 of its longer side),
     so they look the same in the chat whatever the image's size. ``mark.image`` is
     not checked: pass the marks of this image (:meth:`Grounding.on`).
     """
@@ -391,10 +393,10 @@ def draw_marks(image: Image.Image, marks: Sequence[Mark]) -> Image.Image:
     draw = ImageDraw.Draw(canvas)
     width, height = canvas.size
     longer = max(width, height)
-    line = max(2, round(longer / 250))
+    line = max(2, round(longer / 220))
     halo = max(1, line // 2)
-    radius = max(8, round(longer / 50))
-    font = _font(max(12, round(longer / 45)))
+    radius = max(8, round(longer / 40))
+    font = _font(max(12, round(longer / 36)))
     for mark in marks:
         colour = PALETTE[(mark.number - 1) % len(PALETTE)]
         text = f"{mark.number} {mark.label}".strip()
@@ -503,15 +505,21 @@ def _escape(text: str) -> str:
 
 
 def caption(name: str, marks: Sequence[Mark]) -> str:
-    """The line above an annotated copy, e.g. ``"📍 Marked on **coffee.png**: 1 spoon (box)"``."""
+    """The line above an annotated copy, naming the image and listing its marks.
+
+    E.g. ``"Marked on **coffee.png** (a copy; the original is unchanged): box 1, spoon;
+    point 2."`` (Markdown; the name and labels escaped).
+    """
     items = []
     for mark in marks:
         kind = "point" if isinstance(mark.shape, Point) else "box"
-        label = f" {_escape(mark.label)}" if mark.label else ""
-        items.append(f"{mark.number}{label} ({kind})")
-    return f"📍 Marked on **{_escape(name)}** (a copy; the original is unchanged): " + ", ".join(
-        items
-    )
+        items.append(
+            f"{kind} {mark.number}, {_escape(mark.label)}"
+            if mark.label
+            else f"{kind} {mark.number}"
+        )
+    head = f"Marked on **{_escape(name)}** (a copy; the original is unchanged): "
+    return head + "; ".join(items) + "."
 
 
 def not_drawn_note(reasons: Sequence[str]) -> str:

@@ -98,7 +98,9 @@ def test_click_comment_is_the_label() -> None:
 def test_click_outside_the_image_is_not_drawn_and_said() -> None:
     grounding = read_marks("pyautogui.click(x=1500, y=300)", [SCREEN])
     assert grounding.marks == ()
-    assert grounding.not_drawn == ("“x=1500, y=300” is outside the 1280x800 image.",)
+    assert grounding.not_drawn == (
+        "“pyautogui.click(x=1500, y=300)” is outside the 1280x800 image.",
+    )
 
 
 def test_the_same_point_twice_is_drawn_once() -> None:
@@ -255,7 +257,9 @@ def test_no_images_no_marks() -> None:
 def test_several_images_and_no_name_draws_nothing_and_says_why() -> None:
     grounding = read_marks("pyautogui.click(x=0.5, y=0.5)", [SCREEN, PHOTO])
     assert grounding.marks == ()
-    assert grounding.not_drawn == ("“x=0.5, y=0.5” does not say which of the 2 images it is on.",)
+    assert grounding.not_drawn == (
+        "“pyautogui.click(x=0.5, y=0.5)” does not say which of the 2 images it is on.",
+    )
 
 
 def test_several_images_bare_tuples_without_a_name_are_silent() -> None:
@@ -298,7 +302,7 @@ def test_pixels_are_checked_against_the_named_image() -> None:
 def test_an_image_that_is_not_in_the_turn() -> None:
     grounding = read_marks("In image 3: click(x=0.5, y=0.5)", [SCREEN, PHOTO])
     assert grounding.marks == ()
-    assert grounding.not_drawn == ("“x=0.5, y=0.5” is on image 3, but there are 2.",)
+    assert grounding.not_drawn == ("“click(x=0.5, y=0.5)” is on image 3, but there are 2.",)
 
 
 def test_one_image_ignores_image_numbers() -> None:
@@ -373,7 +377,7 @@ def test_overlays_decode_the_prepared_image_and_keep_its_format() -> None:
     red = drawn.getpixel((324, 200))
     assert isinstance(red, tuple) and red[0] > 180 and red[1] < 90 and red[2] < 110
     assert drawn.getpixel((100, 380)) == pytest.approx(original.getpixel((100, 380)), abs=12)
-    assert "**coffee\\.png**" in on_photo.caption and "1 spoon (box)" in on_photo.caption
+    assert "**coffee\\.png**" in on_photo.caption and "box 1, spoon." in on_photo.caption
 
 
 def test_overlays_without_marks() -> None:
@@ -387,8 +391,8 @@ def test_caption_names_the_image_and_escapes_markdown() -> None:
         Mark(2, Box(0.1, 0.1, 0.2, 0.2), 0, "*big* cup", "bbox_2d", ""),
     ]
     assert caption("my_shot.png", marks) == (
-        "📍 Marked on **my\\_shot\\.png** (a copy; the original is unchanged): "
-        "1 (point), 2 \\*big\\* cup (box)"
+        "Marked on **my\\_shot\\.png** (a copy; the original is unchanged): "
+        "point 1; box 2, \\*big\\* cup."
     )
 
 
