@@ -20,7 +20,8 @@ pixels of the image they saw. :func:`read_marks` accepts, in the answer only (an
   "click", "at", "coordinates", "box", "坐标", "位于") or holds nothing else; not
   after a currency sign, not followed by ``%``; not all small integers below 10
   (list numbering such as "(1, 2)"); not all years (1900-2100). A ``**bold**`` name
-  earlier on the line is the label.
+  earlier on the line is the label. A top-left point followed on its line by a
+  bottom-right one ("top-left (324, 64), bottom-right (426, 328)") is one box.
 
 Values that are all between 0 and 1 are fractions of the image; otherwise they are
 pixels of the image the model saw, our prepared copy (:class:`SeenImage`, e.g.
@@ -30,7 +31,10 @@ ratio, so ``original_x = x * original_width / prepared_width`` is
 ``fraction * original_width``. (Kimi-VL's processor also pads the bottom and right
 to multiples of 28 px; a model counting fractions of the padded picture would be
 off by less than 28 px of the prepared image, not corrected here.) Anything outside
-the image, and boxes whose corners are not top-left then bottom-right, are dropped.
+the image, values mixing fractions below 1 with pixels above 1, and boxes whose
+corners are not top-left then bottom-right, are dropped. (Values on a 0-1000 scale,
+as some other models give, read as pixels when they fit the image: no format tells
+them apart.)
 
 With several images in the turn a mark belongs to the image the answer last named
 before it: its file name, "image 2" / "picture 2" / "screenshot 2" / "photo 2", "the
@@ -160,8 +164,9 @@ _COMMENT: Final = re.compile(r"^\s*\)?\s*#\s*(.{1,80}?)\s*$")
 _BOLD: Final = re.compile(r"\*\*([^*\n]{1,60})\*\*")
 _CUE: Final = re.compile(
     r"\b(?:click|clicks|clicking|tap|press|coordinates?|points?|pixels?|px|positions?|"
-    r"located|location|at|box|bbox|bounding|cent(?:er|re)|top-left|corners?|region)\b"
-    r"|\(\s*x\s*,\s*y\s*\)|点击|坐标|位置|位于|在|框|中心|处",
+    r"located|location|at|box|bbox|bounding|cent(?:er|re)|corners?|region|x1|y1|"
+    r"(?:top|bottom|upper|lower)[- ](?:left|right))\b"
+    r"|\(\s*x\s*,\s*y\s*\)|点击|坐标|位置|位于|在|框|中心|处|角|左上|右下",
     re.IGNORECASE,
 )
 _ONLY_DECORATION: Final = re.compile(r"^[\s\-*+>•`:：.。,，]*$")
@@ -196,6 +201,8 @@ class _Found:
     source: Source
     label: str
     text: str
+    wanted: int
+    """How many numbers the format holds: 2 for a point, 4 for a box."""
 
 
 def _numbers(text: str) -> tuple[float, ...]:
@@ -231,14 +238,14 @@ def _explicit(answer: str) -> list[_Found]:
             comment = _COMMENT.match(after)
             label = comment.group(1) if comment else _bold_label(before)
             point = (float(match.group(1)), float(match.group(2)))
-            found.append(_Found(match.start(), match.end(), point, "click", label, match[0]))
+            found.append(_Found(match.start(), match.end(), point, "click", label, match[0], 2))
     for match in _KEYED.finditer(answer):
         obj = _enclosing_object(answer, match.start(), match.end())
         named = _LABEL_KEY.search(obj)
         before, _ = _line_around(answer, match.start(), match.end())
         label = named.group(1).strip() if named else _bold_label(before)
-        values = _numbers(match.group(2))
-        found.append(_Found(match.start(), match.end(), values, "bbox_2d", label, match[0]))
+        values, wanted = _numbers(match.group(2)), 2 if "point" in match.group(1).lower() else 4
+        found.append(_Found(match.start(), match.end(), values, "bbox_2d", label, match[0], wanted))
     return found
 
 
@@ -265,8 +272,40 @@ def _bare(answer: str, taken: Sequence[_Found]) -> list[_Found]:
         if not alone and not _CUE.search(before):
             continue
         label = _bold_label(before)
-        found.append(_Found(match.start(), match.end(), values, "tuple", label, match[0]))
+        found.append(
+            _Found(match.start(), match.end(), values, "tuple", label, match[0], len(values))
+        )
     return found
+
+
+_TOP_LEFT: Final = re.compile(r"top[- ]left|upper[- ]left|左上", re.IGNORECASE)
+_BOTTOM_RIGHT: Final = re.compile(r"bottom[- ]right|lower[- ]right|右下", re.IGNORECASE)
+
+
+def _corner_pairs(answer: str, found: list[_Found]) -> list[_Found]:
+    """Join a bare top-left point and the bottom-right point after it on one line into a box.
+
+    E.g. ``"top-left corner (324, 64), bottom-right corner (426, 328)"``: the words
+    before the first point name the top-left corner, those between the two the
+    bottom-right one.
+    """
+    joined: list[_Found] = []
+    for item in found:
+        previous = joined[-1] if joined else None
+        if (
+            previous is not None
+            and previous.source == item.source == "tuple"
+            and len(previous.values) == len(item.values) == 2
+            and "\n" not in answer[previous.end : item.start]
+            and _TOP_LEFT.search(_line_around(answer, previous.start, previous.end)[0])
+            and _BOTTOM_RIGHT.search(answer[previous.end : item.start])
+        ):
+            text = answer[previous.start : item.end]
+            values = previous.values + item.values
+            joined[-1] = _Found(previous.start, item.end, values, "tuple", previous.label, text, 4)
+        else:
+            joined.append(item)
+    return joined
 
 
 def _references(answer: str, images: Sequence[SeenImage]) -> list[tuple[int, int]]:
@@ -291,6 +330,8 @@ def _references(answer: str, images: Sequence[SeenImage]) -> list[tuple[int, int
 def _shape(values: tuple[float, ...], image: SeenImage) -> Point | Box | str:
     """The shape in fractions of ``image``, or why the values do not fit it."""
     if any(v > 1 for v in values):
+        if any(0 < v < 1 for v in values):
+            return "a mix of fractions (below 1) and pixels (above 1)"
         sides = (image.width, image.height) * (len(values) // 2)
         if any(v > side for v, side in zip(values, sides, strict=True)):
             return f"outside the {image.width}x{image.height} image"
@@ -319,19 +360,14 @@ def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
         return Grounding()
     answer = strip_reasoning(answer)
     explicit = _explicit(answer)
-    found = sorted(explicit + _bare(answer, explicit), key=lambda f: f.start)
+    found = _corner_pairs(answer, sorted(explicit + _bare(answer, explicit), key=lambda f: f.start))
     refs = _references(answer, images)
     marks: list[Mark] = []
     not_drawn: list[str] = []
     for item in found:
         quoted = f"“{item.text}”"
-        wanted = len(item.values)
-        if item.source == "click" or "point" in item.text.lower():
-            wanted = 2
-        elif item.source == "bbox_2d":
-            wanted = 4
-        if len(item.values) != wanted:
-            count = len(item.values)
+        if len(item.values) != item.wanted:
+            count, wanted = len(item.values), item.wanted
             not_drawn.append(f"{quoted} has {count} number{'s' * (count != 1)}, not {wanted}.")
             continue
         named = [number for position, number in refs if position < item.start]

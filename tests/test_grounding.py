@@ -103,6 +103,14 @@ def test_click_outside_the_image_is_not_drawn_and_said() -> None:
     )
 
 
+def test_fractions_mixed_with_pixels_are_not_drawn() -> None:
+    grounding = read_marks("pyautogui.click(x=0.5, y=1.2)", [SCREEN])
+    assert grounding.marks == ()
+    assert grounding.not_drawn == (
+        "“pyautogui.click(x=0.5, y=1.2)” is a mix of fractions (below 1) and pixels (above 1).",
+    )
+
+
 def test_the_same_point_twice_is_drawn_once() -> None:
     answer = "```python\nclick(x=0.5, y=0.5)\n```\nThat is x=0.5, y=0.5, the centre."
     assert shapes(answer) == [Point(0.5, 0.5)]
@@ -177,6 +185,22 @@ def test_box_after_a_cue_word() -> None:
     assert shapes("The spoon is in the region (324, 64, 426, 328).", PHOTO) == [
         approx_box(0.54, 0.16, 0.71, 0.82)
     ]
+
+
+def test_corner_points_make_a_box() -> None:
+    answer = "The spoon: top-left corner (324, 64), bottom-right corner (426, 328)."
+    assert shapes(answer, PHOTO) == [approx_box(0.54, 0.16, 0.71, 0.82)]
+    assert shapes("勺子左上角 (324, 64)，右下角 (426, 328)。", PHOTO) == [
+        approx_box(0.54, 0.16, 0.71, 0.82)
+    ]
+    # On two lines, or without the corner words, they stay two points.
+    assert len(shapes("Top-left (324, 64).\nBottom-right (426, 328).", PHOTO)) == 2
+    assert len(shapes("The cup is at (324, 64) and the spoon at (426, 328).", PHOTO)) == 2
+
+
+def test_named_box_variables() -> None:
+    answer = "(x1, y1, x2, y2) = (324, 64, 426, 328)"
+    assert shapes(answer, PHOTO) == [approx_box(0.54, 0.16, 0.71, 0.82)]
 
 
 def test_a_line_of_only_coordinates() -> None:
