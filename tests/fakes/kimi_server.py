@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import io
 import json
+import math
 import re
 import time
 import uuid
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -75,6 +79,9 @@ class Scenario:
         delay_s: pause between two chunks.
         status: HTTP status to answer with instead of streaming (an error).
         error: vLLM's error message for ``status`` or for a mid-stream error event.
+        breaks: how the stream breaks after its pieces instead of ending:
+            ``"garbled"`` sends a chunk that is not JSON, ``"dropped"`` closes the
+            connection without ending the HTTP response.
     """
 
     pieces: tuple[str, ...] = ()
@@ -83,6 +90,7 @@ class Scenario:
     delay_s: float = 0.005
     status: int = 200
     error: str = ""
+    breaks: str = ""
 
 
 def tokens(text: str, size: int = 3) -> tuple[str, ...]:
@@ -121,6 +129,8 @@ SCENARIOS: dict[str, Scenario] = {
     "error-500": Scenario(status=500, error="EngineCore encountered an issue."),
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
+    "garbled": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="garbled"),
+    "dropped": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="dropped"),
     # Grounding on the bundled settings.png: the reasoning names a wrong switch first
     # (Night light, x=0.917, y=0.301), the answer clicks the right one (Dark mode).
     "click": Scenario(pieces=tokens(f"◁think▷{CLICK_REASONING}◁/think▷{CLICK_ANSWER}")),
@@ -136,6 +146,11 @@ CONTENT_SCENARIOS: tuple[tuple[str, str], ...] = (
 )
 """Scenarios picked by words of an untagged message (the grounding starters send no tag)."""
 
+
+class DroppedConnection(Exception):
+    """Raised inside a stream to make the server close the connection mid-response."""
+
+
 SCENARIO_TAG = re.compile(r"#scenario=([\w-]+)")
 
 
@@ -149,6 +164,32 @@ def last_user_text(body: dict[str, Any]) -> str:
             return content
         return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
     return ""
+
+
+def kimi_count(body: dict[str, Any]) -> int:
+    """A ``/tokenize`` count that prices images as Kimi-VL does.
+
+    Text: UTF-8 bytes // 4. Images: decoded from their data URL, then
+    ceil(H/28)*ceil(W/28) tokens (vLLM ``kimi_vl.py``, for an image already
+    within its patch budget), plus 4 tokens each for the media markers.
+    """
+    if "prompt" in body:
+        return len(str(body["prompt"]).encode()) // 4
+    total = 0
+    for message in body.get("messages", []):
+        content = message.get("content")
+        parts: list[dict[str, Any]] = (
+            [{"type": "text", "text": content}] if isinstance(content, str) else content
+        )
+        for part in parts:
+            if part.get("type") == "text":
+                total += len(part["text"].encode()) // 4 + 2
+            elif part.get("type") == "image_url":
+                data = part["image_url"]["url"].split(",", 1)[1]
+                with Image.open(io.BytesIO(base64.b64decode(data))) as image:
+                    width, height = image.size
+                total += math.ceil(height / 28) * math.ceil(width / 28) + 4
+    return total
 
 
 def default_scenario(model: str) -> str:
@@ -175,6 +216,11 @@ class KimiServer:
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
         """Request ids whose stream the client closed before the end (what Stop must do)."""
+        self.tokenize_mode: str = "json-length"
+        """How ``/tokenize`` answers: ``"json-length"`` (len(json.dumps(prompt)) // 4),
+        ``"kimi"`` (text bytes // 4 plus each image's Kimi-VL token count from its
+        pixel size), ``"missing"`` (404, as a server without the endpoint) or
+        ``"not-json"`` (a 200 whose body is not JSON)."""
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -206,7 +252,13 @@ class KimiServer:
         return JSONResponse({"object": "list", "data": cards})
 
     async def tokenize(self, request: Request) -> Response:
+        if self.tokenize_mode == "missing":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        if self.tokenize_mode == "not-json":
+            return Response("<html>proxy error page</html>", media_type="text/html")
         body = await request.json()
+        if self.tokenize_mode == "kimi":
+            return JSONResponse({"count": kimi_count(body), "max_model_len": self.max_model_len})
         text = json.dumps(body.get("messages", body.get("prompt", "")))
         return JSONResponse({"count": len(text) // 4, "max_model_len": self.max_model_len})
 
@@ -282,8 +334,13 @@ class KimiServer:
         for i, piece in enumerate(scenario.pieces):
             if scenario.delay_s:
                 await asyncio.sleep(scenario.delay_s)
-            finish = scenario.finish_reason if i == last and not scenario.error else None
-            yield chunk({"content": piece}, finish)
+            ends = i == last and not scenario.error and not scenario.breaks
+            yield chunk({"content": piece}, scenario.finish_reason if ends else None)
+            if scenario.breaks and i == last // 2:
+                if scenario.breaks == "garbled":
+                    yield 'data: {"id": "x", "choices": [{"delta": {"content": "oops\n\n'
+                    return
+                raise DroppedConnection(request_id)
         if scenario.error:
             error = {
                 "error": {
