@@ -134,4 +134,4 @@ async def finish_answer(
     answer.content = "\n\n".join(lines)
     answer.actions = actions
     await answer.send()
-    await show_marks(turn.answer, turn.images)  # points and boxes drawn on a copy, below
+    await show_marks(turn.answer, turn.images, session.workers)  # drawn on a copy, below
