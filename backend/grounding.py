@@ -51,7 +51,7 @@ import base64
 import io
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import lru_cache
 from typing import Final, Literal, Protocol
 
@@ -345,6 +345,17 @@ def _shape(values: tuple[float, ...], image: SeenImage) -> Point | Box | str:
     return Box(left, top, right, bottom)
 
 
+SAME_PLACE: Final = 0.01
+"""Shapes whose coordinates all differ by at most this fraction of the image are one
+mark (an answer giving ``x=0.917, y=0.201`` in code and "about (0.92, 0.20)" in prose)."""
+
+
+def _same_place(a: Point | Box, b: Point | Box) -> bool:
+    if type(a) is not type(b):
+        return False
+    return all(abs(p - q) <= SAME_PLACE for p, q in zip(astuple(a), astuple(b), strict=True))
+
+
 def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
     """The points and boxes of ``answer`` on the turn's ``images`` (module docstring).
 
@@ -354,7 +365,7 @@ def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
             sizes (pixels) convert pixel coordinates into fractions.
 
     Returns:
-        The marks (identical ones on the same image kept once) and the sentences
+        The marks (one per place: see :data:`SAME_PLACE`) and the sentences
         about explicit coordinates that are not drawn. Empty without images.
     """
     if not images:
@@ -390,7 +401,7 @@ def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
             if item.source != "tuple":
                 not_drawn.append(f"{quoted} is {shape}.")
             continue
-        if any(m.shape == shape and m.image == index for m in marks):
+        if any(m.image == index and _same_place(m.shape, shape) for m in marks):
             continue
         marks.append(Mark(len(marks) + 1, shape, index, item.label, item.source, item.text))
     return Grounding(tuple(marks), tuple(not_drawn))

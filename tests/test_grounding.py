@@ -114,6 +114,10 @@ def test_fractions_mixed_with_pixels_are_not_drawn() -> None:
 def test_the_same_point_twice_is_drawn_once() -> None:
     answer = "```python\nclick(x=0.5, y=0.5)\n```\nThat is x=0.5, y=0.5, the centre."
     assert shapes(answer) == [Point(0.5, 0.5)]
+    rounded = "pyautogui.click(x=0.917, y=0.201)\nThat is about (0.92, 0.20), top right."
+    assert shapes(rounded) == [Point(0.917, 0.201)]
+    apart = "pyautogui.click(x=0.917, y=0.201)\nThen click (0.917, 0.301)."
+    assert shapes(apart) == [Point(0.917, 0.201), Point(0.917, 0.301)]
 
 
 # --- bbox_2d, as Instruct users report it -----------------------------------------------
