@@ -24,6 +24,7 @@ from backend.presenter import (
     stats_line,
     stopped_note,
 )
+from ui.grounding_view import show_marks
 from ui.reasoning_view import ReasoningView
 
 AUTHOR = "Kimi-VL Chat"
@@ -133,3 +134,4 @@ async def finish_answer(
     answer.content = "\n\n".join(lines)
     answer.actions = actions
     await answer.send()
+    await show_marks(turn.answer, turn.images, session.workers)  # drawn on a copy, below

@@ -7,8 +7,9 @@ last content chunk, a separate usage chunk with empty ``choices`` when
 ``stream_options.include_usage`` is set, then ``data: [DONE]``) and answers
 errors in vLLM's JSON shape.
 
-A scenario is chosen by ``#scenario=NAME`` in the last user message; see
-:data:`SCENARIOS`. The default is ``thinking`` for a model whose name says
+A scenario is chosen by ``#scenario=NAME`` in the last user message (see
+:data:`SCENARIOS`), or by its words (:data:`CONTENT_SCENARIOS`: the grounding
+starters). The default is ``thinking`` for a model whose name says
 "thinking" and ``plain`` for others (Instruct writes no reasoning). Several
 models can be served at once (``--model A --model B``), as a server hosting
 both Kimi-VL Thinking and Instruct would list them. Every request body is recorded and can be
@@ -50,6 +51,20 @@ ANSWER = (
     "- Clear sky\n- Launch tower on the left\n\n"
     "A little math, as promised:\n\n$$\\int_0^1 x\\,dx = \\frac{1}{2}$$\n\n"
     "```python\nprint('liftoff')\n```\n"
+)
+
+CLICK_REASONING = (
+    "The user wants to turn on dark mode. I see two switches on the right. The green one, "
+    "around x=0.917, y=0.301, is already on... no, that is Night light. Dark mode is the "
+    "row above it, and its switch is grey: that is the one to click."
+)
+CLICK_ANSWER = (
+    "Click the grey switch at the right end of the **Dark mode** row:\n\n"
+    "```python\npyautogui.click(x=0.917, y=0.201)\n```\n"
+)
+BBOX_ANSWER = (
+    "The spoon lies on the saucer, to the right of the cup:\n\n"
+    '```json\n[{"bbox_2d": [0.54, 0.16, 0.71, 0.82], "label": "spoon"}]\n```\n'
 )
 
 
@@ -116,7 +131,20 @@ SCENARIOS: dict[str, Scenario] = {
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
     "garbled": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="garbled"),
     "dropped": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="dropped"),
+    # Grounding on the bundled settings.png: the reasoning names a wrong switch first
+    # (Night light, x=0.917, y=0.301), the answer clicks the right one (Dark mode).
+    "click": Scenario(pieces=tokens(f"◁think▷{CLICK_REASONING}◁/think▷{CLICK_ANSWER}")),
+    # Grounding on the bundled coffee.png: a normalised bbox_2d with a label.
+    "bbox": Scenario(pieces=tokens(BBOX_ANSWER)),
 }
+
+CONTENT_SCENARIOS: tuple[tuple[str, str], ...] = (
+    ("dark mode", "click"),
+    ("深色模式", "click"),
+    ("spoon", "bbox"),
+    ("勺子", "bbox"),
+)
+"""Scenarios picked by words of an untagged message (the grounding starters send no tag)."""
 
 
 class DroppedConnection(Exception):
@@ -245,9 +273,11 @@ class KimiServer:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
-        match = SCENARIO_TAG.search(last_user_text(body))
+        text = last_user_text(body)
+        match = SCENARIO_TAG.search(text)
         model = str(body.get("model", self.model))
-        scenario = SCENARIOS[match.group(1) if match else default_scenario(model)]
+        by_words = next((name for words, name in CONTENT_SCENARIOS if words in text.lower()), None)
+        scenario = SCENARIOS[match.group(1) if match else by_words or default_scenario(model)]
         if scenario.status != 200:
             return JSONResponse(
                 {
