@@ -4,7 +4,7 @@ Each page is rendered directly at the size the model takes as is (:func:`page_pi
 the page at :data:`MAX_RENDER_DPI` scaled by :func:`backend.images.fit_to_budget`
 for the profile's ``in_token_limit``), not rendered large and shrunk. Pages are
 taken from the first on, as many as the message's budget allows
-(:class:`backend.uploads.MediaBudget`: image slots and tokens left); a notice says
+(:class:`backend.media.MediaBudget`: image slots and tokens left); a notice says
 which pages were sent and which were left out, and the line ``Pages 1-4 of
 report.pdf (12 pages in all)`` tells the model what it sees.
 
@@ -38,7 +38,7 @@ from backend.images import (
     image_tokens,
     upload_size,
 )
-from backend.uploads import MediaBudget, MediaResult
+from backend.media import MediaBudget, MediaResult
 
 MAX_RENDER_DPI: Final = 300
 """Highest resolution a page is rendered at, in dots per inch: print quality, beyond

@@ -11,7 +11,7 @@ it knows when each frame was taken.
 The budget, per video: at most :data:`MAX_FRAMES` frames and
 :data:`FRAMES_PER_SECOND` frames per second of video, no more than the image
 slots left in the message, and all frames together within the message's token
-budget for pictures (:class:`backend.uploads.MediaBudget`). To fit, frames are
+budget for pictures (:class:`backend.media.MediaBudget`). To fit, frames are
 scaled to a smaller ``in_token_limit`` than a photo gets (the largest that fits,
 never below :data:`MIN_FRAME_PATCHES`); only when even that is too much are fewer
 frames taken.
@@ -42,12 +42,12 @@ from backend.images import (
     image_tokens,
     upload_size,
 )
-from backend.uploads import MediaBudget, MediaResult
+from backend.media import MediaBudget, MediaResult
 
 MAX_FRAMES: Final = 16
 """Most frames taken from one video: enough to follow a short clip's action while
 each frame keeps about 1,000 tokens in a 32K context (see
-:data:`backend.uploads.MEDIA_CONTEXT_SHARE`)."""
+:data:`backend.media.MEDIA_CONTEXT_SHARE`)."""
 
 FRAMES_PER_SECOND: Final = 2.0
 """Most frames per second of video: a 3-second clip gives 6 frames, not 16 copies

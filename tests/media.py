@@ -9,7 +9,7 @@ from pathlib import Path
 import av
 from PIL import Image, ImageDraw
 
-from backend.uploads import MediaBudget
+from backend.media import MediaBudget
 
 
 def budget(images: int = 64, tokens: int = 1_000_000, limit: int = 16384) -> MediaBudget:

@@ -11,6 +11,7 @@ import logging
 import re
 import shutil
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,9 +75,33 @@ async def start_chat(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Bro
         client_type="webapp",
     )
     init_ws_context(session)
+    await app.shutdown()  # each test's settings get their own shared resources
     monkeypatch.setattr(app, "SETTINGS", settings)
+    await app.startup()
     await app.on_chat_start()
     return browser
+
+
+@pytest.fixture(autouse=True)
+async def close_resources() -> AsyncIterator[None]:
+    """Close the app's shared resources after each test, as the app does at stop."""
+    yield
+    await app.shutdown()
+
+
+async def click(frame: dict[str, Any]) -> None:
+    """Press a button the app sent (an ``action`` frame) and wait for the answer it starts."""
+    callback = app.on_retry if frame["name"] == "retry" else app.on_send_anyway
+    session = cl.context.session
+    before = session.current_task
+    await callback(cl.Action(name=frame["name"], payload=frame["payload"], id=frame["id"]))
+    if session.current_task is not before and session.current_task is not None:
+        await session.current_task
+
+
+def action_frames(browser: Browser, label: str | None = None) -> list[dict[str, Any]]:
+    """The ``action`` frames sent so far (optionally only those with ``label``)."""
+    return [d for e, d in browser.frames if e == "action" and label in (None, d["label"])]
 
 
 def user_message(text: str, *paths: Path) -> cl.Message:
@@ -133,14 +158,13 @@ async def test_server_error_keeps_the_turn_for_retry(browser: Browser, fake: Run
     assert "EngineCore" in browser.texts()[-1]
     assert "Traceback" not in browser.texts()[-1]
     session = app.chat()
-    turn = session.last_turn()
-    assert turn is not None and turn.status == "failed"
+    turn = session.conversation.turns[-1]
+    assert turn.status == "failed"
     turn.text = "now fine"  # as if the cause was fixed; the retry resends the turn
-    retry = next(d for e, d in browser.frames if e == "action" and d["name"] == "retry")
-    await app.on_retry(cl.Action(name="retry", payload=retry["payload"], id=retry["id"]))
+    await click(action_frames(browser, "Retry")[-1])
     assert browser.texts()[-1].startswith(ANSWER.strip())
     status: str = turn.status
-    assert status == "done" and session.last_turn() is turn
+    assert status == "done" and session.conversation.turns[-1] is turn
 
 
 async def test_bad_upload_is_refused_and_message_kept(
@@ -153,7 +177,7 @@ async def test_bad_upload_is_refused_and_message_kept(
     await app.on_message(user_message("Compare these", bogus, good))
     assert "holiday.jpg" in browser.texts()[-1] and fake.requests == []
     assert "send_anyway" in browser.actions()
-    await app.on_send_anyway(cl.Action(name="send_anyway", payload={}))
+    await click(action_frames(browser, "Send without them")[-1])
     content = fake.requests[-1]["messages"][-1]["content"]
     assert [p["type"] for p in content] == ["image_url", "text"]
     assert content[-1]["text"] == "Compare these"
@@ -173,8 +197,8 @@ async def test_stop_keeps_partial_reasoning(browser: Browser) -> None:
     assert step["name"].endswith("(stopped)") and len(step["output"]) > 10
     assert not step.get("isError")
     assert "Stopped" in browser.texts()[-1]
-    turn = app.chat().last_turn()
-    assert turn is not None and turn.status == "stopped" and turn.reasoning
+    turn = app.chat().conversation.turns[-1]
+    assert turn.status == "stopped" and turn.reasoning
 
 
 async def test_unreachable_server_is_said_at_chat_start(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,8 +213,8 @@ async def test_unmarked_answer_of_a_thinking_model_is_shown_as_answer(browser: B
     removed = [d for e, d in browser.frames if e == "delete_message"]
     assert [d["type"] for d in removed] == ["llm"]
     assert browser.texts()[-1].startswith(ANSWER.strip())
-    turn = app.chat().last_turn()
-    assert turn is not None and turn.answer == ANSWER.lstrip() and turn.reasoning == ""
+    turn = app.chat().conversation.turns[-1]
+    assert turn.answer == ANSWER.lstrip() and turn.reasoning == ""
 
 
 async def test_request_id_is_sent_and_logged(browser: Browser, fake: RunningFake) -> None:
@@ -226,8 +250,7 @@ async def test_regenerate_reruns_the_last_turn_without_its_old_answer(
     await app.on_message(user_message("earlier"))
     await app.on_message(user_message("again please"))
     before = fake.requests[-1]["messages"]
-    regenerate = [d for e, d in browser.frames if e == "action" and d["label"] == "Regenerate"][-1]
-    await app.on_retry(cl.Action(name="retry", payload=regenerate["payload"], id=regenerate["id"]))
+    await click(action_frames(browser, "Regenerate")[-1])
     assert fake.requests[-1]["messages"] == before  # same history, same question
     assert len(app.chat().conversation.turns) == 2
     assert browser.texts()[-1].startswith(ANSWER.strip())
@@ -302,5 +325,5 @@ async def test_stop_while_sending_to_the_browser_closes_the_upstream_stream(
             break
         await asyncio.sleep(0.01)
     assert fake.server.aborted == [fake.server.headers[-1]["x-request-id"]]
-    turn = app.chat().last_turn()
-    assert turn is not None and turn.status == "stopped"
+    turn = app.chat().conversation.turns[-1]
+    assert turn.status == "stopped"

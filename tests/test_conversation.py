@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from backend.chat import ChatSession, Upload
 from backend.conversation import Budget, Conversation, Turn, estimate_text_tokens
 from backend.errors import ContextTooLong, TooManyImages
 from backend.images import PreparedImage
 from backend.settings import Settings
-from tests.conftest import DATA, RunningFake
+from backend.uploads import Upload
+from tests.conftest import DATA, RunningFake, SessionFactory
 from tests.fakes.kimi_server import ANSWER, REASONING
 
 
@@ -110,18 +110,20 @@ def test_current_turn_alone_too_large() -> None:
         conv.plan(huge, Budget(max_model_len=4096, max_images=4, max_tokens=512))
 
 
-async def test_second_request_body_has_no_reasoning(fake: RunningFake, tmp_path: Path) -> None:
+async def test_second_request_body_has_no_reasoning(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> None:
     """Two real turns through the scripted server; assert on the captured bodies."""
-    session = ChatSession.create(Settings(base_url=fake.base_url, max_images_per_prompt=4))
+    session = make_session(Settings(base_url=fake.base_url, max_images_per_prompt=4))
     prepared = await session.prepare_uploads([Upload("rocket.jpg", DATA / "rocket.jpg")])
     assert prepared.problems == []
     first = session.start_turn("m1", "What is in this picture?", prepared.images)
-    request, _ = await session.plan_request(first)
+    request = (await session.plan_request(first)).request
     events = [e async for e in session.respond(first, request)]
     assert first.status == "done" and first.reasoning == REASONING
     assert first.answer == ANSWER.lstrip() and len(events) > 3
     second = session.start_turn("m2", "And the sky?", [])
-    request, _ = await session.plan_request(second)
+    request = (await session.plan_request(second)).request
     _ = [e async for e in session.respond(second, request)]
     body = fake.requests[-1]
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
@@ -133,23 +135,26 @@ async def test_second_request_body_has_no_reasoning(fake: RunningFake, tmp_path:
     assert body["temperature"] == 0.8  # Thinking-2506's recommended temperature
 
 
-async def test_edit_rewinds_history(fake: RunningFake) -> None:
-    session = ChatSession.create(Settings(base_url=fake.base_url))
+async def test_edit_rewinds_history(fake: RunningFake, make_session: SessionFactory) -> None:
+    session = make_session(Settings(base_url=fake.base_url))
     for message_id, text in [("m1", "one #scenario=plain"), ("m2", "two #scenario=plain")]:
         turn = session.start_turn(message_id, text, [])
-        request, _ = await session.plan_request(turn)
+        request = (await session.plan_request(turn)).request
         _ = [e async for e in session.respond(turn, request)]
     edited = session.start_turn("m1", "one, edited #scenario=plain", [])
     assert session.conversation.turns == [edited]
-    request, _ = await session.plan_request(edited)
+    request = (await session.plan_request(edited)).request
     assert [m["role"] for m in request.messages] == ["user"]
 
 
-async def test_exact_counts_are_learnt_from_tokenize(fake: RunningFake) -> None:
-    session = ChatSession.create(Settings(base_url=fake.base_url))
+async def test_exact_counts_are_learnt_from_tokenize(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
+    session = make_session(Settings(base_url=fake.base_url))
     turn = session.start_turn("m1", "Count me #scenario=plain", [])
-    request, _ = await session.plan_request(turn)
+    request = (await session.plan_request(turn)).request
     _ = [e async for e in session.respond(turn, request)]
+    await session.settled()  # learnt in the background, after the answer
     counter = session.token_counter
     assert counter.knows(turn.text) and counter.knows(turn.answer)
     # The scripted /tokenize counts len(json.dumps(prompt)) // 4.
@@ -157,8 +162,10 @@ async def test_exact_counts_are_learnt_from_tokenize(fake: RunningFake) -> None:
     assert counter("never sent") == estimate_text_tokens("never sent")
 
 
-async def test_missing_tokenize_falls_back_to_estimate(fake: RunningFake) -> None:
-    client = ChatSession.create(Settings(base_url=fake.base_url + "/nowhere")).client
+async def test_missing_tokenize_falls_back_to_estimate(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
+    client = make_session(Settings(base_url=fake.base_url + "/nowhere")).client
     assert await client.count_text_tokens("m", "hello") is None
 
 
@@ -167,9 +174,11 @@ def test_estimate_over_counts_english_and_chinese() -> None:
     assert estimate_text_tokens("这张图片里有什么？") >= 9  # 9 characters, 27 bytes
 
 
-async def test_near_the_limit_the_server_count_decides(fake: RunningFake) -> None:
+async def test_near_the_limit_the_server_count_decides(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
     """Estimates short of the server's count (here: images) make the plan leave out more."""
-    session = ChatSession.create(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
+    session = make_session(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
     await session.connect()
     # Each image: estimated 1900 tokens; the scripted /tokenize counts len(json) / 4 = ~2500.
     big = [
@@ -178,7 +187,8 @@ async def test_near_the_limit_the_server_count_decides(fake: RunningFake) -> Non
     ]
     session.conversation.turns = [answered(f"t{i}", [big[i]]) for i in range(3)]
     turn = session.start_turn("now", "now", [big[3]])
-    request, notices = await session.plan_request(turn, max_tokens=300)
+    planned = await session.plan_request(turn, max_tokens=300)
+    request, notices = planned.request, planned.notices
     estimate_only = session.conversation.plan(turn, Budget(8192, 64, 300), session.token_counter)
     assert estimate_only.images_left_out == 0  # the estimate alone would send all four
     sent = sum(

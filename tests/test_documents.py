@@ -9,7 +9,7 @@ import pytest
 from backend.documents import MAX_RENDER_DPI, page_pixels, prepare_pdf
 from backend.errors import ImageError
 from backend.images import fit_to_budget, image_tokens
-from backend.uploads import MediaBudget, UploadKind, sniff_kind
+from backend.media import MediaBudget, UploadKind, sniff_kind
 from tests.media import (
     ONE_PAGE,
     PAGE_COLOURS,

@@ -8,7 +8,7 @@ import pytest
 
 from backend.errors import ImageError
 from backend.images import PreparedImage, fit_to_budget, image_tokens
-from backend.uploads import UploadKind, sniff_kind
+from backend.media import UploadKind, sniff_kind
 from backend.video import (
     MAX_FRAMES,
     MIN_FRAME_PATCHES,
