@@ -125,7 +125,13 @@ async def coalesce(
                 deadlines.append(last_event + pacing.idle_timeout_s)
             timeout = max(0.0, min(deadlines) - loop.time()) if deadlines else None
             try:
-                item = await asyncio.wait_for(queue.get(), timeout)
+                if queue.empty():
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow
+                    # a Stop (cancellation) that lands as the queue gets an item.
+                    async with asyncio.timeout(timeout):
+                        item = await queue.get()
+                else:
+                    item = queue.get_nowait()
             except TimeoutError:
                 now = loop.time()
                 if held_kind is not None and now >= last_release + pacing.interval_s:
@@ -140,12 +146,11 @@ async def coalesce(
                     if now >= next_waiting:
                         next_waiting = now + pacing.waiting_every_s
                         yield Waiting(now - started, await queued() if queued else None)
-                elif pacing.idle_timeout_s is not None:
-                    if now >= last_event + pacing.idle_timeout_s:
-                        raise StreamStalled(
-                            f"The model server stopped sending mid-answer: nothing for "
-                            f"{pacing.idle_timeout_s:.0f} s. What arrived is kept; try again."
-                        ) from None
+                elif (idle := pacing.idle_timeout_s) is not None and now >= last_event + idle:
+                    raise StreamStalled(
+                        f"The model server stopped sending mid-answer: nothing for "
+                        f"{idle:.0f} s. What arrived is kept; try again."
+                    ) from None
                 continue
             last_event = loop.time()
             if item is _END:

@@ -31,6 +31,7 @@ from backend.errors import (
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
 from backend.logs import LOGGER_NAME
+from backend.metrics import fetch_metrics, queue_length
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 
@@ -246,6 +247,12 @@ class ChatClient:
         except httpx.HTTPError:
             return False
         return response.status_code == 200
+
+    async def queued_requests(self, model: str | None = None) -> int | None:
+        """Requests waiting on the server (vLLM ``/metrics``), or None when unknown."""
+        if self.closed:
+            return None
+        return queue_length(await fetch_metrics(self._http, self.server_root), model)
 
     async def list_models(self) -> list[ServedModel]:
         """Return the served models from ``GET /v1/models``.

@@ -72,6 +72,17 @@ def incomplete_note(partial_answer: str) -> str:
     return f"{partial_answer}\n\n{mark}" if partial_answer else mark
 
 
+def not_started_note(seconds: float, queued: int | None) -> str:
+    """Said while the server has taken the request but sent no text yet."""
+    queue = ""
+    if queued:
+        queue = f" The server has {queued} request(s) queued."
+    return (
+        f"⏳ The model server has not started answering yet ({seconds:.0f} s).{queue} "
+        "Stop works at any time."
+    )
+
+
 def waiting_note(problem: str) -> str:
     """Said while the model server is unreachable or loading; ``problem`` says which."""
     return (

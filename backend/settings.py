@@ -121,6 +121,12 @@ class Settings(BaseSettings):
         600.0, gt=0, description="httpx read timeout: longest silence between two chunks, seconds"
     )
     connect_timeout_s: float = Field(5.0, gt=0, description="seconds to wait for a connection")
+    first_token_timeout_s: float = Field(
+        300.0, gt=0, description="give up when no text came this long after sending, seconds"
+    )
+    idle_timeout_s: float = Field(
+        120.0, gt=0, description="give up when a started answer is silent this long, seconds"
+    )
 
     # The server's limits, when it does not say (vLLM's /v1/models gives max_model_len).
     max_model_len: int = Field(32768, gt=0, description="max model length in tokens")

@@ -304,9 +304,9 @@ async def test_stop_while_sending_to_the_browser_closes_the_upstream_stream(
 ) -> None:
     """Stop usually lands while the app awaits the websocket, not the HTTP read.
 
-    The stream to the server must then be closed at once and in the same task
-    (that is what makes vLLM abort), not later by the garbage collector in a
-    finaliser task, where httpx's cleanup fails ("exit cancel scope in a
+    The stream to the server must then be closed at once and by the task that
+    opened it (that is what makes vLLM abort), not later by the garbage collector
+    in a finaliser task, where httpx's cleanup fails ("exit cancel scope in a
     different task") and the request may run on.
     """
     client = app.chat().client
@@ -328,7 +328,8 @@ async def test_stop_while_sending_to_the_browser_closes_the_upstream_stream(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert tasks == [("opened", task), ("closed", task)]  # closed before Stop returned
+    # Opened and closed by the same task (the pacer's pump), before Stop returned.
+    assert [what for what, _ in tasks] == ["opened", "closed"] and tasks[0][1] is tasks[1][1]
     for _ in range(100):  # and the server saw the client go
         if fake.server.aborted:
             break
@@ -512,3 +513,32 @@ def test_importing_the_app_writes_no_log_file(tmp_path: Path) -> None:
         timeout=60,
     )
     assert not (tmp_path / "app.log").exists()
+
+
+async def test_a_server_that_has_not_started_is_said_within_seconds(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13, fault 1: a silent server was explained only after 10 minutes."""
+    browser = await start_chat(Settings(base_url=fake.base_url), monkeypatch)
+    task = asyncio.create_task(app.on_message(user_message("#scenario=silent")))
+    await wait_for(lambda: any("has not started answering yet" in t for t in browser.texts()))
+    notes = [d for e, d in browser.frames if e == "new_message" and "not started" in d["output"]]
+    assert notes and "Stop works at any time" in notes[0]["output"]
+    await task  # then the answer comes, and the note goes
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    removed = {d["id"] for e, d in browser.frames if e == "delete_message"}
+    assert notes[0]["id"] in removed
+
+
+async def test_a_stalled_answer_shows_what_came_then_gives_up(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(base_url=fake.base_url, idle_timeout_s=1.5)
+    browser = await start_chat(settings, monkeypatch)
+    await asyncio.wait_for(app.on_message(user_message("#scenario=stall")), timeout=20)
+    step = next(iter(browser.steps("llm").values()))
+    assert REASONING.startswith(step["output"]) and len(step["output"]) > 40
+    assert step["name"].endswith("(interrupted by an error)")
+    assert "nothing for 2 s" in browser.texts()[-1]  # 1.5 s, said in whole seconds
+    assert "retry" in browser.actions()
+    assert app.chat().conversation.turns[-1].status == "failed"

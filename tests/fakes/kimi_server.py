@@ -79,6 +79,9 @@ class Scenario:
         delay_s: pause between two chunks.
         status: HTTP status to answer with instead of streaming (an error).
         error: vLLM's error message for ``status`` or for a mid-stream error event.
+        pause_at: index of the piece before which the stream goes silent for
+            ``pause_s`` seconds (0: before any text, a server that has not started).
+        pause_s: see ``pause_at``.
         breaks: how the stream breaks after its pieces instead of ending:
             ``"garbled"`` sends a chunk that is not JSON, ``"dropped"`` closes the
             connection without ending the HTTP response.
@@ -90,6 +93,8 @@ class Scenario:
     delay_s: float = 0.005
     status: int = 200
     error: str = ""
+    pause_at: int | None = None
+    pause_s: float = 0.0
     breaks: str = ""
 
 
@@ -129,6 +134,10 @@ SCENARIOS: dict[str, Scenario] = {
     "error-500": Scenario(status=500, error="EngineCore encountered an issue."),
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
+    # Accepts the request, then sends no text for 4 s (a loaded server).
+    "silent": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=4.0),
+    # Sends some reasoning, then nothing for a minute.
+    "stall": Scenario(pieces=tokens(f"◁think▷{REASONING}"), pause_at=20, pause_s=60.0),
     "garbled": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="garbled"),
     "dropped": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="dropped"),
     # Grounding on the bundled settings.png: the reasoning names a wrong switch first
@@ -334,6 +343,8 @@ class KimiServer:
         for i, piece in enumerate(scenario.pieces):
             if scenario.delay_s:
                 await asyncio.sleep(scenario.delay_s)
+            if i == scenario.pause_at:
+                await asyncio.sleep(scenario.pause_s)
             ends = i == last and not scenario.error and not scenario.breaks
             yield chunk({"content": piece}, scenario.finish_reason if ends else None)
             if scenario.breaks and i == last // 2:
