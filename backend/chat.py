@@ -144,26 +144,29 @@ class ChatSession:
             return self.model.max_model_len
         return self.settings.max_model_len
 
-    async def connect(self, model_name: str | None = None) -> ServedModel:
-        """Ask the server which models it serves and pick one.
+    async def connect(
+        self, model_name: str | None = None, served: list[ServedModel] | None = None
+    ) -> ServedModel:
+        """Pick one of the models the server serves.
 
         Picks ``model_name``, else :attr:`wanted_model`, else ``settings.model``,
-        else the first served. Keeps sampling options the person already chose
-        for the same model.
+        else the first served. ``served``: the server's models if already known
+        (:class:`backend.models.ModelDirectory`), else the server is asked. Keeps
+        sampling options the person already chose for the same model.
 
         Raises:
             ChatError: the server is unreachable, serves nothing, or not that model.
         """
         if model_name:
             self.wanted_model = model_name
-        models = await self.client.list_models()
+        models = served if served else await self.client.list_models()
         wanted = self.wanted_model or self.settings.model
         chosen = next((m for m in models if m.id == wanted), None) if wanted else None
         if chosen is None and models and not wanted:
             chosen = models[0]
         if chosen is None:
-            served = ", ".join(m.id for m in models) or "nothing"
-            raise ChatError(f"The model server does not serve '{wanted}'; it serves {served}.")
+            names = ", ".join(m.id for m in models) or "nothing"
+            raise ChatError(f"The model server does not serve '{wanted}'; it serves {names}.")
         if self.model is None or self.model.id != chosen.id or self.options is None:
             self.model = chosen
             self.options = SamplingOptions.for_profile(self.profile, self.max_model_len)

@@ -91,6 +91,10 @@ def _vllm_message(body: object, fallback: str) -> str:
     return fallback
 
 
+PROBE_TIMEOUT_S = 5.0
+"""Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
+a connection but never answers them must not hold a page or a chat start for long."""
+
 CLOSED_MESSAGE = (
     "The app is shutting down and no longer talks to the model server. "
     "Reload the page once it is back."
@@ -243,7 +247,7 @@ class ChatClient:
         if self.closed:
             return False
         try:
-            response = await self._http.get(f"{self.server_root}/health")
+            response = await self._http.get(f"{self.server_root}/health", timeout=PROBE_TIMEOUT_S)
         except httpx.HTTPError:
             return False
         return response.status_code == 200
@@ -263,7 +267,7 @@ class ChatClient:
         """
         self._check_open()
         try:
-            page = await self._openai.models.list()
+            page = await self._openai.models.list(timeout=PROBE_TIMEOUT_S)
         except Exception as exc:
             raise map_error(exc, base_url=self.base_url, model="") from exc
         return [

@@ -83,6 +83,11 @@ def not_started_note(seconds: float, queued: int | None) -> str:
     )
 
 
+def connecting_note() -> str:
+    """Said at chat start while the model server's models are not known yet."""
+    return "**Connecting to the model server…** *This message changes when it answers.*"
+
+
 def waiting_note(problem: str) -> str:
     """Said while the model server is unreachable or loading; ``problem`` says which."""
     return (
