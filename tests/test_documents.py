@@ -14,6 +14,7 @@ from tests.media import (
     ONE_PAGE,
     PAGE_COLOURS,
     budget,
+    cut_keeping_a_trailer,
     encrypted_pdf,
     make_pdf,
     one_line_naming,
@@ -110,16 +111,56 @@ def test_broken_or_locked_pdf_is_one_line_naming_the_file(
     assert one_line_naming(error.value, "contract.pdf").startswith(f"contract.pdf: {reason}")
 
 
-def test_truncated_pdf_is_refused_or_its_readable_pages_sent(tmp_path: Path) -> None:
+CUT_SHORT = (
+    "the PDF is cut short (the file ends before its %%EOF marker); upload the whole file again"
+)
+
+
+def test_a_pdf_cut_anywhere_before_its_trailer_is_refused_in_one_sentence(tmp_path: Path) -> None:
     whole = make_pdf(tmp_path / "whole.pdf", pages=3).read_bytes()
+    # Pillow writes the objects, then the cross-reference table, the trailer, startxref.
+    first_object = whole.index(b" 0 obj") + len(b" 0 obj")
+    trailer_end = whole.index(b">>", whole.index(b"trailer")) + len(b">>")  # its dictionary
+    cuts = [*range(first_object, trailer_end, 997), whole.index(b"xref"), trailer_end - 1]
+    assert len(cuts) > 40
+    cut = tmp_path / "upload.bin"
+    for length in cuts:
+        cut.write_bytes(whole[:length])
+        with pytest.raises(ImageError) as error:
+            prepare_pdf(cut, budget(), name="report.pdf")
+        assert str(error.value) == f"report.pdf: {CUT_SHORT}", length
+
+
+def test_a_pdf_cut_after_its_trailer_loses_nothing_and_is_sent_whole(tmp_path: Path) -> None:
+    whole = make_pdf(tmp_path / "whole.pdf", pages=3).read_bytes()
+    trailer_end = whole.index(b">>", whole.index(b"trailer")) + len(b">>")  # its dictionary
     cut = tmp_path / "cut.pdf"
-    cut.write_bytes(whole[: len(whole) // 3])
-    try:
-        result = prepare_pdf(cut, budget())
-    except ImageError as error:  # PDFium may rebuild the cross-reference table or not
-        assert one_line_naming(error, "cut.pdf").startswith("cut.pdf: the PDF is damaged")
-    else:
-        assert 1 <= len(result.images) <= 3
+    for length in (trailer_end, len(whole) - 3):  # without startxref; "%%EOF" cut to "%%"
+        cut.write_bytes(whole[:length])
+        result = prepare_pdf(cut, budget(limit=4096))
+        assert result.notices == ["cut.pdf: pages 1-3 of 3 sent as images"]
+        for index, image in enumerate(result.images):
+            pixels = decode(image).convert("RGB")
+            centre = pixels.getpixel((pixels.width // 2, pixels.height // 2))
+            assert isinstance(centre, tuple)
+            assert all(abs(a - b) <= 3 for a, b in zip(centre, PAGE_COLOURS[index], strict=True))
+
+
+@pytest.mark.parametrize("page", [2, 3])
+def test_a_cut_pdf_whose_trailer_survives_is_refused_naming_the_first_lost_page(
+    tmp_path: Path, page: int
+) -> None:
+    whole = make_pdf(tmp_path / "whole.pdf", pages=3).read_bytes()
+    # Pillow writes page n's picture, then its page object: cut just before the page object.
+    page_object = b"%d 0 obj<<\n/Resources" % (2 * page - 1)
+    cut = tmp_path / "upload.bin"
+    cut.write_bytes(cut_keeping_a_trailer(whole, whole.index(page_object)))
+    with pytest.raises(ImageError) as error:
+        prepare_pdf(cut, budget(), name="report.pdf")
+    assert str(error.value) == (
+        f"report.pdf: page {page} of 3 cannot be read (the PDF is damaged or cut short); "
+        "upload the whole file again"
+    )
 
 
 def test_no_room_left_is_a_problem_naming_the_file(tmp_path: Path) -> None:
