@@ -21,14 +21,13 @@ collector, which may run in any thread).
 
 A PDF cut short (an interrupted upload or download) is refused rather than sent in
 part. A PDF as most writers lay it out ends with its cross-reference table, trailer
-and ``%%EOF``, and PDFium
-(pypdfium2 5.15) cannot open a file cut anywhere before the end of the trailer
-dictionary (measured at 40+ cut points in tests/test_documents.py), so
-:func:`prepare_pdf` says the file was cut short (:func:`_open_failure`). A file
-PDFium does open but one of whose pages within the budget it cannot load (a cut
-linearized PDF, whose first-page trailer sits near the start) is refused naming
-that page. What PDFium cannot tell, a page whose picture stream alone is cut, it
-renders as far as the data goes.
+and ``%%EOF``, and PDFium (pypdfium2 5.15) cannot open a file cut anywhere before
+the end of the trailer dictionary (measured at 40+ cut points in
+tests/test_documents.py), so :func:`prepare_pdf` says the file was cut short
+(:func:`_open_failure`). A file PDFium does open but one of whose pages within the
+budget it cannot load (a cut linearized PDF, whose first-page trailer sits near the
+start) is refused naming that page. What PDFium cannot tell, a page whose picture
+stream alone is cut, it renders as far as the data goes.
 """
 
 from __future__ import annotations
