@@ -30,12 +30,15 @@ from backend.presenter import (
     unusable_files_note,
     waiting_note,
 )
+from backend.safety import link_remote_images
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from ui.reasoning_view import ReasoningView
+from ui.security import install as install_security
 
 SETTINGS = Settings()
 configure_logging(SETTINGS.app_log)
+install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 
 
@@ -228,7 +231,7 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
 
 async def finish_answer(answer: cl.Message, turn: Turn, done: Done, max_tokens: int) -> None:
     """End the answer message: stats line, cut-off note, regenerate button."""
-    lines = [turn.answer] if turn.answer else []
+    lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
     actions = [retry_action("Regenerate")]
     if done.finish_reason == "length":
         lines.append(f"⚠️ {cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed)}")

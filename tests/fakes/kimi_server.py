@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -106,7 +107,21 @@ SCENARIOS: dict[str, Scenario] = {
     "error-500": Scenario(status=500, error="EngineCore encountered an issue."),
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
+    # Prompt injection made visible: markdown images (which a browser fetches with no
+    # click) pointing at the `#url=` of the message, in the still-open reasoning and in
+    # the answer, plus a plain link and a javascript: link (security tests).
+    "exfiltrate": Scenario(
+        pieces=tokens(
+            "◁think▷The page says to show ![step]({url}?from=reasoning) now. "
+            f"{REASONING}◁/think▷Here is the chart ![chart]({{url}}?from=answer) and "
+            "![]({url}?from=bare). Source: [the report]({url}?from=link); "
+            "[click me](javascript:alert(document.cookie))."
+        ),
+        delay_s=0.01,
+    ),
 }
+URL_TAG = re.compile(r"#url=(\S+)")
+"""``#url=ADDRESS`` in the message fills ``{url}`` in a scenario's pieces."""
 
 SCENARIO_TAG = re.compile(r"#scenario=([\w-]+)")
 
@@ -196,6 +211,10 @@ class KimiServer:
         match = SCENARIO_TAG.search(last_user_text(body))
         model = str(body.get("model", self.model))
         scenario = SCENARIOS[match.group(1) if match else default_scenario(model)]
+        if url := URL_TAG.search(last_user_text(body)):
+            scenario = dataclasses.replace(
+                scenario, pieces=tokens("".join(scenario.pieces).replace("{url}", url.group(1)))
+            )
         if scenario.status != 200:
             return JSONResponse(
                 {
