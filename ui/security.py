@@ -344,12 +344,14 @@ ConnectHandler = Callable[[str, MutableMapping[str, Any], Any], Awaitable[Any]]
 def guard_connect(sio: Any) -> None:
     """Put the ownership check in front of Chainlit's socket.io ``connect`` handler.
 
-    Refuses (``ConnectionRefusedError``, the browser sees the socket fail) a
+    Refuses (socket.io's ``ConnectionRefusedError``: a ``connect_error`` with the
+    sentence, the socket is not opened) a
     socket that names a live session opened by another browser, and one without
     the browser cookie for a session whose socket is still connected; records the
     owner of each new session.
     """
     from chainlit.session import WebsocketSession
+    from socketio.exceptions import ConnectionRefusedError as Refused
 
     original: ConnectHandler = sio.handlers["/"]["connect"]
 
@@ -360,7 +362,7 @@ def guard_connect(sio: Any) -> None:
         if existing is not None:
             connected = sio.manager.is_connected(existing.socket_id, "/")
             if not OWNERS.owns(existing, key) or (key is None and connected):
-                raise ConnectionRefusedError("This chat is open in another browser.")
+                raise Refused("This chat is open in another browser.")
         accepted = await original(sid, environ, auth)
         if accepted and existing is None and (created := _session(session_id)) is not None:
             OWNERS.claim(created, key)
