@@ -22,7 +22,7 @@ import httpx
 import psutil
 import pytest
 from PIL import Image
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Dialog, Page, expect
 
 from tests.browser.conftest import (
     ANSWERS,
@@ -205,7 +205,12 @@ def test_images_in_model_output_fetch_nothing_and_links_are_safe(
     inert = answer.get_by_text("click me")
     assert "javascript:" not in (inert.get_attribute("href") or "")
     dialogs: list[str] = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def record(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", record)
     inert.click()
     page.wait_for_timeout(300)
     assert dialogs == []
