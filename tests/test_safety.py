@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from backend.safety import link_remote_images
-from ui.security import BROWSER_COOKIE, Guard, browser_key, origin_allowed, page_policy
+from ui.security import BROWSER_COOKIE, Guard, Owners, browser_key, origin_allowed, page_policy
 
 
 @pytest.mark.parametrize(
@@ -151,3 +151,20 @@ async def test_responses_carry_the_browser_cookie_once_and_no_referrer() -> None
         assert first.headers["referrer-policy"] == "no-referrer"
         again = await client.get("/anything")  # httpx sends the cookie back
         assert "set-cookie" not in again.headers
+
+
+class _Session:
+    """Stands in for Chainlit's WebsocketSession (hashable, weakly referenced)."""
+
+
+def test_a_session_belongs_to_the_browser_that_opened_it() -> None:
+    owners = Owners()
+    mine, scripted, unknown = _Session(), _Session(), _Session()
+    owners.claim(mine, "key-a")
+    owners.claim(mine, "key-b")  # the first claim stays
+    owners.claim(scripted, None)
+    assert owners.owns(mine, "key-a") and owners.bound(mine)
+    assert not owners.owns(mine, "key-b") and not owners.owns(mine, None)
+    assert owners.owns(scripted, None) and owners.owns(scripted, "key-b")
+    assert not owners.bound(scripted)
+    assert not owners.owns(unknown, None) and not owners.owns(unknown, "key-a")

@@ -16,8 +16,9 @@ Chainlit's socket.io ``connect`` handler:
   request; a chat session belongs to the browser that opened it. Its files
   (``/project/file``), its actions and elements (``/project/action``,
   ``/project/element``) and a new socket for it are refused to any other browser.
-  A socket without the cookie (a script) may not join a session whose socket is
-  still connected. Chainlit itself checks the signed-in user when sign-in is on.
+  A session opened without the cookie (a script that never loaded the page) is
+  bound to no browser, but no second socket may join it while its socket is
+  connected. Chainlit itself checks the signed-in user when sign-in is on.
 - **Upload size**: ``POST /project/file`` over Chainlit's ``max_size_mb`` (plus
   form overhead) is refused from its ``Content-Length``, before a byte is read
   (Chainlit reads a whole upload into memory before it checks its size); one
@@ -152,8 +153,20 @@ class Owners:
             self._owner[session] = key
 
     def owns(self, session: Any, key: str | None) -> bool:
-        """Whether the browser with ``key`` opened ``session`` (unknown sessions: no)."""
-        return session in self._owner and self._owner[session] == key
+        """Whether the browser with ``key`` may use ``session``.
+
+        Yes if that browser opened it, or if it was opened without the cookie (a
+        script, which never loaded the page, is not bound to a browser); no for a
+        session this registry never saw.
+        """
+        if session not in self._owner:
+            return False
+        owner = self._owner[session]
+        return owner is None or owner == key
+
+    def bound(self, session: Any) -> bool:
+        """Whether ``session`` belongs to one browser (it was opened with the cookie)."""
+        return self._owner.get(session) is not None
 
 
 OWNERS: Final = Owners()
@@ -345,10 +358,9 @@ def guard_connect(sio: Any) -> None:
     """Put the ownership check in front of Chainlit's socket.io ``connect`` handler.
 
     Refuses (socket.io's ``ConnectionRefusedError``: a ``connect_error`` with the
-    sentence, the socket is not opened) a
-    socket that names a live session opened by another browser, and one without
-    the browser cookie for a session whose socket is still connected; records the
-    owner of each new session.
+    sentence; no socket is opened) a socket that names a live session opened by
+    another browser, and any second socket for a session bound to no browser while
+    its socket is connected; records the owner of each new session.
     """
     from chainlit.session import WebsocketSession
     from socketio.exceptions import ConnectionRefusedError as Refused
@@ -361,7 +373,7 @@ def guard_connect(sio: Any) -> None:
         existing = WebsocketSession.get_by_id(session_id) if session_id else None
         if existing is not None:
             connected = sio.manager.is_connected(existing.socket_id, "/")
-            if not OWNERS.owns(existing, key) or (key is None and connected):
+            if not OWNERS.owns(existing, key) or (not OWNERS.bound(existing) and connected):
                 raise Refused("This chat is open in another browser.")
         accepted = await original(sid, environ, auth)
         if accepted and existing is None and (created := _session(session_id)) is not None:

@@ -12,6 +12,7 @@ import re
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -284,6 +285,10 @@ def test_a_session_id_opens_nothing_in_another_browser(chromium: Browser, guarde
     for cookies in ({}, {"kimi_browser": "another-browser"}):
         reply = socket_connect(guarded, session_id, cookies)
         assert reply.startswith("44") and "This chat is open in another browser." in reply
+    # A script (no cookie) is bound to no browser, but gets one socket at a time.
+    scripted = str(uuid.uuid4())
+    assert socket_connect(guarded, scripted, {}).startswith("40")
+    assert "This chat is open in another browser." in socket_connect(guarded, scripted, {})
     # The person's tab was not taken over: it still answers.
     ask(page, "And again? #scenario=plain")
     wait_answer_done(page)
