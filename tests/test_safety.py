@@ -90,6 +90,11 @@ def test_page_policy_allows_the_pages_inline_scripts_by_hash_only() -> None:
     assert policy["img-src"] == "'self' data: blob:"
     assert policy["frame-ancestors"] == "'none'"
     assert "'unsafe-inline'" not in policy["script-src"]
+    assert page_policy(html, "127.0.0.1:8300").endswith("frame-ancestors 'none'")
+    sockets = dict(p.split(" ", 1) for p in page_policy(html, "127.0.0.1:8300").split("; "))
+    assert sockets["connect-src"] == "'self' ws://127.0.0.1:8300 wss://127.0.0.1:8300"
+    forged = dict(p.split(" ", 1) for p in page_policy(html, "x; script-src *").split("; "))
+    assert forged["connect-src"] == "'self'" and "*" not in forged["script-src"]
 
 
 def test_browser_key_is_read_from_the_cookie_header() -> None:

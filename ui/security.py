@@ -73,22 +73,27 @@ JSON_BODY_LIMIT: Final = 1024 * 1024
 BODY_SESSION_ROUTES: Final = frozenset({"/project/action", "/project/element"})
 """Routes that name their session in the JSON body (``sessionId``)."""
 
-StyleSources: Final = "https://fonts.googleapis.com https://cdn.jsdelivr.net"
+STYLE_SOURCES: Final = "https://fonts.googleapis.com https://cdn.jsdelivr.net"
 """Chainlit's index.html loads the Inter font's CSS and KaTeX's CSS from these."""
-FontSources: Final = "https://fonts.gstatic.com https://cdn.jsdelivr.net"
+FONT_SOURCES: Final = "https://fonts.gstatic.com https://cdn.jsdelivr.net"
 FILE_POLICY: Final = "default-src 'none'; img-src 'self' data:; media-src 'self'; sandbox"
 """Content-Security-Policy of uploaded files opened on their own (nothing runs)."""
 
+_HOST: Final = re.compile(r"[A-Za-z0-9.\-]+(:\d+)?|\[[0-9A-Fa-f:.]+\](:\d+)?")
+"""A ``Host`` header fit to put in the policy: a name or an IP address, and a port."""
 _SCRIPT: Final = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S | re.I)
 
 
-def page_policy(html: str) -> str:
+def page_policy(html: str, host: str | None = None) -> str:
     """The Content-Security-Policy of a page whose HTML is ``html``.
 
     Inline ``<script>`` blocks of ``html`` are allowed by their SHA-256 hash (CSP
     level 2), so no other inline script runs. Styles may be inline (React and
-    KaTeX set ``style`` attributes).
+    KaTeX set ``style`` attributes). ``host`` (the request's ``Host``, e.g.
+    ``"127.0.0.1:8300"``) names the chat socket's ``ws:``/``wss:`` address for
+    browsers whose ``'self'`` does not cover websockets (CSP level 2).
     """
+    sockets = f" ws://{host} wss://{host}" if host and _HOST.fullmatch(host) else ""
     hashes = " ".join(
         f"'sha256-{base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()}'"
         for body in _SCRIPT.findall(html)
@@ -97,11 +102,11 @@ def page_policy(html: str) -> str:
         [
             "default-src 'self'",
             f"script-src 'self' {hashes}".rstrip(),
-            f"style-src 'self' 'unsafe-inline' {StyleSources}",
-            f"font-src 'self' data: {FontSources}",
+            f"style-src 'self' 'unsafe-inline' {STYLE_SOURCES}",
+            f"font-src 'self' data: {FONT_SOURCES}",
             "img-src 'self' data: blob:",
             "media-src 'self' blob:",
-            "connect-src 'self'",
+            f"connect-src 'self'{sockets}",
             "worker-src 'self' blob:",
             "object-src 'none'",
             "base-uri 'self'",
@@ -222,16 +227,16 @@ class Guard:
         self.allowed_origins = tuple(allowed_origins)
         self.upload_limit_mb = upload_limit_mb
         self.root_path = root_path.rstrip("/")
-        self._policy: str | None = None
+        self._html: str | None = None
 
-    def policy(self) -> str:
-        """The pages' policy, from the HTML Chainlit serves (computed once)."""
-        if self._policy is None:
+    def policy(self, host: str | None) -> str:
+        """The pages' policy, from the HTML Chainlit serves (read once)."""
+        if self._html is None:
             from chainlit.server import get_html_template
 
             root = os.getenv("CHAINLIT_PARENT_ROOT_PATH", "") + os.getenv("CHAINLIT_ROOT_PATH", "")
-            self._policy = page_policy(get_html_template(root))
-        return self._policy
+            self._html = get_html_template(root)
+        return page_policy(self._html, host)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in {"http", "websocket"}:
@@ -338,7 +343,8 @@ class Guard:
                 if path.startswith("/project/file/"):
                     headers["Content-Security-Policy"] = FILE_POLICY
                 elif headers.get("content-type", "").startswith("text/html"):
-                    headers["Content-Security-Policy"] = self.policy()
+                    host = Headers(scope=scope).get("host")
+                    headers["Content-Security-Policy"] = self.policy(host)
                 if key is None:
                     secure = "; Secure" if scope.get("scheme") == "https" else ""
                     headers.append(
