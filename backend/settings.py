@@ -136,3 +136,8 @@ class Settings(BaseSettings):
     app_log: str = Field("app.log", description="the app's request log; empty = stderr only")
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
+    allowed_origins: str = Field(
+        "",
+        description="origins allowed to drive the UI besides its own (comma-separated), "
+        "e.g. https://chat.example.com behind a proxy that rewrites Host",
+    )

@@ -25,6 +25,7 @@ from backend.presenter import (
     stats_line,
     stopped_note,
 )
+from backend.safety import link_remote_images
 from ui.grounding_view import show_marks
 from ui.reasoning_view import ReasoningView
 
@@ -157,7 +158,7 @@ async def finish_answer(
     session: ChatSession,
 ) -> None:
     """End the answer message: stats line, cut-off note, its buttons."""
-    lines = [turn.answer] if turn.answer else []
+    lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
     actions = [retry_action(message_id, "Regenerate")]
     if done.finish_reason == "length":
         max_tokens = planned.request.max_tokens

