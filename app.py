@@ -20,7 +20,10 @@ from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnrea
 from backend.logs import configure as configure_logging
 from backend.panel import option_changes, panel_fields, profile_choices
 from backend.presenter import (
+    ALREADY_SENT_NOTE,
     DEV_MODE_BANNER,
+    SEND_ANYWAY_LABEL,
+    TURN_GONE_NOTE,
     connecting_note,
     ready_note,
     rerun_note,
@@ -31,6 +34,7 @@ from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from ui.answer import AUTHOR, run_turn, say
+from ui.language import session_translator, translator_for_language
 from ui.security import install as install_security
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
@@ -71,7 +75,7 @@ def chat() -> ChatSession:
 
 
 @cl.set_chat_profiles
-async def chat_profiles(user: cl.User | None) -> list[cl.ChatProfile]:
+async def chat_profiles(user: cl.User | None, language: str | None = None) -> list[cl.ChatProfile]:
     """One profile per served model when the server serves several (Thinking, Instruct).
 
     From a cache: a page load waits at most a moment on the model server.
@@ -80,7 +84,9 @@ async def chat_profiles(user: cl.User | None) -> list[cl.ChatProfile]:
         cl.ChatProfile(
             name=c.name, display_name=c.label, markdown_description=c.description, default=c.default
         )
-        for c in profile_choices(await resources().models.current())
+        for c in profile_choices(
+            await resources().models.current(), translator_for_language(language)
+        )
     ]
 
 
@@ -101,7 +107,7 @@ async def send_settings(session: ChatSession) -> None:
                step=f.step, description=f.description)
         if f.kind == "slider"
         else Switch(id=f.id, label=f.label, initial=bool(f.initial), description=f.description)
-        for f in panel_fields(session.profile, session.options, session.max_model_len)
+        for f in panel_fields(session.profile, session.options, session.max_model_len, session.tr)
     ]  # fmt: skip
     await cl.ChatSettings(widgets).send()
 
@@ -120,16 +126,16 @@ async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
         try:
             await session.connect()
         except (ServerUnreachable, ServerLoading, RequestTimeout) as exc:
-            status.content = waiting_note(str(exc))
+            status.content = waiting_note(exc.message, session.tr)
             await status.update()
             await asyncio.sleep(READY_POLL_S)
             continue
         except ChatError as exc:
-            status.content = f"⚠️ {exc}"
+            status.content = "⚠️ " + session.tr.text(exc.message)
             await status.update()
             return
         break
-    status.content = ready_note(session.profile.label)
+    status.content = ready_note(session.tr.text(session.profile.label), session.tr)
     await status.update()
     await send_settings(session)
 
@@ -143,10 +149,12 @@ async def on_chat_start() -> None:
     """
     shared = resources()
     profile = cl.user_session.get("chat_profile") or ""
-    session = ChatSession.create(SETTINGS, shared.client, shared.workers, wanted_model=profile)
+    session = ChatSession.create(
+        SETTINGS, shared.client, shared.workers, wanted_model=profile, tr=session_translator()
+    )
     cl.user_session.set("chat", session)
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
-        await cl.context.emitter.send_toast(DEV_MODE_BANNER, "warning")
+        await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
     served = await shared.models.current()
     if served:
         try:
@@ -156,7 +164,7 @@ async def on_chat_start() -> None:
         else:
             await send_settings(session)
             return
-    status = cl.Message(content=connecting_note(), author=AUTHOR)
+    status = cl.Message(content=connecting_note(session.tr), author=AUTHOR)
     await status.send()
     cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
 
@@ -178,14 +186,17 @@ async def on_message(message: cl.Message) -> None:
             session.keep_draft(message.id, text, prepared.images)
             can_send = bool(message.content.strip() or prepared.images)
             send = cl.Action(
-                name="send_anyway", payload={"message": message.id}, label="Send without them"
+                name="send_anyway",
+                payload={"message": message.id},
+                label=session.tr(SEND_ANYWAY_LABEL),
             )
             await say(
-                unusable_files_note(prepared.problems, can_send), [send] if can_send else None
+                unusable_files_note(prepared.problems, can_send, session.tr),
+                [send] if can_send else None,
             )
             return
         for notice in prepared.notices:
-            await say(f"ℹ️ {notice}")
+            await say("ℹ️ " + session.tr.text(notice))
         turn = session.start_turn(message.id, text, prepared.images)
         await run_turn(session, message.id, turn)
 
@@ -197,7 +208,7 @@ async def on_send_anyway(action: cl.Action) -> None:
     session, message_id = chat(), str(action.payload.get("message", ""))
     draft = session.take_draft(message_id)
     if draft is None:
-        await say("ℹ️ That message was already sent or replaced.")
+        await say("ℹ️ " + session.tr(ALREADY_SENT_NOTE))
         return
 
     async def send() -> None:
@@ -222,12 +233,12 @@ async def on_retry(action: cl.Action) -> None:
     async def rerun() -> None:
         found = session.rerun(message_id)
         if found is None:
-            await say("ℹ️ That turn is no longer part of the conversation; ask again below.")
+            await say("ℹ️ " + session.tr(TURN_GONE_NOTE))
             return
         await action.remove()
         turn, later_turns = found
         if later_turns:
-            await say(rerun_note(turn.text, later_turns))
+            await say(rerun_note(turn.text, later_turns, session.tr))
         await run_turn(session, message_id, turn, max_tokens, make_room)
 
     start_answer_task(rerun)

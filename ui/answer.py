@@ -17,7 +17,12 @@ from backend.chat import ChatSession, Planned
 from backend.conversation import Turn
 from backend.errors import ChatError, can_retry
 from backend.events import AnswerDelta, Done, ReasoningDelta, Waiting
+from backend.i18n import Translator
 from backend.presenter import (
+    DEV_STATS_SUFFIX,
+    MORE_TOKENS_LABEL,
+    REGENERATE_LABEL,
+    RETRY_LABEL,
     cut_off_note,
     incomplete_note,
     no_more_tokens_note,
@@ -39,9 +44,15 @@ async def say(text: str, actions: list[cl.Action] | None = None) -> None:
 
 
 def retry_action(
-    message_id: str, label: str = "Retry", max_tokens: int | None = None, make_room: bool = False
+    message_id: str,
+    tr: Translator,
+    label: str = RETRY_LABEL,
+    max_tokens: int | None = None,
+    make_room: bool = False,
 ) -> cl.Action:
     """A button that answers the turn of the person's message ``message_id`` again.
+
+    ``label``: a msgid (e.g. :data:`backend.presenter.RETRY_LABEL`), shown in ``tr``'s language.
 
     ``max_tokens``/``make_room``: ask for that answer budget and leave out older
     turns until it fits ("Retry with more tokens").
@@ -49,7 +60,7 @@ def retry_action(
     payload: dict[str, object] = {"message": message_id}
     if max_tokens:
         payload |= {"max_tokens": max_tokens, "make_room": make_room}
-    return cl.Action(name="retry", payload=payload, label=label, icon="refresh-cw")
+    return cl.Action(name="retry", payload=payload, label=tr(label), icon="refresh-cw")
 
 
 async def run_turn(
@@ -65,17 +76,19 @@ async def run_turn(
     message is created at its first token, so it sits below the step. A Stop
     after the answer finished changes nothing.
     """
+    tr = session.tr
     try:
         planned = await session.plan_request(turn, max_tokens, make_room=make_room)
     except ChatError as exc:
         turn.status = "failed"
-        await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+        retry = [retry_action(message_id, tr)] if can_retry(exc) else None
+        await say("⚠️ " + tr.text(exc.message), retry)
         return
     for notice in planned.notices:
-        await say(f"ℹ️ {notice}")
+        await say("ℹ️ " + tr.text(notice))
     show_reasoning = session.options is None or session.options.show_reasoning
     answer: cl.Message | None = None
-    reasoning = ReasoningView()
+    reasoning = ReasoningView(tr=tr)
     waiting = WaitingNote()
     pacing = Pacing(
         first_token_timeout_s=session.settings.first_token_timeout_s,
@@ -91,7 +104,7 @@ async def run_turn(
         async with aclosing(stream) as events:
             async for event in events:
                 if isinstance(event, Waiting):
-                    await waiting.show(not_started_note(event.seconds, event.queued))
+                    await waiting.show(not_started_note(event.seconds, event.queued, tr))
                     continue
                 await waiting.remove()
                 if isinstance(event, ReasoningDelta):
@@ -113,8 +126,8 @@ async def run_turn(
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
         answer = answer or cl.Message(content="")
-        answer.content = stopped_note(turn.answer)
-        answer.actions = [retry_action(message_id)]
+        answer.content = stopped_note(turn.answer, tr)
+        answer.actions = [retry_action(message_id, tr)]
         await answer.send()
         raise
     except ChatError as exc:
@@ -122,9 +135,10 @@ async def run_turn(
         await waiting.remove()
         await reasoning.close("failed")
         if answer is not None:
-            answer.content = incomplete_note(turn.answer)
+            answer.content = incomplete_note(turn.answer, tr)
             await answer.send()
-        await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+        retry = [retry_action(message_id, tr)] if can_retry(exc) else None
+        await say("⚠️ " + tr.text(exc.message), retry)
 
 
 class WaitingNote:
@@ -159,21 +173,23 @@ async def finish_answer(
 ) -> None:
     """End the answer message: stats line, cut-off note, its buttons."""
     lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
-    actions = [retry_action(message_id, "Regenerate")]
+    tr = session.tr
+    actions = [retry_action(message_id, tr, REGENERATE_LABEL)]
     if done.finish_reason == "length":
         max_tokens = planned.request.max_tokens
-        lines.append(f"⚠️ {cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed)}")
-        actions = [retry_action(message_id)]
+        cut_off = cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed, tr=tr)
+        lines.append(f"⚠️ {cut_off}")
+        actions = [retry_action(message_id, tr)]
         if planned.more_tokens:
-            more = retry_action(message_id, "Retry with more tokens", planned.more_tokens, True)
+            more = retry_action(message_id, tr, MORE_TOKENS_LABEL, planned.more_tokens, True)
             actions.insert(0, more)
         else:
-            lines.append(f"ℹ️ {no_more_tokens_note(max_tokens, session.max_model_len)}")
-    stats = stats_line(done)
+            lines.append(f"ℹ️ {no_more_tokens_note(max_tokens, session.max_model_len, tr)}")
+    stats = stats_line(done, tr)
     if session.settings.dev_mode:
-        stats += " · dev model: the text is noise"
+        stats += " · " + tr(DEV_STATS_SUFFIX)
     lines.append(f"*{stats}*")
     answer.content = "\n\n".join(lines)
     answer.actions = actions
     await answer.send()
-    await show_marks(turn.answer, turn.images, session.workers)  # drawn on a copy, below
+    await show_marks(turn.answer, turn.images, session.workers, tr)  # drawn on a copy, below
