@@ -12,11 +12,18 @@ LAUNCH = ROOT / "launch.sh"
 
 
 def launch_env(log_dir: Path, **extra: str) -> dict[str, str]:
-    """Environment for launch.sh: vLLM on a free port, its log in ``log_dir``."""
+    """Environment for launch.sh: vLLM on a free port, its files in ``log_dir``.
+
+    The files: ``llm.log``, the run-state directory ``run/`` and the env file
+    ``env`` that launch.sh writes its generated secrets into (the repository's
+    ``.env`` is never touched).
+    """
     return {
         **os.environ,
         "KIMI_VLLM_PORT": str(free_port()),
         "KIMI_LLM_LOG": str(log_dir / "llm.log"),
+        "KIMI_RUN_DIR": str(log_dir / "run"),
+        "KIMI_ENV_FILE": str(log_dir / "env"),
         **extra,
     }
 
