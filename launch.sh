@@ -209,11 +209,12 @@ trap 'stop_all' EXIT
 start_server() {
   local i=$1 why=$2 fresh=${3-} log=SERVER_LOG_$i shown=SERVE_SHOWN_$i
   local -n args=SERVE_ARGS_$i
-  say "starting vLLM: ${!shown}"
+  local command="${vllm_cmd[*]} ${!shown}"
+  say "starting vLLM: $command"
   say "server log: ${!log}"
   VLLM_API_KEY=$KIMI_API_KEY PYTHONUNBUFFERED=1 setsid "${vllm_cmd[@]}" "${args[@]}" </dev/null > >(
     exec "$app_py" -m serving.logpipe --path "${!log}" --max-mb "$KIMI_LOG_MAX_MB" \
-      --keep "$KIMI_LOG_KEEP" --header "launch.sh: $why" --header "${!shown}" ${fresh:+"$fresh"}
+      --keep "$KIMI_LOG_KEEP" --header "launch.sh: $why" --header "$command" ${fresh:+"$fresh"}
   ) 2>&1 &
   server_pid[i]=$! server_started[i]=$(date +%s)
   record

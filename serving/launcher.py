@@ -112,7 +112,7 @@ class Plan:
             elif prev == "--api-key":
                 arg = "***"
             words.append(arg)
-        return "vllm " + shlex.join(words)
+        return shlex.join(words)
 
     def to_bash(self, index: int = 0) -> str:
         """Render as bash assignments for ``eval``, names suffixed ``_<index>``."""

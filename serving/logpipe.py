@@ -93,8 +93,6 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
     parser.add_argument("--header", action="append", default=[])
     parser.add_argument("--fresh", action="store_true")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pipe(
         stdin or sys.stdin.buffer,
         args.path,
@@ -107,4 +105,7 @@ def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Only as a program: a caller's own signal handling is none of this module's business.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(main())
