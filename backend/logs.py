@@ -3,20 +3,28 @@
 Operators match these lines with ``llm.log``: vLLM takes the ``X-Request-Id``
 header as its request id (``_base_request_id`` in vLLM's
 ``entrypoints/serve/engine/serving.py``) and, with ``--enable-log-requests``,
-logs it as ``chatcmpl-<id>``.
+logs it as ``chatcmpl-<id>``. The file rotates by size (the standard library's
+``RotatingFileHandler``): ``app.log`` is renamed ``app.log.1`` (and so on) when
+it reaches ``max_mb`` megabytes, and ``keep`` old files are kept.
 """
 
 from __future__ import annotations
 
 import logging
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 LOGGER_NAME = "kimi_vl_chat"
 FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
-def configure(path: str) -> logging.Logger:
+def configure(path: str, max_mb: int = 50, keep: int = 5) -> logging.Logger:
     """Send the app's INFO lines to stderr and, if ``path`` is not empty, append them there.
+
+    Args:
+        path: the log file (``KIMI_APP_LOG``); empty: stderr only.
+        max_mb: rotate when the file reaches this many megabytes (``KIMI_LOG_MAX_MB``).
+        keep: rotated files kept, ``path.1`` newest (``KIMI_LOG_KEEP``).
 
     Idempotent: calling it again (Chainlit reloads the app module) adds no handler twice.
     """
@@ -26,7 +34,11 @@ def configure(path: str) -> logging.Logger:
     if not logger.handlers:
         handlers: list[logging.Handler] = [logging.StreamHandler()]
         if path:
-            handlers.append(logging.FileHandler(Path(path), encoding="utf-8"))
+            handlers.append(
+                RotatingFileHandler(
+                    Path(path), maxBytes=max_mb * 2**20, backupCount=keep, encoding="utf-8"
+                )
+            )
         for handler in handlers:
             handler.setFormatter(logging.Formatter(FORMAT))
             logger.addHandler(handler)
