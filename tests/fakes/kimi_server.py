@@ -60,6 +60,9 @@ class Scenario:
         delay_s: pause between two chunks.
         status: HTTP status to answer with instead of streaming (an error).
         error: vLLM's error message for ``status`` or for a mid-stream error event.
+        on_schedule: if True, chunk ``i`` is sent at ``i * delay_s`` after the
+            first chunk (a model's steady pace, which does not slow down when
+            this server's own process is busy); else ``delay_s`` between chunks.
     """
 
     pieces: tuple[str, ...] = ()
@@ -68,11 +71,33 @@ class Scenario:
     delay_s: float = 0.005
     status: int = 200
     error: str = ""
+    on_schedule: bool = False
 
 
 def tokens(text: str, size: int = 3) -> tuple[str, ...]:
     """Cut text into small pieces, as a tokenizer would, splitting markers too."""
     return tuple(text[i : i + size] for i in range(0, len(text), size))
+
+
+PACED_END = "(end of answer)"
+"""The last words of the ``paced`` scenario's answer: a client that shows them got it all."""
+
+
+def paced_pieces(count: int = 200) -> tuple[str, ...]:
+    """``count`` pieces: a marker, reasoning words, a marker, answer words, :data:`PACED_END`.
+
+    Three fifths of the pieces are reasoning and the rest answer, as a Thinking
+    model's short reply would be.
+    """
+    reasoning = count * 3 // 5 - 1
+    answer = count - reasoning - 3
+    return (
+        "◁think▷",
+        *(f"r{i} " for i in range(reasoning)),
+        "◁/think▷",
+        *(f"a{i} " for i in range(answer)),
+        PACED_END,
+    )
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -95,6 +120,10 @@ SCENARIOS: dict[str, Scenario] = {
     "steady": Scenario(
         pieces=tokens(f"◁think▷{REASONING} {REASONING}◁/think▷{ANSWER}"), delay_s=0.03
     ),
+    # A real model's pace for load benchmarks: 200 pieces at 10 ms (100 tokens/s per chat).
+    "paced": Scenario(pieces=paced_pieces(200), delay_s=0.01, on_schedule=True),
+    # The same 200 pieces at once (memory benchmarks: many short chats).
+    "quick": Scenario(pieces=paced_pieces(200), delay_s=0.0),
     # Slow reasoning, for Stop.
     "slow": Scenario(pieces=tokens(f"◁think▷{REASONING * 20}◁/think▷{ANSWER}"), delay_s=0.05),
     "error-context": Scenario(
@@ -132,6 +161,8 @@ class KimiServer:
     """The server's state: the models it pretends to serve and recorded requests.
 
     ``model`` is listed first by ``/v1/models``; ``extra_models`` follow it.
+    ``record=False`` keeps no request bodies (load benchmarks send thousands of
+    photos; ``/debug/requests`` then stays empty).
     """
 
     def __init__(
@@ -139,10 +170,12 @@ class KimiServer:
         model: str = "kimi-vl-thinking-2506",
         max_model_len: int = 32768,
         extra_models: tuple[str, ...] = (),
+        record: bool = True,
     ) -> None:
         self.model = model
         self.models_served = (model, *extra_models)
         self.max_model_len = max_model_len
+        self.record = record
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
@@ -191,8 +224,9 @@ class KimiServer:
 
     async def chat(self, request: Request) -> Response:
         body = await request.json()
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
+        if self.record:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
         match = SCENARIO_TAG.search(last_user_text(body))
         model = str(body.get("model", self.model))
         scenario = SCENARIOS[match.group(1) if match else default_scenario(model)]
@@ -245,12 +279,16 @@ class KimiServer:
             return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
         yield chunk({"role": "assistant", "content": ""})
+        started = time.monotonic()
         for piece in scenario.reasoning_pieces:
             await asyncio.sleep(scenario.delay_s)
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
         for i, piece in enumerate(scenario.pieces):
-            if scenario.delay_s:
+            if scenario.on_schedule:
+                due = started + (i + 1) * scenario.delay_s
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+            elif scenario.delay_s:
                 await asyncio.sleep(scenario.delay_s)
             finish = scenario.finish_reason if i == last and not scenario.error else None
             yield chunk({"content": piece}, finish)
@@ -293,9 +331,12 @@ def main() -> None:
         help="served model name; repeat to serve several (default kimi-vl-thinking-2506)",
     )
     parser.add_argument("--max-model-len", type=int, default=32768)
+    parser.add_argument(
+        "--no-record", action="store_true", help="keep no request bodies (load benchmarks)"
+    )
     args = parser.parse_args()
     first, *extra = args.model or ["kimi-vl-thinking-2506"]
-    server = KimiServer(first, args.max_model_len, tuple(extra))
+    server = KimiServer(first, args.max_model_len, tuple(extra), record=not args.no_record)
     uvicorn.run(server.app(), host="127.0.0.1", port=args.port, log_level="warning")
 
 
