@@ -351,51 +351,68 @@ class Stack:
         return self.app.pid
 
 
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Terminate a process and wait for it (killed after 30 s)."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@contextmanager
+def scripted_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The scripted server (``python -m tests.fakes.kimi_server --no-record``), running.
+
+    Yields its OpenAI base URL (``http://127.0.0.1:<port>/v1``) and its process.
+    """
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port), "--no-record"],
+        cwd=ROOT,
+    )
+    try:
+        wait_for_200(f"http://127.0.0.1:{port}/health", 60)
+        yield f"http://127.0.0.1:{port}/v1", server
+    finally:
+        stop(server)
+
+
+@contextmanager
+def running_server() -> Iterator[str]:
+    """The scripted server alone; yields its OpenAI base URL."""
+    with scripted_server() as (base_url, _):
+        yield base_url
+
+
 @contextmanager
 def running_stack(app_env: dict[str, str] | None = None) -> Iterator[Stack]:
-    """Start the scripted server (``python -m tests.fakes.kimi_server``) and the app; stop both.
+    """The scripted server and the app (``chainlit run app.py --headless``) in front of it.
 
     The app's log goes to nowhere (``KIMI_APP_LOG=""``); ``app_env`` adds or
     overrides environment variables of the app. ``ready_s`` is the time from
     starting the app to its first ``GET /`` answer.
     """
-    server_port, ui_port = free_port(), free_port()
-    base_url = f"http://127.0.0.1:{server_port}/v1"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.fakes.kimi_server",
-            "--port",
-            str(server_port),
-            "--no-record",
-        ],
-        cwd=ROOT,
-    )
-    env = {**os.environ, "KIMI_BASE_URL": base_url, "KIMI_APP_LOG": "", **(app_env or {})}
-    chainlit = str(Path(sys.executable).with_name("chainlit"))
-    started = time.monotonic()
-    app = subprocess.Popen(
-        [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1", "--port", str(ui_port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_200(f"http://127.0.0.1:{server_port}/health", 60)
-        wait_for_200(f"http://127.0.0.1:{ui_port}/", 60)
-        ready_s = time.monotonic() - started
-        yield Stack(base_url, f"http://127.0.0.1:{ui_port}", app, server, ready_s)
-    finally:
-        for process in (app, server):
-            process.terminate()
-        for process in (app, server):
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+    with scripted_server() as (base_url, server):
+        ui_port = free_port()
+        env = {**os.environ, "KIMI_BASE_URL": base_url, "KIMI_APP_LOG": "", **(app_env or {})}
+        chainlit = str(Path(sys.executable).with_name("chainlit"))
+        command = [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1"]
+        started = time.monotonic()
+        app = subprocess.Popen(
+            [*command, "--port", str(ui_port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_200(f"http://127.0.0.1:{ui_port}/", 60)
+            ready_s = time.monotonic() - started
+            yield Stack(base_url, f"http://127.0.0.1:{ui_port}", app, server, ready_s)
+        finally:
+            stop(app)
 
 
 def write_results(name: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:

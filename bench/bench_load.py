@@ -187,6 +187,8 @@ class LevelResult:
     rss_mb_after: float
     errors: int
     incomplete: int
+    load_avg: float
+    """The machine's 1-minute load average at the end of the row (2 cores here)."""
 
 
 def ttft_stats(timings: list[Timing]) -> dict[str, float]:
@@ -249,6 +251,7 @@ async def sweep_level(
         rss_mb_after=rss_mb(stack.app_pid),
         errors=sum(bool(t.error) for t in d + a),
         incomplete=sum(not t.complete for t in d + a),
+        load_avg=os.getloadavg()[0],
     )
 
 
@@ -257,8 +260,8 @@ def sweep_table(results: list[LevelResult]) -> str:
     lines = [
         "| chats | photo | pairs | added TTFT p50 / p90 / p95 (ms) | TTFT direct p50 (ms) "
         "| tok/s per chat app / direct | relayed | app CPU per chat (ms) | app CPU (% of a core) "
-        "| app RSS peak (MB) | errors / incomplete |",
-        "| ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| app RSS peak (MB) | errors / incomplete | load avg |",
+        "| ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         added = " / ".join(f"{r.added_ttft_ms[k]:+.1f}" for k in ("p50", "p90", "p95"))
@@ -266,7 +269,7 @@ def sweep_table(results: list[LevelResult]) -> str:
             f"| {r.chats} | {'yes' if r.kind == 'photo' else 'no'} | {r.pairs} | {added} "
             f"| {r.direct_ttft_ms['p50']:.1f} | {r.app_tok_s:.1f} / {r.direct_tok_s:.1f} "
             f"| {r.relayed_pct:.1f}% | {r.app_cpu_ms_per_chat:.0f} | {r.app_cpu_pct:.0f} "
-            f"| {r.rss_mb_peak:.0f} | {r.errors} / {r.incomplete} |"
+            f"| {r.rss_mb_peak:.0f} | {r.errors} / {r.incomplete} | {r.load_avg:.1f} |"
         )
     return "\n".join(lines)
 
