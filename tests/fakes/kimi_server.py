@@ -13,7 +13,9 @@ A scenario is chosen by ``#scenario=NAME`` in the last user message; see
 models can be served at once (``--model A --model B``), as a server hosting
 both Kimi-VL Thinking and Instruct would list them. Every request body is recorded and can be
 read at ``GET /debug/requests`` (``DELETE`` clears), so tests assert on exactly
-what the app sent. Run standalone: ``python -m tests.fakes.kimi_server --port N``.
+what the app sent. A request's ``stream_interval`` (vLLM 0.32's chat completion field)
+groups the pieces as vLLM groups tokens: the first alone, then that many a chunk.
+Run standalone: ``python -m tests.fakes.kimi_server --port N``.
 """
 
 from __future__ import annotations
@@ -136,6 +138,23 @@ SCENARIOS: dict[str, Scenario] = {
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
 }
+
+
+def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, str]]:
+    """Pieces as vLLM's ``stream_interval`` sends them: the first alone, then ``interval`` a chunk.
+
+    Returns (index of the chunk's last piece, the chunk's text) pairs; the last
+    chunk may be shorter (vLLM sends the first token at once and the last chunk
+    when the request finishes: ``vllm/v1/engine/output_processor.py``).
+    """
+    if not pieces:
+        return []
+    out = [(0, pieces[0])]
+    for start in range(1, len(pieces), interval):
+        end = min(start + interval, len(pieces))
+        out.append((end - 1, "".join(pieces[start:end])))
+    return out
+
 
 SCENARIO_TAG = re.compile(r"#scenario=([\w-]+)")
 
@@ -278,18 +297,21 @@ class KimiServer:
             }
             return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
+        interval = int(body.get("stream_interval") or 1)
         yield chunk({"role": "assistant", "content": ""})
         started = time.monotonic()
-        for piece in scenario.reasoning_pieces:
+        for _, piece in grouped(scenario.reasoning_pieces, interval):
             await asyncio.sleep(scenario.delay_s)
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
-        for i, piece in enumerate(scenario.pieces):
+        sent = -1
+        for i, piece in grouped(scenario.pieces, interval):
             if scenario.on_schedule:
                 due = started + (i + 1) * scenario.delay_s
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
             elif scenario.delay_s:
-                await asyncio.sleep(scenario.delay_s)
+                await asyncio.sleep(scenario.delay_s * (i - sent))
+            sent = i
             finish = scenario.finish_reason if i == last and not scenario.error else None
             yield chunk({"content": piece}, finish)
         if scenario.error:
