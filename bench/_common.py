@@ -390,13 +390,17 @@ def running_server() -> Iterator[str]:
 def running_stack(app_env: dict[str, str] | None = None) -> Iterator[Stack]:
     """The scripted server and the app (``chainlit run app.py --headless``) in front of it.
 
-    The app's log goes to nowhere (``KIMI_APP_LOG=""``); ``app_env`` adds or
-    overrides environment variables of the app. ``ready_s`` is the time from
-    starting the app to its first ``GET /`` answer.
+    The app's log goes to nowhere (``KIMI_APP_LOG=""``) unless ``app_env``
+    names a file as ``KIMI_APP_LOG``; then the app's stderr goes to that name
+    plus ``.stderr``. ``app_env`` adds or overrides environment variables of
+    the app. ``ready_s`` is the time from starting the app to its first
+    ``GET /`` answer.
     """
     with scripted_server() as (base_url, server):
         ui_port = free_port()
         env = {**os.environ, "KIMI_BASE_URL": base_url, "KIMI_APP_LOG": "", **(app_env or {})}
+        log = env["KIMI_APP_LOG"]
+        stderr = open(f"{log}.stderr", "ab") if log else subprocess.DEVNULL  # noqa: SIM115
         chainlit = str(Path(sys.executable).with_name("chainlit"))
         command = [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1"]
         started = time.monotonic()
@@ -405,7 +409,7 @@ def running_stack(app_env: dict[str, str] | None = None) -> Iterator[Stack]:
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=stderr,
         )
         try:
             wait_for_200(f"http://127.0.0.1:{ui_port}/", 60)
@@ -413,6 +417,8 @@ def running_stack(app_env: dict[str, str] | None = None) -> Iterator[Stack]:
             yield Stack(base_url, f"http://127.0.0.1:{ui_port}", app, server, ready_s)
         finally:
             stop(app)
+            if not isinstance(stderr, int):
+                stderr.close()
 
 
 def write_results(name: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:

@@ -401,7 +401,11 @@ async def soak(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, A
         after_mb = rss_mb(stack.app_pid)
     await sampler.stop()
     crashed = [repr(o) for o in outcomes if isinstance(o, BaseException)]
-    errors = [t.error for *_, t in timings if t.error]
+    errors = [
+        f"tab {i} turn {turn} ({t.first_s:.1f} s after sending): {t.error}"
+        for i, turn, _, t in timings
+        if t.error
+    ]
     incomplete = sum(not t.complete for *_, t in timings)
     expected = args.sessions * args.turns
     within = after_mb <= baseline_mb * 1.2
@@ -585,6 +589,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--wait-s", type=float, default=60, help="seconds before the last RSS")
     for sub in modes.choices.values():
         sub.add_argument("--name", help="results file name (default load_<mode>)")
+        sub.add_argument("--app-log", default="", help="the app's log file (default: none)")
     args = parser.parse_args(argv)
     args.name = args.name or args.mode
     return args
@@ -595,7 +600,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     args.machine = machine()
     runners = {"sweep": sweep, "soak": soak, "tabs": tabs}
-    with running_stack() as stack:
+    with running_stack({"KIMI_APP_LOG": args.app_log}) as stack:
         markdown, data = asyncio.run(runners[args.mode](args, stack))
     data["command"] = " ".join(["python -m bench.bench_load", *(argv or sys.argv[1:])])
     data["cpu_count"] = os.cpu_count()
