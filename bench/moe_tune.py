@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() > end:
             report.setdefault("not_tuned", []).append(m)
             continue
-        before_cfg, before_us = worker.benchmark(m, *shape)
-        cfg = worker.tune(m, *shape, False, search_space(), None, False)
+        before_cfg, before_us = worker.benchmark.remote(m, *shape)
+        cfg = worker.tune.remote(m, *shape, False, search_space(), None, False)
         best[m] = tuner.sort_config(cfg)
         tuner.save_configs(best, *shape[:5], False, False, False, None, args.save_dir)
         tuned_us = tuner.benchmark_config(best[m], m, *shape[:5], False, False, num_iters=100)
