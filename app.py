@@ -32,11 +32,13 @@ from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from ui import server_panel
 from ui.answer import AUTHOR, run_turn, say
+from ui.prefetch import install as install_prefetch
 from ui.security import install as install_security
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
 SETTINGS = Settings()
 install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
+install_prefetch()  # uploaded images are prepared before the message is sent
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 _resources: AppResources | None = None
 
