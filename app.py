@@ -33,13 +33,16 @@ from backend.presenter import (
 from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
+from ui import server_panel
 from ui.answer import AUTHOR, run_turn, say
 from ui.language import session_translator, translator_for_language
+from ui.prefetch import install as install_prefetch
 from ui.security import install as install_security
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
 SETTINGS = Settings()
 install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
+install_prefetch()  # uploaded images are prepared before the message is sent
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 _resources: AppResources | None = None
 
@@ -57,12 +60,14 @@ def resources() -> AppResources:
 async def startup() -> None:
     """Create the shared resources once, when the app starts."""
     resources()
+    server_panel.start(SETTINGS)
 
 
 @cl.on_app_shutdown
 async def shutdown() -> None:
     """Close the shared resources once, when the app stops."""
     global _resources
+    await server_panel.stop()
     if _resources is not None:
         await _resources.aclose()
         _resources = None
@@ -153,6 +158,7 @@ async def on_chat_start() -> None:
         SETTINGS, shared.client, shared.workers, wanted_model=profile, tr=session_translator()
     )
     cl.user_session.set("chat", session)
+    await server_panel.offer_command()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
     served = await shared.models.current()
@@ -172,6 +178,9 @@ async def on_chat_start() -> None:
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
+    if message.command == server_panel.COMMAND:  # the live server panel, not a question
+        await server_panel.open_panel()
+        return
     async with one_at_a_time():
         session = chat()
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]

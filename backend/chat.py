@@ -35,7 +35,14 @@ from backend.i18n import ENGLISH, Translator, msg
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
 from backend.settings import ModelProfile, Settings, profile_for
-from backend.uploads import MediaWorkers, Upload, UploadLimits, UploadResult, prepare_uploads
+from backend.uploads import (
+    MediaWorkers,
+    Prefetched,
+    Upload,
+    UploadLimits,
+    UploadResult,
+    prepare_uploads,
+)
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -119,6 +126,7 @@ class ChatSession:
     conversation: Conversation = field(default_factory=Conversation)
     message_turns: dict[str, Turn] = field(default_factory=dict)
     drafts: dict[str, Draft] = field(default_factory=dict)
+    prefetched: Prefetched = field(default_factory=Prefetched)
     token_counter: TokenCounter = field(default_factory=TokenCounter)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -205,9 +213,18 @@ class ChatSession:
             max_bytes=self.settings.max_upload_mb * 1_000_000,
         )
 
+    def prefetch(self, upload: Upload) -> bool:
+        """Start preparing an uploaded image now, before its message is sent.
+
+        Returns True if it is an image and its preparation started (PDFs and
+        videos wait for their message: their budget depends on what else it holds).
+        """
+        return self.prefetched.start(upload, self.upload_limits(), self.workers)
+
     async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
-        """Prepare uploads for the chosen model (:func:`backend.uploads.prepare_uploads`)."""
-        return await prepare_uploads(uploads, self.upload_limits(), self.workers)
+        """Prepare uploads for the chosen model (:func:`backend.uploads.prepare_uploads`),
+        using what :meth:`prefetch` already started."""
+        return await prepare_uploads(uploads, self.upload_limits(), self.workers, self.prefetched)
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
         """Record a new turn for a UI message.
@@ -384,6 +401,7 @@ class ChatSession:
 
     async def aclose(self) -> None:
         """Cancel background work; the borrowed client and workers stay open."""
+        self.prefetched.clear()
         for task in list(self._background):
             task.cancel()
         await self.settled()

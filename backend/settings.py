@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     base_url: str = Field("http://127.0.0.1:8100/v1", description="vLLM OpenAI API base URL")
     api_key: SecretStr = Field(SecretStr("EMPTY"), description="API key vLLM expects")
     model: str = Field("", description="served model name; empty = first one /v1/models lists")
+    servers: str = Field(
+        "", description="comma-separated base URLs of several vLLM servers (launch.sh --both)"
+    )
     request_timeout_s: float = Field(
         600.0, gt=0, description="httpx read timeout: longest silence between two chunks, seconds"
     )
@@ -136,6 +139,11 @@ class Settings(BaseSettings):
 
     # The UI.
     app_log: str = Field("app.log", description="the app's request log; empty = stderr only")
+    log_max_mb: int = Field(50, gt=0, description="app.log and llm.log rotate at this size (MB)")
+    log_keep: int = Field(5, ge=1, description="rotated logs kept (.1 ... .N)")
+    allow_anonymous: bool = Field(
+        False, description="let the UI listen beyond 127.0.0.1 with no user to sign in"
+    )
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
     allowed_origins: str = Field(

