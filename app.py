@@ -16,11 +16,12 @@ import chainlit as cl
 from chainlit.input_widget import InputWidget, Slider, Switch
 
 from backend.chat import ChatSession, Upload
-from backend.errors import ChatError, ServerLoading
+from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
 from backend.logs import configure as configure_logging
 from backend.panel import option_changes, panel_fields, profile_choices
 from backend.presenter import (
     DEV_MODE_BANNER,
+    connecting_note,
     ready_note,
     rerun_note,
     unusable_files_note,
@@ -31,9 +32,13 @@ from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from ui import server_panel
 from ui.answer import AUTHOR, run_turn, say
+from ui.prefetch import install as install_prefetch
+from ui.security import install as install_security
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
 SETTINGS = Settings()
+install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
+install_prefetch()  # uploaded images are prepared before the message is sent
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 _resources: AppResources | None = None
 
@@ -115,16 +120,14 @@ async def on_settings_update(values: dict[str, Any]) -> None:
 
 
 async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
-    """Poll the server while it is unreachable or loading, then say it is ready."""
+    """Connect, polling while the server is unreachable or loading; then say it is ready."""
     while True:
-        await asyncio.sleep(READY_POLL_S)
-        if not await session.client.is_healthy():
-            continue
         try:
             await session.connect()
-        except ServerLoading as exc:
+        except (ServerUnreachable, ServerLoading, RequestTimeout) as exc:
             status.content = waiting_note(str(exc))
             await status.update()
+            await asyncio.sleep(READY_POLL_S)
             continue
         except ChatError as exc:
             status.content = f"⚠️ {exc}"
@@ -138,7 +141,11 @@ async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
 
 @cl.on_chat_start
 async def on_chat_start() -> None:
-    """Create the chat state for the chosen profile, connect, show the settings."""
+    """Create the chat state for the chosen profile, connect, show the settings.
+
+    The served models come from the shared cache: a chat start never waits on a
+    server that does not answer; it says it is connecting and goes on trying.
+    """
     shared = resources()
     profile = cl.user_session.get("chat_profile") or ""
     session = ChatSession.create(SETTINGS, shared.client, shared.workers, wanted_model=profile)
@@ -146,14 +153,18 @@ async def on_chat_start() -> None:
     await server_panel.offer_command()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(DEV_MODE_BANNER, "warning")
-    try:
-        await session.connect()
-    except ChatError as exc:
-        status = cl.Message(content=waiting_note(str(exc)), author=AUTHOR)
-        await status.send()
-        cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
-    else:
-        await send_settings(session)
+    served = await shared.models.current()
+    if served:
+        try:
+            await session.connect(served=served)
+        except ChatError:
+            pass  # say it below, and keep trying
+        else:
+            await send_settings(session)
+            return
+    status = cl.Message(content=connecting_note(), author=AUTHOR)
+    await status.send()
+    cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
 
 
 @cl.on_message

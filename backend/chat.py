@@ -33,8 +33,15 @@ from backend.errors import ChatError
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
-from backend.settings import DEV, ModelProfile, Settings, profile_for
-from backend.uploads import MediaWorkers, Upload, UploadLimits, UploadResult, prepare_uploads
+from backend.settings import ModelProfile, Settings, profile_for
+from backend.uploads import (
+    MediaWorkers,
+    Prefetched,
+    Upload,
+    UploadLimits,
+    UploadResult,
+    prepare_uploads,
+)
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -42,6 +49,9 @@ DEV_SHAPE_REGEX = "◁think▷[^◁]{40,600}◁/think▷[^◁]{20,400}"
 """Dev mode: vLLM structured outputs force the random-weights model's output into
 the Thinking model's shape, so the reasoning step streams and folds as with
 Kimi-VL (the text itself stays noise)."""
+
+MORE_TOKENS_AT_LEAST = 1.1
+""""Retry with more tokens" is offered only when it can give at least 10% more."""
 
 __all__ = ["ChatSession", "Draft", "Planned", "SamplingOptions", "Upload", "UploadResult"]
 
@@ -83,7 +93,9 @@ class Planned:
         wanted_max_tokens: the answer budget the person asked for (the request's
             ``max_tokens`` may be smaller when the conversation leaves less room).
         more_tokens: a larger budget "Retry with more tokens" can offer (twice the
-            wanted one, within the max model length), or None when none can fit.
+            wanted one, within what the max model length leaves once all history is
+            left out), or None when that is not :data:`MORE_TOKENS_AT_LEAST` times
+            the request's budget.
     """
 
     request: ChatRequest
@@ -111,6 +123,7 @@ class ChatSession:
     conversation: Conversation = field(default_factory=Conversation)
     message_turns: dict[str, Turn] = field(default_factory=dict)
     drafts: dict[str, Draft] = field(default_factory=dict)
+    prefetched: Prefetched = field(default_factory=Prefetched)
     token_counter: TokenCounter = field(default_factory=TokenCounter)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -130,7 +143,7 @@ class ChatSession:
         """
         if self.model is not None:
             return profile_for(self.model.id)
-        return profile_for(self.wanted_model or self.settings.model or DEV.served_name)
+        return profile_for(self.wanted_model or self.settings.model)
 
     @property
     def max_model_len(self) -> int:
@@ -139,26 +152,29 @@ class ChatSession:
             return self.model.max_model_len
         return self.settings.max_model_len
 
-    async def connect(self, model_name: str | None = None) -> ServedModel:
-        """Ask the server which models it serves and pick one.
+    async def connect(
+        self, model_name: str | None = None, served: list[ServedModel] | None = None
+    ) -> ServedModel:
+        """Pick one of the models the server serves.
 
         Picks ``model_name``, else :attr:`wanted_model`, else ``settings.model``,
-        else the first served. Keeps sampling options the person already chose
-        for the same model.
+        else the first served. ``served``: the server's models if already known
+        (:class:`backend.models.ModelDirectory`), else the server is asked. Keeps
+        sampling options the person already chose for the same model.
 
         Raises:
             ChatError: the server is unreachable, serves nothing, or not that model.
         """
         if model_name:
             self.wanted_model = model_name
-        models = await self.client.list_models()
+        models = served if served else await self.client.list_models()
         wanted = self.wanted_model or self.settings.model
         chosen = next((m for m in models if m.id == wanted), None) if wanted else None
         if chosen is None and models and not wanted:
             chosen = models[0]
         if chosen is None:
-            served = ", ".join(m.id for m in models) or "nothing"
-            raise ChatError(f"The model server does not serve '{wanted}'; it serves {served}.")
+            names = ", ".join(m.id for m in models) or "nothing"
+            raise ChatError(f"The model server does not serve '{wanted}'; it serves {names}.")
         if self.model is None or self.model.id != chosen.id or self.options is None:
             self.model = chosen
             self.options = SamplingOptions.for_profile(self.profile, self.max_model_len)
@@ -173,9 +189,18 @@ class ChatSession:
             max_bytes=self.settings.max_upload_mb * 1_000_000,
         )
 
+    def prefetch(self, upload: Upload) -> bool:
+        """Start preparing an uploaded image now, before its message is sent.
+
+        Returns True if it is an image and its preparation started (PDFs and
+        videos wait for their message: their budget depends on what else it holds).
+        """
+        return self.prefetched.start(upload, self.upload_limits(), self.workers)
+
     async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
-        """Prepare uploads for the chosen model (:func:`backend.uploads.prepare_uploads`)."""
-        return await prepare_uploads(uploads, self.upload_limits(), self.workers)
+        """Prepare uploads for the chosen model (:func:`backend.uploads.prepare_uploads`),
+        using what :meth:`prefetch` already started."""
+        return await prepare_uploads(uploads, self.upload_limits(), self.workers, self.prefetched)
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
         """Record a new turn for a UI message.
@@ -279,7 +304,8 @@ class ChatSession:
         )
         ceiling = self.max_model_len - plan.prompt_tokens + plan.history_tokens
         more = min(2 * wanted, ceiling)
-        return Planned(request, plan.notices, wanted, more if more > plan.max_tokens else None)
+        worth_it = more >= MORE_TOKENS_AT_LEAST * plan.max_tokens
+        return Planned(request, plan.notices, wanted, more if worth_it else None)
 
     async def respond(self, turn: Turn, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream the model's response to ``turn`` and record it in the turn.
@@ -351,6 +377,7 @@ class ChatSession:
 
     async def aclose(self) -> None:
         """Cancel background work; the borrowed client and workers stay open."""
+        self.prefetched.clear()
         for task in list(self._background):
             task.cancel()
         await self.settled()

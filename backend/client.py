@@ -31,6 +31,7 @@ from backend.errors import (
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
 from backend.logs import LOGGER_NAME
+from backend.metrics import fetch_metrics, queue_length
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 
@@ -90,6 +91,10 @@ def _vllm_message(body: object, fallback: str) -> str:
     return fallback
 
 
+PROBE_TIMEOUT_S = 5.0
+"""Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
+a connection but never answers them must not hold a page or a chat start for long."""
+
 CLOSED_MESSAGE = (
     "The app is shutting down and no longer talks to the model server. "
     "Reload the page once it is back."
@@ -98,7 +103,8 @@ CLOSED_MESSAGE = (
 
 def broken_stream(exc: Exception) -> StreamBroken:
     """Say in words how a started stream broke: ``ValueError`` (a chunk that is not
-    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error is cut off."""
+    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error (openai-python
+    wraps it as ``APIConnectionError`` mid-stream) is cut off."""
     if isinstance(exc, ValueError):
         return StreamBroken(
             "The model server's reply was garbled (a chunk that is not valid JSON). "
@@ -241,10 +247,16 @@ class ChatClient:
         if self.closed:
             return False
         try:
-            response = await self._http.get(f"{self.server_root}/health")
+            response = await self._http.get(f"{self.server_root}/health", timeout=PROBE_TIMEOUT_S)
         except httpx.HTTPError:
             return False
         return response.status_code == 200
+
+    async def queued_requests(self, model: str | None = None) -> int | None:
+        """Requests waiting on the server (vLLM ``/metrics``), or None when unknown."""
+        if self.closed:
+            return None
+        return queue_length(await fetch_metrics(self._http, self.server_root), model)
 
     async def list_models(self) -> list[ServedModel]:
         """Return the served models from ``GET /v1/models``.
@@ -255,7 +267,7 @@ class ChatClient:
         """
         self._check_open()
         try:
-            page = await self._openai.models.list()
+            page = await self._openai.models.list(timeout=PROBE_TIMEOUT_S)
         except Exception as exc:
             raise map_error(exc, base_url=self.base_url, model="") from exc
         return [
@@ -377,8 +389,8 @@ class ChatClient:
         except Exception as exc:
             if (
                 started_streaming
-                and isinstance(exc, httpx.TransportError | ValueError)
-                and not isinstance(exc, httpx.TimeoutException)
+                and isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
+                and not isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
             ):
                 raise broken_stream(exc) from exc
             raise map_error(exc, base_url=self.base_url, model=request.model) from exc

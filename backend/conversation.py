@@ -19,6 +19,7 @@ history here.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -41,14 +42,27 @@ VERIFY_ABOVE = 0.75
 """Share of the prompt budget above which a planned prompt is counted exactly."""
 
 
-def estimate_text_tokens(text: str) -> int:
-    """Estimate the token count of ``text`` without a tokenizer.
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_SPACE_RUN = re.compile(r" {2,}")
 
-    One token per 3 UTF-8 bytes over-estimates English (about 4 characters a
-    token) and Chinese (3 bytes a character, 1-1.5 characters a token), so a
-    prompt planned with it fits. Used when the server's ``/tokenize`` is missing.
+
+def estimate_text_tokens(text: str) -> int:
+    """Estimate the token count of ``text`` without a tokenizer; an over-estimate.
+
+    Byte-level BPE vocabularies (Kimi-VL's has 160K tokens) spend at most: one
+    token per 3 letters or digits of a word; one per ASCII symbol or newline;
+    one per 3 extra spaces of an indent; and, for any other character, its
+    UTF-8 length minus one (2 for a Chinese character, 3 for an emoji).
+    tests/test_conversation.py checks it against a real tokenizer (tiktoken's
+    cl100k_base, weaker than Kimi-VL's on Chinese, so a strict bar). Used for
+    texts the server's ``/tokenize`` has not counted yet (the current message)
+    or cannot count; exact counts replace it after each turn.
     """
-    return math.ceil(len(text.encode("utf-8")) / 3)
+    words = sum(math.ceil(len(word) / 3) for word in _WORD.findall(text))
+    symbols = sum(1 for ch in text if ord(ch) < 128 and not ch.isalnum() and ch != " ")
+    other = sum(len(ch.encode("utf-8")) - 1 for ch in text if ord(ch) >= 128)
+    indent = sum(math.ceil((len(run) - 1) / 3) for run in _SPACE_RUN.findall(text))
+    return words + symbols + other + indent
 
 
 class TokenCounter:
@@ -167,7 +181,8 @@ class Plan:
             leaving out all history could free).
         images_left_out: older images replaced by a note.
         turns_left_out: older turns not sent at all.
-        notices: sentences for the person about what was left out.
+        left_out_notices: sentences for the person about what was left out.
+        budget: the limits the plan was made for.
     """
 
     messages: list[dict[str, Any]]
@@ -176,7 +191,18 @@ class Plan:
     history_tokens: int
     images_left_out: int
     turns_left_out: int
-    notices: list[str]
+    left_out_notices: list[str]
+    budget: Budget
+
+    @property
+    def notices(self) -> list[str]:
+        """What to tell the person: what was left out, and a budget below the one asked."""
+        if self.max_tokens >= self.budget.max_tokens:
+            return list(self.left_out_notices)
+        shrunk = shrunk_budget_note(
+            self.max_tokens, self.budget, history_left=self.history_tokens > 0
+        )
+        return [*self.left_out_notices, shrunk]
 
 
 @dataclass
@@ -201,11 +227,14 @@ class Conversation:
         current: Turn,
         budget: Budget,
         count_text: Callable[[str], int] = estimate_text_tokens,
+        held_back: int = 0,
     ) -> Plan:
         """Build the request for ``current`` (the last turn) within ``budget``.
 
         Older images go first, oldest first, then whole older turns, oldest
-        first; the current turn is never cut.
+        first; the current turn is never cut. ``held_back``: tokens the
+        estimates are known to be short by (the server counted more), kept free
+        on top of the estimate.
 
         When the answer budget that fits is below ``budget.max_tokens``, a notice
         says so, and whether leaving out older turns could give more.
@@ -247,13 +276,13 @@ class Conversation:
                 else 0
             )
         )
-        if fixed > budget.max_model_len - budget.floor:
+        if fixed + held_back > budget.max_model_len - budget.floor:
             raise ContextTooLong(
-                f"This message needs about {fixed} tokens, but the model takes "
+                f"This message needs about {fixed + held_back} tokens, but the model takes "
                 f"{budget.max_model_len} tokens including at least {budget.floor} "
                 "for the answer. Send fewer or smaller images, or a shorter text."
             )
-        available = max(budget.max_model_len - budget.reserved, fixed)
+        available = max(budget.max_model_len - budget.reserved - held_back, fixed)
         costs = [cost(i, n) for i, n in enumerate(kept_images)]
         images_left_out = 0
 
@@ -293,19 +322,15 @@ class Conversation:
                 f"({budget.max_model_len} tokens, {budget.max_images} images per request)."
             )
         total = prompt_tokens()
-        max_tokens = max(1, min(budget.max_tokens, budget.max_model_len - total))
-        if max_tokens < budget.max_tokens:
-            notices.append(
-                shrunk_budget_note(max_tokens, budget, history_left=first_turn < len(history))
-            )
         return Plan(
             messages=messages,
-            max_tokens=max_tokens,
+            max_tokens=max(1, min(budget.max_tokens, budget.max_model_len - total - held_back)),
             prompt_tokens=total,
             history_tokens=total - fixed,
             images_left_out=images_left_out,
             turns_left_out=first_turn,
-            notices=notices,
+            left_out_notices=notices,
+            budget=budget,
         )
 
 
@@ -359,6 +384,5 @@ async def plan_verified(
             fits = min(budget.max_tokens, budget.max_model_len - exact)
             return replace(plan, prompt_tokens=exact, max_tokens=max(1, fits))
         held_back = exact - plan.prompt_tokens
-        smaller = replace(budget, max_model_len=budget.max_model_len - held_back)
-        plan = conversation.plan(turn, smaller, count_text)
+        plan = conversation.plan(turn, budget, count_text, held_back)
     return plan

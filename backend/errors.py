@@ -28,6 +28,10 @@ class RequestTimeout(ChatError):
     """The server accepted the request but did not answer in time."""
 
 
+class FirstTokenTimeout(RequestTimeout):
+    """The server took the request but sent no text within the first-token timeout."""
+
+
 class RequestRejected(ChatError):
     """HTTP 400 (or 404/413/422) from vLLM: the request itself is wrong.
 
@@ -51,6 +55,10 @@ class ServerFailed(ChatError):
 class StreamBroken(ServerFailed):
     """The answer had started but its stream broke: cut off (connection dropped,
     server died) or garbled (a chunk that is not valid JSON). What arrived is kept."""
+
+
+class StreamStalled(StreamBroken):
+    """The answer had started, then the server sent nothing for the idle timeout."""
 
 
 class ClientClosed(ChatError):

@@ -55,7 +55,8 @@ class ModelDirectory:
             if self._refreshing is None or self._refreshing.done():
                 self._refreshing = asyncio.create_task(self._refresh())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._refreshing), self._wait_s)
+                async with asyncio.timeout(self._wait_s):
+                    await asyncio.shield(self._refreshing)
         return list(self._models)
 
     async def _refresh(self) -> None:

@@ -72,6 +72,22 @@ def incomplete_note(partial_answer: str) -> str:
     return f"{partial_answer}\n\n{mark}" if partial_answer else mark
 
 
+def not_started_note(seconds: float, queued: int | None) -> str:
+    """Said while the server has taken the request but sent no text yet."""
+    queue = ""
+    if queued:
+        queue = f" The server has {queued} request(s) queued."
+    return (
+        f"⏳ The model server has not started answering yet ({seconds:.0f} s).{queue} "
+        "Stop works at any time."
+    )
+
+
+def connecting_note() -> str:
+    """Said at chat start while the model server's models are not known yet."""
+    return "**Connecting to the model server…** *This message changes when it answers.*"
+
+
 def waiting_note(problem: str) -> str:
     """Said while the model server is unreachable or loading; ``problem`` says which."""
     return (

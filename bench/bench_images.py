@@ -49,7 +49,7 @@ from backend.documents import prepare_pdf
 from backend.images import prepare_image
 from backend.media import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult
 from backend.video import prepare_video
-from tests.media import make_video, raw_pdf
+from bench.media import make_video, raw_pdf
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 LIMITS = (4096, 16384)

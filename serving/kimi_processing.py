@@ -87,7 +87,7 @@ class KimiShapeImageProcessor(ImageProcessingMixin):  # type: ignore[misc]
             image = image.resize((w, h), Image.Resampling.BICUBIC)
         pad_w = (kw * p - w % (kw * p)) % (kw * p)
         pad_h = (kh * p - h % (kh * p)) % (kh * p)
-        array = np.asarray(image, dtype=np.float32) / 255.0
+        array: np.ndarray[Any, Any] = np.asarray(image, dtype=np.float32) / 255.0
         array = np.pad(array, ((0, pad_h), (0, pad_w), (0, 0)))
         normalized = (array - np.asarray(self.image_mean, np.float32)) / np.asarray(
             self.image_std, np.float32

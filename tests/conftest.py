@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,12 +89,12 @@ class RunningFake:
         self.server.requests.clear()
         self.server.headers.clear()
         self.server.aborted.clear()
+        self.server.tokenize_mode = "json-length"
 
 
-@pytest.fixture(scope="session")
-def kimi_server() -> Iterator[RunningFake]:
-    """The scripted server (serving ``kimi-vl-thinking-2506``), started once."""
-    fake = KimiServer(max_model_len=8192)
+@contextmanager
+def serving(fake: KimiServer) -> Iterator[RunningFake]:
+    """Run ``fake`` on a free port in a thread until the block ends."""
     port = free_port()
     config = uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
@@ -104,6 +105,20 @@ def kimi_server() -> Iterator[RunningFake]:
     yield RunningFake(fake, f"http://127.0.0.1:{port}/v1")
     server.should_exit = True
     thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def kimi_server() -> Iterator[RunningFake]:
+    """The scripted server (serving ``kimi-vl-thinking-2506``), started once."""
+    with serving(KimiServer(max_model_len=8192)) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def two_models() -> Iterator[RunningFake]:
+    """A scripted server serving Thinking-2506 first, then Instruct (``kimi-vl``)."""
+    with serving(KimiServer(max_model_len=8192, extra_models=("kimi-vl",))) as running:
+        yield running
 
 
 @pytest.fixture

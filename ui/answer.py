@@ -12,18 +12,21 @@ from contextlib import aclosing
 
 import chainlit as cl
 
-from backend.batching import coalesce
+from backend.batching import Pacing, coalesce
 from backend.chat import ChatSession, Planned
 from backend.conversation import Turn
 from backend.errors import ChatError, can_retry
-from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.events import AnswerDelta, Done, ReasoningDelta, Waiting
 from backend.presenter import (
     cut_off_note,
     incomplete_note,
     no_more_tokens_note,
+    not_started_note,
     stats_line,
     stopped_note,
 )
+from backend.safety import link_remote_images
+from ui.grounding_view import show_marks
 from ui.reasoning_view import ReasoningView
 
 AUTHOR = "Kimi-VL Chat"
@@ -73,9 +76,24 @@ async def run_turn(
     show_reasoning = session.options is None or session.options.show_reasoning
     answer: cl.Message | None = None
     reasoning = ReasoningView()
+    waiting = WaitingNote()
+    pacing = Pacing(
+        first_token_timeout_s=session.settings.first_token_timeout_s,
+        idle_timeout_s=session.settings.idle_timeout_s,
+    )
+    model = planned.request.model
+
+    async def queued() -> int | None:
+        return await session.client.queued_requests(model)
+
+    stream = coalesce(session.respond(turn, planned.request), pacing, queued)
     try:
-        async with aclosing(coalesce(session.respond(turn, planned.request))) as events:
+        async with aclosing(stream) as events:
             async for event in events:
+                if isinstance(event, Waiting):
+                    await waiting.show(not_started_note(event.seconds, event.queued))
+                    continue
+                await waiting.remove()
                 if isinstance(event, ReasoningDelta):
                     if show_reasoning:
                         await reasoning.add(event.text)
@@ -90,6 +108,7 @@ async def run_turn(
                     answer = answer or cl.Message(content="")
                     await finish_answer(answer, message_id, turn, event, planned, session)
     except asyncio.CancelledError:
+        await waiting.remove()
         if turn.status in ("done", "cut_off"):
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
@@ -99,11 +118,35 @@ async def run_turn(
         await answer.send()
         raise
     except ChatError as exc:
+        turn.status = "failed"
+        await waiting.remove()
         await reasoning.close("failed")
         if answer is not None:
             answer.content = incomplete_note(turn.answer)
             await answer.send()
         await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+
+
+class WaitingNote:
+    """The app's note while the server has not started answering; one message, updated."""
+
+    def __init__(self) -> None:
+        self._message: cl.Message | None = None
+
+    async def show(self, text: str) -> None:
+        """Send the note, or update it if it is on screen."""
+        if self._message is None:
+            self._message = cl.Message(content=text, author=AUTHOR)
+            await self._message.send()
+        else:
+            self._message.content = text
+            await self._message.update()
+
+    async def remove(self) -> None:
+        """Take the note off the screen (the answer started, or ended)."""
+        if self._message is not None:
+            message, self._message = self._message, None
+            await message.remove()
 
 
 async def finish_answer(
@@ -115,7 +158,7 @@ async def finish_answer(
     session: ChatSession,
 ) -> None:
     """End the answer message: stats line, cut-off note, its buttons."""
-    lines = [turn.answer] if turn.answer else []
+    lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
     actions = [retry_action(message_id, "Regenerate")]
     if done.finish_reason == "length":
         max_tokens = planned.request.max_tokens
@@ -133,3 +176,4 @@ async def finish_answer(
     answer.content = "\n\n".join(lines)
     answer.actions = actions
     await answer.send()
+    await show_marks(turn.answer, turn.images, session.workers)  # drawn on a copy, below
