@@ -397,7 +397,7 @@ def vllm_python(command: str) -> str:
     """The python that runs ``command``: itself, or a script's ``#!`` interpreter."""
     found = shutil.which(command) or command
     try:
-        first = Path(found).read_bytes()[:200].split(b"\n", 1)[0].decode()
+        first = Path(found).read_bytes()[:200].split(b"\n", 1)[0].decode(errors="replace")
     except OSError:
         return command
     if first.startswith("#!") and "python" in first and not found.endswith(("python", "python3")):
