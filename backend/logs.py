@@ -26,20 +26,28 @@ def configure(path: str, max_mb: int = 50, keep: int = 5) -> logging.Logger:
         max_mb: rotate when the file reaches this many megabytes (``KIMI_LOG_MAX_MB``).
         keep: rotated files kept, ``path.1`` newest (``KIMI_LOG_KEEP``).
 
-    Idempotent: calling it again (Chainlit reloads the app module) adds no handler twice.
+    Idempotent: calling it again with the same settings (Chainlit reloads the
+    app module) changes nothing; with other settings, the old handlers are
+    closed and replaced.
     """
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    if not logger.handlers:
-        handlers: list[logging.Handler] = [logging.StreamHandler()]
-        if path:
-            handlers.append(
-                RotatingFileHandler(
-                    Path(path), maxBytes=max_mb * 2**20, backupCount=keep, encoding="utf-8"
-                )
+    wanted = (str(Path(path).resolve()) if path else "", max_mb, keep)
+    if getattr(logger, "_kimi_config", None) == wanted and logger.handlers:
+        return logger
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+        old.close()
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if path:
+        handlers.append(
+            RotatingFileHandler(
+                Path(path), maxBytes=max_mb * 2**20, backupCount=keep, encoding="utf-8"
             )
-        for handler in handlers:
-            handler.setFormatter(logging.Formatter(FORMAT))
-            logger.addHandler(handler)
+        )
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter(FORMAT))
+        logger.addHandler(handler)
+    logger._kimi_config = wanted  # type: ignore[attr-defined]
     return logger
