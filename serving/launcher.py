@@ -397,7 +397,7 @@ def vllm_python(command: str) -> str:
     """The python that runs ``command``: itself, or a script's ``#!`` interpreter."""
     found = shutil.which(command) or command
     try:
-        first = Path(found).read_bytes()[:200].split(b"\n", 1)[0].decode()
+        first = Path(found).read_bytes()[:200].split(b"\n", 1)[0].decode(errors="replace")
     except OSError:
         return command
     if first.startswith("#!") and "python" in first and not found.endswith(("python", "python3")):
@@ -428,9 +428,14 @@ def probe_vllm_version(command: str) -> str | None:
 
 
 def environment_findings(
-    settings: LaunchSettings, plans: list[Plan], *, mode: str, vllm_version: str | None
+    settings: LaunchSettings,
+    plans: list[Plan],
+    *,
+    mode: str,
+    vllm_version: str | None,
+    probed: bool = True,
 ) -> list[Finding]:
-    """Ports, disk and version checks for these plans, measured on this machine."""
+    """Ports, disk and (if ``probed``) version checks for these plans, measured here."""
     findings = preflight.check_ports(
         {
             p.port: "--vllm-port, KIMI_VLLM_PORT" + (" + 1 for --both" if i else "")
@@ -453,7 +458,8 @@ def environment_findings(
             cached=not downloads,
             cache_dir=str(cache),
         )
-    findings += preflight.check_vllm_version(vllm_version, pinned_vllm())
+    if probed:
+        findings += preflight.check_vllm_version(vllm_version, pinned_vllm())
     return findings
 
 
@@ -577,7 +583,10 @@ def main(argv: list[str] | None = None) -> int:
             say(f"note: {note}")
         for warning in plan.warnings:
             say(f"warning: {warning}")
-    if report(environment_findings(settings, plans, mode=args.mode, vllm_version=version)):
+    found = environment_findings(
+        settings, plans, mode=args.mode, vllm_version=version, probed=bool(args.vllm)
+    )
+    if report(found):
         return 2
     print(f"SERVER_COUNT={len(plans)}")
     for i, plan in enumerate(plans):

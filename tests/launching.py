@@ -127,6 +127,12 @@ def fake_machine(tmp_path: Path, gpus: int, **extra: str) -> tuple[dict[str, str
     for path in (vllm, smi):
         path.chmod(0o755)
     record = tmp_path / "record.jsonl"
+    # Both models "downloaded", so the disk preflight passes whatever this disk holds.
+    hub = tmp_path / "hub"
+    for repo in ("Kimi-VL-A3B-Thinking-2506", "Kimi-VL-A3B-Instruct"):
+        snapshot = hub / f"models--moonshotai--{repo}" / "snapshots" / "fake"
+        snapshot.mkdir(parents=True)
+        (snapshot / "model.safetensors").write_bytes(b"")
     env = launch_env(
         tmp_path,
         PATH=f"{bin_dir}:{os.environ['PATH']}",
@@ -134,6 +140,7 @@ def fake_machine(tmp_path: Path, gpus: int, **extra: str) -> tuple[dict[str, str
         FAKE_VLLM_RECORD=str(record),
         KIMI_APP_PYTHON=sys.executable,
         KIMI_VLLM_PYTHON=str(vllm),
+        HF_HUB_CACHE=str(hub),
         **extra,
     )
     env.pop("CUDA_VISIBLE_DEVICES", None)

