@@ -193,3 +193,18 @@ def test_chainlit_translation_files_cover_the_same_keys() -> None:
     english = json.loads((folder / "en-US.json").read_text(encoding="utf-8"))
     chinese = json.loads((folder / "zh-CN.json").read_text(encoding="utf-8"))
     assert keys(chinese) == keys(english)
+
+
+def test_the_server_panel_table_is_in_the_readers_language() -> None:
+    from backend.metrics import ServerLoad, panel_rows
+
+    load = ServerLoad("kimi", 1, 1, 0, 0.0127, 3446.0, None, 0.7088, 0.9333)
+    assert panel_rows(load, ZH) == [
+        ("生成中", "1 个请求"),
+        ("等待中", "0 个请求"),
+        ("KV 缓存占用", "1.3 %"),
+        ("提示 token", "3,446 token/秒"),
+        ("生成 token", "测量中…"),
+        ("前缀缓存命中率", "70.9 %"),
+        ("图片缓存命中率", "93.3 %"),
+    ]

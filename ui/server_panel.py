@@ -15,18 +15,23 @@ import chainlit as cl
 import httpx
 from chainlit.types import CommandDict
 
+from backend.i18n import Translator, msg
 from backend.metrics import FETCH_TIMEOUT_S, MetricsWatcher
 from backend.settings import Settings
+from ui.language import session_translator
 
 COMMAND = "Server"
 """The command's id, as ``cl.Message.command`` carries it."""
 
 REFRESH_ACTION = "server_panel_refresh"
 REFRESH_S = 3.0
-NOTE = (
-    f"Refreshed every {REFRESH_S:.0f} s while open. Token rates: since the last refresh; "
-    "cache hit rates: since the server started."
+NOTE = msg(
+    "Refreshed every {seconds:.0f} s while open. Token rates: since the last refresh; "
+    "cache hit rates: since the server started.",
+    seconds=REFRESH_S,
 )
+TITLE = msg("Server")
+DESCRIPTION = msg("Live server load")
 
 _state: tuple[httpx.AsyncClient, MetricsWatcher] | None = None
 
@@ -48,12 +53,19 @@ async def stop() -> None:
         await http.aclose()
 
 
-async def _table() -> str:
+def _translator() -> Translator:
+    """The language of this chat (set at chat start), else of this browser session."""
+    chat = cl.user_session.get("chat")
+    tr = getattr(chat, "tr", None)
+    return tr if isinstance(tr, Translator) else session_translator()
+
+
+async def _table(tr: Translator) -> str:
     if _state is None:
         start(Settings())
     assert _state is not None
     http, watcher = _state
-    return await watcher.table(http)
+    return await watcher.table(http, tr)
 
 
 async def offer_command() -> None:
@@ -61,7 +73,7 @@ async def offer_command() -> None:
     command: CommandDict = {
         "id": COMMAND,
         "icon": "activity",
-        "description": "Live server load",
+        "description": _translator()(DESCRIPTION),
         "button": True,
         "persistent": False,
         "selected": False,
@@ -71,20 +83,21 @@ async def offer_command() -> None:
 
 async def open_panel() -> None:
     """Open the side bar with the panel (the ``Server`` command)."""
+    tr = _translator()
     element = cl.CustomElement(
         name="ServerPanel",
         props={
-            "markdown": await _table(),
+            "markdown": await _table(tr),
             "action": REFRESH_ACTION,
             "refresh_ms": int(REFRESH_S * 1000),
-            "note": NOTE,
+            "note": tr(NOTE),
         },
     )
-    await cl.ElementSidebar.set_title("Server")
+    await cl.ElementSidebar.set_title(tr(TITLE))
     await cl.ElementSidebar.set_elements([element], key=element.id)
 
 
 @cl.action_callback(REFRESH_ACTION)
 async def _refresh(action: cl.Action) -> str:
     """The open panel's timer asks: the current table."""
-    return await _table()
+    return await _table(_translator())
