@@ -208,3 +208,27 @@ def test_the_server_panel_table_is_in_the_readers_language() -> None:
         ("前缀缓存命中率", "70.9 %"),
         ("图片缓存命中率", "93.3 %"),
     ]
+
+
+async def test_a_refusal_before_any_chat_speaks_the_requests_language() -> None:
+    from ui.language import header_translator
+    from ui.security import _refuse
+
+    assert header_translator("zh-CN,zh;q=0.9,en;q=0.8").locale == "zh-CN"
+    assert header_translator("en-GB,zh-CN;q=0.5").locale == "en"
+    assert header_translator(None).locale == "en"
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: object) -> None:
+        assert isinstance(message, dict)
+        sent.append(message)
+
+    scope = {"type": "http", "headers": [(b"accept-language", b"zh-CN,zh;q=0.9")]}
+    await _refuse(scope, receive, send, 413, msg("This request is too large."))
+    assert sent[0]["status"] == 413
+    body = sent[1]["body"]
+    assert isinstance(body, bytes)
+    assert json.loads(body) == {"detail": "这个请求太大了。"}

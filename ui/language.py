@@ -10,15 +10,27 @@ words and Chainlit's (``.chainlit/translations/zh-CN.json``) agree.
 
 from __future__ import annotations
 
+import re
+
 import chainlit as cl
 from chainlit.config import config
 
 from backend.i18n import Translator, translator_for
 
+_FIRST_TAG = re.compile(r"^\s*([a-zA-Z0-9-]+)")
+
 
 def translator_for_language(language: str | None) -> Translator:
     """The translator for a language Chainlit passed to a callback (``[UI] language`` first)."""
     return translator_for(config.ui.language or language)
+
+
+def header_translator(accept_language: str | None) -> Translator:
+    """The translator for an HTTP request's ``Accept-Language`` (its first tag, as
+    Chainlit's session reads it), ``[UI] language`` first: for answers given before
+    any Chainlit session exists (the security guard's refusals)."""
+    match = _FIRST_TAG.match(accept_language or "")
+    return translator_for_language(match.group(1) if match else None)
 
 
 def session_translator() -> Translator:
