@@ -104,6 +104,26 @@ def test_the_app_speaks_the_browsers_language(
         page.mouse.move(550, 300)
         page.mouse.wheel(0, -2000)  # Chainlit keeps the last question at the top: scroll back
         expect(page.locator('[data-step-type="user_message"]').first).to_be_in_viewport()
-        screenshot(page, f"{words.locale}-chat")  # zh-CN-chat.png is docs/screenshots/zh-cn.png
+        screenshot(page, f"{words.locale}-chat")
+    finally:
+        context.close()
+
+
+def test_a_chinese_starter_gets_a_chinese_grounding_caption(
+    chromium: Browser, stack: Stack
+) -> None:
+    context = new_context(chromium, locale="zh-CN")
+    page = context.new_page()
+    page.set_viewport_size({"width": 1100, "height": 1350})
+    try:
+        page.goto(stack.ui_url)
+        page.wait_for_load_state("networkidle")
+        expect(page.locator("#chat-settings-open-modal")).to_be_visible()
+        page.locator("#starters").get_by_text("该点哪里？").click()
+        wait_answer_done(page)
+        overlay = page.locator('[data-step-type="assistant_message"]', has_text="已在")
+        expect(overlay).to_contain_text("已在 settings.png 上标注（这是副本，原图不变）：点 1。")
+        expect(overlay.locator('img[alt="settings (marked).png"]')).to_be_visible()
+        screenshot(page, "zh-CN-grounding")  # docs/screenshots/zh-cn.png
     finally:
         context.close()
