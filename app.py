@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import chainlit as cl
+from chainlit.data.base import BaseDataLayer
 from chainlit.input_widget import InputWidget, Slider, Switch
+from chainlit.types import ThreadDict
 
 from backend.batching import coalesce
 from backend.chat import ChatSession, Upload
@@ -32,11 +34,31 @@ from backend.presenter import (
 )
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
+from ui import history
 from ui.reasoning_view import ReasoningView
 
 SETTINGS = Settings()
 configure_logging(SETTINGS.app_log)
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
+
+# --- Sign-in and stored chats (ui/history.py): on once a user exists ------------
+STORE = history.setup(SETTINGS)  # None: no user yet, the app runs open and stores nothing
+if STORE is not None:
+
+    @cl.password_auth_callback
+    async def sign_in(username: str, password: str) -> cl.User | None:
+        """Check a name and password against the users added from the shell."""
+        return await history.sign_in(username, password)
+
+    @cl.data_layer
+    def data_layer() -> BaseDataLayer:
+        """Chainlit's SQL data layer on the app's store."""
+        return history.data_layer()
+
+    @cl.on_shared_thread_view
+    async def on_shared_thread_view(thread: ThreadDict, viewer: cl.User | None) -> bool:
+        """Others may open a chat only once its owner shared it."""
+        return await history.may_view_shared(thread, viewer)
 
 
 def chat() -> ChatSession:
@@ -129,12 +151,16 @@ async def on_chat_start() -> None:
         cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
     else:
         await send_settings(session)
+    await history.offer_export()
 
 
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
     session = chat()
+    if message.command == history.EXPORT_COMMAND:
+        await send_export(session)
+        return
     uploads = [Upload(name=el.name, path=Path(el.path)) for el in message.elements or [] if el.path]
     sample = None if uploads else sample_for(message.content)
     if sample is not None:
@@ -196,6 +222,9 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
     show_reasoning = session.options is None or session.options.show_reasoning
     answer: cl.Message | None = None
     reasoning = ReasoningView()
+    done: Done | None = None
+    turn.status = "pending"
+    await history.save_turn(session, turn)
     try:
         async with aclosing(coalesce(session.respond(turn, request))) as events:
             async for event in events:
@@ -207,6 +236,7 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
                     answer = answer or cl.Message(content="")
                     await answer.stream_token(event.text)
                 elif isinstance(event, Done):
+                    done = event
                     if event.answer_in_reasoning:
                         await reasoning.discard()  # no marker came: that text was the answer
                     await reasoning.close()
@@ -224,6 +254,8 @@ async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = No
         if answer is not None:
             await answer.send()
         await say(f"⚠️ {exc}", [retry_action()] if can_retry(exc) else None)
+    finally:
+        await history.save_turn(session, turn, done, answer.id if answer else None)
 
 
 async def finish_answer(answer: cl.Message, turn: Turn, done: Done, max_tokens: int) -> None:
@@ -245,3 +277,28 @@ async def on_chat_end() -> None:
     task = cl.user_session.get("status_task")
     if task is not None:
         task.cancel()
+
+
+# --- Stored chats: resume and export (ui/history.py) ---------------------------
+@cl.on_chat_resume
+async def on_chat_resume(thread: ThreadDict) -> None:
+    """Rebuild a stored chat: turns, images, model and settings; Regenerate on its last answer."""
+    session, restored = await history.resume(thread, SETTINGS)
+    cl.user_session.set("chat", session)
+    if session.options is None:
+        status = cl.Message(content=waiting_note("It does not answer yet."), author="Kimi-VL Chat")
+        await status.send()
+        cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
+    else:
+        await send_settings(session)
+    last = session.last_turn()
+    if restored.last_answer_id and last is not None and last.in_history:
+        await retry_action("Regenerate").send(for_id=restored.last_answer_id)
+    await history.offer_export()
+
+
+async def send_export(session: ChatSession) -> None:
+    """Send this chat as one self-contained HTML file."""
+    file = await history.export(session)
+    text = "This chat as one HTML file: it opens in any browser, offline."
+    await cl.Message(content=text, author="Kimi-VL Chat", elements=[file]).send()

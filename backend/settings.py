@@ -128,3 +128,13 @@ class Settings(BaseSettings):
     app_log: str = Field("app.log", description="the app's request log; empty = stderr only")
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
+
+    # Where chats, users and files are kept (backend/store).
+    data_dir: str = Field(
+        "data", description="folder of the SQLite database and stored files (git-ignored)"
+    )
+    database_url: str = Field(
+        "",
+        description="SQLAlchemy async URL; empty = SQLite file chat.db in data_dir; "
+        "postgresql+asyncpg://USER:PASSWORD@HOST/DB switches to PostgreSQL",
+    )
