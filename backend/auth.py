@@ -14,6 +14,7 @@ anyone once it is shared (:func:`may_read_thread`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from datetime import UTC, datetime
 from typing import Final
@@ -30,8 +31,12 @@ with punctuation (so a name never looks like a command-line option)."""
 MIN_PASSWORD_CHARS: Final = 8
 
 _HASHER: Final = PasswordHasher()
-_DUMMY_HASH: Final = _HASHER.hash("not a password of anyone")
-"""Verified against when the name is unknown, so both cases take the same time."""
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against when the name is unknown, so both cases take the same time."""
+    return _HASHER.hash("not a password of anyone")
 
 
 class AuthError(Exception):
@@ -134,7 +139,7 @@ class Users:
                     text("SELECT password_hash FROM kimi_users WHERE name = :n"), {"n": name}
                 )
             ).first()
-        hashed = str(row[0]) if row is not None else _DUMMY_HASH
+        hashed = str(row[0]) if row is not None else _dummy_hash()
         try:
             await asyncio.to_thread(_HASHER.verify, hashed, password)
         except (VerificationError, InvalidHashError):

@@ -26,8 +26,8 @@ class Restored:
     Attributes:
         conversation: the turns, oldest first.
         message_turns: Chainlit message id of each person's message -> its turn.
-        model: served model name of the last turn (None for an empty chat).
-        options: sampling options of the last turn, as stored.
+        model: served model name of the last turn that names one (None if none does).
+        options: sampling options of that turn, as stored.
         last_answer_id: Chainlit id of the last answer message (for its Regenerate).
         interrupted: the turns whose answer never ended.
     """
@@ -48,10 +48,11 @@ def restore(records: list[TurnRecord]) -> Restored:
         restored.message_turns[record.message_id] = record.turn
         if record.interrupted:
             restored.interrupted.append(record)
+    asked = [r for r in ordered if r.model]
+    if asked:  # the model and options the chat was last asked with
+        restored.model, restored.options = asked[-1].model, dict(asked[-1].options)
     if ordered:
-        last = ordered[-1]
-        restored.model, restored.options = last.model, dict(last.options)
-        restored.last_answer_id = last.answer_id
+        restored.last_answer_id = ordered[-1].answer_id
     return restored
 
 
