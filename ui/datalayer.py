@@ -13,7 +13,8 @@ Chainlit 2.12's ``SQLAlchemyDataLayer`` (research-turn2.md, read in its source):
 
 Here: lists and dicts are JSON-encoded before binding; writes of one step run
 one after the other in the order they were started (a FIFO lock per step id;
-tasks start in creation order, so the last ``update()`` lands last); JSON and
+tasks start in creation order, so the last ``update()`` lands last), and so do
+the element writes of one thread (uploads come back in upload order); JSON and
 booleans are decoded on read; a failed statement is logged as an error. The
 engine is the app's (:class:`backend.store.Store`), not a second one, and
 deleting a thread also deletes its stored turns and prepared images.
@@ -31,6 +32,7 @@ from typing import Any, cast
 from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
 from chainlit.data.storage_clients.base import BaseStorageClient
 from chainlit.data.utils import queue_until_user_message
+from chainlit.element import Element
 from chainlit.step import StepDict
 from chainlit.types import ThreadDict
 from sqlalchemy import text
@@ -130,6 +132,16 @@ class KimiDataLayer(SQLAlchemyDataLayer):
                 step[key] = json.dumps(step[key])
         async with self._step_lock(str(step.get("id"))):
             await super().create_step(cast(StepDict, step))
+
+    @queue_until_user_message()  # type: ignore[untyped-decorator]
+    async def create_element(self, element: Element) -> None:
+        """Chainlit's element write, one at a time per thread, in the order they were sent.
+
+        Chainlit sends a message's uploads as one task each; unordered, they would
+        come back from the database in whatever order the writes finished.
+        """
+        async with self._step_lock(f"elements:{element.thread_id}"):
+            await super().create_element(element)
 
     async def get_all_user_threads(
         self, user_id: str | None = None, thread_id: str | None = None

@@ -177,8 +177,9 @@ def mark_interrupted(thread: ThreadDict, records: list[TurnRecord]) -> None:
             len(steps),
         )
         for step in steps[index + 1 : end]:
-            if step.get("name") == THINKING_LABEL:
+            if step.get("name") == THINKING_LABEL:  # its reasoning was never written
                 step["name"] = "Thought (interrupted)"
+                step["end"] = step.get("end") or step.get("start") or step.get("createdAt")
         created = str(steps[end - 1].get("createdAt") or "")
         steps.insert(end, _note_step(thread["id"], record.message_id, created))
 

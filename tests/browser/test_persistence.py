@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from backend.store.export import INTERRUPTED_NOTE
 from tests.browser.conftest import (
     ANSWERS,
     APP_FILES,
@@ -68,8 +70,9 @@ def postgres() -> Iterator[PgServer]:
 class App:
     """``chainlit run app.py`` in its own folder with its own data, restartable."""
 
-    def __init__(self, workdir: Path, server_url: str, database_url: str) -> None:
+    def __init__(self, workdir: Path, server_url: str, database_url: str, backend: str) -> None:
         self.workdir = workdir
+        self.backend = backend
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -121,21 +124,17 @@ class App:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def app(
-    request: pytest.FixtureRequest, tmp_path: Path, scripted: str
-) -> Iterator[App]:
+def app(request: pytest.FixtureRequest, tmp_path: Path, scripted: str) -> Iterator[App]:
     url = ""
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres").create_database()
     for name in APP_FILES:
         source = ROOT / name
         if source.is_dir():
-            import shutil
-
             shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             (tmp_path / name).write_bytes(source.read_bytes())
-    running = App(tmp_path, scripted, url)
+    running = App(tmp_path, scripted, url, request.param)
     running.add_users()
     running.start()
     yield running
@@ -169,14 +168,15 @@ def test_a_chat_survives_a_kill_and_comes_back_with_its_photos_and_reasoning(
     expect(page.locator(ANSWERS).last.locator("h2")).to_have_text("What the picture shows")
     first_request = requests(scripted)[-1]
     first_images = [
-        part["image_url"]["url"]  # type: ignore[index]
+        part["image_url"]["url"]
         for part in first_request["messages"][-1]["content"]  # type: ignore[index]
         if part["type"] == "image_url"
     ]
     assert len(first_images) == 2
 
     ask(page, "Think about it for long #scenario=slow")
-    expect(page.locator(f"{REASONING_STEP} .message-content").last).to_contain_text("Okay")
+    thinking = page.locator(f'{REASONING_STEP} button[id="step-Thinking…"]')
+    expect(thinking).to_be_visible()  # the second answer streams (its turn is saved first)
     app.kill()  # mid-answer
     context.close()
 
@@ -186,12 +186,15 @@ def test_a_chat_survives_a_kill_and_comes_back_with_its_photos_and_reasoning(
     user = page.locator('[data-step-type="user_message"]').first
     for photo in PHOTOS:
         expect(user.locator(f'img[alt="{photo.name}"]')).to_be_visible()
+    expect(user.locator("img").first).to_have_attribute("alt", PHOTOS[0].name)  # upload order
     thought = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]').first
     expect(thought).to_have_text(THOUGHT)
     expect(thought).to_have_attribute("aria-expanded", "false")
     expect(page.locator(ANSWERS).first.locator("h2")).to_have_text("What the picture shows")
-    expect(page.get_by_text("Interrupted: the app stopped before this answer ended.")).to_be_visible()
-    screenshot(page, f"resumed-{app.env['KIMI_DATABASE_URL'][:10] or 'sqlite'}")
+    expect(page.get_by_text(INTERRUPTED_NOTE)).to_be_visible()
+    page.locator("#chat-input").focus()
+    screenshot(page, f"resumed-{app.backend}")
+    thread_id = page.url.rsplit("/", 1)[-1]
     photo_url = user.locator(f'img[alt="{PHOTOS[0].name}"]').get_attribute("src")
     assert photo_url is not None and photo_url.startswith("/kimi/files/")
 
@@ -210,10 +213,28 @@ def test_a_chat_survives_a_kill_and_comes_back_with_its_photos_and_reasoning(
     assert own.status == 200 and own.body() == PHOTOS[0].read_bytes()
     context.close()
 
-    context, page = sign_in(chromium, app, "bob")
+    bob, page = sign_in(chromium, app, "bob")
     expect(page.locator("#thread-history")).not_to_contain_text("Compare these photos")
-    assert context.request.get(f"{app.url}{photo_url}").status == 404
-    context.close()
+    assert bob.request.get(f"{app.url}{photo_url}").status == 404
+    assert bob.request.get(f"{app.url}/project/thread/{thread_id}").status in (401, 403, 404)
+    assert bob.request.get(f"{app.url}/project/share/{thread_id}").status == 404
     assert httpx.get(f"{app.url}{photo_url}").status_code == 404  # signed out
+
+    # Alice shares the chat: a signed-in user with the link may read it and its photos.
+    alice, page = sign_in(chromium, app, "alice")
+    shared = alice.request.put(
+        f"{app.url}/project/thread/share", data={"threadId": thread_id, "isShared": True}
+    )
+    assert shared.status == 200
+    alice.close()
+    view = bob.request.get(f"{app.url}/project/share/{thread_id}")
+    assert view.status == 200 and view.json()["name"].startswith("Compare these photos")
+    assert bob.request.get(f"{app.url}{photo_url}").status == 200
+    page = bob.new_page()
+    page.goto(f"{app.url}/share/{thread_id}")
+    shown = page.locator('[data-step-type="user_message"]').first
+    expect(shown.locator(f'img[alt="{PHOTOS[1].name}"]')).to_be_visible()
+    screenshot(page, f"shared-{app.backend}")
+    bob.close()
     log = (LOGS / f"persistence-{app.port}-2.log").read_text()
     assert "database statement failed" not in log and "database is locked" not in log
