@@ -177,6 +177,8 @@ async def on_message(message: cl.Message) -> None:
         return
     for notice in prepared.notices:
         await say(f"ℹ️ {notice}")
+    if message.id in session.message_turns:  # an edit: what followed it is gone
+        await history.forget_after(message)
     turn = session.start_turn(message.id, text, prepared.images)
     await run_turn(session, turn)
 

@@ -5,8 +5,8 @@ Usage (from the repository root):
     .venv/bin/python -m bench.bench_store --database-url postgresql+asyncpg://...
 
 Each turn is written as the app writes it: the person's message, one 12-megapixel
-phone photo (made as in bench_images: coffee.png scaled to 4000x3000 with noise,
-JPEG quality 92, different noise each turn) stored as uploaded through Chainlit's
+phone photo (astronaut.png scaled to 4000x3000 with noise, JPEG quality 92,
+different noise each turn) stored as uploaded through Chainlit's
 data layer and our storage client, its prepared copy for Thinking-2506's budget
 (16384 patches), a reasoning step of 1.6 KB and an answer of 300 bytes, and the
 turn row. Then the table: bytes of the database (with its WAL), of the uploads
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import chainlit as cl
 from chainlit.context import init_http_context
+from PIL import Image
 
 from backend.conversation import Turn
 from backend.images import prepare_image
@@ -34,14 +35,22 @@ from backend.settings import Settings
 from backend.store import Store
 from backend.store.resume import restore
 from backend.store.turns import TurnRecord
-from bench.bench_images import _photo
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient
 
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 TURNS = 20
 RUNS = 5
 REASONING = "Let me look at the photo carefully and think about what it shows. " * 24
 ANSWER = "The photo shows a cup of coffee on a saucer, seen from above. " * 5
+
+
+def phone_photo(path: Path) -> Path:
+    """A 4000x3000 "phone photo": astronaut.png scaled up with fresh noise, JPEG quality 92."""
+    size = (4000, 3000)
+    base = Image.open(DATA / "astronaut.png").convert("RGB").resize(size, Image.Resampling.BILINEAR)
+    Image.blend(base, Image.effect_noise(size, 24).convert("RGB"), 0.15).save(path, quality=92)
+    return path
 
 
 def folder_bytes(path: Path) -> int:
@@ -94,7 +103,7 @@ async def resume_once(layer: KimiDataLayer, store: Store, thread_id: str) -> tup
 async def run(database_url: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        photos = [_photo((4000, 3000), root / f"photo-{i:02d}.jpg") for i in range(TURNS)]
+        photos = [phone_photo(root / f"photo-{i:02d}.jpg") for i in range(TURNS)]
         settings = Settings(data_dir=str(root / "data"), database_url=database_url)
         store = Store(settings)
         await store.check()

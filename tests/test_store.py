@@ -231,6 +231,24 @@ async def test_two_writers_at_once_never_hit_a_locked_database(
         assert count[0]["n"] == 60
 
 
+async def test_an_edit_removes_the_steps_after_the_edited_message(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    names = ["q1", "run1", "thought1", "a1", "q2", "run2", "thought2", "a2", "edit-run"]
+    for i, name in enumerate(names):
+        step = {"id": name, "threadId": thread_id, "name": name, "type": "llm", "output": "",
+                "streaming": False, "createdAt": f"2026-12-01T10:00:{i:02d}.000000Z"}  # fmt: skip
+        await layer.create_step(step)
+    removed = await layer.delete_steps_after(thread_id, "2026-12-01T10:00:00.000000Z", {"edit-run"})
+    assert removed == 7
+    left = await rows(
+        store, 'SELECT "id" FROM steps WHERE "threadId" = :t ORDER BY "id"', t=thread_id
+    )
+    assert [r["id"] for r in left] == ["edit-run", "q1"]
+
+
 # --- turns and resume -------------------------------------------------------------------
 
 

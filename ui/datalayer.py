@@ -163,6 +163,39 @@ class KimiDataLayer(SQLAlchemyDataLayer):
                 element["props"] = _decoded(element.get("props")) or {}
         return threads
 
+    async def delete_steps_after(self, thread_id: str, created_at: str, keep: set[str]) -> int:
+        """Delete the steps of ``thread_id`` created after ``created_at``, except ``keep``.
+
+        For an edit of an earlier message: Chainlit removes the later messages
+        from the page and the database, but not the reasoning and run steps
+        between them, which a resumed chat would show again. Their elements
+        (rows and files) and feedback go too. Returns how many steps were deleted.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the database failed.
+        """
+        async with self.engine.begin() as db:
+            found = await db.execute(
+                text('SELECT "id" FROM steps WHERE "threadId" = :t AND "createdAt" > :c'),
+                {"t": thread_id, "c": created_at},
+            )
+            doomed = [str(row[0]) for row in found if str(row[0]) not in keep]
+            keys: list[str] = []
+            for step_id in doomed:
+                params = {"id": step_id}
+                elements = await db.execute(
+                    text('SELECT "objectKey" FROM elements WHERE "forId" = :id'), params
+                )
+                keys += [str(row[0]) for row in elements if row[0]]
+                await db.execute(text('DELETE FROM feedbacks WHERE "forId" = :id'), params)
+                await db.execute(text('DELETE FROM elements WHERE "forId" = :id'), params)
+                await db.execute(text('DELETE FROM steps WHERE "id" = :id'), params)
+        storage = self.storage_provider
+        if storage is not None:
+            for key in keys:
+                await storage.delete_file(key)
+        return len(doomed)
+
     async def delete_thread(self, thread_id: str) -> None:
         """Chainlit's delete, then our turns and prepared images of the thread."""
         await super().delete_thread(thread_id)

@@ -23,6 +23,7 @@ from typing import Any, Final, cast
 
 import chainlit as cl
 from chainlit.config import config
+from chainlit.data import get_data_layer
 from chainlit.types import ThreadDict
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -137,6 +138,23 @@ async def save_turn(
         await _store.turns.save(cl.context.session.thread_id, record)
     except (SQLAlchemyError, OSError) as exc:
         log.error("saving turn %d failed: %s", record.position, exc)
+
+
+async def forget_after(message: cl.Message) -> None:
+    """Before an earlier message is answered again (Edit): drop what followed it.
+
+    Keeps the step running now (Chainlit's ``on_message`` run of the edit). The
+    stored turns after it go when the edited turn is saved (:func:`save_turn`).
+    """
+    layer = get_data_layer()
+    if _store is None or not isinstance(layer, KimiDataLayer) or not message.created_at:
+        return
+    running = cl.context.current_step
+    keep = {running.id} if running is not None else set()
+    try:
+        await layer.delete_steps_after(cl.context.session.thread_id, message.created_at, keep)
+    except (SQLAlchemyError, OSError) as exc:
+        log.error("removing the steps after an edited message failed: %s", exc)
 
 
 async def resume(thread: ThreadDict, settings: Settings) -> tuple[ChatSession, Restored]:
