@@ -37,7 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
-from backend.auth import AuthError
+from backend.auth import AuthError, check_name
 from backend.chat import ChatSession, Upload
 from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, Done, ReasoningDelta
@@ -105,6 +105,8 @@ async def user_command(args: argparse.Namespace, store: Store, stdin: TextIO, ou
         if args.action == "remove":
             await store.users.remove(args.name)
             return f"removed user {args.name}"
+        if args.action == "add":
+            check_name(args.name)  # before asking for a password
         password = read_password(args.password_stdin, stdin)
         if args.action == "add":
             await store.users.add(args.name, password)
