@@ -34,6 +34,7 @@ from backend.presenter import (
 )
 from backend.safety import link_remote_images
 from backend.settings import profile_for
+from ui import history
 from ui.grounding_view import show_marks
 from ui.reasoning_view import ReasoningView
 
@@ -153,6 +154,9 @@ async def stream_answer(
         return await server.queued_requests(model)
 
     stream = coalesce(session.respond(turn, planned.request, client), pacing, queued)
+    done: Done | None = None
+    turn.status = "pending"
+    await history.save_turn(session, turn)  # a no-op without sign-in, or for a Compare
     try:
         async with aclosing(stream) as events:
             async for event in events:
@@ -168,6 +172,7 @@ async def stream_answer(
                     answer = answer or new_answer(compared)
                     await answer.stream_token(event.text)
                 elif isinstance(event, Done):
+                    done = event
                     if event.answer_in_reasoning:
                         await reasoning.discard()  # no marker came: that text was the answer
                     await reasoning.close()
@@ -179,7 +184,7 @@ async def stream_answer(
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
         answer = answer or cl.Message(content="")
-        answer.content = stopped_note(turn.answer, tr)
+        answer.content = stopped_note(link_remote_images(turn.answer), tr)
         answer.actions = [retry_action(message_id, tr)]
         await answer.send()
         raise
@@ -188,10 +193,12 @@ async def stream_answer(
         await waiting.remove()
         await reasoning.close("failed")
         if answer is not None:
-            answer.content = incomplete_note(turn.answer, tr)
+            answer.content = incomplete_note(link_remote_images(turn.answer), tr)
             await answer.send()
         retry = [retry_action(message_id, tr)] if can_retry(exc) else None
         await say("⚠️ " + tr.text(exc.message), retry)
+    finally:
+        await history.save_turn(session, turn, done, answer.id if answer else None)
 
 
 class WaitingNote:

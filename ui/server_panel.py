@@ -68,9 +68,9 @@ async def _table(tr: Translator) -> str:
     return await watcher.table(http, tr)
 
 
-async def offer_command() -> None:
-    """Put ``Server`` in this chat's command menu (call from ``on_chat_start``)."""
-    command: CommandDict = {
+def command() -> CommandDict:
+    """``Server`` in the chat's command menu (opens the panel)."""
+    return {
         "id": COMMAND,
         "icon": "activity",
         "description": _translator()(DESCRIPTION),
@@ -78,7 +78,6 @@ async def offer_command() -> None:
         "persistent": False,
         "selected": False,
     }
-    await cl.context.emitter.set_commands([command])
 
 
 async def open_panel() -> None:
