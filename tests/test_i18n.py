@@ -232,3 +232,23 @@ async def test_a_refusal_before_any_chat_speaks_the_requests_language() -> None:
     body = sent[1]["body"]
     assert isinstance(body, bytes)
     assert json.loads(body) == {"detail": "这个请求太大了。"}
+
+
+def test_an_exported_chat_is_in_the_readers_language() -> None:
+    from backend.conversation import Turn
+    from backend.store.export import ChatExport, export_html
+    from backend.store.turns import TurnRecord
+
+    turn = Turn(
+        text="这是什么？", images=[], answer="一枚火箭。", reasoning="嗯……", status="stopped"
+    )
+    chat = ChatExport(
+        "这是什么？", "Kimi-VL", {}, [TurnRecord(0, "m", turn, reasoning_s=3.24)], "now"
+    )
+    chinese = export_html(chat, ZH)
+    assert '<html lang="zh-CN">' in chinese
+    assert "<dt>模型</dt>" in chinese and "<dt>导出时间</dt>" in chinese
+    assert "<summary>思考了 3.2 秒</summary>" in chinese
+    assert '<div class="note">在结束前停止了。</div>' in chinese
+    english = export_html(chat)
+    assert '<html lang="en">' in english and "<summary>Thought for 3.2s</summary>" in english

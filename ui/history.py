@@ -136,7 +136,7 @@ async def save_turn(
         turn=turn,
         answer_id=answer_id,
         reasoning_s=done.reasoning_s if done else None,
-        stats=stats_line(done) if done else None,
+        stats=stats_line(done, session.tr) if done else None,  # as shown under the answer
         model=session.model.id if session.model else None,
         options=asdict(session.options) if session.options else {},
     )
@@ -264,11 +264,12 @@ async def export(session: ChatSession) -> cl.File:
     html = export_html(
         ChatExport(
             title=first[:80] or "Kimi-VL chat",
-            model=session.profile.label,
+            model=session.tr.text(session.profile.label),
             options=asdict(session.options) if session.options else {},
             records=records,
             exported_at=now.strftime("%Y-%m-%d %H:%M UTC"),
-        )
+        ),
+        session.tr,
     )
     name = f"kimi-vl-chat-{now.strftime('%Y%m%d-%H%M%S')}.html"
     return cl.File(name=name, content=html.encode("utf-8"), mime="text/html", display="inline")
