@@ -19,6 +19,7 @@ from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
 from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
+from backend.i18n import in_any_language
 from backend.logs import configure as configure_logging
 from backend.panel import option_changes, panel_fields, profile_choices
 from backend.presenter import (
@@ -213,10 +214,10 @@ async def find_others(session: ChatSession) -> None:
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
-    if message.command == server_panel.COMMAND:  # the live server panel, not a question
+    if in_any_language(server_panel.COMMAND, message.command):  # the panel, not a question
         await server_panel.open_panel()
         return
-    if message.command == history.EXPORT_COMMAND:
+    if in_any_language(history.EXPORT_COMMAND, message.command):
         await history.send_export(chat())
         return
     async with one_at_a_time():

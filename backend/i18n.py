@@ -171,6 +171,12 @@ def locale_for(language: str | None) -> str:
     return "en"
 
 
+def in_any_language(message: str, text: str | None) -> bool:
+    """True if ``text`` is ``message`` (a msgid or :class:`Message`) in one of :data:`LOCALES`
+    (e.g. a command's id, which Chainlit shows as its button text, coming back)."""
+    return text is not None and any(translator(locale)(message) == text for locale in LOCALES)
+
+
 def translator_for(language: str | None) -> Translator:
     """The translator for a browser language tag (see :func:`locale_for`)."""
     return translator(locale_for(language))

@@ -252,3 +252,13 @@ def test_an_exported_chat_is_in_the_readers_language() -> None:
     assert '<div class="note">在结束前停止了。</div>' in chinese
     english = export_html(chat)
     assert '<html lang="en">' in english and "<summary>Thought for 3.2s</summary>" in english
+
+
+def test_a_command_id_shown_in_chinese_is_recognised_when_it_comes_back() -> None:
+    from backend.i18n import in_any_language
+
+    assert ZH(msg("Server")) == "服务器"
+    assert in_any_language(msg("Server"), "服务器")
+    assert in_any_language(msg("Server"), "Server")
+    assert not in_any_language(msg("Server"), "Export")
+    assert not in_any_language(msg("Server"), None)

@@ -48,7 +48,8 @@ from ui.language import session_translator
 
 log = logging.getLogger(LOGGER_NAME)
 
-EXPORT_COMMAND: Final = "Export"
+EXPORT_COMMAND: Final = msg("Export")
+"""The command's id, shown as its button text in the chat's language (as ui/server_panel.py)."""
 EXPORT_DESCRIPTION: Final = msg("Save this chat as one HTML file (images and reasoning included)")
 EXPORT_NOTE: Final = msg("This chat as one HTML file: it opens in any browser, offline.")
 """Chainlit command (the composer's button) that sends the chat as one HTML file."""
@@ -278,7 +279,7 @@ async def export(session: ChatSession) -> cl.File:
 def export_command() -> CommandDict:
     """The Export command button of the composer."""
     return {
-        "id": EXPORT_COMMAND,
+        "id": session_translator()(EXPORT_COMMAND),
         "icon": "download",
         "description": session_translator()(EXPORT_DESCRIPTION),
         "button": True,

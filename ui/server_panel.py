@@ -20,8 +20,9 @@ from backend.metrics import FETCH_TIMEOUT_S, MetricsWatcher
 from backend.settings import Settings
 from ui.language import session_translator
 
-COMMAND = "Server"
-"""The command's id, as ``cl.Message.command`` carries it."""
+COMMAND = msg("Server")
+"""The command's id (Chainlit shows it as the button's text: in the chat's language), as
+``cl.Message.command`` carries it back; compare with :func:`backend.i18n.in_any_language`."""
 
 REFRESH_ACTION = "server_panel_refresh"
 REFRESH_S = 3.0
@@ -30,7 +31,7 @@ NOTE = msg(
     "cache hit rates: since the server started.",
     seconds=REFRESH_S,
 )
-TITLE = msg("Server")
+TITLE = COMMAND
 DESCRIPTION = msg("Live server load")
 
 _state: tuple[httpx.AsyncClient, MetricsWatcher] | None = None
@@ -71,7 +72,7 @@ async def _table(tr: Translator) -> str:
 def command() -> CommandDict:
     """``Server`` in the chat's command menu (opens the panel)."""
     return {
-        "id": COMMAND,
+        "id": _translator()(COMMAND),
         "icon": "activity",
         "description": _translator()(DESCRIPTION),
         "button": True,

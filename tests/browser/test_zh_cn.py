@@ -38,6 +38,7 @@ class Words:
     regenerate: str
     error: str
     retry: str
+    commands: tuple[str, ...]
 
 
 CHINESE = Words(
@@ -51,6 +52,7 @@ CHINESE = Words(
     regenerate="重新生成",
     error="模型服务器在回答时出错（500）：EngineCore encountered an issue.",
     retry="重试",
+    commands=("服务器", "导出"),
 )
 ENGLISH = Words(
     locale="en-US",
@@ -63,6 +65,7 @@ ENGLISH = Words(
     regenerate="Regenerate",
     error="The model server failed while answering (500): EngineCore encountered an issue.",
     retry="Retry",
+    commands=("Server", "Export"),
 )
 
 
@@ -79,6 +82,8 @@ def test_the_app_speaks_the_browsers_language(
             expect(page.locator("#starters")).to_contain_text(label)
         settings_button = page.locator("#chat-settings-open-modal")
         expect(settings_button).to_be_visible()
+        for command in words.commands:  # the composer's command buttons
+            expect(page.locator(".command-buttons-container")).to_contain_text(command)
 
         settings_button.click()
         dialog = page.get_by_role("dialog")
