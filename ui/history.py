@@ -24,10 +24,11 @@ from typing import Any, Final, cast
 import chainlit as cl
 from chainlit.config import config
 from chainlit.data import get_data_layer
-from chainlit.types import ThreadDict
+from chainlit.types import CommandDict, ThreadDict
 from sqlalchemy.exc import SQLAlchemyError
 
 from backend.chat import ChatSession
+from backend.client import ChatClient
 from backend.conversation import Turn
 from backend.errors import ChatError
 from backend.events import Done
@@ -39,6 +40,7 @@ from backend.store.db import DATABASE_FILE
 from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html
 from backend.store.resume import Restored, restore, restored_options
 from backend.store.turns import TurnRecord
+from backend.uploads import MediaWorkers
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
 
@@ -157,14 +159,16 @@ async def forget_after(message: cl.Message) -> None:
         log.error("removing the steps after an edited message failed: %s", exc)
 
 
-async def resume(thread: ThreadDict, settings: Settings) -> tuple[ChatSession, Restored]:
+async def resume(
+    thread: ThreadDict, settings: Settings, client: ChatClient, workers: MediaWorkers
+) -> tuple[ChatSession, Restored]:
     """Rebuild the chat of ``thread`` and mark interrupted answers on the page.
 
     Connects to the stored model if the server still serves it (else the chosen
     profile, else the first served); a server that cannot be reached leaves the
     session unconnected (the caller says so). The stored sampling options win.
     """
-    session = ChatSession.create(settings)
+    session = ChatSession.create(settings, client, workers)
     turns = store().turns
     await turns.mark_interrupted(thread["id"])
     restored = restore(await turns.load(thread["id"]))
@@ -261,17 +265,20 @@ async def export(session: ChatSession) -> cl.File:
     return cl.File(name=name, content=html.encode("utf-8"), mime="text/html", display="inline")
 
 
-async def offer_export() -> None:
-    """Show the Export command button in the composer."""
-    await cl.context.emitter.set_commands(
-        [
-            {
-                "id": EXPORT_COMMAND,
-                "icon": "download",
-                "description": "Save this chat as one HTML file (images and reasoning included)",
-                "button": True,
-                "persistent": False,
-                "selected": False,
-            }
-        ]
-    )
+def export_command() -> CommandDict:
+    """The Export command button of the composer."""
+    return {
+        "id": EXPORT_COMMAND,
+        "icon": "download",
+        "description": "Save this chat as one HTML file (images and reasoning included)",
+        "button": True,
+        "persistent": False,
+        "selected": False,
+    }
+
+
+async def send_export(session: ChatSession) -> None:
+    """Send this chat as one self-contained HTML file."""
+    file = await export(session)
+    text = "This chat as one HTML file: it opens in any browser, offline."
+    await cl.Message(content=text, author="Kimi-VL Chat", elements=[file]).send()

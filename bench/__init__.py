@@ -1,0 +1,1 @@
+"""Benchmarks: each module prints a table (run as ``python -m bench.<name>``)."""

@@ -1,0 +1,430 @@
+"""What the app benchmarks share: the processes, a browser tab, a direct client, a photo.
+
+The scripted server (``tests/fakes/kimi_server.py``) and the app run as
+subprocesses; nothing here imports ``tests/``. A browser tab speaks Chainlit's
+socket.io protocol as the browser does (facts.md "Chainlit's wire protocol",
+checked against Chainlit 2.12's ``socket.py``, ``emitter.py`` and the
+``/project/file`` route of ``server.py``): a fresh session id, ``connect`` with
+the ``auth`` object, ``connection_successful`` (which runs ``on_chat_start``),
+files POSTed to ``/project/file?session_id=...`` before the message, then
+``client_message`` with their ids as ``fileReferences``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import socketio
+
+from backend.reasoning import ReasoningSplitter
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+MODEL = "kimi-vl-thinking-2506"
+"""The model the scripted server serves by default."""
+PACED_END = "(end of answer)"
+"""The last words of the scripted ``paced`` and ``quick`` answers (tests/fakes/kimi_server.py)."""
+PACED_TOKENS = 200
+"""Pieces in the scripted ``paced`` stream: 200 deltas, 10 ms apart (100 tokens/s)."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_200(url: str, timeout_s: float, interval_s: float = 0.02) -> None:
+    """Return once ``url`` answers HTTP 200.
+
+    Raises:
+        RuntimeError: not ready after ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(interval_s)
+    raise RuntimeError(f"{url} not ready after {timeout_s} s")
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process in MB (MiB, from /proc via psutil)."""
+    return float(psutil.Process(pid).memory_info().rss) / 2**20
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, linear between ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def machine() -> str:
+    """One line about this machine: CPU model, cores, memory, load average."""
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    memory = psutil.virtual_memory().total / 2**30
+    return (
+        f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB, Python {platform.python_version()}, "
+        f"load average {load} at start"
+    )
+
+
+def now_utc() -> str:
+    """The current time, ISO 8601 to the minute, UTC."""
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@dataclass
+class Timing:
+    """One answer as a client saw it, in seconds from the moment the question was sent.
+
+    Attributes:
+        first_s: first visible text (reasoning or answer).
+        last_s: last visible text.
+        end_s: end of the turn (direct: ``[DONE]``; app: ``task_end``).
+        text: the visible text received (direct: reasoning and answer; app: the
+            final answer message).
+        complete: the answer ends with the scripted :data:`PACED_END`.
+        error: what went wrong, or "" (an error message in the chat, a timeout).
+    """
+
+    first_s: float
+    last_s: float
+    end_s: float
+    text: str = ""
+    complete: bool = False
+    error: str = ""
+
+
+def question(scenario: str) -> str:
+    """The question that makes the scripted server play ``scenario``."""
+    return f"What is in this picture? #scenario={scenario}"
+
+
+class DirectClient:
+    """Straight to the scripted server: one httpx client, SSE read line by line.
+
+    "Visible" text is split out by the same
+    :class:`backend.reasoning.ReasoningSplitter` the app uses, so a marker cut
+    across chunks delays both sides alike.
+    """
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        self._http = httpx.AsyncClient(timeout=120, limits=limits)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def ask(self, text: str, photo: bytes | None = None) -> Timing:
+        """Stream one answer; ``photo`` (JPEG bytes) goes as a base64 data URL."""
+        content: str | list[dict[str, Any]] = text
+        if photo is not None:
+            url = "data:image/jpeg;base64," + base64.b64encode(photo).decode("ascii")
+            content = [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": text},
+            ]
+        body = {
+            "model": MODEL,
+            "stream": True,
+            "messages": [{"role": "user", "content": content}],
+        }
+        splitter = ReasoningSplitter(starts_in_reasoning=True)
+        received: list[str] = []
+        first = last = None
+        start = time.perf_counter()
+        async with self._http.stream("POST", f"{self.base_url}/chat/completions", json=body) as r:
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                choices = json.loads(line[6:])["choices"]
+                if not choices:
+                    continue
+                parts = splitter.feed(choices[0]["delta"].get("content") or "")
+                if parts:
+                    last = time.perf_counter()
+                    first = first or last
+                    received.extend(p.text for p in parts)
+        end = time.perf_counter()
+        text = "".join(received)
+        return Timing(
+            (first or end) - start,
+            (last or end) - start,
+            end - start,
+            text,
+            complete=text.rstrip().endswith(PACED_END),
+            error="" if r.status_code == 200 else f"HTTP {r.status_code}",
+        )
+
+
+def _iso_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Tab:
+    """One browser tab of the app: a Chainlit session over socket.io.
+
+    Use :meth:`open`, then :meth:`upload` and :meth:`ask` as often as wanted,
+    then :meth:`close` (a tab closed: the socket goes away without
+    ``clear_session``, as when a person closes the browser tab).
+    """
+
+    ui_url: str
+    http: httpx.AsyncClient
+    session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    sio: socketio.AsyncClient = field(default_factory=socketio.AsyncClient)
+    _seen: list[float] = field(default_factory=list)
+    _messages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _done: asyncio.Event = field(default_factory=asyncio.Event)
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def open(self, ready_timeout_s: float = 30) -> None:
+        """Connect and run ``on_chat_start``; return once it has ended.
+
+        ``on_chat_start`` ends with the settings panel (``chat_settings``) and
+        then the ``task_end`` Chainlit sends after every callback.
+
+        Raises:
+            TimeoutError: ``on_chat_start`` did not end within ``ready_timeout_s``.
+        """
+
+        async def on_text(_: object = None) -> None:
+            self._seen.append(time.perf_counter())
+
+        async def on_message(step: dict[str, Any]) -> None:
+            self._messages[step["id"]] = step
+
+        async def on_task_end(_: object = None) -> None:
+            self._done.set()
+
+        async def on_settings(_: object = None) -> None:
+            self._ready.set()
+            self._done.clear()  # the task_end of on_chat_start comes next
+
+        self.sio.on("stream_start", on_text)
+        self.sio.on("stream_token", on_text)
+        self.sio.on("new_message", on_message)
+        self.sio.on("update_message", on_message)
+        self.sio.on("task_end", on_task_end)
+        self.sio.on("chat_settings", on_settings)
+        await self.sio.connect(
+            self.ui_url,
+            socketio_path="/ws/socket.io",
+            transports=["websocket"],
+            headers={"Cookie": f"X-Chainlit-Session-id={self.session_id}"},
+            auth={
+                "clientType": "webapp",
+                "sessionId": self.session_id,
+                "threadId": "",
+                "userEnv": "{}",
+                "chatProfile": "",
+            },
+        )
+        await self.sio.emit("connection_successful")
+        async with asyncio.timeout(ready_timeout_s):
+            await self._ready.wait()
+            await self._done.wait()
+
+    async def upload(self, data: bytes, name: str = "photo.jpg", mime: str = "image/jpeg") -> str:
+        """POST a file as the browser does when it is attached; its id for ``fileReferences``.
+
+        Raises:
+            httpx.HTTPStatusError: the app refused the file.
+        """
+        response = await self.http.post(
+            f"{self.ui_url}/project/file",
+            params={"session_id": self.session_id},
+            files={"file": (name, data, mime)},
+            headers={"Cookie": f"X-Chainlit-Session-id={self.session_id}"},
+        )
+        response.raise_for_status()
+        file_id: str = response.json()["id"]
+        return file_id
+
+    async def ask(self, text: str, file_ids: Sequence[str] = (), timeout_s: float = 300) -> Timing:
+        """Send one message (Enter) and wait for the end of the turn (``task_end``)."""
+        message = {
+            "threadId": "",
+            "id": str(uuid.uuid4()),
+            "name": "User",
+            "type": "user_message",
+            "output": text,
+            "createdAt": _iso_now(),
+            "metadata": {},
+        }
+        self._done.clear()  # on_chat_start's task_end, or the previous turn's
+        self._seen.clear()
+        self._messages.clear()
+        start = time.perf_counter()
+        await self.sio.emit(
+            "client_message",
+            {"message": message, "fileReferences": [{"id": i} for i in file_ids]},
+        )
+        error = ""
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout_s)
+        except TimeoutError:
+            error = f"no task_end within {timeout_s:.0f} s"
+        end = time.perf_counter()
+        outputs = [
+            str(m.get("output") or "")
+            for m in self._messages.values()
+            if m.get("type") == "assistant_message"
+        ]
+        answer = next((o for o in outputs if PACED_END in o), "")
+        notes = [o for o in outputs if o.startswith("⚠️")]
+        if notes and not error:
+            error = notes[0][:200]
+        seen = self._seen
+        return Timing(
+            (seen[0] if seen else end) - start,
+            (seen[-1] if seen else end) - start,
+            end - start,
+            answer,
+            complete=bool(answer),
+            error=error,
+        )
+
+    async def close(self) -> None:
+        """Close the socket, as closing the browser tab does."""
+        await self.sio.disconnect()
+
+
+@dataclass
+class Stack:
+    """The scripted server and the app, each in its own process."""
+
+    base_url: str
+    ui_url: str
+    app: subprocess.Popen[bytes]
+    server: subprocess.Popen[bytes]
+    ready_s: float
+
+    @property
+    def app_pid(self) -> int:
+        """The app's process id (``chainlit run``: the app runs in this process)."""
+        return self.app.pid
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Terminate a process and wait for it (killed after 30 s)."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@contextmanager
+def scripted_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The scripted server (``python -m tests.fakes.kimi_server --no-record``), running.
+
+    Yields its OpenAI base URL (``http://127.0.0.1:<port>/v1``) and its process.
+    """
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port), "--no-record"],
+        cwd=ROOT,
+    )
+    try:
+        wait_for_200(f"http://127.0.0.1:{port}/health", 60)
+        yield f"http://127.0.0.1:{port}/v1", server
+    finally:
+        stop(server)
+
+
+@contextmanager
+def running_server() -> Iterator[str]:
+    """The scripted server alone; yields its OpenAI base URL."""
+    with scripted_server() as (base_url, _):
+        yield base_url
+
+
+@contextmanager
+def running_stack(app_env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """The scripted server and the app (``chainlit run app.py --headless``) in front of it.
+
+    The app's log goes to nowhere (``KIMI_APP_LOG=""``) unless ``app_env``
+    names a file as ``KIMI_APP_LOG``; then the app's stderr goes to that name
+    plus ``.stderr``. ``app_env`` adds or overrides environment variables of
+    the app. ``ready_s`` is the time from starting the app to its first
+    ``GET /`` answer.
+    """
+    with scripted_server() as (base_url, server):
+        ui_port = free_port()
+        env = {**os.environ, "KIMI_BASE_URL": base_url, "KIMI_APP_LOG": "", **(app_env or {})}
+        log = env["KIMI_APP_LOG"]
+        stderr = open(f"{log}.stderr", "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+        chainlit = str(Path(sys.executable).with_name("chainlit"))
+        command = [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1"]
+        started = time.monotonic()
+        app = subprocess.Popen(
+            [*command, "--port", str(ui_port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            wait_for_200(f"http://127.0.0.1:{ui_port}/", 60)
+            ready_s = time.monotonic() - started
+            yield Stack(base_url, f"http://127.0.0.1:{ui_port}", app, server, ready_s)
+        finally:
+            stop(app)
+            if not isinstance(stderr, int):
+                stderr.close()
+
+
+def write_results(name: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:
+    """Write ``bench/results/<name>.md`` and ``.json``; return both paths."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    md_path, json_path = RESULTS / f"{name}.md", RESULTS / f"{name}.json"
+    md_path.write_text(markdown)
+    json_path.write_text(json.dumps(data, indent=2) + "\n")
+    return md_path, json_path

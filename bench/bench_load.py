@@ -1,0 +1,613 @@
+"""The app under load, driven as browsers drive it: concurrent chats, a soak, many tabs.
+
+Starts the scripted server (``python -m tests.fakes.kimi_server``, scenario
+``paced``: 200 pieces 10 ms apart, 100 tokens/s per chat, on a fixed schedule as
+a model would send them) and the app in front of it, then, in one of three modes:
+
+``sweep`` (issue 14, items 3 and 5)
+    For each number of concurrent chats (1/8/32/64) and with and without a
+    photo (a 1.5 MB 2000x1500 JPEG made on the spot, uploaded as the browser
+    does when it is attached, before Enter), phases of direct requests (httpx
+    straight to the scripted server) alternate with phases through the app
+    (a fresh tab per ask). In a phase each of N workers asks in a loop,
+    started a fraction of an answer apart so N answers are always streaming;
+    each worker's first ask is a warm-up and asks after its measured one only
+    keep the load on until every worker's measured ask is done. Reported:
+    added time to first token (TTFT: question sent -> first visible text)
+    p50/p90/p95 versus direct, tokens/s relayed per chat (the 200 scripted
+    tokens over the time from the first to the last visible text) as a share
+    of direct, the app's CPU per answer and its RSS.
+``soak`` (issue 13, "Under load")
+    64 tabs x 20 turns, a photo every few turns, each tab one conversation;
+    then every tab closes and the app's RSS is followed for ten minutes.
+    Pass: zero errors, every answer complete, RSS back within 20% of the
+    baseline (RSS after one warm-up chat with a photo, before the soak).
+``tabs`` (issue 14, item 4)
+    1,000 tabs opened, used once with a photo and closed (8 at a time, the
+    ``quick`` scenario: the same 200 pieces at once); RSS after the last one
+    closed and after a wait. Target <= 250 MB.
+
+Each run writes ``bench/results/load_<mode>.md`` and ``.json`` (with date and
+machine) and a PNG plot. Run from the repository root, e.g.
+``.venv/bin/python -m bench.bench_load sweep``; ``--help`` on each mode lists
+its sizes (``sweep --levels 1 8 --pairs 6`` for a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+from matplotlib.figure import Figure
+
+from bench._common import (
+    PACED_TOKENS,
+    RESULTS,
+    DirectClient,
+    Stack,
+    Tab,
+    Timing,
+    cpu_s,
+    machine,
+    now_utc,
+    percentile,
+    question,
+    rss_mb,
+    running_stack,
+    write_results,
+)
+from bench.media import make_photo
+
+ANSWER_S = PACED_TOKENS * 0.01
+"""Seconds one ``paced`` answer streams for (200 pieces at 10 ms)."""
+
+
+class Sampler:
+    """Samples a process's RSS (MB) every ``interval_s`` seconds in the background."""
+
+    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, float]] = []
+        """(seconds since start, RSS MB) pairs."""
+        self._task: asyncio.Task[None] | None = None
+        self._t0 = time.monotonic()
+
+    async def _run(self) -> None:
+        while True:
+            self.samples.append((time.monotonic() - self._t0, rss_mb(self.pid)))
+            await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        """Begin sampling (in the running event loop)."""
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop sampling."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def peak_since(self, t: float) -> float:
+        """The highest RSS sampled at or after ``t`` seconds."""
+        return max((mb for at, mb in self.samples if at >= t), default=math.nan)
+
+    def now(self) -> float:
+        """Seconds since the sampler was made."""
+        return time.monotonic() - self._t0
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+@dataclass
+class Phase:
+    """One phase of one level: who was asked, what each measured ask took, what it cost."""
+
+    side: str  # "direct" or "app"
+    timings: list[Timing] = field(default_factory=list)
+    asks: int = 0
+    """All asks of the phase, warm-up and load-keeping ones included."""
+    app_cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+async def app_ask(stack: Stack, http: httpx.AsyncClient, photo: bytes | None) -> Timing:
+    """A fresh tab: open it, attach the photo (if any), ask, close it."""
+    tab = Tab(stack.ui_url, http)
+    await tab.open()
+    try:
+        file_ids = [await tab.upload(photo)] if photo is not None else []
+        return await tab.ask(question("paced"), file_ids)
+    finally:
+        await tab.close()
+
+
+async def run_phase(
+    side: str, workers: int, ask: Callable[[], Awaitable[Timing]], app_pid: int
+) -> Phase:
+    """Run ``workers`` asking loops, started ``ANSWER_S / workers`` apart.
+
+    With one worker: one measured ask. With more: a warm-up ask, the measured
+    ask, then asks that keep the load on until every worker's measured ask is
+    done.
+    """
+    phase = Phase(side)
+    warm = workers > 1
+    measured_left = workers
+    all_measured = asyncio.Event()
+
+    async def worker(i: int) -> None:
+        nonlocal measured_left
+        await asyncio.sleep(i * ANSWER_S / workers)
+        if warm:
+            await ask()
+            phase.asks += 1
+        phase.timings.append(await ask())
+        phase.asks += 1
+        measured_left -= 1
+        if measured_left == 0:
+            all_measured.set()
+        while warm and not all_measured.is_set():
+            await ask()
+            phase.asks += 1
+
+    cpu0, t0 = cpu_s(app_pid), time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+    phase.app_cpu_s = cpu_s(app_pid) - cpu0
+    phase.wall_s = time.perf_counter() - t0
+    return phase
+
+
+@dataclass
+class LevelResult:
+    """The figures of one (concurrency, photo or not) cell of the sweep, times in ms."""
+
+    chats: int
+    kind: str
+    pairs: int
+    direct_ttft_ms: dict[str, float]
+    app_ttft_ms: dict[str, float]
+    added_ttft_ms: dict[str, float]
+    direct_tok_s: float
+    app_tok_s: float
+    relayed_pct: float
+    app_cpu_ms_per_chat: float
+    app_cpu_pct: float
+    rss_mb_peak: float
+    rss_mb_after: float
+    errors: int
+    incomplete: int
+    load_avg: float
+    """The machine's 1-minute load average at the end of the row (2 cores here)."""
+
+
+def ttft_stats(timings: list[Timing]) -> dict[str, float]:
+    """p50/p90/p95 of time to first token in ms."""
+    values = [t.first_s * 1000 for t in timings]
+    return {f"p{q}": percentile(values, q) for q in (50, 90, 95)}
+
+
+def tok_s(timings: list[Timing]) -> float:
+    """Median tokens per second per chat: the scripted tokens over first -> last text."""
+    rates = [PACED_TOKENS / (t.last_s - t.first_s) for t in timings if t.last_s > t.first_s]
+    return statistics.median(rates) if rates else math.nan
+
+
+async def sweep_level(
+    stack: Stack,
+    direct: DirectClient,
+    http: httpx.AsyncClient,
+    sampler: Sampler,
+    chats: int,
+    photo: bytes | None,
+    pairs: int,
+) -> LevelResult:
+    """Alternate direct and app phases at ``chats`` concurrent chats until ``pairs`` each."""
+    phases_each = max(2, math.ceil(pairs / chats))
+    started = sampler.now()
+    phases: list[Phase] = []
+
+    async def direct_ask() -> Timing:
+        return await direct.ask(question("paced"), photo)
+
+    async def through_app() -> Timing:
+        return await app_ask(stack, http, photo)
+
+    for i in range(phases_each):
+        order = [("direct", direct_ask), ("app", through_app)]
+        for side, ask in order if i % 2 == 0 else order[::-1]:
+            phases.append(await run_phase(side, chats, ask, stack.app_pid))
+    d = [t for p in phases if p.side == "direct" for t in p.timings]
+    a = [t for p in phases if p.side == "app" for t in p.timings]
+    app_phases = [p for p in phases if p.side == "app"]
+    cpu = sum(p.app_cpu_s for p in app_phases)
+    asks = sum(p.asks for p in app_phases)
+    wall = sum(p.wall_s for p in app_phases)
+    d_stats, a_stats = ttft_stats(d), ttft_stats(a)
+    d_rate, a_rate = tok_s(d), tok_s(a)
+    return LevelResult(
+        chats=chats,
+        kind="photo" if photo is not None else "text",
+        pairs=min(len(d), len(a)),
+        direct_ttft_ms=d_stats,
+        app_ttft_ms=a_stats,
+        added_ttft_ms={k: a_stats[k] - d_stats[k] for k in a_stats},
+        direct_tok_s=d_rate,
+        app_tok_s=a_rate,
+        relayed_pct=a_rate / d_rate * 100,
+        app_cpu_ms_per_chat=cpu / asks * 1000,
+        app_cpu_pct=cpu / wall * 100,
+        rss_mb_peak=sampler.peak_since(started),
+        rss_mb_after=rss_mb(stack.app_pid),
+        errors=sum(bool(t.error) for t in d + a),
+        incomplete=sum(not t.complete for t in d + a),
+        load_avg=os.getloadavg()[0],
+    )
+
+
+def sweep_table(results: list[LevelResult]) -> str:
+    """The sweep as a Markdown table."""
+    lines = [
+        "| chats | photo | pairs | added TTFT p50 / p90 / p95 (ms) | TTFT direct p50 (ms) "
+        "| tok/s per chat app / direct | relayed | app CPU per chat (ms) | app CPU (% of a core) "
+        "| app RSS peak (MB) | errors / incomplete | load avg |",
+        "| ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        added = " / ".join(f"{r.added_ttft_ms[k]:+.1f}" for k in ("p50", "p90", "p95"))
+        lines.append(
+            f"| {r.chats} | {'yes' if r.kind == 'photo' else 'no'} | {r.pairs} | {added} "
+            f"| {r.direct_ttft_ms['p50']:.1f} | {r.app_tok_s:.1f} / {r.direct_tok_s:.1f} "
+            f"| {r.relayed_pct:.1f}% | {r.app_cpu_ms_per_chat:.0f} | {r.app_cpu_pct:.0f} "
+            f"| {r.rss_mb_peak:.0f} | {r.errors} / {r.incomplete} | {r.load_avg:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def sweep_plot(results: list[LevelResult], path: str) -> None:
+    """Added TTFT (p50, p95), relayed share and app CPU against concurrent chats."""
+    fig = Figure(figsize=(15, 4.5))
+    axes = fig.subplots(1, 3)
+    for kind, style in (("text", "-o"), ("photo", "--s")):
+        rows = [r for r in results if r.kind == kind]
+        if not rows:
+            continue
+        x = [r.chats for r in rows]
+        axes[0].plot(x, [r.added_ttft_ms["p50"] for r in rows], style, label=f"{kind} p50")
+        axes[0].plot(x, [r.added_ttft_ms["p95"] for r in rows], style, label=f"{kind} p95")
+        axes[1].plot(x, [r.relayed_pct for r in rows], style, label=kind)
+        axes[2].plot(x, [r.app_cpu_ms_per_chat for r in rows], style, label=kind)
+    titles = (
+        "added time to first token (ms)",
+        "tokens/s relayed per chat (% of direct)",
+        "app CPU per chat (ms)",
+    )
+    levels = sorted({r.chats for r in results})
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(n) for n in levels])
+        ax.set_xlabel("concurrent chats")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    axes[1].set_ylim(min(90.0, *(r.relayed_pct - 2 for r in results)), 102)
+    axes[1].ticklabel_format(axis="y", useOffset=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+async def sweep(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, Any]]:
+    """Mode ``sweep``: returns the Markdown and the JSON of the run."""
+    photo = make_photo()
+    sampler = Sampler(stack.app_pid)
+    sampler.start()
+    idle_mb = rss_mb(stack.app_pid)
+    results: list[LevelResult] = []
+    limits = httpx.Limits(max_connections=256)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        direct = DirectClient(stack.base_url)
+        try:
+            await direct.ask(question("paced"))  # warm-up of both paths
+            await app_ask(stack, http, photo)
+            for kind in args.kinds:
+                for chats in args.levels:
+                    result = await sweep_level(
+                        stack,
+                        direct,
+                        http,
+                        sampler,
+                        chats,
+                        photo if kind == "photo" else None,
+                        args.pairs,
+                    )
+                    results.append(result)
+                    print(sweep_table([result]).splitlines()[-1], flush=True)
+        finally:
+            await direct.aclose()
+            await sampler.stop()
+    table = sweep_table(results)
+    plot = f"load_{args.name}.png"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    sweep_plot(results, str(RESULTS / plot))
+    markdown = (
+        f"# Load sweep ({now_utc()})\n\nMachine: {args.machine}. App idle RSS {idle_mb:.0f} MB, "
+        f"ready in {stack.ready_s:.1f} s. Scripted server: `paced` (200 pieces at 10 ms, "
+        f"100 tokens/s per chat); photo: {len(photo) / 1e6:.2f} MB 2000x1500 JPEG. "
+        f"At least {args.pairs} interleaved pairs per row.\n\n{table}\n\n![plot]({plot})\n"
+    )
+    data = {
+        "mode": "sweep",
+        "date": now_utc(),
+        "machine": args.machine,
+        "idle_rss_mb": idle_mb,
+        "ready_s": stack.ready_s,
+        "photo_bytes": len(photo),
+        "pairs": args.pairs,
+        "results": [asdict(r) for r in results],
+    }
+    return markdown, data
+
+
+# --------------------------------------------------------------------------- soak
+
+
+async def soak(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, Any]]:
+    """Mode ``soak``: ``--sessions`` tabs x ``--turns`` turns, then RSS for ``--wait-s``."""
+    photo = make_photo()
+    sampler = Sampler(stack.app_pid, interval_s=2)
+    sampler.start()
+    idle_mb = rss_mb(stack.app_pid)
+    timings: list[tuple[int, int, bool, Timing]] = []
+    async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=256)) as http:
+        await app_ask(stack, http, photo)  # warm-up: every code path loaded
+        await asyncio.sleep(2)
+        baseline_mb = rss_mb(stack.app_pid)
+        soak_started = sampler.now()
+        cpu0 = cpu_s(stack.app_pid)
+
+        async def session(i: int) -> None:
+            await asyncio.sleep(i * ANSWER_S / args.sessions)
+            tab = Tab(stack.ui_url, http)
+            await tab.open()
+            try:
+                for turn in range(args.turns):
+                    with_photo = turn % args.photo_every == 0
+                    file_ids = [await tab.upload(photo)] if with_photo else []
+                    timings.append(
+                        (i, turn, with_photo, await tab.ask(question("paced"), file_ids))
+                    )
+            finally:
+                await tab.close()
+
+        outcomes = await asyncio.gather(
+            *(session(i) for i in range(args.sessions)), return_exceptions=True
+        )
+        closed_at = sampler.now()
+        soak_cpu = cpu_s(stack.app_pid) - cpu0
+        peak_mb = sampler.peak_since(soak_started)
+        closed_mb = rss_mb(stack.app_pid)
+        print(f"sessions closed; RSS {closed_mb:.0f} MB; waiting {args.wait_s:.0f} s", flush=True)
+        await asyncio.sleep(args.wait_s)
+        after_mb = rss_mb(stack.app_pid)
+    await sampler.stop()
+    crashed = [repr(o) for o in outcomes if isinstance(o, BaseException)]
+    errors = [
+        f"tab {i} turn {turn} ({t.first_s:.1f} s after sending): {t.error}"
+        for i, turn, _, t in timings
+        if t.error
+    ]
+    incomplete = sum(not t.complete for *_, t in timings)
+    expected = args.sessions * args.turns
+    within = after_mb <= baseline_mb * 1.2
+    ttft = [t.first_s * 1000 for *_, t in timings]
+    ttft_photo = [t.first_s * 1000 for *_, p, t in timings if p]
+    passed = not crashed and not errors and incomplete == 0 and len(timings) == expected
+    rows = [
+        ("answers (complete / expected)", f"{len(timings) - incomplete} / {expected}", ""),
+        ("errors (sessions crashed / answers with an error)", f"{len(crashed)} / {len(errors)}",
+         "0 / 0"),
+        ("TTFT through the app p50 / p95 (ms)",
+         f"{percentile(ttft, 50):.0f} / {percentile(ttft, 95):.0f}", ""),
+        ("TTFT with a photo p50 / p95 (ms)",
+         f"{percentile(ttft_photo, 50):.0f} / {percentile(ttft_photo, 95):.0f}", ""),
+        ("tokens/s per chat through the app (median)", f"{tok_s([t for *_, t in timings]):.1f}",
+         "100 scripted"),
+        ("app CPU per answer (ms)", f"{soak_cpu / max(1, len(timings)) * 1000:.0f}", ""),
+        ("app RSS idle / baseline after warm-up (MB)", f"{idle_mb:.0f} / {baseline_mb:.0f}", ""),
+        ("app RSS peak / when the tabs closed (MB)", f"{peak_mb:.0f} / {closed_mb:.0f}", ""),
+        (f"app RSS {args.wait_s:.0f} s after the tabs closed (MB)",
+         f"{after_mb:.0f} ({(after_mb / baseline_mb - 1) * 100:+.0f}% of baseline)", "<= +20%"),
+    ]  # fmt: skip
+    table = "| measure | value | target |\n| --- | ---: | ---: |\n" + "\n".join(
+        f"| {a} | {b} | {c} |" for a, b, c in rows
+    )
+    plot = f"load_{args.name}.png"
+    fig = Figure(figsize=(8, 4))
+    ax = fig.subplots()
+    ax.plot([t for t, _ in sampler.samples], [mb for _, mb in sampler.samples])
+    ax.axvline(closed_at, color="grey", linestyle=":", label="tabs closed")
+    ax.axhline(baseline_mb * 1.2, color="red", linestyle="--", label="baseline + 20%")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("app RSS (MB)")
+    ax.set_title(f"soak: {args.sessions} tabs x {args.turns} turns")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / plot, dpi=100)
+    verdict = "PASS" if passed and within else "FAIL"
+    markdown = (
+        f"# Soak ({now_utc()}): {verdict}\n\nMachine: {args.machine}. {args.sessions} tabs x "
+        f"{args.turns} turns, a photo ({len(photo) / 1e6:.2f} MB JPEG) every {args.photo_every} "
+        f"turns, scripted server `paced` (100 tokens/s per chat); tabs started "
+        f"{ANSWER_S / args.sessions * 1000:.0f} ms apart; RSS followed for {args.wait_s:.0f} s "
+        f"after they closed.\n\n{table}\n\n"
+        + (f"First errors: {errors[:3]}\n\n" if errors else "")
+        + (f"Crashed sessions: {crashed[:3]}\n\n" if crashed else "")
+        + f"![RSS]({plot})\n"
+    )
+    data = {
+        "mode": "soak",
+        "date": now_utc(),
+        "machine": args.machine,
+        "sessions": args.sessions,
+        "turns": args.turns,
+        "photo_every": args.photo_every,
+        "wait_s": args.wait_s,
+        "answers": len(timings),
+        "expected": expected,
+        "incomplete": incomplete,
+        "errors": errors,
+        "crashed": crashed,
+        "idle_rss_mb": idle_mb,
+        "baseline_rss_mb": baseline_mb,
+        "peak_rss_mb": peak_mb,
+        "closed_rss_mb": closed_mb,
+        "after_wait_rss_mb": after_mb,
+        "app_cpu_s": soak_cpu,
+        "ttft_ms": {f"p{q}": percentile(ttft, q) for q in (50, 90, 95)},
+        "passed": passed and within,
+        "rss_samples": sampler.samples,
+    }
+    return markdown, data
+
+
+# --------------------------------------------------------------------------- tabs
+
+
+async def tabs(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, Any]]:
+    """Mode ``tabs``: ``--tabs`` tabs opened, used once with a photo, closed."""
+    photo = make_photo()
+    idle_mb = rss_mb(stack.app_pid)
+    curve: list[tuple[int, float]] = [(0, idle_mb)]
+    done = 0
+    errors: list[str] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(args.tabs):
+        queue.put_nowait(i)
+    t0 = time.perf_counter()
+    async with httpx.AsyncClient(timeout=120) as http:
+
+        async def worker() -> None:
+            nonlocal done
+            while not queue.empty():
+                queue.get_nowait()
+                tab = Tab(stack.ui_url, http)
+                try:
+                    await tab.open()
+                    timing = await tab.ask(question("quick"), [await tab.upload(photo)])
+                    if timing.error or not timing.complete:
+                        errors.append(timing.error or "incomplete answer")
+                except Exception as exc:  # a failed tab is counted, the run goes on
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                finally:
+                    await tab.close()
+                done += 1
+                if done % args.every == 0:
+                    curve.append((done, rss_mb(stack.app_pid)))
+                    print(f"{done} tabs closed: RSS {curve[-1][1]:.0f} MB", flush=True)
+
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+    elapsed = time.perf_counter() - t0
+    closed_mb = rss_mb(stack.app_pid)
+    await asyncio.sleep(args.wait_s)
+    after_mb = rss_mb(stack.app_pid)
+    per_tab_kb = (closed_mb - idle_mb) / args.tabs * 1024
+    rows = [
+        ("tabs opened, used with one photo, closed", f"{done} ({len(errors)} with an error)", ""),
+        ("app RSS idle (MB)", f"{idle_mb:.0f}", ""),
+        (f"app RSS after {done} closed tabs (MB)", f"{closed_mb:.0f}", "<= 250"),
+        (f"app RSS {args.wait_s:.0f} s later (MB)", f"{after_mb:.0f}", ""),
+        ("RSS kept per closed tab (KB)", f"{per_tab_kb:.0f}", ""),
+        ("time (s)", f"{elapsed:.0f}", ""),
+    ]
+    table = "| measure | value | target |\n| --- | ---: | ---: |\n" + "\n".join(
+        f"| {a} | {b} | {c} |" for a, b, c in rows
+    )
+    plot = f"load_{args.name}.png"
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    ax.plot([n for n, _ in curve], [mb for _, mb in curve], "-o", markersize=3)
+    ax.axhline(250, color="red", linestyle="--", label="target 250 MB")
+    ax.set_xlabel("tabs closed")
+    ax.set_ylabel("app RSS (MB)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / plot, dpi=100)
+    markdown = (
+        f"# Closed tabs and memory ({now_utc()})\n\nMachine: {args.machine}. {args.tabs} tabs, "
+        f"{args.concurrency} at a time, each: open, attach a {len(photo) / 1e6:.2f} MB JPEG, ask "
+        f"(scripted `quick`: 200 pieces at once), close.\n\n{table}\n\n"
+        + (f"First errors: {errors[:3]}\n\n" if errors else "")
+        + f"![RSS]({plot})\n"
+    )
+    data = {
+        "mode": "tabs",
+        "date": now_utc(),
+        "machine": args.machine,
+        "tabs": done,
+        "concurrency": args.concurrency,
+        "errors": errors,
+        "idle_rss_mb": idle_mb,
+        "closed_rss_mb": closed_mb,
+        "after_wait_rss_mb": after_mb,
+        "wait_s": args.wait_s,
+        "elapsed_s": elapsed,
+        "curve": curve,
+    }
+    return markdown, data
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    modes = parser.add_subparsers(dest="mode", required=True)
+    p = modes.add_parser("sweep", help="1/8/32/64 concurrent chats, text and photo")
+    p.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
+    p.add_argument("--kinds", nargs="+", choices=["text", "photo"], default=["text", "photo"])
+    p.add_argument("--pairs", type=int, default=30, help="least measured asks per side and row")
+    p = modes.add_parser("soak", help="many tabs x many turns, then RSS after they close")
+    p.add_argument("--sessions", type=int, default=64)
+    p.add_argument("--turns", type=int, default=20)
+    p.add_argument("--photo-every", type=int, default=4, help="a photo on every Nth turn")
+    p.add_argument("--wait-s", type=float, default=600, help="seconds to follow RSS afterwards")
+    p = modes.add_parser("tabs", help="many tabs opened, used once with a photo, closed")
+    p.add_argument("--tabs", type=int, default=1000)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--every", type=int, default=50, help="sample RSS every N tabs")
+    p.add_argument("--wait-s", type=float, default=60, help="seconds before the last RSS")
+    for sub in modes.choices.values():
+        sub.add_argument("--name", help="results file name (default load_<mode>)")
+        sub.add_argument("--app-log", default="", help="the app's log file (default: none)")
+    args = parser.parse_args(argv)
+    args.name = args.name or args.mode
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Start the stack, run the chosen mode, print and write the results."""
+    args = parse_args(argv)
+    args.machine = machine()
+    runners = {"sweep": sweep, "soak": soak, "tabs": tabs}
+    with running_stack({"KIMI_APP_LOG": args.app_log}) as stack:
+        markdown, data = asyncio.run(runners[args.mode](args, stack))
+    data["command"] = " ".join(["python -m bench.bench_load", *(argv or sys.argv[1:])])
+    data["cpu_count"] = os.cpu_count()
+    md_path, json_path = write_results(f"load_{args.name}", markdown, data)
+    print(markdown)
+    print(f"written: {md_path}, {json_path}")
+
+
+if __name__ == "__main__":
+    main()
