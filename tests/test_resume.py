@@ -113,7 +113,7 @@ async def test_export_sends_one_html_file_with_the_stored_chat(
     page = open_page(thread_id, monkeypatch, fake)
     await app.on_chat_start()
     commands = [data for event, data in page.frames if event == "set_commands"]
-    assert [c["id"] for c in commands[-1]] == ["Export"]
+    assert "Export" in [c["id"] for c in commands[-1]]
     await app.on_message(cl.Message(content="What is this?", type="user_message", elements=[
         cl.Image(name="rocket.jpg", path=str(DATA / "rocket.jpg"), mime="image/jpeg"),
     ]))  # fmt: skip
