@@ -67,6 +67,8 @@ FAKE_HELP = " ".join(
         "--load-format",
         "--enable-log-requests",
         "--stream-interval",
+        "--reasoning-parser-plugin",
+        "--reasoning-parser",
     ]
 )
 

@@ -71,6 +71,9 @@ def test_gpu_mode_on_an_installed_vllm_installs_nothing_and_uses_all_gpus(tmp_pa
     assert "does not know --flag-of-a-newer-vllm: left out" in err
     # vLLM 0.26 takes no stream_interval per request: the server flag sets it.
     assert flag(args, "--stream-interval") == "8"
+    # The Thinking model gets the Kimi-VL reasoning parser plugin.
+    assert flag(args, "--reasoning-parser-plugin") == "serving/kimi_reasoning_parser.py"
+    assert flag(args, "--reasoning-parser") == "kimi_vl"
     assert "this vLLM is 0.26.0, launch.sh is tested with 0.32.0" in err
 
 
