@@ -31,7 +31,7 @@ from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from ui import server_panel
-from ui.answer import AUTHOR, run_turn, say
+from ui.answer import AUTHOR, run_compare, run_turn, say
 from ui.prefetch import install as install_prefetch
 from ui.security import install as install_security
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
@@ -85,7 +85,7 @@ async def chat_profiles(user: cl.User | None) -> list[cl.ChatProfile]:
         cl.ChatProfile(
             name=c.name, display_name=c.label, markdown_description=c.description, default=c.default
         )
-        for c in profile_choices(await resources().models.current())
+        for c in profile_choices([model for model, _ in await resources().served()])
     ]
 
 
@@ -147,13 +147,15 @@ async def on_chat_start() -> None:
     server that does not answer; it says it is connecting and goes on trying.
     """
     shared = resources()
-    profile = cl.user_session.get("chat_profile") or ""
-    session = ChatSession.create(SETTINGS, shared.client, shared.workers, wanted_model=profile)
+    profile = cl.user_session.get("chat_profile") or SETTINGS.model
+    server = await shared.server_for(profile)
+    session = ChatSession.create(SETTINGS, server.client, shared.workers, wanted_model=profile)
     cl.user_session.set("chat", session)
     await server_panel.offer_command()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(DEV_MODE_BANNER, "warning")
-    served = await shared.models.current()
+    served = await server.models.current()
+    await find_others(session)
     if served:
         try:
             await session.connect(served=served)
@@ -167,6 +169,12 @@ async def on_chat_start() -> None:
     cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
 
 
+async def find_others(session: ChatSession) -> None:
+    """Tell the chat which other served models a Compare can ask (from the caches)."""
+    chosen = session.model.id if session.model else session.wanted_model
+    session.others = [m for m, _ in await resources().served() if m.id != chosen]
+
+
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
@@ -175,6 +183,7 @@ async def on_message(message: cl.Message) -> None:
         return
     async with one_at_a_time():
         session = chat()
+        await find_others(session)
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
@@ -240,6 +249,23 @@ async def on_retry(action: cl.Action) -> None:
         await run_turn(session, message_id, turn, max_tokens, make_room)
 
     start_answer_task(rerun)
+
+
+@cl.action_callback("compare")
+async def on_compare(action: cl.Action) -> None:
+    """Ask another served model the turn this button sits under; its answer comes next."""
+    session, message_id = chat(), str(action.payload.get("message", ""))
+    wanted = str(action.payload.get("model", ""))
+    other = next((m for m in session.others if m.id == wanted), None)
+    if other is None:
+        await say(f"ℹ️ {wanted} is not served any more.")
+        return
+    server = await resources().server_for(other.id)
+
+    async def compare() -> None:
+        await run_compare(session, message_id, other, server.client)
+
+    start_answer_task(compare)
 
 
 @cl.on_stop

@@ -149,3 +149,9 @@ class Settings(BaseSettings):
         description="origins allowed to drive the UI besides its own (comma-separated), "
         "e.g. https://chat.example.com behind a proxy that rewrites Host",
     )
+
+    @property
+    def base_urls(self) -> list[str]:
+        """The model servers' OpenAI base URLs: ``servers`` if set, else ``base_url``."""
+        listed = [url.strip() for url in self.servers.split(",") if url.strip()]
+        return listed or [self.base_url]

@@ -186,22 +186,16 @@ async def prepare_uploads(
     left (:class:`backend.media.MediaBudget`): the image limit per request minus the
     images before it, and :data:`backend.media.MEDIA_CONTEXT_SHARE` of the max model
     length minus their tokens. Results keep the upload order. Never raises for a bad
-    file: each one becomes a sentence in :attr:`UploadResult.problems`.
+    file: each one becomes a sentence in :attr:`UploadResult.problems`. Images whose
+    preparation started on upload (``prefetched``) are not prepared again.
     """
     kinds = [sniff_kind(upload.path) for upload in uploads]  # reads 1 KB of each
     photos = [i for i, kind in enumerate(kinds) if kind is UploadKind.IMAGE]
+    early = prefetched or Prefetched()
+    for i in photos:
+        early.start(uploads[i], limits, workers)
     prepared = await asyncio.gather(
-        *(
-            workers.run(
-                prepare_image,
-                uploads[i].path,
-                limits.in_token_limit,
-                uploads[i].name,
-                max_bytes=limits.max_bytes,
-            )
-            for i in photos
-        ),
-        return_exceptions=True,
+        *(_taken(early, uploads[i]) for i in photos), return_exceptions=True
     )
     outcomes: dict[int, PreparedImage | MediaResult | BaseException] = dict(
         zip(photos, prepared, strict=True)
