@@ -428,7 +428,6 @@ def probe_vllm_version(command: str) -> str | None:
 
 
 def environment_findings(
-    settings: LaunchSettings,
     plans: list[Plan],
     *,
     mode: str,
@@ -584,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         for warning in plan.warnings:
             say(f"warning: {warning}")
     found = environment_findings(
-        settings, plans, mode=args.mode, vllm_version=version, probed=bool(args.vllm)
+        plans, mode=args.mode, vllm_version=version, probed=bool(args.vllm)
     )
     if report(found):
         return 2
