@@ -161,6 +161,13 @@ def test_status_report_from_a_record_and_fake_probes() -> None:
     assert not ok
     assert "vLLM 0: DOWN" in text and "NOT running (stale record)" in text
     assert "chat UI: DOWN" in text and "open chats: 3" in text
+    starting = runstate.Probe(health={0: None}, models={}, ui=None, open_chats=None)
+    text, ok = runstate.status_report(
+        state, starting, now=1001, alive=lambda pid, marker: True, errors=lambda log: []
+    )
+    assert not ok
+    assert "vLLM 0: starting or restarting (no /health yet)" in text
+    assert "chat UI: starting (no answer yet), pid 12" in text
     assert runstate.status_report({}, down, now=0) == (
         "launch.sh is not running (no record in the run directory).",
         False,
