@@ -16,6 +16,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from serving.settings import ensure_secrets
 from tests.conftest import free_port, wait_for_200
 from tests.launching import (
     LAUNCH,
+    ROOT,
     calls,
     fake_keys,
     fake_machine,
@@ -438,3 +440,20 @@ def listening_addresses(port: int) -> set[str]:
         if int(hex_port, 16) == port and state == "0A":  # 0A: LISTEN
             found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
     return found
+
+
+def test_allow_anonymous_lets_the_ui_listen_beyond_loopback_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    env = launch_env(tmp_path, KIMI_UI_HOST="0.0.0.0", KIMI_UI_PORT=str(free_port()))
+    check = [sys.executable, "-m", "serving.launcher", "ui-check"]
+    refused = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "no user to sign in" in refused.stderr
+    env["KIMI_ALLOW_ANONYMOUS"] = "true"
+    allowed = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert allowed.returncode == 0
+    assert allowed.stderr == (
+        "launch.sh: warning: the chat UI listens on 0.0.0.0 with no sign-in "
+        "(KIMI_ALLOW_ANONYMOUS=true): anyone who reaches this port can use the model and "
+        "see uploads\n"
+    )
