@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import chainlit as cl
+from chainlit.data.base import BaseDataLayer
 from chainlit.input_widget import InputWidget, Slider, Switch
+from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
 from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
@@ -30,8 +32,8 @@ from backend.presenter import (
 from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
-from ui import server_panel
-from ui.answer import AUTHOR, run_compare, run_turn, say
+from ui import history, server_panel
+from ui.answer import AUTHOR, retry_action, run_compare, run_turn, say
 from ui.prefetch import install as install_prefetch
 from ui.security import install as install_security
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
@@ -41,6 +43,25 @@ install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size
 install_prefetch()  # uploaded images are prepared before the message is sent
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 _resources: AppResources | None = None
+
+# --- Sign-in and stored chats (ui/history.py): on once a user exists ------------
+STORE = history.setup(SETTINGS)  # None: no user yet, the app runs open and stores nothing
+if STORE is not None:
+
+    @cl.password_auth_callback
+    async def sign_in(username: str, password: str) -> cl.User | None:
+        """Check a name and password against the users added from the shell."""
+        return await history.sign_in(username, password)
+
+    @cl.data_layer
+    def data_layer() -> BaseDataLayer:
+        """Chainlit's SQL data layer on the app's store."""
+        return history.data_layer()
+
+    @cl.on_shared_thread_view
+    async def on_shared_thread_view(thread: ThreadDict, viewer: cl.User | None) -> bool:
+        """Others may open a chat only once its owner shared it."""
+        return await history.may_view_shared(thread, viewer)
 
 
 def resources() -> AppResources:
@@ -151,7 +172,7 @@ async def on_chat_start() -> None:
     server = await shared.server_for(profile)
     session = ChatSession.create(SETTINGS, server.client, shared.workers, wanted_model=profile)
     cl.user_session.set("chat", session)
-    await server_panel.offer_command()
+    await offer_commands()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(DEV_MODE_BANNER, "warning")
     served = await server.models.current()
@@ -169,6 +190,11 @@ async def on_chat_start() -> None:
     cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
 
 
+async def offer_commands() -> None:
+    """The composer's command buttons: the live server panel and Export."""
+    await cl.context.emitter.set_commands([server_panel.command(), history.export_command()])
+
+
 async def find_others(session: ChatSession) -> None:
     """Tell the chat which other served models a Compare can ask (from the caches)."""
     chosen = session.model.id if session.model else session.wanted_model
@@ -180,6 +206,9 @@ async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
     if message.command == server_panel.COMMAND:  # the live server panel, not a question
         await server_panel.open_panel()
+        return
+    if message.command == history.EXPORT_COMMAND:
+        await history.send_export(chat())
         return
     async with one_at_a_time():
         session = chat()
@@ -204,6 +233,8 @@ async def on_message(message: cl.Message) -> None:
             return
         for notice in prepared.notices:
             await say(f"ℹ️ {notice}")
+        if message.id in session.message_turns:  # an edit: what followed it is gone
+            await history.forget_after(message)
         turn = session.start_turn(message.id, text, prepared.images)
         await run_turn(session, message.id, turn)
 
@@ -283,3 +314,26 @@ async def on_chat_end() -> None:
     session: ChatSession | None = cl.user_session.get("chat")
     if session is not None:
         await session.aclose()
+
+
+# --- Stored chats: resume (ui/history.py) ---------------------------------------
+@cl.on_chat_resume
+async def on_chat_resume(thread: ThreadDict) -> None:
+    """Rebuild a stored chat: turns, images, model and settings; Regenerate on its last answer."""
+    shared = resources()
+    profile = cl.user_session.get("chat_profile") or SETTINGS.model
+    server = await shared.server_for(profile)
+    session, restored = await history.resume(thread, SETTINGS, server.client, shared.workers)
+    cl.user_session.set("chat", session)
+    await find_others(session)
+    if session.options is None:
+        status = cl.Message(content=connecting_note(), author=AUTHOR)
+        await status.send()
+        cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
+    else:
+        await send_settings(session)
+    turns = session.conversation.turns
+    last = next((k for k, t in session.message_turns.items() if turns and t is turns[-1]), None)
+    if restored.last_answer_id and last is not None and turns[-1].in_history:
+        await retry_action(last, "Regenerate").send(for_id=restored.last_answer_id)
+    await offer_commands()

@@ -72,7 +72,7 @@ than this are still accepted when a reduced DCT scale (1/2, 1/4, 1/8) fits under
 
 JPEG_QUALITY: Final = 80
 """JPEG quality for photos: the highest of the usual steps (95, 90, 85, 80) whose payload
-is at most 1/8 of a large phone photo (issue 4's target). Measured by
+is at most 1/8 of a large phone photo (the target we set for uploads). Measured by
 ``bench/bench_images.py`` on a 12-megapixel JPEG (quality 92, 3.0 MB) scaled to the
 16384-patch budget: 1/9.6 at 80, 1/8.0 at 85 (just over), 1/6.0 at 90. Against 90,
 quality 80 costs 1.5-2.4 dB PSNR (32.5-41.5 dB on the scikit-image photos and that

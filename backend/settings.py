@@ -155,3 +155,13 @@ class Settings(BaseSettings):
         """The model servers' OpenAI base URLs: ``servers`` if set, else ``base_url``."""
         listed = [url.strip() for url in self.servers.split(",") if url.strip()]
         return listed or [self.base_url]
+
+    # Where chats, users and files are kept (backend/store).
+    data_dir: str = Field(
+        "data", description="folder of the SQLite database and stored files (git-ignored)"
+    )
+    database_url: str = Field(
+        "",
+        description="SQLAlchemy async URL; empty = SQLite file chat.db in data_dir; "
+        "postgresql+asyncpg://USER:PASSWORD@HOST/DB switches to PostgreSQL",
+    )

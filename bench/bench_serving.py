@@ -3,7 +3,7 @@
 What it measures, for N concurrent chats that each send one image and a question:
 
 - **TTFT**: seconds from sending the request to the first streamed chunk that
-  carries text (vLLM's first chunk holds only the role, ``../shared/notes/facts.md``,
+  carries text (vLLM's first chunk holds only the role, ``docs/facts.md``,
   so it does not count);
 - **output tokens/s**: per stream, ``(completion_tokens - 1) / (end - first token)``
   (decode speed one person sees), and in aggregate, all completion tokens of the

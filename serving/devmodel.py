@@ -4,7 +4,7 @@ Dev mode (``./launch.sh --dev``) exercises the whole path (upload, image
 preparation, vLLM's OpenAI server, streaming, the UI) on a machine without a
 GPU. Its answers are noise: the weights are random.
 
-Recipe (``../shared/notes/facts.md``, "vLLM on the CPU"): an Idefics3 model,
+Recipe (``docs/facts.md``, "vLLM on the CPU"): an Idefics3 model,
 which vLLM serves on the CPU without torchvision (Qwen2-VL and LLaVA need
 torchvision, and Kimi-VL's processor is remote code):
 
@@ -17,7 +17,7 @@ torchvision, and Kimi-VL's processor is remote code):
   plus Idefics3's special tokens and a chat template that accepts OpenAI
   content parts (``text``, ``image``/``image_url``).
 
-Image splitting (``../shared/notes/gpu.md``): vLLM 0.26 on a GPU crashes at the
+Image splitting (``docs/facts.md``, "vLLM on the H200 test machine"): vLLM 0.26 on a GPU crashes at the
 first image when ``do_image_splitting`` is false ("cannot reshape tensor of 0
 elements"); with splitting on and ``size.longest_edge = 224`` each image is 4
 tiles plus a global view (5 x 16 image tokens). That recipe also works on

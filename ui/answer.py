@@ -28,6 +28,7 @@ from backend.presenter import (
 )
 from backend.safety import link_remote_images
 from backend.settings import profile_for
+from ui import history
 from ui.grounding_view import show_marks
 from ui.reasoning_view import ReasoningView
 
@@ -136,6 +137,9 @@ async def stream_answer(
         return await server.queued_requests(model)
 
     stream = coalesce(session.respond(turn, planned.request, client), pacing, queued)
+    done: Done | None = None
+    turn.status = "pending"
+    await history.save_turn(session, turn)  # a no-op without sign-in, or for a Compare
     try:
         async with aclosing(stream) as events:
             async for event in events:
@@ -151,6 +155,7 @@ async def stream_answer(
                     answer = answer or new_answer(compared)
                     await answer.stream_token(event.text)
                 elif isinstance(event, Done):
+                    done = event
                     if event.answer_in_reasoning:
                         await reasoning.discard()  # no marker came: that text was the answer
                     await reasoning.close()
@@ -162,7 +167,7 @@ async def stream_answer(
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
         answer = answer or cl.Message(content="")
-        answer.content = stopped_note(turn.answer)
+        answer.content = stopped_note(link_remote_images(turn.answer))
         answer.actions = [retry_action(message_id)]
         await answer.send()
         raise
@@ -171,9 +176,11 @@ async def stream_answer(
         await waiting.remove()
         await reasoning.close("failed")
         if answer is not None:
-            answer.content = incomplete_note(turn.answer)
+            answer.content = incomplete_note(link_remote_images(turn.answer))
             await answer.send()
         await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+    finally:
+        await history.save_turn(session, turn, done, answer.id if answer else None)
 
 
 class WaitingNote:

@@ -56,9 +56,9 @@ async def _table() -> str:
     return await watcher.table(http)
 
 
-async def offer_command() -> None:
-    """Put ``Server`` in this chat's command menu (call from ``on_chat_start``)."""
-    command: CommandDict = {
+def command() -> CommandDict:
+    """``Server`` in the chat's command menu (opens the panel)."""
+    return {
         "id": COMMAND,
         "icon": "activity",
         "description": "Live server load",
@@ -66,7 +66,6 @@ async def offer_command() -> None:
         "persistent": False,
         "selected": False,
     }
-    await cl.context.emitter.set_commands([command])
 
 
 async def open_panel() -> None:
