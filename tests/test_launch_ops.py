@@ -292,7 +292,7 @@ def test_a_vllm_that_keeps_dying_makes_launch_sh_give_up(tmp_path: Path) -> None
     env, record = fake_machine(
         tmp_path,
         1,
-        FAKE_VLLM_DIE_AFTER_S="1",
+        FAKE_VLLM_DIE_AFTER_S="3",  # long enough for launch.sh's 1 s health poll
         KIMI_RESTART_BASE_S="0.2",
         KIMI_RESTART_GIVE_UP_AFTER="3",
     )
