@@ -1,42 +1,67 @@
-"""Kimi-VL Chat: Chainlit wiring. Logic lives in ``backend/``; this file renders.
+"""Kimi-VL Chat: Chainlit wiring. Logic lives in ``backend/``, rendering in ``ui/``.
 
 Run with ``./launch.sh`` (starts vLLM too) or ``chainlit run app.py`` against a
-server at ``KIMI_BASE_URL``.
+server at ``KIMI_BASE_URL``. The process's shared resources (the HTTP client,
+the served-model cache, the media workers) are created at app start and closed
+at app stop; every chat borrows them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 import chainlit as cl
 from chainlit.input_widget import InputWidget, Slider, Switch
 
-from backend.batching import coalesce
 from backend.chat import ChatSession, Upload
-from backend.conversation import Turn
-from backend.errors import ChatError, ServerLoading, can_retry
-from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
 from backend.logs import configure as configure_logging
-from backend.panel import option_changes, panel_fields, profile_choices, served_models
+from backend.panel import option_changes, panel_fields, profile_choices
 from backend.presenter import (
     DEV_MODE_BANNER,
-    cut_off_note,
+    connecting_note,
     ready_note,
-    stats_line,
-    stopped_note,
+    rerun_note,
     unusable_files_note,
     waiting_note,
 )
+from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
-from ui.reasoning_view import ReasoningView
+from ui.answer import AUTHOR, run_turn, say
+from ui.security import install as install_security
+from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
 SETTINGS = Settings()
-configure_logging(SETTINGS.app_log)
+install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
+_resources: AppResources | None = None
+
+
+def resources() -> AppResources:
+    """The process's shared resources (made by :func:`startup`, or on first use)."""
+    global _resources
+    if _resources is None:
+        configure_logging(SETTINGS.app_log)
+        _resources = AppResources.start(SETTINGS)
+    return _resources
+
+
+@cl.on_app_startup
+async def startup() -> None:
+    """Create the shared resources once, when the app starts."""
+    resources()
+
+
+@cl.on_app_shutdown
+async def shutdown() -> None:
+    """Close the shared resources once, when the app stops."""
+    global _resources
+    if _resources is not None:
+        await _resources.aclose()
+        _resources = None
 
 
 def chat() -> ChatSession:
@@ -45,19 +70,17 @@ def chat() -> ChatSession:
     return session
 
 
-async def say(text: str, actions: list[cl.Action] | None = None) -> None:
-    """A short note from the app (not from the model)."""
-    await cl.Message(content=text, author="Kimi-VL Chat", actions=actions or []).send()
-
-
 @cl.set_chat_profiles
 async def chat_profiles(user: cl.User | None) -> list[cl.ChatProfile]:
-    """One profile per served model when the server serves several (Thinking, Instruct)."""
+    """One profile per served model when the server serves several (Thinking, Instruct).
+
+    From a cache: a page load waits at most a moment on the model server.
+    """
     return [
         cl.ChatProfile(
             name=c.name, display_name=c.label, markdown_description=c.description, default=c.default
         )
-        for c in profile_choices(await served_models(SETTINGS))
+        for c in profile_choices(await resources().models.current())
     ]
 
 
@@ -92,17 +115,14 @@ async def on_settings_update(values: dict[str, Any]) -> None:
 
 
 async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
-    """Poll the server while it is unreachable or loading, then say it is ready."""
-    profile = cl.user_session.get("chat_profile") or None
+    """Connect, polling while the server is unreachable or loading; then say it is ready."""
     while True:
-        await asyncio.sleep(READY_POLL_S)
-        if not await session.client.is_healthy():
-            continue
         try:
-            await session.connect(profile)
-        except ServerLoading as exc:
+            await session.connect()
+        except (ServerUnreachable, ServerLoading, RequestTimeout) as exc:
             status.content = waiting_note(str(exc))
             await status.update()
+            await asyncio.sleep(READY_POLL_S)
             continue
         except ChatError as exc:
             status.content = f"⚠️ {exc}"
@@ -116,132 +136,115 @@ async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
 
 @cl.on_chat_start
 async def on_chat_start() -> None:
-    """Create the chat state, connect to the chosen model, show the settings."""
-    session = ChatSession.create(SETTINGS)
+    """Create the chat state for the chosen profile, connect, show the settings.
+
+    The served models come from the shared cache: a chat start never waits on a
+    server that does not answer; it says it is connecting and goes on trying.
+    """
+    shared = resources()
+    profile = cl.user_session.get("chat_profile") or ""
+    session = ChatSession.create(SETTINGS, shared.client, shared.workers, wanted_model=profile)
     cl.user_session.set("chat", session)
-    if SETTINGS.dev_mode:
-        await say(DEV_MODE_BANNER)
-    try:
-        await session.connect(cl.user_session.get("chat_profile") or None)
-    except ChatError as exc:
-        status = cl.Message(content=waiting_note(str(exc)), author="Kimi-VL Chat")
-        await status.send()
-        cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
-    else:
-        await send_settings(session)
+    if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
+        await cl.context.emitter.send_toast(DEV_MODE_BANNER, "warning")
+    served = await shared.models.current()
+    if served:
+        try:
+            await session.connect(served=served)
+        except ChatError:
+            pass  # say it below, and keep trying
+        else:
+            await send_settings(session)
+            return
+    status = cl.Message(content=connecting_note(), author=AUTHOR)
+    await status.send()
+    cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
 
 
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
-    session = chat()
-    uploads = [Upload(name=el.name, path=Path(el.path)) for el in message.elements or [] if el.path]
-    sample = None if uploads else sample_for(message.content)
-    if sample is not None:
-        uploads = [Upload(name=sample.name, path=sample)]
-        image = cl.Image(name=sample.name, path=str(sample), display="inline", size="medium")
-        await image.send(for_id=message.id)
-    prepared = await session.prepare_uploads(uploads)
-    text = prepared.message_text(message.content)  # with PDF pages / video frame times
-    if prepared.problems:
-        cl.user_session.set("draft", (message.id, text, prepared.images))
-        can_send = bool(message.content.strip() or prepared.images)
-        actions = [cl.Action(name="send_anyway", payload={}, label="Send without them")]
-        await say(unusable_files_note(prepared.problems, can_send), actions if can_send else None)
-        return
-    for notice in prepared.notices:
-        await say(f"ℹ️ {notice}")
-    turn = session.start_turn(message.id, text, prepared.images)
-    await run_turn(session, turn)
+    async with one_at_a_time():
+        session = chat()
+        uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
+        sample = None if uploads else sample_for(message.content)
+        if sample is not None:
+            uploads = [Upload(name=sample.name, path=sample)]
+            image = cl.Image(name=sample.name, path=str(sample), display="inline", size="medium")
+            await image.send(for_id=message.id)
+        prepared = await session.prepare_uploads(uploads)
+        text = prepared.message_text(message.content)  # with PDF pages / video frame times
+        if prepared.problems:
+            session.keep_draft(message.id, text, prepared.images)
+            can_send = bool(message.content.strip() or prepared.images)
+            send = cl.Action(
+                name="send_anyway", payload={"message": message.id}, label="Send without them"
+            )
+            await say(
+                unusable_files_note(prepared.problems, can_send), [send] if can_send else None
+            )
+            return
+        for notice in prepared.notices:
+            await say(f"ℹ️ {notice}")
+        turn = session.start_turn(message.id, text, prepared.images)
+        await run_turn(session, message.id, turn)
 
 
 @cl.action_callback("send_anyway")
 async def on_send_anyway(action: cl.Action) -> None:
-    """Send the kept message with only the files that could be used."""
+    """Send the message this button sits under, with only the files that could be used."""
     await action.remove()
-    message_id, text, images = cl.user_session.get("draft")
-    session = chat()
-    await run_turn(session, session.start_turn(message_id, text, images))
+    session, message_id = chat(), str(action.payload.get("message", ""))
+    draft = session.take_draft(message_id)
+    if draft is None:
+        await say("ℹ️ That message was already sent or replaced.")
+        return
+
+    async def send() -> None:
+        await run_turn(
+            session, message_id, session.start_turn(message_id, draft.text, draft.images)
+        )
+
+    start_answer_task(send)
 
 
 @cl.action_callback("retry")
 async def on_retry(action: cl.Action) -> None:
-    """Run the last turn again (after an error, a Stop, a cut-off, or to regenerate)."""
-    await action.remove()
-    session = chat()
-    turn = session.last_turn()
-    if turn is not None:
-        await run_turn(session, turn, action.payload.get("max_tokens"))
+    """Answer again the turn this button sits under (Retry, Regenerate, more tokens).
 
-
-def retry_action(label: str = "Retry", max_tokens: int | None = None) -> cl.Action:
-    """A button that reruns the last turn."""
-    payload = {"max_tokens": max_tokens} if max_tokens else {}
-    return cl.Action(name="retry", payload=payload, label=label, icon="refresh-cw")
-
-
-async def run_turn(session: ChatSession, turn: Turn, max_tokens: int | None = None) -> None:
-    """Stream one answer: reasoning into a collapsible step, then the answer message.
-
-    The answer message is created at its first token, so it sits below the step.
+    An older turn is answered with the history up to it (later turns leave the
+    conversation the model sees, as with an edit), and a note says so.
     """
-    try:
-        request, notices = await session.plan_request(turn, max_tokens)
-    except ChatError as exc:
-        turn.status = "failed"
-        await say(f"⚠️ {exc}", [retry_action()] if can_retry(exc) else None)
-        return
-    for notice in notices:
-        await say(f"ℹ️ {notice}")
-    show_reasoning = session.options is None or session.options.show_reasoning
-    answer: cl.Message | None = None
-    reasoning = ReasoningView()
-    try:
-        async with aclosing(coalesce(session.respond(turn, request))) as events:
-            async for event in events:
-                if isinstance(event, ReasoningDelta):
-                    if show_reasoning:
-                        await reasoning.add(event.text)
-                elif isinstance(event, AnswerDelta):
-                    await reasoning.close()
-                    answer = answer or cl.Message(content="")
-                    await answer.stream_token(event.text)
-                elif isinstance(event, Done):
-                    if event.answer_in_reasoning:
-                        await reasoning.discard()  # no marker came: that text was the answer
-                    await reasoning.close()
-                    answer = answer or cl.Message(content="")
-                    await finish_answer(answer, turn, event, request.max_tokens)
-    except asyncio.CancelledError:
-        await reasoning.close(stopped=True)
-        answer = answer or cl.Message(content="")
-        answer.content = stopped_note(turn.answer)
-        answer.actions = [retry_action()]
-        await answer.send()
-        raise
-    except ChatError as exc:
-        await reasoning.close(stopped=True)
-        if answer is not None:
-            await answer.send()
-        await say(f"⚠️ {exc}", [retry_action()] if can_retry(exc) else None)
+    session, message_id = chat(), str(action.payload.get("message", ""))
+    max_tokens = action.payload.get("max_tokens")
+    make_room = bool(action.payload.get("make_room"))
+
+    async def rerun() -> None:
+        found = session.rerun(message_id)
+        if found is None:
+            await say("ℹ️ That turn is no longer part of the conversation; ask again below.")
+            return
+        await action.remove()
+        turn, later_turns = found
+        if later_turns:
+            await say(rerun_note(turn.text, later_turns))
+        await run_turn(session, message_id, turn, max_tokens, make_room)
+
+    start_answer_task(rerun)
 
 
-async def finish_answer(answer: cl.Message, turn: Turn, done: Done, max_tokens: int) -> None:
-    """End the answer message: stats line, cut-off note, regenerate button."""
-    lines = [turn.answer] if turn.answer else []
-    actions = [retry_action("Regenerate")]
-    if done.finish_reason == "length":
-        lines.append(f"⚠️ {cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed)}")
-        actions = [retry_action("Retry with more tokens", max_tokens * 2), retry_action()]
-    lines.append(f"*{stats_line(done)}*")
-    answer.content = "\n\n".join(lines)
-    answer.actions = actions
-    await answer.send()
+@cl.on_stop
+async def on_stop() -> None:
+    """Stop every answer of this chat, however it started."""
+    stop_answers()
 
 
 @cl.on_chat_end
 async def on_chat_end() -> None:
-    """Stop the readiness poll (the HTTP client is shared by all chats and stays open)."""
+    """Stop the readiness poll and the chat's background work (shared resources stay open)."""
     task = cl.user_session.get("status_task")
     if task is not None:
         task.cancel()
+    session: ChatSession | None = cl.user_session.get("chat")
+    if session is not None:
+        await session.aclose()

@@ -1,10 +1,14 @@
 """One person's chat with one served model: the glue between a UI and the backend.
 
-:class:`ChatSession` owns the client, the chosen model and its limits, the
-conversation and the sampling options. A UI (``app.py``) calls
-:meth:`ChatSession.connect`, :meth:`ChatSession.prepare_uploads`,
-:meth:`ChatSession.start_turn` and iterates :meth:`ChatSession.respond`;
-it renders events and never touches the OpenAI API itself.
+:class:`ChatSession` holds the chosen model and its limits, the sampling options,
+the conversation and which UI message each turn belongs to. It borrows the
+process's :class:`~backend.client.ChatClient` and
+:class:`~backend.uploads.MediaWorkers` (their owner, the app or the CLI, closes
+them). Uploads are prepared by :mod:`backend.uploads`, requests planned by
+:mod:`backend.conversation`; a UI (``app.py``) calls :meth:`ChatSession.connect`,
+:meth:`ChatSession.prepare_uploads`, :meth:`ChatSession.start_turn`,
+:meth:`ChatSession.plan_request` and iterates :meth:`ChatSession.respond`; it
+renders events and never touches the OpenAI API itself.
 """
 
 from __future__ import annotations
@@ -15,31 +19,34 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from backend.client import ChatClient, ChatRequest, ServedModel
-from backend.conversation import Budget, Conversation, Plan, TokenCounter, Turn
-from backend.documents import prepare_pdf
-from backend.errors import ChatError, ImageError
-from backend.events import AnswerDelta, ReasoningDelta, StreamEvent
-from backend.images import PreparedImage, prepare_image
+from backend.conversation import (
+    MIN_ANSWER_TOKENS,
+    Budget,
+    Conversation,
+    TokenCounter,
+    Turn,
+    plan_verified,
+)
+from backend.errors import ChatError
+from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
 from backend.settings import ModelProfile, Settings, profile_for
-from backend.uploads import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult, UploadKind, sniff_kind
-from backend.video import prepare_video
+from backend.uploads import MediaWorkers, Upload, UploadLimits, UploadResult, prepare_uploads
 
 log = logging.getLogger(LOGGER_NAME)
 
-VERIFY_ABOVE = 0.75
-"""Share of the prompt budget above which a planned prompt is counted exactly."""
+DEV_SHAPE_REGEX = "◁think▷[^◁]{40,600}◁/think▷[^◁]{20,400}"
+"""Dev mode: vLLM structured outputs force the random-weights model's output into
+the Thinking model's shape, so the reasoning step streams and folds as with
+Kimi-VL (the text itself stays noise)."""
 
+MORE_TOKENS_AT_LEAST = 1.1
+""""Retry with more tokens" is offered only when it can give at least 10% more."""
 
-@dataclass(frozen=True, slots=True)
-class Upload:
-    """A file the person attached: its display name and where it lies on disk."""
-
-    name: str
-    path: Path
+__all__ = ["ChatSession", "Draft", "Planned", "SamplingOptions", "Upload", "UploadResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,50 +69,73 @@ class SamplingOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class UploadResult:
-    """Prepared images, one sentence per file that could not be used, and remarks.
+class Draft:
+    """A message kept back because some of its files could not be used."""
 
-    ``notices`` are about files that were used but changed in a way the person
-    should know (only the first frame of an animated GIF, pages left out of a
-    PDF, say). ``texts`` are lines for the model about PDFs and videos (which
-    pages, the frames' timestamps), in upload order: see :meth:`message_text`.
+    text: str
+    images: list[PreparedImage]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A request ready to send, what to tell the person, and the answer budget asked.
+
+    Attributes:
+        request: the chat completion request.
+        notices: sentences about what was left out or shrunk.
+        wanted_max_tokens: the answer budget the person asked for (the request's
+            ``max_tokens`` may be smaller when the conversation leaves less room).
+        more_tokens: a larger budget "Retry with more tokens" can offer (twice the
+            wanted one, within what the max model length leaves once all history is
+            left out), or None when that is not :data:`MORE_TOKENS_AT_LEAST` times
+            the request's budget.
     """
 
-    images: list[PreparedImage]
-    problems: list[str]
+    request: ChatRequest
     notices: list[str]
-    texts: list[str] = field(default_factory=list)
-
-    def message_text(self, typed: str) -> str:
-        """The text to send: :attr:`texts`, one per line, before what the person typed."""
-        return "\n".join([*self.texts, typed]) if self.texts else typed
+    wanted_max_tokens: int
+    more_tokens: int | None
 
 
 @dataclass
 class ChatSession:
-    """State of one chat: client, served model, limits, options and history.
+    """State of one chat: chosen model, limits, options, history, drafts.
 
-    Create with :meth:`create`; call :meth:`connect` before the first turn
-    (again after a :class:`backend.errors.ServerUnreachable`).
+    Create with :meth:`create`; :meth:`connect` before the first turn (again
+    after a :class:`backend.errors.ServerUnreachable`); :meth:`aclose` when the
+    chat ends (it cancels background work, never the borrowed client).
     """
 
     settings: Settings
     client: ChatClient
+    workers: MediaWorkers
+    wanted_model: str = ""
+    """The served model asked for (the chat profile); empty = ``settings.model``."""
     model: ServedModel | None = None
     options: SamplingOptions | None = None
     conversation: Conversation = field(default_factory=Conversation)
     message_turns: dict[str, Turn] = field(default_factory=dict)
+    drafts: dict[str, Draft] = field(default_factory=dict)
     token_counter: TokenCounter = field(default_factory=TokenCounter)
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
-    def create(cls, settings: Settings) -> ChatSession:
-        """A session with a client built from ``settings``; nothing is sent yet."""
-        return cls(settings=settings, client=ChatClient.from_settings(settings))
+    def create(
+        cls, settings: Settings, client: ChatClient, workers: MediaWorkers, wanted_model: str = ""
+    ) -> ChatSession:
+        """A session borrowing ``client`` and ``workers``; nothing is sent yet."""
+        return cls(settings=settings, client=client, workers=workers, wanted_model=wanted_model)
 
     @property
     def profile(self) -> ModelProfile:
-        """The profile of the connected model (``settings.model`` before connecting)."""
-        return profile_for(self.model.id if self.model else self.settings.model)
+        """The profile of the connected model, else of the wanted one, else the setting's.
+
+        Known before connecting, so uploads are prepared with the chosen
+        model's image budget even while the server is still loading.
+        """
+        if self.model is not None:
+            return profile_for(self.model.id)
+        return profile_for(self.wanted_model or self.settings.model)
 
     @property
     def max_model_len(self) -> int:
@@ -114,94 +144,46 @@ class ChatSession:
             return self.model.max_model_len
         return self.settings.max_model_len
 
-    async def connect(self, model_name: str | None = None) -> ServedModel:
-        """Ask the server which models it serves and pick one.
+    async def connect(
+        self, model_name: str | None = None, served: list[ServedModel] | None = None
+    ) -> ServedModel:
+        """Pick one of the models the server serves.
 
-        Picks ``model_name``, else ``settings.model``, else the first served.
-        Keeps sampling options the person already chose for the same model.
+        Picks ``model_name``, else :attr:`wanted_model`, else ``settings.model``,
+        else the first served. ``served``: the server's models if already known
+        (:class:`backend.models.ModelDirectory`), else the server is asked. Keeps
+        sampling options the person already chose for the same model.
 
         Raises:
             ChatError: the server is unreachable, serves nothing, or not that model.
         """
-        models = await self.client.list_models()
-        wanted = model_name or self.settings.model
+        if model_name:
+            self.wanted_model = model_name
+        models = served if served else await self.client.list_models()
+        wanted = self.wanted_model or self.settings.model
         chosen = next((m for m in models if m.id == wanted), None) if wanted else None
         if chosen is None and models and not wanted:
             chosen = models[0]
         if chosen is None:
-            served = ", ".join(m.id for m in models) or "nothing"
-            raise ChatError(f"The model server does not serve '{wanted}'; it serves {served}.")
+            names = ", ".join(m.id for m in models) or "nothing"
+            raise ChatError(f"The model server does not serve '{wanted}'; it serves {names}.")
         if self.model is None or self.model.id != chosen.id or self.options is None:
             self.model = chosen
             self.options = SamplingOptions.for_profile(self.profile, self.max_model_len)
         return chosen
 
-    async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
-        """Prepare uploaded images, PDFs and videos for the model, off the event loop.
+    def upload_limits(self) -> UploadLimits:
+        """What one message's pictures may take with the chosen model and server."""
+        return UploadLimits(
+            in_token_limit=self.profile.in_token_limit,
+            images_per_prompt=self.settings.max_images_per_prompt,
+            max_model_len=self.max_model_len,
+            max_bytes=self.settings.max_upload_mb * 1_000_000,
+        )
 
-        Each file's kind is sniffed from its first bytes
-        (:func:`backend.uploads.sniff_kind`). Pillow decoding of a large photo takes
-        tens of milliseconds and would stall every session's websocket if run on
-        the event loop (facts.md), so images are prepared in worker threads, in
-        parallel. PDFs and videos follow, one at a time in a worker thread, in
-        upload order, each within what the message has left
-        (:class:`backend.uploads.MediaBudget`): the server's image limit per
-        request minus the images before it, and
-        :data:`backend.uploads.MEDIA_CONTEXT_SHARE` of the max model length minus
-        their tokens. Results keep the upload order.
-        """
-        limit = self.profile.in_token_limit
-        max_bytes = self.settings.max_upload_mb * 1_000_000
-        kinds = [sniff_kind(upload.path) for upload in uploads]  # reads 1 KB of each
-        photos = [i for i, kind in enumerate(kinds) if kind is UploadKind.IMAGE]
-        prepared = await asyncio.gather(
-            *(
-                asyncio.to_thread(
-                    prepare_image, uploads[i].path, limit, uploads[i].name, max_bytes=max_bytes
-                )
-                for i in photos
-            ),
-            return_exceptions=True,
-        )
-        outcomes: dict[int, PreparedImage | MediaResult | BaseException] = dict(
-            zip(photos, prepared, strict=True)
-        )
-        budget = MediaBudget(
-            images=self.settings.max_images_per_prompt,
-            tokens=int(MEDIA_CONTEXT_SHARE * self.max_model_len),
-            in_token_limit=limit,
-            max_bytes=max_bytes,
-        ).after([image for image in outcomes.values() if isinstance(image, PreparedImage)])
-        for i, kind in enumerate(kinds):
-            if kind is not UploadKind.IMAGE:
-                prepare = prepare_pdf if kind is UploadKind.PDF else prepare_video
-                try:
-                    media = await asyncio.to_thread(
-                        prepare, uploads[i].path, budget, uploads[i].name
-                    )
-                except Exception as error:  # reported below with the others
-                    outcomes[i] = error
-                else:
-                    outcomes[i] = media
-                    budget = budget.after(media.images)
-        result = UploadResult([], [], [], [])
-        for i, upload in enumerate(uploads):
-            outcome = outcomes[i]
-            if isinstance(outcome, PreparedImage):
-                result.images.append(outcome)
-                result.notices.extend(outcome.notices)
-            elif isinstance(outcome, MediaResult):
-                result.images.extend(outcome.images)
-                result.notices.extend(outcome.notices)
-                result.texts.append(outcome.text)
-            elif isinstance(outcome, ImageError):
-                result.problems.append(str(outcome))
-            else:
-                log.error("preparing %s failed: %r", upload.name, outcome)
-                result.problems.append(
-                    f"{upload.name}: could not be prepared ({type(outcome).__name__})."
-                )
-        return result
+    async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
+        """Prepare uploads for the chosen model (:func:`backend.uploads.prepare_uploads`)."""
+        return await prepare_uploads(uploads, self.upload_limits(), self.workers)
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
         """Record a new turn for a UI message.
@@ -212,28 +194,51 @@ class ChatSession:
         """
         earlier = self.message_turns.get(message_id)
         if earlier is not None and earlier in self.conversation.turns:
-            index = self.conversation.turns.index(earlier)
             images = images or earlier.images
-            self.conversation.truncate(index)
-            self.message_turns = {
-                k: t for k, t in self.message_turns.items() if t in self.conversation.turns
-            }
+            self._rewind(self.conversation.turns.index(earlier))
         turn = self.conversation.start_turn(text, images)
         self.message_turns[message_id] = turn
         return turn
 
-    def last_turn(self) -> Turn | None:
-        """The most recent turn, or None in an empty chat."""
-        return self.conversation.turns[-1] if self.conversation.turns else None
+    def rerun(self, message_id: str) -> tuple[Turn, int] | None:
+        """Prepare the turn of UI message ``message_id`` to be answered again.
+
+        History is rewound to that turn (as an edit does): later turns are no
+        longer part of what the model sees. Returns the turn and how many later
+        turns were dropped, or None if the message has no turn (any more).
+        """
+        turn = self.message_turns.get(message_id)
+        if turn is None or turn not in self.conversation.turns:
+            return None
+        index = self.conversation.turns.index(turn)
+        dropped = len(self.conversation.turns) - index - 1
+        self._rewind(index + 1)
+        turn.answer, turn.reasoning, turn.status = "", "", "pending"
+        return turn, dropped
+
+    def _rewind(self, keep: int) -> None:
+        """Keep the first ``keep`` turns; forget the UI messages of the others."""
+        self.conversation.truncate(keep)
+        kept = self.conversation.turns
+        self.message_turns = {k: t for k, t in self.message_turns.items() if t in kept}
+
+    def keep_draft(self, message_id: str, text: str, images: list[PreparedImage]) -> None:
+        """Keep a message whose files could not all be used, until sent or replaced."""
+        self.drafts[message_id] = Draft(text, images)
+
+    def take_draft(self, message_id: str) -> Draft | None:
+        """The draft kept for ``message_id`` (removed), or None."""
+        return self.drafts.pop(message_id, None)
 
     async def plan_request(
-        self, turn: Turn, max_tokens: int | None = None
-    ) -> tuple[ChatRequest, list[str]]:
+        self, turn: Turn, max_tokens: int | None = None, *, make_room: bool = False
+    ) -> Planned:
         """Build the chat completion request for ``turn`` within the server's limits.
 
-        Connects first if needed. Returns the request and the notices for the
-        person about older images or turns left out (see
-        :meth:`backend.conversation.Conversation.plan`).
+        Connects first if needed (to :attr:`wanted_model`). ``max_tokens``
+        overrides the options' answer budget; ``make_room`` leaves out older
+        turns until that whole budget fits ("Retry with more tokens"). Notices
+        say what was left out, and when the budget is below what was asked.
 
         Raises:
             ChatError: the server is unreachable, or the turn alone is too large.
@@ -241,20 +246,33 @@ class ChatSession:
         if self.model is None or self.options is None:
             await self.connect()
         assert self.model is not None and self.options is not None
+        wanted = max_tokens or self.options.max_tokens
         budget = Budget(
             max_model_len=self.max_model_len,
             max_images=self.settings.max_images_per_prompt,
-            max_tokens=max_tokens or self.options.max_tokens,
+            max_tokens=wanted,
+            min_answer_tokens=wanted if make_room else MIN_ANSWER_TOKENS,
         )
-        plan = await self._plan_within(turn, budget)
+        model = self.model.id
+
+        async def count_exact(messages: list[dict[str, object]]) -> int | None:
+            return await self.client.count_prompt_tokens(model, messages)
+
+        plan = await plan_verified(self.conversation, turn, budget, self.token_counter, count_exact)
+        extra_body = (
+            {"structured_outputs": {"regex": DEV_SHAPE_REGEX}}
+            if self.settings.dev_mode and self.profile.thinking
+            else {}
+        )
         request = ChatRequest(
-            model=self.model.id,
+            model=model,
             messages=plan.messages,
             max_tokens=plan.max_tokens,
             temperature=self.options.temperature,
             top_p=self.options.top_p,
             thinking=self.profile.thinking,
             request_id=f"chat-{uuid.uuid4().hex}",
+            extra_body=extra_body,
         )
         log.info(
             "request %s model=%s messages=%d prompt_tokens~%d max_tokens=%d "
@@ -267,37 +285,10 @@ class ChatSession:
             plan.images_left_out,
             plan.turns_left_out,
         )
-        return request, plan.notices
-
-    async def _plan_within(self, turn: Turn, budget: Budget) -> Plan:
-        """Plan ``turn``; near the limit, verify with the server's exact count.
-
-        Estimates (image tokens by the Kimi-VL formula, text by the tokenizer or
-        over-estimated) leave out chat-template tokens the server adds and are
-        exact only for Kimi-VL. When a plan fills more than
-        :data:`VERIFY_ABOVE` of the prompt budget, the whole planned prompt is
-        counted with vLLM's ``/tokenize`` (images included) and, if the
-        estimate was short, planned again with the difference held back, up to
-        three times.
-        """
-        assert self.model is not None
-        plan = self.conversation.plan(turn, budget, self.token_counter)
-        held_back = 0
-        for _ in range(3):
-            room = budget.max_model_len - min(budget.min_answer_tokens, budget.max_tokens)
-            if plan.prompt_tokens + held_back <= VERIFY_ABOVE * room:
-                break
-            exact = await self.client.count_prompt_tokens(self.model.id, plan.messages)
-            if exact is None:
-                break
-            if exact <= plan.prompt_tokens + held_back:
-                fits = min(budget.max_tokens, budget.max_model_len - exact)
-                return replace(plan, prompt_tokens=exact, max_tokens=max(1, fits))
-            held_back = exact - plan.prompt_tokens
-            log.info("prompt estimate short by %d tokens: planning again", held_back)
-            smaller = replace(budget, max_model_len=budget.max_model_len - held_back)
-            plan = self.conversation.plan(turn, smaller, self.token_counter)
-        return plan
+        ceiling = self.max_model_len - plan.prompt_tokens + plan.history_tokens
+        more = min(2 * wanted, ceiling)
+        worth_it = more >= MORE_TOKENS_AT_LEAST * plan.max_tokens
+        return Planned(request, plan.notices, wanted, more if worth_it else None)
 
     async def respond(self, turn: Turn, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream the model's response to ``turn`` and record it in the turn.
@@ -305,10 +296,15 @@ class ChatSession:
         Yields the events of :meth:`backend.client.ChatClient.stream`. On any
         exit ``turn`` holds the reasoning and answer received so far, and its
         status says how it ended: ``done``, ``cut_off`` (max tokens reached),
-        ``stopped`` (cancelled by Stop, or closed early) or ``failed`` (an
-        error). Closing this generator closes the HTTP stream at once, in the
-        same task: use ``contextlib.aclosing`` so a Stop that lands outside the
-        stream (while the UI is sending) still makes vLLM abort the request.
+        ``stopped`` (cancelled by Stop, or closed early before the end) or
+        ``failed`` (an error). Once :class:`Done` has arrived the turn is
+        finished: a Stop after that changes nothing. Closing this generator
+        closes the HTTP stream at once, in the same task: use
+        ``contextlib.aclosing`` so a Stop that lands outside the stream (while
+        the UI is sending) still makes vLLM abort the request.
+
+        Exact token counts of the finished turn are then learnt from the
+        server's tokenizer in the background, outside anything Stop cancels.
 
         Raises:
             ChatError: any server failure, mapped by the client.
@@ -324,22 +320,29 @@ class ChatSession:
                     elif isinstance(event, AnswerDelta):
                         answer.append(event.text)
                     else:
-                        turn.status = "cut_off" if event.finish_reason == "length" else "done"
-                        if event.answer_in_reasoning:
-                            answer, reasoning = reasoning, []
-                        turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
+                        self._finish(turn, event, reasoning, answer)
                     yield event
-            await self._learn_token_counts(turn)
         except (asyncio.CancelledError, GeneratorExit):
-            turn.status = "stopped"
+            if turn.status == "pending":
+                turn.status = "stopped"
             raise
         except ChatError:
             turn.status = "failed"
             raise
         finally:
-            turn.reasoning = "".join(reasoning)
-            turn.answer = "".join(answer)
+            if turn.status in ("pending", "stopped", "failed"):
+                turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
             log.info("request %s ended: %s", request.request_id, turn.status)
+
+    def _finish(self, turn: Turn, done: Done, reasoning: list[str], answer: list[str]) -> None:
+        """Record a finished turn and start learning its exact token counts."""
+        if done.answer_in_reasoning:
+            answer, reasoning = reasoning, []
+        turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
+        turn.status = "cut_off" if done.finish_reason == "length" else "done"
+        task = asyncio.create_task(self._learn_token_counts(turn))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _learn_token_counts(self, turn: Turn) -> None:
         """Ask the server's tokenizer for the exact counts of a finished turn's texts."""
@@ -349,6 +352,17 @@ class ChatSession:
                 count = await self.client.count_text_tokens(self.model.id, text)
                 if count is not None:
                     self.token_counter.learn(text, count)
+
+    async def settled(self) -> None:
+        """Wait for background work (token learning) to finish; for tests and the CLI."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Cancel background work; the borrowed client and workers stay open."""
+        for task in list(self._background):
+            task.cancel()
+        await self.settled()
 
     def with_options(self, **changes: float | int | bool) -> None:
         """Change sampling options (the settings panel), keeping the others."""

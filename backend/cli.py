@@ -24,10 +24,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
-from backend.chat import ChatSession, Upload
+from backend.chat import ChatSession
+from backend.client import ChatClient
 from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, Done, ReasoningDelta
 from backend.settings import Settings
+from backend.uploads import MediaWorkers, Upload
 
 DIM, RESET = "\033[2m", "\033[0m"
 
@@ -55,7 +57,9 @@ async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
     Raises:
         ChatError: any failure a person can act on (printed by :func:`main`).
     """
-    session = ChatSession.create(settings.model_copy(update={"base_url": args.base_url}))
+    settings = settings.model_copy(update={"base_url": args.base_url})
+    client, workers = ChatClient.from_settings(settings), MediaWorkers()  # owned here
+    session = ChatSession.create(settings, client, workers)
     try:
         await session.connect(args.model or None)
         uploads = [Upload(name=Path(p).name, path=Path(p)) for p in args.image]
@@ -67,8 +71,9 @@ async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
         if args.temperature is not None:
             session.with_options(temperature=args.temperature)
         turn = session.start_turn("cli", args.question, prepared.images)
-        request, notices = await session.plan_request(turn, args.max_tokens)
-        for notice in notices:
+        planned = await session.plan_request(turn, args.max_tokens)
+        request = planned.request
+        for notice in planned.notices:
             err.write(f"note: {notice}\n")
         dim = err.isatty()
         answered = False
@@ -93,8 +98,11 @@ async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
                         out.write(turn.answer)
                     report_done(event, turn.reasoning, turn.answer, args.jsonl, out, err)
                 out.flush()
+        await session.settled()
     finally:
-        await session.client.aclose()
+        await session.aclose()
+        await client.aclose()
+        workers.close()
 
 
 def report_done(

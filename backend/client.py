@@ -19,16 +19,19 @@ import openai
 
 from backend.errors import (
     ChatError,
+    ClientClosed,
     ContextTooLong,
     RequestRejected,
     RequestTimeout,
     ServerFailed,
     ServerLoading,
     ServerUnreachable,
+    StreamBroken,
     TooManyImages,
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
 from backend.logs import LOGGER_NAME
+from backend.metrics import fetch_metrics, queue_length
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 
@@ -88,6 +91,32 @@ def _vllm_message(body: object, fallback: str) -> str:
     return fallback
 
 
+PROBE_TIMEOUT_S = 5.0
+"""Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
+a connection but never answers them must not hold a page or a chat start for long."""
+
+CLOSED_MESSAGE = (
+    "The app is shutting down and no longer talks to the model server. "
+    "Reload the page once it is back."
+)
+
+
+def broken_stream(exc: Exception) -> StreamBroken:
+    """Say in words how a started stream broke: ``ValueError`` (a chunk that is not
+    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error (openai-python
+    wraps it as ``APIConnectionError`` mid-stream) is cut off."""
+    if isinstance(exc, ValueError):
+        return StreamBroken(
+            "The model server's reply was garbled (a chunk that is not valid JSON). "
+            "What arrived is kept; try again."
+        )
+    return StreamBroken(
+        "The model server's reply was cut off: the connection dropped mid-answer "
+        f"({type(exc).__name__}), maybe because the server stopped or restarted. "
+        "What arrived is kept; try again."
+    )
+
+
 def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     """Translate an openai-python or httpx exception into one of ours.
 
@@ -96,11 +125,15 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     400 with "maximum context length" / "max_model_len" -> :class:`ContextTooLong`;
     400 with "image(s) may be provided" -> :class:`TooManyImages`; other 4xx ->
     :class:`RequestRejected`; 503 -> :class:`ServerLoading`; other 5xx and an
-    error event inside the stream -> :class:`ServerFailed`. Anything else is
-    returned as a :class:`ServerFailed` carrying its type name, never a traceback.
+    error event inside the stream -> :class:`ServerFailed`; httpx's
+    ``RuntimeError`` "the client has been closed" -> :class:`ClientClosed`. Anything
+    else is returned as a :class:`ServerFailed` carrying its type name, never a
+    traceback.
     """
     if isinstance(exc, ChatError):
         return exc
+    if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
+        return ClientClosed(CLOSED_MESSAGE)
     if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
         return RequestTimeout(
             f"The model server at {base_url} did not answer in time. It may be busy; try again."
@@ -139,17 +172,19 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     return ServerFailed(f"Unexpected failure talking to the model server ({type(exc).__name__}).")
 
 
-_SHARED: dict[tuple[str, str, float, float], ChatClient] = {}
-"""Clients by (base URL, API key, timeouts); see :meth:`ChatClient.from_settings`."""
-
-
 class ChatClient:
     """A vLLM OpenAI-compatible server, as the app and the CLI see it.
 
+    One instance per server and process, owned by whoever created it (the app
+    creates it at start and closes it at stop); everyone else borrows it and
+    never closes it. After :meth:`aclose`, every call raises
+    :class:`backend.errors.ClientClosed`.
+
     Args:
         base_url: OpenAI API base URL ending in ``/v1`` (e.g. ``http://127.0.0.1:8100/v1``).
-        api_key: the key vLLM was started with (``--api-key``), or any string.
-        timeout_s: seconds for a whole request (and between two streamed chunks).
+        api_key: the key vLLM was started with (``VLLM_API_KEY``), or any string.
+        timeout_s: httpx read timeout in seconds: the longest silence allowed between
+            two chunks of a stream (not a limit on a whole answer).
         connect_timeout_s: seconds to open a connection.
     """
 
@@ -175,30 +210,18 @@ class ChatClient:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChatClient:
-        """The process's client for the server ``settings`` name, made on first use.
-
-        All chats of one app process share it, so they share one pool of
-        keep-alive connections (no new TCP connection on the time-to-first-token
-        path), and a chat that ends cannot close a client another chat, or the
-        same chat after a websocket reconnect, still uses. Clients are bound to
-        the event loop that first uses them: one per process, as in Chainlit
-        and the CLI.
-        """
-        key = (
+        """A new client for the server ``settings`` name; the caller owns (and closes) it."""
+        return cls(
             settings.base_url,
             settings.api_key.get_secret_value(),
-            settings.request_timeout_s,
-            settings.connect_timeout_s,
+            timeout_s=settings.request_timeout_s,
+            connect_timeout_s=settings.connect_timeout_s,
         )
-        client = _SHARED.get(key)
-        if client is None or client.closed:
-            client = _SHARED[key] = cls(
-                settings.base_url,
-                settings.api_key.get_secret_value(),
-                timeout_s=settings.request_timeout_s,
-                connect_timeout_s=settings.connect_timeout_s,
-            )
-        return client
+
+    def _check_open(self) -> None:
+        """Raise :class:`ClientClosed` once :meth:`aclose` has run."""
+        if self.closed:
+            raise ClientClosed(CLOSED_MESSAGE)
 
     @property
     def closed(self) -> bool:
@@ -218,22 +241,33 @@ class ChatClient:
     async def is_healthy(self) -> bool:
         """True if ``GET /health`` answers 200 (vLLM: the engine is ready).
 
-        Never raises: an unreachable or loading server is simply not healthy.
+        Never raises: an unreachable or loading server (or a closed client) is
+        simply not healthy.
         """
+        if self.closed:
+            return False
         try:
-            response = await self._http.get(f"{self.server_root}/health")
+            response = await self._http.get(f"{self.server_root}/health", timeout=PROBE_TIMEOUT_S)
         except httpx.HTTPError:
             return False
         return response.status_code == 200
+
+    async def queued_requests(self, model: str | None = None) -> int | None:
+        """Requests waiting on the server (vLLM ``/metrics``), or None when unknown."""
+        if self.closed:
+            return None
+        return queue_length(await fetch_metrics(self._http, self.server_root), model)
 
     async def list_models(self) -> list[ServedModel]:
         """Return the served models from ``GET /v1/models``.
 
         Raises:
-            ChatError: mapped as in :func:`map_error`.
+            ChatError: mapped as in :func:`map_error`; :class:`ClientClosed` after
+                :meth:`aclose`.
         """
+        self._check_open()
         try:
-            page = await self._openai.models.list()
+            page = await self._openai.models.list(timeout=PROBE_TIMEOUT_S)
         except Exception as exc:
             raise map_error(exc, base_url=self.base_url, model="") from exc
         return [
@@ -261,15 +295,20 @@ class ChatClient:
         return await self._tokenize(body)
 
     async def _tokenize(self, body: dict[str, Any]) -> int | None:
-        """POST ``body`` to vLLM's ``/tokenize``; the ``count`` it answers, or None."""
+        """POST ``body`` to vLLM's ``/tokenize``; the ``count`` it answers, or None.
+
+        None on any failure: unreachable, a closed client, not 200, or a body that
+        is not a JSON object with an integer ``count``.
+        """
+        if self.closed:
+            return None
         try:
             response = await self._http.post(f"{self.server_root}/tokenize", json=body)
-        except httpx.HTTPError:
+            answer = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):  # ValueError: the body is not JSON
             return None
-        if response.status_code != 200:
-            return None
-        count = response.json().get("count")
-        return count if isinstance(count, int) else None
+        count = answer.get("count") if isinstance(answer, dict) else None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one chat completion as typed events.
@@ -285,8 +324,13 @@ class ChatClient:
         Stop does) closes the HTTP response, which makes vLLM abort the request.
 
         Raises:
-            ChatError: mapped as in :func:`map_error`, before or during the stream.
+            StreamBroken: the stream broke after its first chunk (connection
+                dropped, a chunk that is not JSON, or an end without a
+                ``finish_reason``); what was yielded before stands.
+            ChatError: otherwise mapped as in :func:`map_error`;
+                :class:`ClientClosed` after :meth:`aclose`.
         """
+        self._check_open()
         splitter = ReasoningSplitter(starts_in_reasoning=request.thinking)
         headers = {"X-Request-Id": request.request_id} if request.request_id else None
         started = time.perf_counter()
@@ -296,6 +340,7 @@ class ChatClient:
         finish_reason: str | None = None
         usage: Usage | None = None
         server_splits = False
+        started_streaming = False
         try:
             stream = await self._openai.chat.completions.create(
                 model=request.model,
@@ -309,6 +354,7 @@ class ChatClient:
                 extra_body=dict(request.extra_body) or None,
             )
             async with stream:
+                started_streaming = True
                 async for chunk in stream:
                     if chunk.usage is not None:
                         usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
@@ -341,7 +387,18 @@ class ChatClient:
                             first_answer = now
                         yield part
         except Exception as exc:
+            if (
+                started_streaming
+                and isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
+                and not isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
+            ):
+                raise broken_stream(exc) from exc
             raise map_error(exc, base_url=self.base_url, model=request.model) from exc
+        if finish_reason is None:
+            raise StreamBroken(
+                "The model server's reply was cut off before the answer ended (the "
+                "stream closed without a finish reason). What arrived is kept; try again."
+            )
         for part in splitter.flush():
             if isinstance(part, AnswerDelta) and first_answer is None:
                 first_answer = time.perf_counter()

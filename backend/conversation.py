@@ -19,8 +19,9 @@ history here.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from backend.errors import ContextTooLong, TooManyImages
@@ -34,15 +35,34 @@ TurnStatus = Literal["pending", "done", "stopped", "cut_off", "failed"]
 MESSAGE_OVERHEAD_TOKENS = 8
 IMAGE_OVERHEAD_TOKENS = 4
 
+MIN_ANSWER_TOKENS = 256
+"""The least answer budget worth sending a request for (tokens)."""
+
+VERIFY_ABOVE = 0.75
+"""Share of the prompt budget above which a planned prompt is counted exactly."""
+
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_SPACE_RUN = re.compile(r" {2,}")
+
 
 def estimate_text_tokens(text: str) -> int:
-    """Estimate the token count of ``text`` without a tokenizer.
+    """Estimate the token count of ``text`` without a tokenizer; an over-estimate.
 
-    One token per 3 UTF-8 bytes over-estimates English (about 4 characters a
-    token) and Chinese (3 bytes a character, 1-1.5 characters a token), so a
-    prompt planned with it fits. Used when the server's ``/tokenize`` is missing.
+    Byte-level BPE vocabularies (Kimi-VL's has 160K tokens) spend at most: one
+    token per 3 letters or digits of a word; one per ASCII symbol or newline;
+    one per 3 extra spaces of an indent; and, for any other character, its
+    UTF-8 length minus one (2 for a Chinese character, 3 for an emoji).
+    tests/test_conversation.py checks it against a real tokenizer (tiktoken's
+    cl100k_base, weaker than Kimi-VL's on Chinese, so a strict bar). Used for
+    texts the server's ``/tokenize`` has not counted yet (the current message)
+    or cannot count; exact counts replace it after each turn.
     """
-    return math.ceil(len(text.encode("utf-8")) / 3)
+    words = sum(math.ceil(len(word) / 3) for word in _WORD.findall(text))
+    symbols = sum(1 for ch in text if ord(ch) < 128 and not ch.isalnum() and ch != " ")
+    other = sum(len(ch.encode("utf-8")) - 1 for ch in text if ord(ch) >= 128)
+    indent = sum(math.ceil((len(run) - 1) / 3) for run in _SPACE_RUN.findall(text))
+    return words + symbols + other + indent
 
 
 class TokenCounter:
@@ -126,14 +146,27 @@ class Budget:
             ``/v1/models`` or settings).
         max_images: images per request (vLLM ``--limit-mm-per-prompt``).
         max_tokens: the answer budget the person asked for.
-        min_answer_tokens: the least answer budget worth sending a request for;
-            history is left out before the answer budget goes below it.
+        min_answer_tokens: the answer budget history must leave room for: older
+            images and turns are left out before the answer budget goes below it.
+            :data:`MIN_ANSWER_TOKENS` by default (the answer budget then shrinks
+            silently down to it, with a notice); ``max_tokens`` to make room for
+            the whole budget ("Retry with more tokens").
     """
 
     max_model_len: int
     max_images: int
     max_tokens: int
-    min_answer_tokens: int = 256
+    min_answer_tokens: int = MIN_ANSWER_TOKENS
+
+    @property
+    def reserved(self) -> int:
+        """Answer tokens the plan keeps free by leaving history out."""
+        return min(max(self.min_answer_tokens, MIN_ANSWER_TOKENS), self.max_tokens)
+
+    @property
+    def floor(self) -> int:
+        """The least answer budget a request is sent with."""
+        return min(MIN_ANSWER_TOKENS, self.max_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +177,8 @@ class Plan:
         messages: OpenAI chat messages, oldest first, current turn last.
         max_tokens: answer budget that fits beside the prompt.
         prompt_tokens: estimated prompt tokens (text estimate + image tokens).
+        history_tokens: the part of ``prompt_tokens`` taken by older turns (what
+            leaving out all history could free).
         images_left_out: older images replaced by a note.
         turns_left_out: older turns not sent at all.
         notices: sentences for the person about what was left out.
@@ -152,6 +187,7 @@ class Plan:
     messages: list[dict[str, Any]]
     max_tokens: int
     prompt_tokens: int
+    history_tokens: int
     images_left_out: int
     turns_left_out: int
     notices: list[str]
@@ -185,10 +221,13 @@ class Conversation:
         Older images go first, oldest first, then whole older turns, oldest
         first; the current turn is never cut.
 
+        When the answer budget that fits is below ``budget.max_tokens``, a notice
+        says so, and whether leaving out older turns could give more.
+
         Raises:
             TooManyImages: the current turn alone has more images than allowed.
             ContextTooLong: the current turn alone leaves less than
-                ``budget.min_answer_tokens`` for the answer.
+                :data:`MIN_ANSWER_TOKENS` for the answer.
         """
         if len(current.images) > budget.max_images:
             raise TooManyImages(
@@ -222,13 +261,13 @@ class Conversation:
                 else 0
             )
         )
-        available = budget.max_model_len - min(budget.min_answer_tokens, budget.max_tokens)
-        if fixed > available:
+        if fixed > budget.max_model_len - budget.floor:
             raise ContextTooLong(
                 f"This message needs about {fixed} tokens, but the model takes "
-                f"{budget.max_model_len} tokens including at least {budget.min_answer_tokens} "
+                f"{budget.max_model_len} tokens including at least {budget.floor} "
                 "for the answer. Send fewer or smaller images, or a shorter text."
             )
+        available = max(budget.max_model_len - budget.reserved, fixed)
         costs = [cost(i, n) for i, n in enumerate(kept_images)]
         images_left_out = 0
 
@@ -268,11 +307,72 @@ class Conversation:
                 f"({budget.max_model_len} tokens, {budget.max_images} images per request)."
             )
         total = prompt_tokens()
+        max_tokens = max(1, min(budget.max_tokens, budget.max_model_len - total))
+        if max_tokens < budget.max_tokens:
+            notices.append(
+                shrunk_budget_note(max_tokens, budget, history_left=first_turn < len(history))
+            )
         return Plan(
             messages=messages,
-            max_tokens=max(1, min(budget.max_tokens, budget.max_model_len - total)),
+            max_tokens=max_tokens,
             prompt_tokens=total,
+            history_tokens=total - fixed,
             images_left_out=images_left_out,
             turns_left_out=first_turn,
             notices=notices,
         )
+
+
+def shrunk_budget_note(max_tokens: int, budget: Budget, *, history_left: bool) -> str:
+    """Say that the answer may use fewer tokens than the person chose, and why.
+
+    ``history_left``: older turns are still in the request, so leaving them out
+    ("Retry with more tokens") can give the answer more room.
+    """
+    why = (
+        f"the conversation takes the rest of the model's {budget.max_model_len}-token "
+        "context. If the answer is cut off, 'Retry with more tokens' leaves out older "
+        "turns to make room."
+        if history_left
+        else f"this message takes the rest of the model's {budget.max_model_len}-token context."
+    )
+    chose = f"not the {budget.max_tokens} you chose"
+    return f"The answer may use at most {max_tokens} tokens, {chose}: {why}"
+
+
+async def plan_verified(
+    conversation: Conversation,
+    turn: Turn,
+    budget: Budget,
+    count_text: Callable[[str], int],
+    count_exact: Callable[[list[dict[str, Any]]], Awaitable[int | None]],
+) -> Plan:
+    """Plan ``turn``; near the limit, verify with the server's exact count.
+
+    Estimates (image tokens by the Kimi-VL formula, text by the tokenizer or
+    over-estimated) leave out chat-template tokens the server adds and are exact
+    only for Kimi-VL. When a plan fills more than :data:`VERIFY_ABOVE` of the
+    prompt budget, ``count_exact`` (vLLM's ``/tokenize`` of the whole prompt,
+    images included; ``None`` when it cannot count) is asked and, if the estimate
+    was short, the turn is planned again with the difference held back, up to
+    three times.
+
+    Raises:
+        TooManyImages, ContextTooLong: as :meth:`Conversation.plan`.
+    """
+    plan = conversation.plan(turn, budget, count_text)
+    held_back = 0
+    for _ in range(3):
+        room = budget.max_model_len - budget.reserved
+        if plan.prompt_tokens + held_back <= VERIFY_ABOVE * room:
+            break
+        exact = await count_exact(plan.messages)
+        if exact is None:
+            break
+        if exact <= plan.prompt_tokens + held_back:
+            fits = min(budget.max_tokens, budget.max_model_len - exact)
+            return replace(plan, prompt_tokens=exact, max_tokens=max(1, fits))
+        held_back = exact - plan.prompt_tokens
+        smaller = replace(budget, max_model_len=budget.max_model_len - held_back)
+        plan = conversation.plan(turn, smaller, count_text)
+    return plan

@@ -4,7 +4,7 @@ Each page is rendered directly at the size the model takes as is (:func:`page_pi
 the page at :data:`MAX_RENDER_DPI` scaled by :func:`backend.images.fit_to_budget`
 for the profile's ``in_token_limit``), not rendered large and shrunk. Pages are
 taken from the first on, as many as the message's budget allows
-(:class:`backend.uploads.MediaBudget`: image slots and tokens left); a notice says
+(:class:`backend.media.MediaBudget`: image slots and tokens left); a notice says
 which pages were sent and which were left out, and the line ``Pages 1-4 of
 report.pdf (12 pages in all)`` tells the model what it sees.
 
@@ -18,10 +18,21 @@ different documents": pypdfium2's Python API docs, "Incompatibility with
 Threading"), so every PDFium call here holds :data:`_PDFIUM_LOCK`, and documents,
 pages and bitmaps are closed explicitly under it (not left to the garbage
 collector, which may run in any thread).
+
+A PDF cut short (an interrupted upload or download) is refused rather than sent in
+part. A PDF as most writers lay it out ends with its cross-reference table, trailer
+and ``%%EOF``, and PDFium (pypdfium2 5.15) cannot open a file cut anywhere before
+the end of the trailer dictionary (measured at 40+ cut points in
+tests/test_documents.py), so :func:`prepare_pdf` says the file was cut short
+(:func:`_open_failure`). A file PDFium does open but one of whose pages within the
+budget it cannot load (a cut linearized PDF, whose first-page trailer sits near the
+start) is refused naming that page. What PDFium cannot tell, a page whose picture
+stream alone is cut, it renders as far as the data goes.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Final
@@ -38,7 +49,7 @@ from backend.images import (
     image_tokens,
     upload_size,
 )
-from backend.uploads import MediaBudget, MediaResult
+from backend.media import MediaBudget, MediaResult
 
 MAX_RENDER_DPI: Final = 300
 """Highest resolution a page is rendered at, in dots per inch: print quality, beyond
@@ -50,7 +61,12 @@ POINTS_PER_INCH: Final = 72
 """PDF canvas units (points) per inch (ISO 32000-1, 8.3.2.3; ignoring ``UserUnit``,
 which PDFium does not report)."""
 
+EOF_WINDOW: Final = 1024
+"""Bytes at the end of a file in which a PDF reader looks for the ``%%EOF`` marker
+(ISO 32000-1, 7.5.5 and annex H: it "should" be within the last 1024 bytes)."""
+
 _PDFIUM_LOCK: Final = threading.Lock()
+_OBJECT: Final = re.compile(rb"\d+\s+\d+\s+obj\b")
 
 
 def page_pixels(width_pt: float, height_pt: float, in_token_limit: int) -> tuple[int, int]:
@@ -97,6 +113,28 @@ def _render(page: pdfium.PdfPage, size: tuple[int, int]) -> Image.Image:
     return image
 
 
+def _open_failure(path: Path, label: str, error: pdfium.PdfiumError) -> ImageError:
+    """The one-line error for a PDF PDFium cannot open.
+
+    Password-protected; else cut short when the file holds PDF objects (``N G obj``
+    in its first MiB) but no ``%%EOF`` in its last :data:`EOF_WINDOW` bytes (the
+    end, trailer and cross-reference table, is missing); else damaged or unsupported.
+    """
+    if error.err_code == pdfium.raw.FPDF_ERR_PASSWORD:
+        return ImageError(f"{label}: the PDF is password-protected")
+    with path.open("rb") as file:
+        head = file.read(1 << 20)
+        file.seek(max(0, path.stat().st_size - EOF_WINDOW))
+        tail = file.read()
+    if b"%%EOF" not in tail and _OBJECT.search(head):
+        return ImageError(
+            f"{label}: the PDF is cut short (the file ends before its %%EOF marker); "
+            "upload the whole file again"
+        )
+    reason = str(error).rstrip(".")
+    return ImageError(f"{label}: the PDF is damaged or unsupported ({reason})")
+
+
 def _page_range(first: int, last: int) -> str:
     return f"page {first}" if first == last else f"pages {first}-{last}"
 
@@ -122,8 +160,9 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
         pages were sent and which were left out.
 
     Raises:
-        ImageError: too big, damaged or not a PDF, password-protected, no pages,
-            or not even the first page fits the budget; one line naming the file.
+        ImageError: too big, damaged or not a PDF, cut short, password-protected,
+            no pages, a page within the budget PDFium cannot load, or not even the
+            first page fits the budget; one line naming the file.
     """
     path = Path(path)
     label = name or path.name
@@ -133,15 +172,18 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
         try:
             document = pdfium.PdfDocument(path)
         except pdfium.PdfiumError as error:
-            if error.err_code == pdfium.raw.FPDF_ERR_PASSWORD:
-                raise ImageError(f"{label}: the PDF is password-protected") from error
-            reason = str(error).rstrip(".")
-            raise ImageError(f"{label}: the PDF is damaged or unsupported ({reason})") from error
+            raise _open_failure(path, label, error) from error
         try:
             pages = len(document)
             tokens_left = budget.tokens
             for index in range(min(pages, budget.images)):
-                page = document[index]
+                try:
+                    page = document[index]
+                except pdfium.PdfiumError as error:
+                    raise ImageError(
+                        f"{label}: page {index + 1} of {pages} cannot be read "
+                        "(the PDF is damaged or cut short); upload the whole file again"
+                    ) from error
                 try:
                     width_pt, height_pt = page.get_size()
                     if width_pt <= 0 or height_pt <= 0:

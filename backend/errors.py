@@ -5,7 +5,8 @@ Every failure that reaches a person (in the chat or on the CLI's stderr) is a
 stack trace. :mod:`backend.client` maps openai-python's exception classes one to
 one onto these (connection -> :class:`ServerUnreachable`, timeout ->
 :class:`RequestTimeout`, 400 -> :class:`RequestRejected` and its subclasses,
-5xx -> :class:`ServerFailed`, 503 while loading -> :class:`ServerLoading`).
+5xx -> :class:`ServerFailed`, 503 while loading -> :class:`ServerLoading`, a stream
+that breaks after it started -> :class:`StreamBroken`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class RequestTimeout(ChatError):
     """The server accepted the request but did not answer in time."""
 
 
+class FirstTokenTimeout(RequestTimeout):
+    """The server took the request but sent no text within the first-token timeout."""
+
+
 class RequestRejected(ChatError):
     """HTTP 400 (or 404/413/422) from vLLM: the request itself is wrong.
 
@@ -45,6 +50,19 @@ class TooManyImages(RequestRejected):
 
 class ServerFailed(ChatError):
     """HTTP 5xx or a broken stream: the server failed while answering."""
+
+
+class StreamBroken(ServerFailed):
+    """The answer had started but its stream broke: cut off (connection dropped,
+    server died) or garbled (a chunk that is not valid JSON). What arrived is kept."""
+
+
+class StreamStalled(StreamBroken):
+    """The answer had started, then the server sent nothing for the idle timeout."""
+
+
+class ClientClosed(ChatError):
+    """The app's connection pool to the server is closed (the app is stopping)."""
 
 
 class ImageError(ChatError):

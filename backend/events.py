@@ -76,6 +76,20 @@ class Done:
         return (self.usage.completion_tokens - 1) / gen_s
 
 
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The server has not started answering yet (from :func:`backend.batching.coalesce`).
+
+    Attributes:
+        seconds: since the request was sent.
+        queued: requests waiting on the server (vLLM ``vllm:num_requests_waiting``),
+            or None when the server does not say.
+    """
+
+    seconds: float
+    queued: int | None = None
+
+
 TextPart = ReasoningDelta | AnswerDelta
 """A text part of a stream: what the reasoning splitter produces."""
 

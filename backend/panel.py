@@ -4,8 +4,8 @@
 (sampling defaults come from :class:`backend.chat.SamplingOptions`, i.e. from the
 model's profile); :func:`option_changes` turns the panel's values back into
 :meth:`backend.chat.ChatSession.with_options` keywords. :func:`profile_choices`
-builds one chat profile per served model (:func:`served_models`) when the
-server serves several.
+builds one chat profile per served model (from
+:class:`backend.models.ModelDirectory`) when the server serves several.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from backend.chat import SamplingOptions
-from backend.client import ChatClient, ServedModel
-from backend.errors import ChatError
-from backend.settings import ModelProfile, Settings, profile_for
+from backend.client import ServedModel
+from backend.settings import ModelProfile, profile_for
 
 MIN_MAX_TOKENS = 256
 """The smallest answer budget the panel offers (and its step)."""
@@ -141,14 +140,3 @@ def profile_choices(models: Sequence[ServedModel]) -> list[ProfileChoice]:
             ProfileChoice(model.id, profile.label, f"**{profile.label}** · {kind}", index == 0)
         )
     return choices
-
-
-async def served_models(settings: Settings) -> list[ServedModel]:
-    """The models the server serves now; empty while it is unreachable or loading."""
-    client = ChatClient.from_settings(settings)
-    try:
-        return await client.list_models()
-    except ChatError:
-        return []
-    finally:
-        await client.aclose()

@@ -5,15 +5,29 @@ Pure functions, so the Chainlit app stays wiring and these stay testable.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from backend.events import Done
 
 THINKING_LABEL = "Thinking…"
 
 
-def thought_label(seconds: float, *, stopped: bool = False) -> str:
-    """Title of a finished reasoning step, e.g. ``"Thought for 12.3s"``."""
+StepEnd = Literal["done", "stopped", "failed"]
+"""How a reasoning step ended: the answer followed, Stop was pressed, or an error."""
+
+
+def thought_label(seconds: float, ended: StepEnd = "done") -> str:
+    """Title of a finished reasoning step, e.g. ``"Thought for 12.3s"``.
+
+    ``"stopped"`` adds "(stopped)" (the person pressed Stop); ``"failed"`` adds
+    "(interrupted by an error)", explained in the message below it.
+    """
     label = f"Thought for {seconds:.1f}s"
-    return f"{label} (stopped)" if stopped else label
+    if ended == "stopped":
+        return f"{label} (stopped)"
+    if ended == "failed":
+        return f"{label} (interrupted by an error)"
+    return label
 
 
 def stats_line(done: Done) -> str:
@@ -52,6 +66,28 @@ def stopped_note(partial_answer: str) -> str:
     return "*■ Stopped while thinking: the reasoning so far is kept above.*"
 
 
+def incomplete_note(partial_answer: str) -> str:
+    """The partial answer of a stream that broke, marked as incomplete."""
+    mark = "*⚠️ Incomplete: the reply broke off here (see below).*"
+    return f"{partial_answer}\n\n{mark}" if partial_answer else mark
+
+
+def not_started_note(seconds: float, queued: int | None) -> str:
+    """Said while the server has taken the request but sent no text yet."""
+    queue = ""
+    if queued:
+        queue = f" The server has {queued} request(s) queued."
+    return (
+        f"⏳ The model server has not started answering yet ({seconds:.0f} s).{queue} "
+        "Stop works at any time."
+    )
+
+
+def connecting_note() -> str:
+    """Said at chat start while the model server's models are not known yet."""
+    return "**Connecting to the model server…** *This message changes when it answers.*"
+
+
 def waiting_note(problem: str) -> str:
     """Said while the model server is unreachable or loading; ``problem`` says which."""
     return (
@@ -66,10 +102,30 @@ def ready_note(label: str) -> str:
 
 
 DEV_MODE_BANNER = (
-    "**Dev mode**: the server runs a tiny model with random weights on the CPU. "
-    "Answers are noise; dev mode exists to exercise the whole path "
-    "(uploads, streaming, reasoning display, errors)."
+    "Dev mode: the server runs a tiny model with random weights on the CPU. "
+    "Answers are noise, shaped like the Thinking model's (reasoning, then answer); "
+    "dev mode exists to exercise the whole path."
 )
+
+
+def rerun_note(text: str, later_turns: int) -> str:
+    """Said when an older turn is answered again: which one, and what became of later ones."""
+    quoted = text if len(text) <= 60 else text[:57] + "…"
+    later = (
+        f" The {later_turns} later turn(s) above are no longer part of what the model sees."
+        if later_turns
+        else ""
+    )
+    return f"↻ Answering again: “{quoted}”.{later}"
+
+
+def no_more_tokens_note(max_tokens: int, max_model_len: int) -> str:
+    """Said when a cut-off answer cannot get more tokens: why."""
+    return (
+        f"More tokens cannot fit: with every older turn left out, this message leaves "
+        f"{max_tokens} tokens for the answer in the model's {max_model_len}-token context. "
+        "Ask a narrower question or start a new chat."
+    )
 
 
 def unusable_files_note(problems: list[str], can_send: bool) -> str:

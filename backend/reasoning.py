@@ -107,6 +107,16 @@ class ReasoningSplitter:
         """True once any marker, opening or closing, has been seen."""
         return self._saw_marker
 
+    @property
+    def answer_started(self) -> bool:
+        """True once the answer is under way: in the answer, with text other than whitespace.
+
+        The leading whitespace the splitter drops after ``◁/think▷`` does not
+        count. A server-side parser that hands the rest of the stream on
+        unsplit waits for this, so the result is the same as splitting it all.
+        """
+        return not self._in_reasoning and self._section_started
+
     def feed(self, text: str) -> list[TextPart]:
         """Split the next chunk of streamed text.
 
@@ -181,6 +191,23 @@ class ReasoningSplitter:
             out.add(self._in_reasoning, text)
 
 
+def split_reasoning(text: str, *, starts_in_reasoning: bool) -> tuple[str, str]:
+    """Split a complete message into ``(reasoning, answer)``, markers removed.
+
+    The same rules as :class:`ReasoningSplitter` (this feeds it the whole text,
+    then flushes); either string may be empty.
+
+    Args:
+        text: the full message as the model wrote it.
+        starts_in_reasoning: as for :class:`ReasoningSplitter`.
+    """
+    splitter = ReasoningSplitter(starts_in_reasoning=starts_in_reasoning)
+    parts = splitter.feed(text) + splitter.flush()
+    reasoning = "".join(part.text for part in parts if isinstance(part, ReasoningDelta))
+    answer = "".join(part.text for part in parts if isinstance(part, AnswerDelta))
+    return reasoning, answer
+
+
 def strip_reasoning(text: str) -> str:
     """Remove the reasoning from a complete assistant message, for history.
 
@@ -207,6 +234,4 @@ def strip_reasoning(text: str) -> str:
     """
     if THINK_OPEN not in text and THINK_CLOSE not in text:
         return text
-    splitter = ReasoningSplitter(starts_in_reasoning=THINK_CLOSE in text)
-    parts = splitter.feed(text) + splitter.flush()
-    return "".join(part.text for part in parts if isinstance(part, AnswerDelta))
+    return split_reasoning(text, starts_in_reasoning=THINK_CLOSE in text)[1]

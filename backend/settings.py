@@ -71,7 +71,9 @@ DEV = ModelProfile(
     served_name="kimi-vl-dev",
     hf_id="(tiny random-weights model built by serving.devmodel)",
     label="Dev model (random weights: answers are noise)",
-    thinking=False,
+    # Stands in for Thinking-2506: in dev mode the app shapes its output into
+    # "◁think▷ … ◁/think▷ answer" with structured outputs (backend.chat).
+    thinking=True,
     temperature=0.8,
     # Long enough to watch an answer stream and to press Stop (the tiny model
     # writes about 1,000 tokens a second on 2 CPU cores), without always cutting off.
@@ -119,6 +121,12 @@ class Settings(BaseSettings):
         600.0, gt=0, description="httpx read timeout: longest silence between two chunks, seconds"
     )
     connect_timeout_s: float = Field(5.0, gt=0, description="seconds to wait for a connection")
+    first_token_timeout_s: float = Field(
+        300.0, gt=0, description="give up when no text came this long after sending, seconds"
+    )
+    idle_timeout_s: float = Field(
+        120.0, gt=0, description="give up when a started answer is silent this long, seconds"
+    )
 
     # The server's limits, when it does not say (vLLM's /v1/models gives max_model_len).
     max_model_len: int = Field(32768, gt=0, description="max model length in tokens")
@@ -128,3 +136,8 @@ class Settings(BaseSettings):
     app_log: str = Field("app.log", description="the app's request log; empty = stderr only")
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
+    allowed_origins: str = Field(
+        "",
+        description="origins allowed to drive the UI besides its own (comma-separated), "
+        "e.g. https://chat.example.com behind a proxy that rewrites Host",
+    )

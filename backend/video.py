@@ -11,10 +11,17 @@ it knows when each frame was taken.
 The budget, per video: at most :data:`MAX_FRAMES` frames and
 :data:`FRAMES_PER_SECOND` frames per second of video, no more than the image
 slots left in the message, and all frames together within the message's token
-budget for pictures (:class:`backend.uploads.MediaBudget`). To fit, frames are
+budget for pictures (:class:`backend.media.MediaBudget`). To fit, frames are
 scaled to a smaller ``in_token_limit`` than a photo gets (the largest that fits,
 never below :data:`MIN_FRAME_PATCHES`); only when even that is too much are fewer
 frames taken.
+
+An MP4 or MOV cut short (an interrupted upload or download) is refused, never sent
+in part: what FFmpeg makes of one depends on where the cut falls (no video stream,
+invalid data, end of file, or all frames when only the index's last bytes are
+lost), so :func:`prepare_video` first walks the file's top-level boxes
+(:func:`iso_box_problem`) and refuses a file that ends inside a box or has no
+``moov`` index, with one sentence.
 
 FFmpeg contexts are per container, so several videos may be decoded in parallel
 threads.
@@ -42,12 +49,12 @@ from backend.images import (
     image_tokens,
     upload_size,
 )
-from backend.uploads import MediaBudget, MediaResult
+from backend.media import MediaBudget, MediaResult
 
 MAX_FRAMES: Final = 16
 """Most frames taken from one video: enough to follow a short clip's action while
 each frame keeps about 1,000 tokens in a 32K context (see
-:data:`backend.uploads.MEDIA_CONTEXT_SHARE`)."""
+:data:`backend.media.MEDIA_CONTEXT_SHARE`)."""
 
 FRAMES_PER_SECOND: Final = 2.0
 """Most frames per second of video: a 3-second clip gives 6 frames, not 16 copies
@@ -56,6 +63,10 @@ of nearly the same picture."""
 MIN_FRAME_PATCHES: Final = 1024
 """Smallest per-frame budget in 14x14 patches (448x448 px, 256 tokens, for a
 square frame; 602x338 for 16:9). Below this, frames are dropped instead of shrunk."""
+
+_BOX_HEADER: Final = 8
+"""Bytes of an ISO base media box header: 32-bit size, then the 4-character type
+(ISO/IEC 14496-12, 4.2); size 1 means a 64-bit size follows, 0 "to the end of the file"."""
 
 _ROTATE: Final = {
     90: Image.Transpose.ROTATE_90,
@@ -134,6 +145,48 @@ def plan_frames(duration_s: float, width: int, height: int, budget: MediaBudget)
     return FramePlan(count, low, *size, image_tokens(*size, low))
 
 
+def iso_box_problem(path: Path) -> str | None:
+    """Why an ISO base media file (MP4, MOV, M4V, 3GP) is incomplete, or None.
+
+    Only files with ``ftyp`` at byte 4 are checked (others: None). Walks the
+    top-level boxes by their declared sizes (reading 16 bytes a box, not the
+    content) and returns e.g. ``"the file ends inside its 'mdat' box"`` when a box
+    runs past the end of the file, ``"the file ends inside a box header"``, or
+    ``"it has no 'moov' box, the index of its frames"`` when the boxes end cleanly
+    but none is the index. A box of size 0 runs to the end of the file (complete).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    size = path.stat().st_size
+    found_index = False
+    with path.open("rb") as file:
+        head = file.read(_BOX_HEADER)
+        if head[4:8] != b"ftyp":
+            return None
+        offset = 0
+        while offset < size:
+            file.seek(offset)
+            header = file.read(16)
+            if len(header) < _BOX_HEADER:
+                return "the file ends inside a box header"
+            declared = int.from_bytes(header[:4], "big")
+            kind = header[4:8].decode("latin-1")
+            if declared == 1:
+                if len(header) < 16:
+                    return "the file ends inside a box header"
+                declared = int.from_bytes(header[8:16], "big")
+            elif declared == 0:
+                declared = size - offset
+            found_index = found_index or kind == "moov"
+            if declared < _BOX_HEADER:
+                return f"its {kind!r} box has an impossible size ({declared} bytes)"
+            if offset + declared > size:
+                return f"the file ends inside its {kind!r} box"
+            offset += declared
+    return None if found_index else "it has no 'moov' box, the index of its frames"
+
+
 def _duration_s(container: av.container.InputContainer, stream: av.VideoStream) -> float:
     """The video's length in seconds: the stream's, else the container's (0 if unknown)."""
     if stream.duration and stream.time_base:
@@ -209,13 +262,23 @@ def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None
         frames were taken.
 
     Raises:
-        ImageError: too big, not a video FFmpeg can decode, no video stream,
-            unknown length, frames too large, or no room left in the message; one
-            line naming the file.
+        ImageError: too big, an MP4/MOV cut short or without its index
+            (:func:`iso_box_problem`), not a video FFmpeg can decode, no video
+            stream, unknown length, frames too large, or no room left in the
+            message; one line naming the file.
     """
     path = Path(path)
     label = name or path.name
     source_bytes = upload_size(path, label, budget.max_bytes)
+    try:
+        problem = iso_box_problem(path)
+    except OSError as error:
+        raise ImageError(f"{label}: cannot read the file ({error.strerror})") from error
+    if problem is not None:
+        raise ImageError(
+            f"{label}: the video is incomplete ({problem}), probably cut short "
+            "while uploading; upload the whole file again"
+        )
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:

@@ -47,7 +47,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from backend.documents import prepare_pdf
 from backend.images import prepare_image
-from backend.uploads import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult
+from backend.media import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult
 from backend.video import prepare_video
 from bench.media import make_video, raw_pdf
 

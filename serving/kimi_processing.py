@@ -89,11 +89,11 @@ class KimiShapeImageProcessor(ImageProcessingMixin):  # type: ignore[misc]
         pad_h = (kh * p - h % (kh * p)) % (kh * p)
         array: np.ndarray[Any, Any] = np.asarray(image, dtype=np.float32) / 255.0
         array = np.pad(array, ((0, pad_h), (0, pad_w), (0, 0)))
-        array = (array - np.asarray(self.image_mean, np.float32)) / np.asarray(
+        normalized = (array - np.asarray(self.image_mean, np.float32)) / np.asarray(
             self.image_std, np.float32
         )
         gh, gw = (h + pad_h) // p, (w + pad_w) // p
-        patches = array.reshape(gh, p, gw, p, 3).transpose(0, 2, 4, 1, 3).reshape(-1, 3, p, p)
+        patches = normalized.reshape(gh, p, gw, p, 3).transpose(0, 2, 4, 1, 3).reshape(-1, 3, p, p)
         return patches, (gh, gw)
 
     def __call__(self, images: Any, return_tensors: str | None = None, **_: Any) -> BatchFeature:

@@ -1,11 +1,15 @@
-"""Shared fixtures: the scripted Kimi-VL stream server, on a real socket."""
+"""Shared fixtures: hermetic settings, the scripted Kimi-VL stream server on a real socket,
+chat sessions with their borrowed resources."""
 
 from __future__ import annotations
 
+import os
 import socket
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,9 +18,22 @@ import httpx
 import pytest
 import uvicorn
 
+from backend.chat import ChatSession
+from backend.client import ChatClient
+from backend.settings import Settings
+from backend.uploads import MediaWorkers
 from tests.fakes.kimi_server import KimiServer
 
 DATA = Path(__file__).parent / "data"
+
+# Hermetic settings: no developer .env, no KIMI_* from the shell; the app's request
+# log goes to a temporary file, never into the checkout. Done at import, before any
+# test module imports app.py (whose Settings() is read at import).
+for _name in [n for n in os.environ if n.startswith("KIMI_")]:
+    del os.environ[_name]
+Settings.model_config["env_file"] = None
+TEST_LOGS = Path(tempfile.mkdtemp(prefix="kimi-test-logs-"))
+os.environ["KIMI_APP_LOG"] = str(TEST_LOGS / "app.log")
 
 
 def free_port() -> int:
@@ -72,12 +89,12 @@ class RunningFake:
         self.server.requests.clear()
         self.server.headers.clear()
         self.server.aborted.clear()
+        self.server.tokenize_mode = "json-length"
 
 
-@pytest.fixture(scope="session")
-def kimi_server() -> Iterator[RunningFake]:
-    """The scripted server (serving ``kimi-vl-thinking-2506``), started once."""
-    fake = KimiServer(max_model_len=8192)
+@contextmanager
+def serving(fake: KimiServer) -> Iterator[RunningFake]:
+    """Run ``fake`` on a free port in a thread until the block ends."""
     port = free_port()
     config = uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
@@ -90,8 +107,41 @@ def kimi_server() -> Iterator[RunningFake]:
     thread.join(timeout=5)
 
 
+@pytest.fixture(scope="session")
+def kimi_server() -> Iterator[RunningFake]:
+    """The scripted server (serving ``kimi-vl-thinking-2506``), started once."""
+    with serving(KimiServer(max_model_len=8192)) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def two_models() -> Iterator[RunningFake]:
+    """A scripted server serving Thinking-2506 first, then Instruct (``kimi-vl``)."""
+    with serving(KimiServer(max_model_len=8192, extra_models=("kimi-vl",))) as running:
+        yield running
+
+
 @pytest.fixture
 def fake(kimi_server: RunningFake) -> RunningFake:
     """The scripted server with no recorded requests."""
     kimi_server.reset()
     return kimi_server
+
+
+SessionFactory = Callable[[Settings], ChatSession]
+
+
+@pytest.fixture
+async def make_session() -> AsyncIterator[SessionFactory]:
+    """Build chat sessions as the app does; their client and workers are closed after."""
+    owned: list[tuple[ChatClient, MediaWorkers]] = []
+
+    def make(settings: Settings) -> ChatSession:
+        client, workers = ChatClient.from_settings(settings), MediaWorkers()
+        owned.append((client, workers))
+        return ChatSession.create(settings, client, workers)
+
+    yield make
+    for client, workers in owned:
+        await client.aclose()
+        workers.close()

@@ -4,11 +4,12 @@ budget, and the check on the one-line messages for bad files."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from backend.uploads import MediaBudget
+from backend.media import MediaBudget
 from bench.media import frame_colour as frame_colour
 from bench.media import make_video as make_video
 from bench.media import raw_pdf as raw_pdf
@@ -54,6 +55,19 @@ ONE_PAGE = [
     b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] >>",
 ]
 """Objects of a one-page, 200x100-point empty PDF for :func:`raw_pdf`."""
+
+
+def cut_keeping_a_trailer(whole: bytes, length: int) -> bytes:
+    """The first ``length`` bytes of a :func:`make_pdf` file, then a trailer naming its catalog.
+
+    What is left of a cut PDF whose trailer PDFium still finds: as a linearized
+    ("fast web view") PDF keeps a first-page trailer near its start (ISO 32000-1,
+    annex F). The objects after the cut are missing, the ones before are whole.
+    """
+    catalog = re.search(rb"(\d+) 0 obj<<\s*/Type /Catalog", whole)
+    assert catalog is not None
+    size = whole.count(b" 0 obj") + 1
+    return whole[:length] + b"\ntrailer\n<< /Root %s 0 R /Size %d >>\n" % (catalog[1], size)
 
 
 def encrypted_pdf() -> bytes:

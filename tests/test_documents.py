@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from backend.documents import MAX_RENDER_DPI, page_pixels, prepare_pdf
+from backend.documents import page_pixels, prepare_pdf
 from backend.errors import ImageError
-from backend.images import fit_to_budget, image_tokens
-from backend.uploads import MediaBudget, UploadKind, sniff_kind
+from backend.media import MediaBudget, UploadKind, sniff_kind
 from tests.media import (
     ONE_PAGE,
     PAGE_COLOURS,
     budget,
+    cut_keeping_a_trailer,
     encrypted_pdf,
     make_pdf,
     one_line_naming,
@@ -38,14 +38,21 @@ def test_pages_up_to_the_image_limit_with_a_notice_of_those_left_out(tmp_path: P
         assert all(abs(a - b) <= 3 for a, b in zip(centre, PAGE_COLOURS[index], strict=True))
 
 
+LETTER_TOKENS = 57 * 74
+"""A US letter page (612x792 pt, 2550x3300 px at 300 dpi) at the 16384-patch budget:
+1581x2046 px, worked by hand in tests/test_images.py ``FITTED``."""
+
+
 def test_pages_up_to_the_token_budget(tmp_path: Path) -> None:
     pdf = make_pdf(tmp_path / "report.pdf", pages=4)
-    page_tokens = image_tokens(*page_pixels(612, 792, 16384), 16384)
-    result = prepare_pdf(pdf, budget(tokens=2 * page_tokens + 100))
-    assert len(result.images) == 2
-    assert sum(image.tokens + 4 for image in result.images) <= 2 * page_tokens + 100
-    assert result.notices[0].startswith("report.pdf: pages 1-2 of 4 sent as images; pages 3-4")
-    assert f"{2 * page_tokens + 100} tokens were left" in result.notices[0]
+    assert page_pixels(612, 792, 16384) == (1581, 2046)
+    left = 2 * (LETTER_TOKENS + 4) + 100  # two pages and their chat-template overhead, + 100
+    result = prepare_pdf(pdf, budget(tokens=left))
+    assert [image.tokens for image in result.images] == [LETTER_TOKENS, LETTER_TOKENS]
+    assert result.notices == [
+        "report.pdf: pages 1-2 of 4 sent as images; pages 3-4 left out "
+        f"({left} tokens were left for pictures in this message, about 4222 per page)"
+    ]
 
 
 def test_all_pages_fit_and_a_single_page_is_named_so(tmp_path: Path) -> None:
@@ -56,25 +63,49 @@ def test_all_pages_fit_and_a_single_page_is_named_so(tmp_path: Path) -> None:
     assert single.text == "Page 1 of b.pdf"
 
 
+# Render sizes worked by hand (tests/test_images.py FITTED shows the method): the page
+# at 300 dpi, then the longer side L is the largest whose rounded shorter side keeps
+# (W//14)*(H//14) within the budget; tokens = ceil(W/28) * ceil(H/28).
+RENDERED = {
+    # 8.5x11 in -> 2550x3300 px: in FITTED.
+    ("letter", 4096): ((797, 1032), 29 * 37),
+    ("letter", 16384): ((1581, 2046), 57 * 74),
+    ("landscape", 4096): ((1032, 797), 37 * 29),
+    ("landscape", 16384): ((2046, 1581), 74 * 57),
+    # 8.27x11.69 in -> 2481x3507 px. L = 1067: S = round(754.84) = 755, 53*76 = 4028;
+    # L = 1068: S = 756, 54*76 = 4104 > 4096. ceil(755/28) = 27, ceil(1067/28) = 39.
+    ("a4", 4096): ((755, 1067), 27 * 39),
+    # L = 2136: S = round(1511.10) = 1511, 107*152 = 16264; L = 2137: S = 1512, 108*152 =
+    # 16416 > 16384. ceil(1511/28) = 54 (28*53 = 1484), ceil(2136/28) = 77 (28*76 = 2128).
+    ("a4", 16384): ((1511, 2136), 54 * 77),
+    # 6x60 in -> 1800x18000 px. L = 2869: S = round(286.9) = 287, 20*204 = 4080; L = 2870:
+    # S = 287, 20*205 = 4100 > 4096. ceil(287/28) = 11, ceil(2869/28) = 103 (28*102 = 2856).
+    ("long-strip", 4096): ((287, 2869), 11 * 103),
+    # In FITTED: 573x5734.
+    ("long-strip", 16384): ((573, 5734), 21 * 205),
+}
+
+
 @pytest.mark.parametrize("limit", LIMITS)
 @pytest.mark.parametrize(
-    ("size_px", "resolution"),
-    [((850, 1100), 100), ((1100, 850), 100), ((827, 1169), 100), ((300, 3000), 50)],
-    ids=["letter", "landscape", "a4", "long-strip"],  # the strip: 573.4 px rounded to 573
+    ("kind", "size_px", "resolution"),
+    [
+        ("letter", (850, 1100), 100),
+        ("landscape", (1100, 850), 100),
+        ("a4", (827, 1169), 100),
+        ("long-strip", (300, 3000), 50),
+    ],
+    ids=["letter", "landscape", "a4", "long-strip"],
 )
 def test_render_size_is_fit_to_budget_and_tokens_are_known(
-    tmp_path: Path, limit: int, size_px: tuple[int, int], resolution: float
+    tmp_path: Path, limit: int, kind: str, size_px: tuple[int, int], resolution: float
 ) -> None:
     pdf = make_pdf(tmp_path / "page.pdf", pages=1, size_px=size_px, resolution=resolution)
     (page,) = prepare_pdf(pdf, budget(limit=limit)).images
-    width_in, height_in = (side / resolution for side in size_px)
-    expected = fit_to_budget(
-        round(width_in * MAX_RENDER_DPI), round(height_in * MAX_RENDER_DPI), limit
-    )
-    assert (page.width, page.height) == expected
-    assert decode(page).size == expected  # the pixels sent, not only the claim
-    assert (page.width // 14) * (page.height // 14) <= limit
-    assert page.tokens == image_tokens(page.width, page.height, limit)
+    size, tokens = RENDERED[kind, limit]
+    assert (page.width, page.height) == size
+    assert decode(page).size == size  # the pixels sent, not only the claim
+    assert page.tokens == tokens
     assert page.mime_type == "image/png"  # a flat text page: lossless
 
 
@@ -110,16 +141,56 @@ def test_broken_or_locked_pdf_is_one_line_naming_the_file(
     assert one_line_naming(error.value, "contract.pdf").startswith(f"contract.pdf: {reason}")
 
 
-def test_truncated_pdf_is_refused_or_its_readable_pages_sent(tmp_path: Path) -> None:
+CUT_SHORT = (
+    "the PDF is cut short (the file ends before its %%EOF marker); upload the whole file again"
+)
+
+
+def test_a_pdf_cut_anywhere_before_its_trailer_is_refused_in_one_sentence(tmp_path: Path) -> None:
     whole = make_pdf(tmp_path / "whole.pdf", pages=3).read_bytes()
+    # Pillow writes the objects, then the cross-reference table, the trailer, startxref.
+    first_object = whole.index(b" 0 obj") + len(b" 0 obj")
+    trailer_end = whole.index(b">>", whole.index(b"trailer")) + len(b">>")  # its dictionary
+    cuts = [*range(first_object, trailer_end, 997), whole.index(b"xref"), trailer_end - 1]
+    assert len(cuts) > 40
+    cut = tmp_path / "upload.bin"
+    for length in cuts:
+        cut.write_bytes(whole[:length])
+        with pytest.raises(ImageError) as error:
+            prepare_pdf(cut, budget(), name="report.pdf")
+        assert str(error.value) == f"report.pdf: {CUT_SHORT}", length
+
+
+def test_a_pdf_cut_after_its_trailer_loses_nothing_and_is_sent_whole(tmp_path: Path) -> None:
+    whole = make_pdf(tmp_path / "whole.pdf", pages=3).read_bytes()
+    trailer_end = whole.index(b">>", whole.index(b"trailer")) + len(b">>")  # its dictionary
     cut = tmp_path / "cut.pdf"
-    cut.write_bytes(whole[: len(whole) // 3])
-    try:
-        result = prepare_pdf(cut, budget())
-    except ImageError as error:  # PDFium may rebuild the cross-reference table or not
-        assert one_line_naming(error, "cut.pdf").startswith("cut.pdf: the PDF is damaged")
-    else:
-        assert 1 <= len(result.images) <= 3
+    for length in (trailer_end, len(whole) - 3):  # without startxref; "%%EOF" cut to "%%"
+        cut.write_bytes(whole[:length])
+        result = prepare_pdf(cut, budget(limit=4096))
+        assert result.notices == ["cut.pdf: pages 1-3 of 3 sent as images"]
+        for index, image in enumerate(result.images):
+            pixels = decode(image).convert("RGB")
+            centre = pixels.getpixel((pixels.width // 2, pixels.height // 2))
+            assert isinstance(centre, tuple)
+            assert all(abs(a - b) <= 3 for a, b in zip(centre, PAGE_COLOURS[index], strict=True))
+
+
+@pytest.mark.parametrize("page", [2, 3])
+def test_a_cut_pdf_whose_trailer_survives_is_refused_naming_the_first_lost_page(
+    tmp_path: Path, page: int
+) -> None:
+    whole = make_pdf(tmp_path / "whole.pdf", pages=3).read_bytes()
+    # Pillow writes page n's picture, then its page object: cut just before the page object.
+    page_object = b"%d 0 obj<<\n/Resources" % (2 * page - 1)
+    cut = tmp_path / "upload.bin"
+    cut.write_bytes(cut_keeping_a_trailer(whole, whole.index(page_object)))
+    with pytest.raises(ImageError) as error:
+        prepare_pdf(cut, budget(), name="report.pdf")
+    assert str(error.value) == (
+        f"report.pdf: page {page} of 3 cannot be read (the PDF is damaged or cut short); "
+        "upload the whole file again"
+    )
 
 
 def test_no_room_left_is_a_problem_naming_the_file(tmp_path: Path) -> None:

@@ -32,6 +32,13 @@ from tests.media import one_line_naming
 
 DATA = Path(__file__).parent / "data"
 PHOTOS = ["astronaut.png", "chelsea.png", "rocket.jpg", "page.png", "coffee.png"]
+PHOTO_TOKENS = {  # ceil(W/28) * ceil(H/28): every photo fits both budgets (<= 36*36 patches)
+    "astronaut.png": 19 * 19,  # 512x512: 28*18 = 504 < 512
+    "chelsea.png": 17 * 11,  # 451x300: 28*16 = 448 < 451, 28*10 = 280 < 300
+    "rocket.jpg": 23 * 16,  # 640x427: 28*22 = 616 < 640, 28*15 = 420 < 427
+    "page.png": 14 * 7,  # 384x191: 28*13 = 364 < 384, 28*6 = 168 < 191
+    "coffee.png": 22 * 15,  # 600x400: 28*21 = 588 < 600, 28*14 = 392 < 400
+}
 LIMITS = [4096, 16384]  # Kimi-VL-A3B-Instruct, Kimi-VL-A3B-Thinking-2506
 
 
@@ -79,6 +86,9 @@ def save(tmp_path: Path) -> Callable[..., Path]:
 # --- token formula and budget -------------------------------------------------------
 
 
+# Expected values are vLLM's arithmetic (KimiVLProcessingInfo.get_num_image_tokens in
+# vllm/model_executor/models/kimi_vl.py) worked by hand: if (W//14)*(H//14) > limit, both
+# sides become int(side * sqrt(limit / patches)); then tokens = ceil(H/28) * ceil(W/28).
 @pytest.mark.parametrize(
     ("width", "height", "limit", "tokens"),
     [
@@ -87,7 +97,22 @@ def save(tmp_path: Path) -> Callable[..., Path]:
         (29, 28, 4096, 2),  # one pixel more pads a second token column
         (896, 896, 4096, 32 * 32),  # exactly 64x64 patches: no scaling
         (1792, 1792, 16384, 64 * 64),  # Thinking-2506's "about 1792x1792"
-        (1920, 1080, 16384, 69 * 39),  # fits 16384 patches as is: 2691
+        # 137*77 = 10549 patches <= 16384; 28*68 = 1904 < 1920, 28*38 = 1064 < 1080
+        (1920, 1080, 16384, 69 * 39),
+        # 10549 > 4096: sqrt(4096/10549) = 0.62312; 1920*0.62312 = 1196.4 -> 1196,
+        # 1080*0.62312 = 672.97 -> 672; ceil(1196/28) = 43 (28*42 = 1176), 672 = 28*24
+        (1920, 1080, 4096, 43 * 24),
+        # 45*30 = 1350 patches fit both budgets; 28*22 = 616 < 640, 28*15 = 420 < 427
+        (640, 427, 16384, 23 * 16),
+        (640, 427, 4096, 23 * 16),
+        # 142*107 = 15194 patches <= 16384; 28*71 = 1988 < 2000, 28*53 = 1484 < 1500
+        (2000, 1500, 16384, 72 * 54),
+        # 15194 > 4096: sqrt(4096/15194) = 0.51921; 2000*0.51921 = 1038.4 -> 1038,
+        # 1500*0.51921 = 778.8 -> 778; ceil(1038/28) = 38 (28*37 = 1036), ceil(778/28) = 28
+        (2000, 1500, 4096, 38 * 28),
+        # A 1-pixel strip: 0 * 357 = 0 patches, never scaled; ceil(5000/28) = 179 (28*178 = 4984)
+        (1, 5000, 4096, 1 * 179),
+        (1, 5000, 16384, 1 * 179),
         # 73*73 patches > 4096: scaled by sqrt(4096/5329) to 897x897, ceil(897/28)=33
         (1024, 1024, 4096, 33 * 33),
         # 285*214 patches: vLLM's single sqrt step gives 2073x1554 -> 75*56
@@ -148,6 +173,44 @@ def test_fit_to_budget_is_the_largest_fitting_size_with_the_same_aspect(
     assert tokens <= limit // 4 + math.ceil(fitted_width / 28) + math.ceil(fitted_height / 28)
 
 
+# Worked by hand: the longer side L is the largest for which the shorter side
+# S = round(short * L / long) gives (W//14)*(H//14) <= limit; the next L does not.
+# Tokens: ceil(W/28) * ceil(H/28) (no further scaling, the size fits).
+FITTED = [
+    # 3:2. L = 1105: S = round(736.67) = 737; 78*52 = 4056 <= 4096. L = 1106: S = 737,
+    # 79*52 = 4108 > 4096. Tokens ceil(1105/28) = 40 (28*39 = 1092), ceil(737/28) = 27.
+    (4800, 3200, 4096, (1105, 737), 40 * 27),
+    # L = 2204: S = round(1469.33) = 1469; 157*104 = 16328. L = 2205: S = 1470, 157*105 =
+    # 16485 > 16384. Tokens ceil(2204/28) = 79 (28*78 = 2184), ceil(1469/28) = 53.
+    (4800, 3200, 16384, (2204, 1469), 79 * 53),
+    # L = 960: S = round(853.33) = 853; 68*60 = 4080. L = 961: S = 854, 68*61 = 4148.
+    # Tokens ceil(960/28) = 35 (28*34 = 952), ceil(853/28) = 31 (28*30 = 840).
+    (9000, 8000, 4096, (960, 853), 35 * 31),
+    # US letter at 300 dpi, portrait. L = 2046: S = round(1581.0) = 1581; 112*146 = 16352.
+    # L = 2047: S = 1582, 113*146 = 16498. Tokens ceil(1581/28) = 57, ceil(2046/28) = 74.
+    (2550, 3300, 16384, (1581, 2046), 57 * 74),
+    # L = 1032: S = round(797.45) = 797; 56*73 = 4088. L = 1033: S = 798, 57*73 = 4161.
+    # Tokens ceil(797/28) = 29 (28*28 = 784), ceil(1032/28) = 37 (28*36 = 1008).
+    (2550, 3300, 4096, (797, 1032), 29 * 37),
+    # 16:9 at the smallest video frame budget. L = 601: S = round(338.06) = 338; 42*24 =
+    # 1008 <= 1024. L = 602: S = 339, 43*24 = 1032. Tokens ceil(601/28) = 22, ceil(338/28) = 13.
+    (1920, 1080, 1024, (601, 338), 22 * 13),
+    # 1:10 strip: L = 5734: S = round(573.4) = 573; 40*409 = 16360. L = 5735: S = round(573.5)
+    # = 574, 41*409 = 16769. Tokens ceil(573/28) = 21, ceil(5734/28) = 205 (28*204 = 5712).
+    (1800, 18000, 16384, (573, 5734), 21 * 205),
+    # Already fits (45*30 = 1350 patches): unchanged.
+    (640, 427, 4096, (640, 427), 23 * 16),
+]
+
+
+@pytest.mark.parametrize(("width", "height", "limit", "fitted", "tokens"), FITTED)
+def test_fit_to_budget_gives_the_sizes_worked_by_hand(
+    width: int, height: int, limit: int, fitted: tuple[int, int], tokens: int
+) -> None:
+    assert fit_to_budget(width, height, limit) == fitted
+    assert image_tokens(*fitted, limit) == tokens
+
+
 @pytest.mark.parametrize("bad", [(0, 10, 4096), (10, 0, 4096), (10, 10, 0)])
 def test_budget_functions_refuse_nonsense(bad: tuple[int, int, int]) -> None:
     with pytest.raises(ValueError):
@@ -167,7 +230,7 @@ def test_data_url_decodes_to_the_stated_size(name: str, limit: int) -> None:
     source = photo(name)
     assert prepared.name == name
     assert image.size == (prepared.width, prepared.height) == source.size  # all fit already
-    assert prepared.tokens == image_tokens(prepared.width, prepared.height, limit)
+    assert prepared.tokens == PHOTO_TOKENS[name]
     assert prepared.source_bytes == (DATA / name).stat().st_size
     assert prepared.payload_bytes == len(base64.b64decode(prepared.data_url.split(",")[1]))
     assert prepared.as_content_part() == {
@@ -186,7 +249,7 @@ def test_photos_become_jpeg_and_the_scanned_page_stays_lossless_grayscale() -> N
     decoded = decode(page)
     assert decoded.mode == "L"
     assert ImageChops.difference(decoded, photo("page.png")).getbbox() is None  # lossless
-    assert page.tokens == 7 * 14  # 191x384 px -> ceil(191/28) * ceil(384/28)
+    assert page.tokens == 14 * 7  # 384x191 px -> ceil(384/28) * ceil(191/28)
 
 
 def test_custom_name_is_used(save: Callable[..., Path]) -> None:
@@ -201,8 +264,10 @@ def test_image_larger_than_the_budget_is_scaled_to_it(
     big = photo("coffee.png").resize((4800, 3200), Image.Resampling.BICUBIC)
     path = save("big.jpg", big, format="JPEG", quality=92)
     prepared = prepare_image(path, limit)
-    assert (prepared.width, prepared.height) == fit_to_budget(4800, 3200, limit)
-    assert (prepared.width // 14) * (prepared.height // 14) <= limit
+    # Worked by hand in FITTED: 1105x737 (78*52 = 4056 patches), 2204x1469 (157*104 = 16328).
+    size, tokens = {4096: ((1105, 737), 40 * 27), 16384: ((2204, 1469), 79 * 53)}[limit]
+    assert (prepared.width, prepared.height) == size
+    assert prepared.tokens == tokens
     image = decode(prepared)
     assert image.size == (prepared.width, prepared.height)
     reference = photo("coffee.png").resize(image.size, Image.Resampling.LANCZOS)
@@ -457,7 +522,8 @@ class BadInput:
 
     ``error``: a part of the ImageError message (after "name: "), or None when the file
     must be accepted; then ``notice`` (a part of the one notice) or None (no notice),
-    and ``size`` the expected size when given.
+    and ``size`` the expected size and ``tokens`` its Kimi-VL token count (at the
+    4096-patch budget, worked by hand) when given.
     """
 
     name: str
@@ -466,6 +532,7 @@ class BadInput:
     notice: str | None = None
     size: tuple[int, int] | None = None
     max_bytes: int | None = None
+    tokens: int | None = None
 
 
 PNG_CAT = encoded(CAT, "PNG")
@@ -516,12 +583,23 @@ BAD_INPUTS = [
         None,
         "only 1x1 pixels",
         (28, 28),
+        tokens=1,
     ),
     BadInput(
-        "line.png", encoded(Image.new("L", (1, 5000), 0), "PNG"), None, "only 1x5000", (28, 5000)
+        "line.png",
+        encoded(Image.new("L", (1, 5000), 0), "PNG"),
+        None,
+        "only 1x5000",
+        (28, 5000),
+        tokens=1 * 179,  # ceil(5000/28) = 179 (28*178 = 4984)
     ),
     BadInput(
-        "rule.png", encoded(Image.new("L", (5000, 1), 0), "PNG"), None, "only 5000x1", (5000, 28)
+        "rule.png",
+        encoded(Image.new("L", (5000, 1), 0), "PNG"),
+        None,
+        "only 5000x1",
+        (5000, 28),
+        tokens=179 * 1,
     ),
     BadInput(
         "thread.png",
@@ -529,25 +607,37 @@ BAD_INPUTS = [
         None,
         "only 1x7140",
         (28, 7140),
+        tokens=1 * 255,  # 7140 = 28*255
     ),
     BadInput(
-        "banner.png", encoded(Image.new("RGB", (9000, 40), "navy"), "PNG"), None, None, (7140, 32)
+        "banner.png",
+        encoded(Image.new("RGB", (9000, 40), "navy"), "PNG"),
+        None,
+        None,
+        (7140, 32),  # the widest side taken; 32 = round(40 * 7140 / 9000) = round(31.73)
+        tokens=255 * 2,  # ceil(32/28) = 2
     ),
     BadInput(
         "huge-photo.jpg",
         encoded(Image.new("L", (9000, 8000), 90), "JPEG"),
         None,
         None,
-        fit_to_budget(9000, 8000, 4096),
+        (960, 853),  # worked by hand in FITTED
+        tokens=35 * 31,
     ),
-    BadInput("orientation-9.jpg", with_exif(ROCKET, orientation(9)), None, None, ROCKET.size),
-    BadInput("orientation-0.jpg", with_exif(ROCKET, orientation(0)), None, None, ROCKET.size),
+    BadInput(
+        "orientation-9.jpg", with_exif(ROCKET, orientation(9)), None, None, (640, 427), tokens=368
+    ),
+    BadInput(
+        "orientation-0.jpg", with_exif(ROCKET, orientation(0)), None, None, (640, 427), tokens=368
+    ),
     BadInput(
         "junk-exif.jpg",
         with_exif(ROCKET, b"Exif\x00\x00" + bytes(range(64))),
         None,
         None,
-        ROCKET.size,
+        (640, 427),
+        tokens=23 * 16,
     ),
 ]
 
@@ -573,7 +663,7 @@ def test_bad_inputs_give_one_line_or_a_usable_image(
     assert image.size == (prepared.width, prepared.height)
     if case.size is not None:
         assert image.size == case.size
-    assert prepared.tokens == image_tokens(*image.size, 4096)
+    assert prepared.tokens == case.tokens
     if case.notice is None:
         assert prepared.notices == ()
     else:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import chainlit as cl
 
-from backend.presenter import THINKING_LABEL, thought_label
+from backend.presenter import THINKING_LABEL, StepEnd, thought_label
 
 
 class ReasoningView:
@@ -48,14 +48,14 @@ class ReasoningView:
             await self._step.remove()
             self._step = None
 
-    async def close(self, *, stopped: bool = False) -> None:
-        """Retitle the open step "Thought for N.Ns" (plus "(stopped)"); no-op if none is open.
+    async def close(self, ended: StepEnd = "done") -> None:
+        """Retitle the open step "Thought for N.Ns" (plus how it ended); no-op if none is open.
 
         Chainlit collapses an ``auto_collapse`` step once the answer message follows it.
         """
         if self._step is None:
             return
-        self._step.name = thought_label(self._clock() - self._since, stopped=stopped)
+        self._step.name = thought_label(self._clock() - self._since, ended)
         self._step.end = cl.utils.utc_now()
         await self._step.update()
         self._step = None

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,13 +109,21 @@ APP_FILES = ("app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "c
 """What ``chainlit run`` needs from the repository, copied into a UI's own directory."""
 
 
-def start_ui(port: int, base_url: str, workdir: Path, **env: str) -> Process:
+def start_ui(
+    port: int,
+    base_url: str,
+    workdir: Path,
+    edit_config: Callable[[str], str] | None = None,
+    **env: str,
+) -> Process:
     """``chainlit run app.py --headless`` on ``port``, talking to ``base_url``.
 
     It runs in ``workdir``, where the app's files are copied: Chainlit keeps
     uploads in ``./.files`` and deletes that folder when it stops, so two UIs
     (or a developer's UI) sharing the repository root would break each other.
     Copies, not links: Chainlit refuses files that resolve outside its root.
+    ``edit_config`` rewrites the copy's ``.chainlit/config.toml`` text (a test's
+    own limits, e.g. a short ``session_timeout``).
     """
     for name in APP_FILES:
         source = ROOT / name
@@ -123,6 +131,9 @@ def start_ui(port: int, base_url: str, workdir: Path, **env: str) -> Process:
             shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(source, workdir / name)
+    if edit_config is not None:
+        config = workdir / ".chainlit" / "config.toml"
+        config.write_text(edit_config(config.read_text()))
     chainlit = str(Path(sys.executable).with_name("chainlit"))
     ui = spawn(
         f"chainlit-{port}",

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import (
     ANSWERS,
@@ -18,6 +18,7 @@ from tests.browser.conftest import (
     Stack,
     ask,
     attach,
+    new_context,
     screenshot,
     wait_answer_done,
 )
@@ -169,3 +170,32 @@ def test_starter_attaches_its_sample_image(page: Page, stack: Stack) -> None:
     content = stack.requests()[-1]["messages"][-1]["content"]  # type: ignore[index]
     assert [part["type"] for part in content] == ["image_url", "text"]
     assert content[-1]["text"] == "What is in this sample photo?"
+
+
+def test_a_second_browser_does_not_break_the_first(chromium: Browser, stack: Stack) -> None:
+    """Issue 11, defect 1: another person opening the page closed the client every chat used."""
+    first, second = new_context(chromium), new_context(chromium)
+    try:
+        a = first.new_page()
+        a.goto(stack.ui_url)
+        expect(a.locator("#chat-settings-open-modal")).to_be_visible()
+        ask(a, "Tab A, first question #scenario=plain")
+        wait_answer_done(a)
+        expect(a.locator(ANSWERS).last).to_contain_text("A rocket stands")
+
+        b = second.new_page()  # a second person joins the demo
+        b.goto(stack.ui_url)
+        expect(b.locator("#chat-settings-open-modal")).to_be_visible()
+        ask(b, "Tab B asks #scenario=plain")
+        wait_answer_done(b)
+        expect(b.locator(ANSWERS).last).to_contain_text("A rocket stands")
+
+        ask(a, "Tab A, again #scenario=plain")
+        wait_answer_done(a)
+        expect(a.locator(ANSWERS)).to_have_count(2)
+        expect(a.locator(ANSWERS).last).to_contain_text("A rocket stands")
+        expect(a.locator("#root")).not_to_contain_text("Unexpected failure")
+        screenshot(a, "two-browsers-tab-a")
+    finally:
+        first.close()
+        second.close()

@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import (
     ANSWERS,
+    REASONING_STEP,
     ask,
     new_context,
     screenshot,
@@ -51,12 +52,21 @@ def vllm_page(
 
 
 def test_photo_question_against_real_vllm(vllm_page: Page) -> None:
+    """Dev mode shows the whole experience: starters on screen, the dev-mode warning as a
+    toast (not a message), and, with the output shaped by structured outputs, a
+    reasoning step that streams and folds to "Thought for N.Ns" before the answer."""
     page = vllm_page
-    expect(page.locator(ANSWERS).first).to_contain_text("Dev mode")
+    expect(page.get_by_text("Dev mode: the server runs a tiny model")).to_be_visible()
+    expect(page.get_by_text("What is in this photo?")).to_be_visible()  # a starter
+    expect(page.locator(ANSWERS)).to_have_count(0)  # the banner is not a message
     ask(page, "What is in this picture?", DATA / "rocket.jpg")
     wait_answer_done(page)
+    thought = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
+    expect(thought).to_have_text(re.compile(r"^\s*Thought for \d+\.\ds\s*$"))
     answer = page.locator(ANSWERS).last
-    # Random weights write noise; what matters is a finished answer with its stats.
-    expect(answer).to_contain_text(re.compile(r"TTFT [\d.]+ s .*\d+ tokens"))
+    # Random weights write noise; what matters is the shape and the stats.
+    expect(answer).to_contain_text(re.compile(r"TTFT [\d.]+ s · thought [\d.]+ s .*\d+ tokens"))
+    expect(answer).to_contain_text("dev model: the text is noise")
+    expect(answer).not_to_contain_text("◁")
     expect(page.locator("#root")).not_to_contain_text("Traceback")
     screenshot(page, "real-vllm-answer")

@@ -7,8 +7,9 @@ last content chunk, a separate usage chunk with empty ``choices`` when
 ``stream_options.include_usage`` is set, then ``data: [DONE]``) and answers
 errors in vLLM's JSON shape.
 
-A scenario is chosen by ``#scenario=NAME`` in the last user message; see
-:data:`SCENARIOS`. The default is ``thinking`` for a model whose name says
+A scenario is chosen by ``#scenario=NAME`` in the last user message (see
+:data:`SCENARIOS`), or by its words (:data:`CONTENT_SCENARIOS`: the grounding
+starters). The default is ``thinking`` for a model whose name says
 "thinking" and ``plain`` for others (Instruct writes no reasoning). Several
 models can be served at once (``--model A --model B``), as a server hosting
 both Kimi-VL Thinking and Instruct would list them. Every request body is recorded and can be
@@ -22,7 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import dataclasses
+import io
 import json
+import math
 import re
 import time
 import uuid
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -50,6 +56,20 @@ ANSWER = (
     "```python\nprint('liftoff')\n```\n"
 )
 
+CLICK_REASONING = (
+    "The user wants to turn on dark mode. I see two switches on the right. The green one, "
+    "around x=0.917, y=0.301, is already on... no, that is Night light. Dark mode is the "
+    "row above it, and its switch is grey: that is the one to click."
+)
+CLICK_ANSWER = (
+    "Click the grey switch at the right end of the **Dark mode** row:\n\n"
+    "```python\npyautogui.click(x=0.917, y=0.201)\n```\n"
+)
+BBOX_ANSWER = (
+    "The spoon lies on the saucer, to the right of the cup:\n\n"
+    '```json\n[{"bbox_2d": [0.54, 0.16, 0.71, 0.82], "label": "spoon"}]\n```\n'
+)
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -62,9 +82,15 @@ class Scenario:
         delay_s: pause between two chunks.
         status: HTTP status to answer with instead of streaming (an error).
         error: vLLM's error message for ``status`` or for a mid-stream error event.
-        on_schedule: if True, chunk ``i`` is sent at ``i * delay_s`` after the
+        pause_at: index of the piece before which the stream goes silent for
+            ``pause_s`` seconds (0: before any text, a server that has not started).
+        pause_s: see ``pause_at``.
+        breaks: how the stream breaks after its pieces instead of ending:
+            ``"garbled"`` sends a chunk that is not JSON, ``"dropped"`` closes the
+            connection without ending the HTTP response.
+        on_schedule: if True, piece ``i`` is sent at ``(i + 1) * delay_s`` after the
             first chunk (a model's steady pace, which does not slow down when
-            this server's own process is busy); else ``delay_s`` between chunks.
+            this server's own process is busy); else ``delay_s`` between pieces.
     """
 
     pieces: tuple[str, ...] = ()
@@ -73,6 +99,9 @@ class Scenario:
     delay_s: float = 0.005
     status: int = 200
     error: str = ""
+    pause_at: int | None = None
+    pause_s: float = 0.0
+    breaks: str = ""
     on_schedule: bool = False
 
 
@@ -137,22 +166,59 @@ SCENARIOS: dict[str, Scenario] = {
     "error-500": Scenario(status=500, error="EngineCore encountered an issue."),
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
+    # Accepts the request, then sends no text for 4 s (a loaded server).
+    "silent": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=4.0),
+    # Sends some reasoning, then nothing for a minute.
+    "stall": Scenario(pieces=tokens(f"◁think▷{REASONING}"), pause_at=20, pause_s=60.0),
+    "garbled": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="garbled"),
+    "dropped": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="dropped"),
+    # Grounding on the bundled settings.png: the reasoning names a wrong switch first
+    # (Night light, x=0.917, y=0.301), the answer clicks the right one (Dark mode).
+    "click": Scenario(pieces=tokens(f"◁think▷{CLICK_REASONING}◁/think▷{CLICK_ANSWER}")),
+    # Grounding on the bundled coffee.png: a normalised bbox_2d with a label.
+    "bbox": Scenario(pieces=tokens(BBOX_ANSWER)),
+    # Prompt injection made visible: markdown images (which a browser fetches with no
+    # click) pointing at the `#url=` of the message, in the still-open reasoning and in
+    # the answer, plus a plain link and a javascript: link (security tests).
+    "exfiltrate": Scenario(
+        pieces=tokens(
+            "◁think▷The page says to show ![step]({url}?from=reasoning) now. "
+            f"{REASONING}◁/think▷Here is the chart ![chart]({{url}}?from=answer) and "
+            "![]({url}?from=bare). Source: [the report]({url}?from=link); "
+            "[click me](javascript:alert(document.cookie))."
+        ),
+        delay_s=0.01,
+    ),
 }
+URL_TAG = re.compile(r"#url=(\S+)")
+"""``#url=ADDRESS`` in the message fills ``{url}`` in a scenario's pieces."""
+
+CONTENT_SCENARIOS: tuple[tuple[str, str], ...] = (
+    ("dark mode", "click"),
+    ("深色模式", "click"),
+    ("spoon", "bbox"),
+    ("勺子", "bbox"),
+)
+"""Scenarios picked by words of an untagged message (the grounding starters send no tag)."""
 
 
-def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, str]]:
+class DroppedConnection(Exception):
+    """Raised inside a stream to make the server close the connection mid-response."""
+
+
+def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, int, str]]:
     """Pieces as vLLM's ``stream_interval`` sends them: the first alone, then ``interval`` a chunk.
 
-    Returns (index of the chunk's last piece, the chunk's text) pairs; the last
-    chunk may be shorter (vLLM sends the first token at once and the last chunk
-    when the request finishes: ``vllm/v1/engine/output_processor.py``).
+    Returns (index of the chunk's first piece, of its last piece, the chunk's
+    text); the last chunk may be shorter (vLLM sends the first token at once and
+    the last chunk when the request finishes: ``vllm/v1/engine/output_processor.py``).
     """
     if not pieces:
         return []
-    out = [(0, pieces[0])]
+    out = [(0, 0, pieces[0])]
     for start in range(1, len(pieces), interval):
         end = min(start + interval, len(pieces))
-        out.append((end - 1, "".join(pieces[start:end])))
+        out.append((start, end - 1, "".join(pieces[start:end])))
     return out
 
 
@@ -169,6 +235,32 @@ def last_user_text(body: dict[str, Any]) -> str:
             return content
         return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
     return ""
+
+
+def kimi_count(body: dict[str, Any]) -> int:
+    """A ``/tokenize`` count that prices images as Kimi-VL does.
+
+    Text: UTF-8 bytes // 4. Images: decoded from their data URL, then
+    ceil(H/28)*ceil(W/28) tokens (vLLM ``kimi_vl.py``, for an image already
+    within its patch budget), plus 4 tokens each for the media markers.
+    """
+    if "prompt" in body:
+        return len(str(body["prompt"]).encode()) // 4
+    total = 0
+    for message in body.get("messages", []):
+        content = message.get("content")
+        parts: list[dict[str, Any]] = (
+            [{"type": "text", "text": content}] if isinstance(content, str) else content
+        )
+        for part in parts:
+            if part.get("type") == "text":
+                total += len(part["text"].encode()) // 4 + 2
+            elif part.get("type") == "image_url":
+                data = part["image_url"]["url"].split(",", 1)[1]
+                with Image.open(io.BytesIO(base64.b64decode(data))) as image:
+                    width, height = image.size
+                total += math.ceil(height / 28) * math.ceil(width / 28) + 4
+    return total
 
 
 def default_scenario(model: str) -> str:
@@ -199,6 +291,11 @@ class KimiServer:
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
         """Request ids whose stream the client closed before the end (what Stop must do)."""
+        self.tokenize_mode: str = "json-length"
+        """How ``/tokenize`` answers: ``"json-length"`` (len(json.dumps(prompt)) // 4),
+        ``"kimi"`` (text bytes // 4 plus each image's Kimi-VL token count from its
+        pixel size), ``"missing"`` (404, as a server without the endpoint) or
+        ``"not-json"`` (a 200 whose body is not JSON)."""
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -230,7 +327,13 @@ class KimiServer:
         return JSONResponse({"object": "list", "data": cards})
 
     async def tokenize(self, request: Request) -> Response:
+        if self.tokenize_mode == "missing":
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        if self.tokenize_mode == "not-json":
+            return Response("<html>proxy error page</html>", media_type="text/html")
         body = await request.json()
+        if self.tokenize_mode == "kimi":
+            return JSONResponse({"count": kimi_count(body), "max_model_len": self.max_model_len})
         text = json.dumps(body.get("messages", body.get("prompt", "")))
         return JSONResponse({"count": len(text) // 4, "max_model_len": self.max_model_len})
 
@@ -246,9 +349,15 @@ class KimiServer:
         if self.record:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
-        match = SCENARIO_TAG.search(last_user_text(body))
+        text = last_user_text(body)
+        match = SCENARIO_TAG.search(text)
         model = str(body.get("model", self.model))
-        scenario = SCENARIOS[match.group(1) if match else default_scenario(model)]
+        by_words = next((name for words, name in CONTENT_SCENARIOS if words in text.lower()), None)
+        scenario = SCENARIOS[match.group(1) if match else by_words or default_scenario(model)]
+        if url := URL_TAG.search(last_user_text(body)):
+            scenario = dataclasses.replace(
+                scenario, pieces=tokens("".join(scenario.pieces).replace("{url}", url.group(1)))
+            )
         if scenario.status != 200:
             return JSONResponse(
                 {
@@ -300,20 +409,25 @@ class KimiServer:
         interval = int(body.get("stream_interval") or 1)
         yield chunk({"role": "assistant", "content": ""})
         started = time.monotonic()
-        for _, piece in grouped(scenario.reasoning_pieces, interval):
+        for *_, piece in grouped(scenario.reasoning_pieces, interval):
             await asyncio.sleep(scenario.delay_s)
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
-        sent = -1
-        for i, piece in grouped(scenario.pieces, interval):
+        for first, i, piece in grouped(scenario.pieces, interval):
             if scenario.on_schedule:
                 due = started + (i + 1) * scenario.delay_s
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
             elif scenario.delay_s:
-                await asyncio.sleep(scenario.delay_s * (i - sent))
-            sent = i
-            finish = scenario.finish_reason if i == last and not scenario.error else None
-            yield chunk({"content": piece}, finish)
+                await asyncio.sleep(scenario.delay_s * (i - first + 1))
+            if scenario.pause_at is not None and first <= scenario.pause_at <= i:
+                await asyncio.sleep(scenario.pause_s)
+            ends = i == last and not scenario.error and not scenario.breaks
+            yield chunk({"content": piece}, scenario.finish_reason if ends else None)
+            if scenario.breaks and first <= last // 2 <= i:
+                if scenario.breaks == "garbled":
+                    yield 'data: {"id": "x", "choices": [{"delta": {"content": "oops\n\n'
+                    return
+                raise DroppedConnection(request_id)
         if scenario.error:
             error = {
                 "error": {

@@ -67,16 +67,18 @@ def _tail(path: Path, lines: int = 40) -> str:
         return f"({path} not written)"
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """Start the dev server through launch.sh, yield it, stop it with SIGTERM."""
-    work = tmp_path_factory.mktemp("vllm-server")
+def _serve(work: Path, **extra: str) -> Iterator[VllmServer]:
+    """Start the dev server through launch.sh, yield it, stop it with SIGTERM.
+
+    ``extra``: more launch.sh settings (``KIMI_VLLM_EXTRA_ARGS`` ...).
+    """
     env = launch_env(
         work,
         KIMI_API_KEY=API_KEY,
         KIMI_DEV_MAX_MODEL_LEN=str(MAX_MODEL_LEN),
         KIMI_DEV_MAX_IMAGES_PER_PROMPT=str(MAX_IMAGES),
         KIMI_SERVER_START_TIMEOUT_S=str(START_TIMEOUT_S),
+        **extra,
     )
     port = int(env["KIMI_VLLM_PORT"])
     output = work / "launch.out"
@@ -127,3 +129,31 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
                 # Never leave a server behind, but say that launch.sh should have.
                 subprocess.run(["kill", "-KILL", "--", f"-{server.pid}"], check=False)
                 pytest.fail(f"launch.sh left processes running: {left}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """The dev server as launch.sh starts it, once per session."""
+    yield from _serve(tmp_path_factory.mktemp("vllm-server"))
+
+
+# The Kimi-VL reasoning parser plugin (serving/kimi_reasoning_parser.py), and
+# structured outputs from the first token on, so a regex can force the tiny
+# model's output into the Kimi shape (docs/facts.md, "enable_in_reasoning").
+REASONING_ARGS = (
+    "--reasoning-parser-plugin serving/kimi_reasoning_parser.py --reasoning-parser kimi_vl"
+    " --structured-outputs-config '{\"enable_in_reasoning\": true}'"
+)
+
+
+@pytest.fixture(scope="module")
+def vllm_reasoning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """A dev server with the Kimi-VL reasoning parser, for one test module.
+
+    Module-scoped: only tests/integration/test_reasoning_parser.py uses it, and
+    it stops when that module is done instead of running beside
+    :func:`vllm_server` until the end of the session.
+    """
+    yield from _serve(
+        tmp_path_factory.mktemp("vllm-reasoning-server"), KIMI_VLLM_EXTRA_ARGS=REASONING_ARGS
+    )

@@ -22,12 +22,13 @@ import httpx
 import pytest
 
 from backend.batching import coalesce
-from backend.chat import ChatSession, Upload
+from backend.chat import ChatSession
 from backend.client import ChatClient, ChatRequest
 from backend.errors import ContextTooLong, TooManyImages
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
 from backend.settings import Settings
-from tests.conftest import DATA
+from backend.uploads import Upload
+from tests.conftest import DATA, SessionFactory
 from tests.integration.conftest import VllmServer
 
 pytestmark = pytest.mark.integration
@@ -36,13 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 PHOTOS = ["rocket.jpg", "chelsea.png", "coffee.png", "astronaut.png", "page.png"]
 
 
-def session_for(server: VllmServer) -> ChatSession:
+def session_for(server: VllmServer, make_session: SessionFactory) -> ChatSession:
     settings = Settings(
         base_url=server.base_url,
         api_key=server.api_key,
         max_images_per_prompt=server.max_images,
     )
-    return ChatSession.create(settings)
+    return make_session(settings)
 
 
 async def ask(
@@ -52,21 +53,23 @@ async def ask(
     prepared = await session.prepare_uploads([Upload(p, DATA / p) for p in photos])
     assert prepared.problems == []
     turn = session.start_turn(message_id, text, prepared.images)
-    request, notices = await session.plan_request(turn)
+    planned = await session.plan_request(turn)
+    request, notices = planned.request, planned.notices
     return [event async for event in session.respond(turn, request)], notices
 
 
-async def test_real_photo_gets_a_streamed_answer(vllm_server: VllmServer) -> None:
-    session = session_for(vllm_server)
+async def test_real_photo_gets_a_streamed_answer(
+    vllm_server: VllmServer, make_session: SessionFactory
+) -> None:
+    session = session_for(vllm_server, make_session)
     events, _ = await ask(session, "m1", "What is in this picture?", "rocket.jpg")
     texts = [e for e in events if isinstance(e, AnswerDelta | ReasoningDelta)]
     done = events[-1]
     assert isinstance(done, Done) and done.finish_reason in ("stop", "length")
     assert len(texts) > 1 and done.usage is not None and done.usage.completion_tokens > 0
     assert done.ttft_s is not None and done.ttft_s < 30
-    turn = session.last_turn()
+    turn = session.conversation.turns[-1]
     assert turn is not None and turn.status in ("done", "cut_off")
-    await session.client.aclose()
 
 
 def test_cli_streams_an_answer_to_a_real_photo(vllm_server: VllmServer) -> None:
@@ -98,9 +101,11 @@ def test_cli_streams_an_answer_to_a_real_photo(vllm_server: VllmServer) -> None:
     assert '"finish_reason": "length"' in lines[-1] or '"finish_reason": "stop"' in lines[-1]
 
 
-async def test_too_many_images_is_our_clear_error(vllm_server: VllmServer) -> None:
+async def test_too_many_images_is_our_clear_error(
+    vllm_server: VllmServer, make_session: SessionFactory
+) -> None:
     """Sent straight through the client (our planner would leave images out first)."""
-    session = session_for(vllm_server)
+    session = session_for(vllm_server, make_session)
     prepared = await session.prepare_uploads([Upload(p, DATA / p) for p in PHOTOS])
     parts = [image.as_content_part() for image in prepared.images]
     request = ChatRequest(
@@ -111,7 +116,6 @@ async def test_too_many_images_is_our_clear_error(vllm_server: VllmServer) -> No
     )
     with pytest.raises(TooManyImages, match=r"At most 4 image\(s\) may be provided"):
         _ = [e async for e in session.client.stream(request)]
-    await session.client.aclose()
 
 
 async def test_over_long_prompt_is_our_clear_error(vllm_server: VllmServer) -> None:
@@ -138,7 +142,9 @@ def metrics(server: VllmServer) -> tuple[float, float]:
     return value("vllm:num_requests_running"), value("vllm:generation_tokens_total")
 
 
-async def test_stop_aborts_the_request_on_the_server(vllm_server: VllmServer) -> None:
+async def test_stop_aborts_the_request_on_the_server(
+    vllm_server: VllmServer, make_session: SessionFactory
+) -> None:
     """Cancel a long generation as Chainlit's Stop does; the server must stop generating.
 
     The tiny model writes 2,000 tokens in about a second, so the test cancels at
@@ -146,7 +152,7 @@ async def test_stop_aborts_the_request_on_the_server(vllm_server: VllmServer) ->
     request left the engine early: fewer tokens than asked for were generated,
     and the count stops growing.
     """
-    session = session_for(vllm_server)
+    session = session_for(vllm_server, make_session)
     await session.connect()
     # Warm up: right after start the engine streams its first answer in one late burst.
     warm_up = ChatRequest(
@@ -157,7 +163,7 @@ async def test_stop_aborts_the_request_on_the_server(vllm_server: VllmServer) ->
     )
     _ = [e async for e in session.client.stream(warm_up)]
     turn = session.start_turn("long", "Describe everything, at length.", [])
-    request, _ = await session.plan_request(turn, max_tokens=vllm_server.max_model_len)
+    request = (await session.plan_request(turn, max_tokens=vllm_server.max_model_len)).request
     request = replace(request, extra_body={"ignore_eos": True})  # as long as the context allows
     _, tokens_before = await asyncio.to_thread(metrics, vllm_server)
     started = asyncio.Event()
@@ -192,22 +198,22 @@ async def test_stop_aborts_the_request_on_the_server(vllm_server: VllmServer) ->
     log = vllm_server.log_path.read_text()
     assert f"chatcmpl-{request.request_id}" in log
     assert re.search(rf"[Aa]bort\w* request.*{request.request_id}", log)
-    await session.client.aclose()
 
 
-async def test_twenty_turns_with_an_image_each(vllm_server: VllmServer) -> None:
+async def test_twenty_turns_with_an_image_each(
+    vllm_server: VllmServer, make_session: SessionFactory
+) -> None:
     """Small max model length (2048) and 4 images per request: notices, never an error."""
-    session = session_for(vllm_server)
+    session = session_for(vllm_server, make_session)
     await session.connect()
     session.with_options(max_tokens=64)
     seen: list[str] = []
     for i in range(20):
         events, notices = await ask(session, f"m{i}", f"Turn {i}: what is in it?", PHOTOS[i % 5])
         seen += notices
-        turn = session.last_turn()
+        turn = session.conversation.turns[-1]
         assert isinstance(events[-1], Done) and turn is not None
         assert turn.status in ("done", "cut_off")
     assert seen, "20 images cannot fit 4 per request: a notice must say what was left out"
     counts = [int(m.group(1)) for n in seen if (m := re.search(r"(\d+) older image", n))]
     assert max(counts) >= 16  # 19 older images, at most 3 of them sent with the 20th turn
-    await session.client.aclose()

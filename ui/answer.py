@@ -1,0 +1,179 @@
+"""Rendering one answer in Chainlit: the reasoning step, the streamed answer, its buttons.
+
+Every button under an answer (Regenerate, Retry, Retry with more tokens) carries
+the id of the person's message it answers in its payload, so it acts on the turn
+it sits under, never on "the last one".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+
+import chainlit as cl
+
+from backend.batching import Pacing, coalesce
+from backend.chat import ChatSession, Planned
+from backend.conversation import Turn
+from backend.errors import ChatError, can_retry
+from backend.events import AnswerDelta, Done, ReasoningDelta, Waiting
+from backend.presenter import (
+    cut_off_note,
+    incomplete_note,
+    no_more_tokens_note,
+    not_started_note,
+    stats_line,
+    stopped_note,
+)
+from backend.safety import link_remote_images
+from ui.grounding_view import show_marks
+from ui.reasoning_view import ReasoningView
+
+AUTHOR = "Kimi-VL Chat"
+"""Author of the app's own notes (not the model's answers)."""
+
+
+async def say(text: str, actions: list[cl.Action] | None = None) -> None:
+    """A short note from the app (not from the model)."""
+    await cl.Message(content=text, author=AUTHOR, actions=actions or []).send()
+
+
+def retry_action(
+    message_id: str, label: str = "Retry", max_tokens: int | None = None, make_room: bool = False
+) -> cl.Action:
+    """A button that answers the turn of the person's message ``message_id`` again.
+
+    ``max_tokens``/``make_room``: ask for that answer budget and leave out older
+    turns until it fits ("Retry with more tokens").
+    """
+    payload: dict[str, object] = {"message": message_id}
+    if max_tokens:
+        payload |= {"max_tokens": max_tokens, "make_room": make_room}
+    return cl.Action(name="retry", payload=payload, label=label, icon="refresh-cw")
+
+
+async def run_turn(
+    session: ChatSession,
+    message_id: str,
+    turn: Turn,
+    max_tokens: int | None = None,
+    make_room: bool = False,
+) -> None:
+    """Stream one answer: reasoning into a collapsible step, then the answer message.
+
+    ``max_tokens``/``make_room``: as :meth:`ChatSession.plan_request`. The answer
+    message is created at its first token, so it sits below the step. A Stop
+    after the answer finished changes nothing.
+    """
+    try:
+        planned = await session.plan_request(turn, max_tokens, make_room=make_room)
+    except ChatError as exc:
+        turn.status = "failed"
+        await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+        return
+    for notice in planned.notices:
+        await say(f"ℹ️ {notice}")
+    show_reasoning = session.options is None or session.options.show_reasoning
+    answer: cl.Message | None = None
+    reasoning = ReasoningView()
+    waiting = WaitingNote()
+    pacing = Pacing(
+        first_token_timeout_s=session.settings.first_token_timeout_s,
+        idle_timeout_s=session.settings.idle_timeout_s,
+    )
+    model = planned.request.model
+
+    async def queued() -> int | None:
+        return await session.client.queued_requests(model)
+
+    stream = coalesce(session.respond(turn, planned.request), pacing, queued)
+    try:
+        async with aclosing(stream) as events:
+            async for event in events:
+                if isinstance(event, Waiting):
+                    await waiting.show(not_started_note(event.seconds, event.queued))
+                    continue
+                await waiting.remove()
+                if isinstance(event, ReasoningDelta):
+                    if show_reasoning:
+                        await reasoning.add(event.text)
+                elif isinstance(event, AnswerDelta):
+                    await reasoning.close()
+                    answer = answer or cl.Message(content="")
+                    await answer.stream_token(event.text)
+                elif isinstance(event, Done):
+                    if event.answer_in_reasoning:
+                        await reasoning.discard()  # no marker came: that text was the answer
+                    await reasoning.close()
+                    answer = answer or cl.Message(content="")
+                    await finish_answer(answer, message_id, turn, event, planned, session)
+    except asyncio.CancelledError:
+        await waiting.remove()
+        if turn.status in ("done", "cut_off"):
+            raise  # finished is finished: a late Stop changes nothing
+        await reasoning.close("stopped")
+        answer = answer or cl.Message(content="")
+        answer.content = stopped_note(turn.answer)
+        answer.actions = [retry_action(message_id)]
+        await answer.send()
+        raise
+    except ChatError as exc:
+        turn.status = "failed"
+        await waiting.remove()
+        await reasoning.close("failed")
+        if answer is not None:
+            answer.content = incomplete_note(turn.answer)
+            await answer.send()
+        await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+
+
+class WaitingNote:
+    """The app's note while the server has not started answering; one message, updated."""
+
+    def __init__(self) -> None:
+        self._message: cl.Message | None = None
+
+    async def show(self, text: str) -> None:
+        """Send the note, or update it if it is on screen."""
+        if self._message is None:
+            self._message = cl.Message(content=text, author=AUTHOR)
+            await self._message.send()
+        else:
+            self._message.content = text
+            await self._message.update()
+
+    async def remove(self) -> None:
+        """Take the note off the screen (the answer started, or ended)."""
+        if self._message is not None:
+            message, self._message = self._message, None
+            await message.remove()
+
+
+async def finish_answer(
+    answer: cl.Message,
+    message_id: str,
+    turn: Turn,
+    done: Done,
+    planned: Planned,
+    session: ChatSession,
+) -> None:
+    """End the answer message: stats line, cut-off note, its buttons."""
+    lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
+    actions = [retry_action(message_id, "Regenerate")]
+    if done.finish_reason == "length":
+        max_tokens = planned.request.max_tokens
+        lines.append(f"⚠️ {cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed)}")
+        actions = [retry_action(message_id)]
+        if planned.more_tokens:
+            more = retry_action(message_id, "Retry with more tokens", planned.more_tokens, True)
+            actions.insert(0, more)
+        else:
+            lines.append(f"ℹ️ {no_more_tokens_note(max_tokens, session.max_model_len)}")
+    stats = stats_line(done)
+    if session.settings.dev_mode:
+        stats += " · dev model: the text is noise"
+    lines.append(f"*{stats}*")
+    answer.content = "\n\n".join(lines)
+    answer.actions = actions
+    await answer.send()
+    await show_marks(turn.answer, turn.images, session.workers)  # drawn on a copy, below

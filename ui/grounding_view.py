@@ -1,0 +1,59 @@
+"""The grounding overlay in Chainlit: annotated copies of the turn's images under the answer.
+
+For each image of the turn that the finished answer points at
+(:func:`backend.grounding.overlays`), one message from the app with a caption naming
+the image and the annotated copy as an inline ``cl.Image``; the person's upload and
+the image sent to the model stay as they were. Coordinates given in an explicit
+format but not drawn (several images and no name, outside the image) get one note.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import chainlit as cl
+
+from backend.grounding import not_drawn_note, overlays
+from backend.images import PreparedImage
+from backend.logs import LOGGER_NAME
+from backend.uploads import MediaWorkers
+
+log = logging.getLogger(LOGGER_NAME)
+
+AUTHOR = "Kimi-VL Chat"
+"""Author of the overlay messages: the app, as for its other notes (app.py ``say``)."""
+
+
+async def show_marks(answer: str, images: Sequence[PreparedImage], workers: MediaWorkers) -> None:
+    """Send the annotated copies for ``answer`` on the turn's ``images``, if any.
+
+    Nothing is sent when the turn has no images or the answer holds no coordinates.
+    Decoding and drawing run in the app's media pool (up to a few hundred milliseconds for
+    a large PNG would stall every session's websocket on the event loop). The overlay
+    is an extra under an answer already shown: if drawing fails, it is logged and
+    nothing more is said.
+
+    Args:
+        answer: the finished answer (reasoning excluded; markers are ignored anyway).
+        images: the turn's prepared images, in upload order (``Turn.images``).
+        workers: the app's media-decoding pool (borrowed, not closed).
+    """
+    if not images or not any(c.isdigit() for c in answer):
+        return
+    try:
+        drawn, grounding = await workers.run(overlays, answer, images)
+    except Exception:
+        log.exception("grounding overlay failed")
+        return
+    for overlay in drawn:
+        picture = cl.Image(
+            name=overlay.name,
+            content=overlay.content,
+            mime=overlay.mime,
+            display="inline",
+            size="large",
+        )
+        await cl.Message(content=overlay.caption, author=AUTHOR, elements=[picture]).send()
+    if grounding.not_drawn:
+        await cl.Message(content=not_drawn_note(grounding.not_drawn), author=AUTHOR).send()

@@ -1,0 +1,413 @@
+"""What protects the Chainlit server when a browser, or another web page, talks to it.
+
+:func:`install` (called once from ``app.py``) puts :class:`Guard`, an ASGI
+middleware, in front of everything Chainlit serves, and a check in front of
+Chainlit's socket.io ``connect`` handler:
+
+- **Origin** (a web page the person visits must not drive the app): the
+  websocket, socket.io's HTTP transport and every state-changing request
+  (anything but GET, HEAD, OPTIONS) are refused with 403 when the browser's
+  ``Origin`` is neither the app's own (the ``Host`` it was reached under) nor one
+  of ``KIMI_ALLOWED_ORIGINS``. Requests without an ``Origin`` (curl, scripts) are
+  not a browser driven by another page and pass. Chainlit builds its socket.io
+  server with origin checks off (``cors_allowed_origins=[]``, chainlit/server.py).
+- **Whose chat** (the session id is in every upload URL, so it is no secret):
+  each browser gets a random HttpOnly cookie (:data:`BROWSER_COOKIE`) on its first
+  request; a chat session belongs to the browser that opened it. Its files
+  (``/project/file``), its actions and elements (``/project/action``,
+  ``/project/element``) and a new socket for it are refused to any other browser.
+  A session opened without the cookie (a script that never loaded the page) is
+  bound to no browser, but no second socket may join it while its socket is
+  connected. Chainlit itself checks the signed-in user when sign-in is on.
+- **Upload size**: ``POST /project/file`` over Chainlit's ``max_size_mb`` (plus
+  form overhead) is refused from its ``Content-Length``, before a byte is read
+  (Chainlit reads a whole upload into memory before it checks its size); one
+  without ``Content-Length`` is refused too (browsers always send it).
+- **Message size**: socket.io's frame limit (python-engineio
+  ``max_http_buffer_size``, 1 MB) silently drops a longer message; it is raised
+  to uvicorn's websocket limit (16 MiB), far above any text the model can take,
+  so the app sees the message and says how many tokens it is.
+- **Content-Security-Policy** on the app's pages: images only from the app
+  itself, ``data:`` and ``blob:`` (a markdown image in model output fetches
+  nothing elsewhere); scripts only from the app and Chainlit's own inline
+  scripts (by hash); no framing by other sites. ``Referrer-Policy: no-referrer``
+  so a link the person follows does not tell the site where they came from.
+  Files served from ``/project/file`` get a policy that runs nothing.
+
+Chainlit internals used (2.12): ``chainlit.server.app``, ``sio`` and
+``get_html_template``; ``WebsocketSession.get_by_id``; the ``connect`` handler
+in ``sio.handlers``. tests/browser/test_security.py checks each protection.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import secrets
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from http.cookies import SimpleCookie
+from typing import Any, Final
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+BROWSER_COOKIE: Final = "kimi_browser"
+"""Name of the cookie that ties chat sessions to the browser that opened them."""
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+SOCKET_PATH: Final = "/ws/socket.io"
+"""Where Chainlit mounts socket.io (chainlit/server.py ``SOCKET_IO_PATH``)."""
+FORM_OVERHEAD_BYTES: Final = 64 * 1024
+"""Room for the multipart headers around one uploaded file."""
+MESSAGE_LIMIT_BYTES: Final = 16 * 1024 * 1024
+"""Longest socket.io frame accepted: uvicorn's default ``ws_max_size`` (16 MiB), which
+drops longer frames itself. Kimi-VL's longest context, 131,072 tokens, is 128 bytes a
+token at this size: no text the model could take is longer."""
+JSON_BODY_LIMIT: Final = 1024 * 1024
+"""Largest JSON body read to find the session it names (actions, elements)."""
+BODY_SESSION_ROUTES: Final = frozenset({"/project/action", "/project/element"})
+"""Routes that name their session in the JSON body (``sessionId``)."""
+
+STYLE_SOURCES: Final = "https://fonts.googleapis.com https://cdn.jsdelivr.net"
+"""Chainlit's index.html loads the Inter font's CSS and KaTeX's CSS from these."""
+FONT_SOURCES: Final = "https://fonts.gstatic.com https://cdn.jsdelivr.net"
+FILE_POLICY: Final = "default-src 'none'; img-src 'self' data:; media-src 'self'; sandbox"
+"""Content-Security-Policy of uploaded files opened on their own (nothing runs)."""
+
+_HOST: Final = re.compile(r"[A-Za-z0-9.\-]+(:\d+)?|\[[0-9A-Fa-f:.]+\](:\d+)?")
+"""A ``Host`` header fit to put in the policy: a name or an IP address, and a port."""
+_SCRIPT: Final = re.compile(r"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S | re.I)
+
+
+def page_policy(html: str, host: str | None = None) -> str:
+    """The Content-Security-Policy of a page whose HTML is ``html``.
+
+    Inline ``<script>`` blocks of ``html`` are allowed by their SHA-256 hash (CSP
+    level 2), so no other inline script runs. Styles may be inline (React and
+    KaTeX set ``style`` attributes). ``host`` (the request's ``Host``, e.g.
+    ``"127.0.0.1:8300"``) names the chat socket's ``ws:``/``wss:`` address for
+    browsers whose ``'self'`` does not cover websockets (CSP level 2).
+    """
+    sockets = f" ws://{host} wss://{host}" if host and _HOST.fullmatch(host) else ""
+    hashes = " ".join(
+        f"'sha256-{base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()}'"
+        for body in _SCRIPT.findall(html)
+    )
+    return "; ".join(
+        [
+            "default-src 'self'",
+            f"script-src 'self' {hashes}".rstrip(),
+            f"style-src 'self' 'unsafe-inline' {STYLE_SOURCES}",
+            f"font-src 'self' data: {FONT_SOURCES}",
+            "img-src 'self' data: blob:",
+            "media-src 'self' blob:",
+            f"connect-src 'self'{sockets}",
+            "worker-src 'self' blob:",
+            "object-src 'none'",
+            "base-uri 'self'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        ]
+    )
+
+
+def origin_allowed(origin: str | None, host: str | None, extra: Iterable[str] = ()) -> bool:
+    """Whether a request with this ``Origin`` header may act on the app.
+
+    Args:
+        origin: the ``Origin`` header, e.g. ``"http://127.0.0.1:8300"``; None when
+            absent (not a browser acting for another page: allowed).
+        host: the ``Host`` header the request was sent to, e.g. ``"127.0.0.1:8300"``.
+        extra: more allowed origins (``KIMI_ALLOWED_ORIGINS``), e.g.
+            ``"https://chat.example.com"``; compared without case or trailing ``/``.
+
+    Returns:
+        True when ``origin`` is absent, names the same host and port as ``host``
+        (any scheme: behind a TLS proxy the app sees http), or is in ``extra``.
+        ``"null"`` (sandboxed frames, ``file:``) is refused.
+    """
+    if origin is None:
+        return True
+    origin = origin.strip().lower().rstrip("/")
+    if origin in {o.strip().lower().rstrip("/") for o in extra}:
+        return True
+    parts = urlsplit(origin)
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        return False
+    return host is not None and parts.netloc == host.strip().lower()
+
+
+class Owners:
+    """Which browser (its :data:`BROWSER_COOKIE` value) opened each chat session.
+
+    Keyed weakly by Chainlit's ``WebsocketSession``, so an entry goes when
+    Chainlit drops the session. ``None`` is a client without the cookie.
+    """
+
+    def __init__(self) -> None:
+        self._owner: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+
+    def claim(self, session: Any, key: str | None) -> None:
+        """Record ``key`` as the owner of ``session`` unless it has one."""
+        if session not in self._owner:
+            self._owner[session] = key
+
+    def owns(self, session: Any, key: str | None) -> bool:
+        """Whether the browser with ``key`` may use ``session``.
+
+        Yes if that browser opened it, or if it was opened without the cookie (a
+        script, which never loaded the page, is not bound to a browser); no for a
+        session this registry never saw.
+        """
+        if session not in self._owner:
+            return False
+        owner = self._owner[session]
+        return owner is None or owner == key
+
+    def bound(self, session: Any) -> bool:
+        """Whether ``session`` belongs to one browser (it was opened with the cookie)."""
+        return self._owner.get(session) is not None
+
+
+OWNERS: Final = Owners()
+
+
+def browser_key(cookie_header: str | None) -> str | None:
+    """The :data:`BROWSER_COOKIE` value in a ``Cookie`` header, or None."""
+    if not cookie_header:
+        return None
+    cookies: SimpleCookie = SimpleCookie()
+    try:
+        cookies.load(cookie_header)
+    except Exception:  # a malformed header is no cookie
+        return None
+    morsel = cookies.get(BROWSER_COOKIE)
+    return morsel.value if morsel is not None and morsel.value else None
+
+
+def _session(session_id: str | None) -> Any:
+    """Chainlit's live session with this id, or None."""
+    from chainlit.session import WebsocketSession
+
+    return WebsocketSession.get_by_id(session_id) if session_id else None
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, text: str) -> None:
+    """Answer with ``status`` and a one-sentence ``detail`` (a websocket: close, 403)."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008, "reason": text})
+        return
+    await JSONResponse({"detail": text}, status_code=status)(scope, receive, send)
+
+
+class Guard:
+    """The ASGI middleware described in the module docstring.
+
+    Args:
+        app: Chainlit's FastAPI application.
+        allowed_origins: origins accepted besides the app's own.
+        upload_limit_mb: Chainlit's ``max_size_mb`` for one upload, a callable
+            so a changed config is read per request.
+        root_path: Chainlit's ``--root-path`` (its routes live under it).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        allowed_origins: Iterable[str],
+        upload_limit_mb: Callable[[], float],
+        root_path: str = "",
+    ) -> None:
+        self.app = app
+        self.allowed_origins = tuple(allowed_origins)
+        self.upload_limit_mb = upload_limit_mb
+        self.root_path = root_path.rstrip("/")
+        self._html: str | None = None
+
+    def policy(self, host: str | None) -> str:
+        """The pages' policy, from the HTML Chainlit serves (read once)."""
+        if self._html is None:
+            from chainlit.server import get_html_template
+
+            root = os.getenv("CHAINLIT_PARENT_ROOT_PATH", "") + os.getenv("CHAINLIT_ROOT_PATH", "")
+            self._html = get_html_template(root)
+        return page_policy(self._html, host)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in {"http", "websocket"}:
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        path = scope["path"]
+        if self.root_path and path.startswith(self.root_path):
+            path = path[len(self.root_path) :] or "/"
+        method = scope.get("method", "GET")
+        acts = scope["type"] == "websocket" or path.startswith(SOCKET_PATH)
+        if (acts or method not in SAFE_METHODS) and not origin_allowed(
+            headers.get("origin"), headers.get("host"), self.allowed_origins
+        ):
+            await _refuse(scope, receive, send, 403, "Requests from other web sites are refused.")
+            return
+        if scope["type"] == "websocket":
+            await self.app(scope, receive, send)
+            return
+        key = browser_key(headers.get("cookie"))
+        if (
+            path == "/project/file"
+            and method == "POST"
+            and not await self._upload_fits(scope, receive, send, headers)
+        ):
+            return
+        if path == "/project/file" or path.startswith("/project/file/"):
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            session = _session((query.get("session_id") or [None])[0])
+            if session is None or not OWNERS.owns(session, key):
+                await _refuse(scope, receive, send, 404, "File not found.")
+                return
+        elif path in BODY_SESSION_ROUTES and method not in SAFE_METHODS:
+            replay = await self._check_body_session(scope, receive, send, key)
+            if replay is None:
+                return
+            receive = replay
+        await self.app(scope, receive, self._sender(send, scope, path, key))
+
+    async def _upload_fits(
+        self, scope: Scope, receive: Receive, send: Send, headers: Headers
+    ) -> bool:
+        """Refuse (and say so) an upload without a size or over the limit; True if it fits."""
+        limit_mb = self.upload_limit_mb()
+        declared = headers.get("content-length")
+        if declared is None or not declared.isdigit():
+            await _refuse(scope, receive, send, 411, "An upload must say its size.")
+            return False
+        if int(declared) > limit_mb * 1024 * 1024 + FORM_OVERHEAD_BYTES:
+            text = f"This file is larger than the {limit_mb:g} MB the app accepts."
+            await _refuse(scope, receive, send, 413, text)
+            return False
+        return True
+
+    async def _check_body_session(
+        self, scope: Scope, receive: Receive, send: Send, key: str | None
+    ) -> Receive | None:
+        """Read a small JSON body, refuse it if its ``sessionId`` is another browser's.
+
+        Returns a ``receive`` that replays the body, or None once refused.
+        """
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > JSON_BODY_LIMIT:
+                await _refuse(scope, receive, send, 413, "This request is too large.")
+                return None
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            session_id = json.loads(body or b"{}").get("sessionId")
+        except (ValueError, AttributeError):
+            session_id = None
+        session = _session(session_id if isinstance(session_id, str) else None)
+        if session is None or not OWNERS.owns(session, key):
+            await _refuse(scope, receive, send, 404, "This chat is not open in this browser.")
+            return None
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return replay
+
+    def _sender(self, send: Send, scope: Scope, path: str, key: str | None) -> Send:
+        """``send`` that adds the security headers and, if missing, the browser cookie."""
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["Referrer-Policy"] = "no-referrer"
+                headers["X-Content-Type-Options"] = "nosniff"
+                if path.startswith("/project/file/"):
+                    headers["Content-Security-Policy"] = FILE_POLICY
+                elif headers.get("content-type", "").startswith("text/html"):
+                    host = Headers(scope=scope).get("host")
+                    headers["Content-Security-Policy"] = self.policy(host)
+                if key is None:
+                    secure = "; Secure" if scope.get("scheme") == "https" else ""
+                    headers.append(
+                        "Set-Cookie",
+                        f"{BROWSER_COOKIE}={secrets.token_urlsafe(32)}; Path=/; "
+                        f"HttpOnly; SameSite=Lax{secure}",
+                    )
+            await send(message)
+
+        return sending
+
+
+ConnectHandler = Callable[[str, MutableMapping[str, Any], Any], Awaitable[Any]]
+
+
+def guard_connect(sio: Any) -> None:
+    """Put the ownership check in front of Chainlit's socket.io ``connect`` handler.
+
+    Refuses (socket.io's ``ConnectionRefusedError``: a ``connect_error`` with the
+    sentence; no socket is opened) a socket that names a live session opened by
+    another browser, and any second socket for a session bound to no browser while
+    its socket is connected; records the owner of each new session.
+    """
+    from chainlit.session import WebsocketSession
+    from socketio.exceptions import ConnectionRefusedError as Refused
+
+    original: ConnectHandler = sio.handlers["/"]["connect"]
+
+    async def connect(sid: str, environ: MutableMapping[str, Any], auth: Any) -> Any:
+        session_id = auth.get("sessionId") if isinstance(auth, dict) else None
+        key = browser_key(environ.get("HTTP_COOKIE"))
+        existing = WebsocketSession.get_by_id(session_id) if session_id else None
+        if existing is not None:
+            connected = sio.manager.is_connected(existing.socket_id, "/")
+            if not OWNERS.owns(existing, key) or (not OWNERS.bound(existing) and connected):
+                raise Refused("This chat is open in another browser.")
+        accepted = await original(sid, environ, auth)
+        if accepted and existing is None and (created := _session(session_id)) is not None:
+            OWNERS.claim(created, key)
+        return accepted
+
+    sio.handlers["/"]["connect"] = connect
+
+
+def install(allowed_origins: str = "") -> None:
+    """Protect the running Chainlit server (call once, from ``app.py``, at import).
+
+    Args:
+        allowed_origins: origins accepted besides the app's own, separated by
+            commas (``Settings.allowed_origins``), e.g. ``"https://chat.example.com"``.
+    """
+    from chainlit.config import config
+    from chainlit.server import app, sio
+
+    def upload_limit_mb() -> float:
+        spec = config.features.spontaneous_file_upload
+        return float(spec.max_size_mb) if spec and spec.max_size_mb else float("inf")
+
+    sio.eio.max_http_buffer_size = MESSAGE_LIMIT_BYTES
+    guard_connect(sio)
+    app.add_middleware(
+        Guard,
+        allowed_origins=tuple(o for o in allowed_origins.split(",") if o.strip()),
+        upload_limit_mb=upload_limit_mb,
+        root_path=config.run.root_path,
+    )
