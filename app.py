@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import chainlit as cl
+from chainlit.data.base import BaseDataLayer
 from chainlit.input_widget import InputWidget, Slider, Switch
+from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
 from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
@@ -30,14 +32,36 @@ from backend.presenter import (
 from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
-from ui.answer import AUTHOR, run_turn, say
+from ui import history, server_panel
+from ui.answer import AUTHOR, retry_action, run_compare, run_turn, say
+from ui.prefetch import install as install_prefetch
 from ui.security import install as install_security
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
 SETTINGS = Settings()
 install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
+install_prefetch()  # uploaded images are prepared before the message is sent
 READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 _resources: AppResources | None = None
+
+# --- Sign-in and stored chats (ui/history.py): on once a user exists ------------
+STORE = history.setup(SETTINGS)  # None: no user yet, the app runs open and stores nothing
+if STORE is not None:
+
+    @cl.password_auth_callback
+    async def sign_in(username: str, password: str) -> cl.User | None:
+        """Check a name and password against the users added from the shell."""
+        return await history.sign_in(username, password)
+
+    @cl.data_layer
+    def data_layer() -> BaseDataLayer:
+        """Chainlit's SQL data layer on the app's store."""
+        return history.data_layer()
+
+    @cl.on_shared_thread_view
+    async def on_shared_thread_view(thread: ThreadDict, viewer: cl.User | None) -> bool:
+        """Others may open a chat only once its owner shared it."""
+        return await history.may_view_shared(thread, viewer)
 
 
 def resources() -> AppResources:
@@ -53,12 +77,14 @@ def resources() -> AppResources:
 async def startup() -> None:
     """Create the shared resources once, when the app starts."""
     resources()
+    server_panel.start(SETTINGS)
 
 
 @cl.on_app_shutdown
 async def shutdown() -> None:
     """Close the shared resources once, when the app stops."""
     global _resources
+    await server_panel.stop()
     if _resources is not None:
         await _resources.aclose()
         _resources = None
@@ -80,7 +106,7 @@ async def chat_profiles(user: cl.User | None) -> list[cl.ChatProfile]:
         cl.ChatProfile(
             name=c.name, display_name=c.label, markdown_description=c.description, default=c.default
         )
-        for c in profile_choices(await resources().models.current())
+        for c in profile_choices([model for model, _ in await resources().served()])
     ]
 
 
@@ -142,12 +168,15 @@ async def on_chat_start() -> None:
     server that does not answer; it says it is connecting and goes on trying.
     """
     shared = resources()
-    profile = cl.user_session.get("chat_profile") or ""
-    session = ChatSession.create(SETTINGS, shared.client, shared.workers, wanted_model=profile)
+    profile = cl.user_session.get("chat_profile") or SETTINGS.model
+    server = await shared.server_for(profile)
+    session = ChatSession.create(SETTINGS, server.client, shared.workers, wanted_model=profile)
     cl.user_session.set("chat", session)
+    await offer_commands()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(DEV_MODE_BANNER, "warning")
-    served = await shared.models.current()
+    served = await server.models.current()
+    await find_others(session)
     if served:
         try:
             await session.connect(served=served)
@@ -161,11 +190,29 @@ async def on_chat_start() -> None:
     cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
 
 
+async def offer_commands() -> None:
+    """The composer's command buttons: the live server panel and Export."""
+    await cl.context.emitter.set_commands([server_panel.command(), history.export_command()])
+
+
+async def find_others(session: ChatSession) -> None:
+    """Tell the chat which other served models a Compare can ask (from the caches)."""
+    chosen = session.model.id if session.model else session.wanted_model
+    session.others = [m for m, _ in await resources().served() if m.id != chosen]
+
+
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
+    if message.command == server_panel.COMMAND:  # the live server panel, not a question
+        await server_panel.open_panel()
+        return
+    if message.command == history.EXPORT_COMMAND:
+        await history.send_export(chat())
+        return
     async with one_at_a_time():
         session = chat()
+        await find_others(session)
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
@@ -186,6 +233,8 @@ async def on_message(message: cl.Message) -> None:
             return
         for notice in prepared.notices:
             await say(f"ℹ️ {notice}")
+        if message.id in session.message_turns:  # an edit: what followed it is gone
+            await history.forget_after(message)
         turn = session.start_turn(message.id, text, prepared.images)
         await run_turn(session, message.id, turn)
 
@@ -233,6 +282,23 @@ async def on_retry(action: cl.Action) -> None:
     start_answer_task(rerun)
 
 
+@cl.action_callback("compare")
+async def on_compare(action: cl.Action) -> None:
+    """Ask another served model the turn this button sits under; its answer comes next."""
+    session, message_id = chat(), str(action.payload.get("message", ""))
+    wanted = str(action.payload.get("model", ""))
+    other = next((m for m in session.others if m.id == wanted), None)
+    if other is None:
+        await say(f"ℹ️ {wanted} is not served any more.")
+        return
+    server = await resources().server_for(other.id)
+
+    async def compare() -> None:
+        await run_compare(session, message_id, other, server.client)
+
+    start_answer_task(compare)
+
+
 @cl.on_stop
 async def on_stop() -> None:
     """Stop every answer of this chat, however it started."""
@@ -248,3 +314,26 @@ async def on_chat_end() -> None:
     session: ChatSession | None = cl.user_session.get("chat")
     if session is not None:
         await session.aclose()
+
+
+# --- Stored chats: resume (ui/history.py) ---------------------------------------
+@cl.on_chat_resume
+async def on_chat_resume(thread: ThreadDict) -> None:
+    """Rebuild a stored chat: turns, images, model and settings; Regenerate on its last answer."""
+    shared = resources()
+    profile = cl.user_session.get("chat_profile") or SETTINGS.model
+    server = await shared.server_for(profile)
+    session, restored = await history.resume(thread, SETTINGS, server.client, shared.workers)
+    cl.user_session.set("chat", session)
+    await find_others(session)
+    if session.options is None:
+        status = cl.Message(content=connecting_note(), author=AUTHOR)
+        await status.send()
+        cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
+    else:
+        await send_settings(session)
+    turns = session.conversation.turns
+    last = next((k for k, t in session.message_turns.items() if turns and t is turns[-1]), None)
+    if restored.last_answer_id and last is not None and turns[-1].in_history:
+        await retry_action(last, "Regenerate").send(for_id=restored.last_answer_id)
+    await offer_commands()

@@ -34,7 +34,14 @@ from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
 from backend.settings import ModelProfile, Settings, profile_for
-from backend.uploads import MediaWorkers, Upload, UploadLimits, UploadResult, prepare_uploads
+from backend.uploads import (
+    MediaWorkers,
+    Prefetched,
+    Upload,
+    UploadLimits,
+    UploadResult,
+    prepare_uploads,
+)
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -116,6 +123,9 @@ class ChatSession:
     conversation: Conversation = field(default_factory=Conversation)
     message_turns: dict[str, Turn] = field(default_factory=dict)
     drafts: dict[str, Draft] = field(default_factory=dict)
+    prefetched: Prefetched = field(default_factory=Prefetched)
+    others: list[ServedModel] = field(default_factory=list)
+    """Other models the app serves (on this or other servers): what Compare can ask."""
     token_counter: TokenCounter = field(default_factory=TokenCounter)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -181,9 +191,18 @@ class ChatSession:
             max_bytes=self.settings.max_upload_mb * 1_000_000,
         )
 
+    def prefetch(self, upload: Upload) -> bool:
+        """Start preparing an uploaded image now, before its message is sent.
+
+        Returns True if it is an image and its preparation started (PDFs and
+        videos wait for their message: their budget depends on what else it holds).
+        """
+        return self.prefetched.start(upload, self.upload_limits(), self.workers)
+
     async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
-        """Prepare uploads for the chosen model (:func:`backend.uploads.prepare_uploads`)."""
-        return await prepare_uploads(uploads, self.upload_limits(), self.workers)
+        """Prepare uploads for the chosen model (:func:`backend.uploads.prepare_uploads`),
+        using what :meth:`prefetch` already started."""
+        return await prepare_uploads(uploads, self.upload_limits(), self.workers, self.prefetched)
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
         """Record a new turn for a UI message.
@@ -290,7 +309,45 @@ class ChatSession:
         worth_it = more >= MORE_TOKENS_AT_LEAST * plan.max_tokens
         return Planned(request, plan.notices, wanted, more if worth_it else None)
 
-    async def respond(self, turn: Turn, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def compare_plan(self, message_id: str, other: ServedModel) -> tuple[Turn, Planned] | None:
+        """Plan asking ``other`` (another served model) the turn of UI message ``message_id``.
+
+        The same text, images and history before that turn, with the other
+        model's sampling defaults and limits. Returns a turn detached from the
+        conversation (the chat goes on with its own model) and the plan, or None
+        if the message has no turn.
+
+        Raises:
+            ChatError: the turn does not fit the other model.
+        """
+        turn = self.message_turns.get(message_id)
+        if turn is None or turn not in self.conversation.turns:
+            return None
+        earlier = self.conversation.turns[: self.conversation.turns.index(turn)]
+        asked = Turn(text=turn.text, images=list(turn.images))
+        history = Conversation(
+            turns=[*earlier, asked], system_prompt=self.conversation.system_prompt
+        )
+        profile = profile_for(other.id)
+        max_model_len = other.max_model_len or self.settings.max_model_len
+        options = SamplingOptions.for_profile(profile, max_model_len)
+        budget = Budget(max_model_len, self.settings.max_images_per_prompt, options.max_tokens)
+        plan = history.plan(asked, budget, self.token_counter)
+        request = ChatRequest(
+            model=other.id,
+            messages=plan.messages,
+            max_tokens=plan.max_tokens,
+            temperature=options.temperature,
+            top_p=options.top_p,
+            thinking=profile.thinking,
+            request_id=f"chat-{uuid.uuid4().hex}",
+        )
+        log.info("request %s model=%s compare of an earlier turn", request.request_id, other.id)
+        return asked, Planned(request, plan.notices, options.max_tokens, None)
+
+    async def respond(
+        self, turn: Turn, request: ChatRequest, client: ChatClient | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Stream the model's response to ``turn`` and record it in the turn.
 
         Yields the events of :meth:`backend.client.ChatClient.stream`. On any
@@ -305,6 +362,8 @@ class ChatSession:
 
         Exact token counts of the finished turn are then learnt from the
         server's tokenizer in the background, outside anything Stop cancels.
+        ``client``: another server's client (Compare); then nothing is learnt,
+        since the counts are that model's.
 
         Raises:
             ChatError: any server failure, mapped by the client.
@@ -313,14 +372,14 @@ class ChatSession:
         answer: list[str] = []
         turn.status = "pending"
         try:
-            async with aclosing(self.client.stream(request)) as events:
+            async with aclosing((client or self.client).stream(request)) as events:
                 async for event in events:
                     if isinstance(event, ReasoningDelta):
                         reasoning.append(event.text)
                     elif isinstance(event, AnswerDelta):
                         answer.append(event.text)
                     else:
-                        self._finish(turn, event, reasoning, answer)
+                        self._finish(turn, event, reasoning, answer, learn=client is None)
                     yield event
         except (asyncio.CancelledError, GeneratorExit):
             if turn.status == "pending":
@@ -334,12 +393,16 @@ class ChatSession:
                 turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
             log.info("request %s ended: %s", request.request_id, turn.status)
 
-    def _finish(self, turn: Turn, done: Done, reasoning: list[str], answer: list[str]) -> None:
-        """Record a finished turn and start learning its exact token counts."""
+    def _finish(
+        self, turn: Turn, done: Done, reasoning: list[str], answer: list[str], *, learn: bool
+    ) -> None:
+        """Record a finished turn and (``learn``) start learning its exact token counts."""
         if done.answer_in_reasoning:
             answer, reasoning = reasoning, []
         turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
         turn.status = "cut_off" if done.finish_reason == "length" else "done"
+        if not learn:
+            return
         task = asyncio.create_task(self._learn_token_counts(turn))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -360,6 +423,7 @@ class ChatSession:
 
     async def aclose(self) -> None:
         """Cancel background work; the borrowed client and workers stay open."""
+        self.prefetched.clear()
         for task in list(self._background):
             task.cancel()
         await self.settled()

@@ -11,12 +11,25 @@ JSON object per line on stdout as events arrive (``{"kind": "reasoning"|"answer"
 "usage", "ttft_s", "elapsed_s"}``. Exit status 0 on success, 1 with a one-line
 message on stderr for anything a person can fix (bad image, unreachable server,
 rejected request), 130 on Ctrl-C. Same backend code as the chat UI.
+
+Users who may sign in to the chat UI (:mod:`backend.auth`), in the database of
+``KIMI_DATA_DIR`` / ``KIMI_DATABASE_URL``::
+
+    python -m backend.cli user add NAME --password-stdin   # password: first line of stdin
+    python -m backend.cli user passwd NAME --password-stdin
+    python -m backend.cli user remove NAME
+    python -m backend.cli user list                        # one name per line
+
+Passwords are never taken as arguments (they would show in ``ps`` and shell
+history). Without ``--password-stdin`` on a terminal, the password is asked
+twice without echo. Exit status 0 on success, 1 with a one-line message.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import sys
 from contextlib import aclosing
@@ -24,11 +37,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
+from backend.auth import AuthError, check_name
 from backend.chat import ChatSession
 from backend.client import ChatClient
 from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, Done, ReasoningDelta
 from backend.settings import Settings
+from backend.store import Store, StoreError, open_store
 from backend.uploads import MediaWorkers, Upload
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -48,7 +63,60 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     ask.add_argument("--max-tokens", type=int, default=None, help="default: the model's profile")
     ask.add_argument("--temperature", type=float, default=None, help="default: the model's profile")
     ask.add_argument("--jsonl", action="store_true", help="one JSON event per line on stdout")
+    user = commands.add_parser("user", help="manage who may sign in to the chat UI")
+    actions = user.add_subparsers(dest="action", required=True)
+    for name, helptext in (("add", "add a user"), ("passwd", "change a user's password")):
+        command = actions.add_parser(name, help=helptext)
+        command.add_argument("name", metavar="NAME")
+        command.add_argument(
+            "--password-stdin", action="store_true", help="read the password from stdin"
+        )
+    actions.add_parser("remove", help="remove a user").add_argument("name", metavar="NAME")
+    actions.add_parser("list", help="print every user name, one per line")
     return parser
+
+
+def read_password(from_stdin: bool, stdin: TextIO) -> str:
+    """The new password: the first line of ``stdin``, or asked twice on the terminal.
+
+    Raises:
+        AuthError: no password given, or the two entries differ.
+    """
+    if from_stdin or not stdin.isatty():
+        line = stdin.readline().rstrip("\r\n")
+        if not line:
+            raise AuthError("No password on stdin; pipe it in, e.g. from a password manager.")
+        return line
+    first = getpass.getpass("Password: ")
+    if getpass.getpass("Password again: ") != first:
+        raise AuthError("The two passwords differ.")
+    return first
+
+
+async def user_command(args: argparse.Namespace, store: Store, stdin: TextIO, out: TextIO) -> str:
+    """Run ``user add|passwd|remove|list``; returns a line for stderr ("" for list).
+
+    Raises:
+        AuthError: bad name or password, name taken, no such user.
+    """
+    try:
+        if args.action == "list":
+            for name in await store.users.names():
+                out.write(f"{name}\n")
+            return ""
+        if args.action == "remove":
+            await store.users.remove(args.name)
+            return f"removed user {args.name}"
+        if args.action == "add":
+            check_name(args.name)  # before asking for a password
+        password = read_password(args.password_stdin, stdin)
+        if args.action == "add":
+            await store.users.add(args.name, password)
+            return f"added user {args.name}; restart the app if this is the first user"
+        await store.users.set_password(args.name, password)
+        return f"changed the password of {args.name}"
+    finally:
+        await store.close()
 
 
 async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
@@ -132,6 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 failure, 130 interrupted)."""
     settings = Settings()
     args = build_parser(settings).parse_args(argv)
+    if args.command == "user":
+        try:
+            store, _ = open_store(settings)
+            said = asyncio.run(user_command(args, store, sys.stdin, sys.stdout))
+        except (StoreError, AuthError) as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 1
+        if said:
+            sys.stderr.write(f"{said}\n")
+        return 0
     try:
         asyncio.run(ask(args, settings, sys.stdout, sys.stderr))
     except ChatError as exc:

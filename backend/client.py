@@ -209,10 +209,11 @@ class ChatClient:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ChatClient:
-        """A new client for the server ``settings`` name; the caller owns (and closes) it."""
+    def from_settings(cls, settings: Settings, base_url: str | None = None) -> ChatClient:
+        """A new client for ``base_url`` (default ``settings.base_url``) with the
+        settings' key and timeouts; the caller owns (and closes) it."""
         return cls(
-            settings.base_url,
+            base_url or settings.base_url,
             settings.api_key.get_secret_value(),
             timeout_s=settings.request_timeout_s,
             connect_timeout_s=settings.connect_timeout_s,

@@ -181,7 +181,8 @@ class Plan:
             leaving out all history could free).
         images_left_out: older images replaced by a note.
         turns_left_out: older turns not sent at all.
-        notices: sentences for the person about what was left out.
+        left_out_notices: sentences for the person about what was left out.
+        budget: the limits the plan was made for.
     """
 
     messages: list[dict[str, Any]]
@@ -190,7 +191,18 @@ class Plan:
     history_tokens: int
     images_left_out: int
     turns_left_out: int
-    notices: list[str]
+    left_out_notices: list[str]
+    budget: Budget
+
+    @property
+    def notices(self) -> list[str]:
+        """What to tell the person: what was left out, and a budget below the one asked."""
+        if self.max_tokens >= self.budget.max_tokens:
+            return list(self.left_out_notices)
+        shrunk = shrunk_budget_note(
+            self.max_tokens, self.budget, history_left=self.history_tokens > 0
+        )
+        return [*self.left_out_notices, shrunk]
 
 
 @dataclass
@@ -215,11 +227,14 @@ class Conversation:
         current: Turn,
         budget: Budget,
         count_text: Callable[[str], int] = estimate_text_tokens,
+        held_back: int = 0,
     ) -> Plan:
         """Build the request for ``current`` (the last turn) within ``budget``.
 
         Older images go first, oldest first, then whole older turns, oldest
-        first; the current turn is never cut.
+        first; the current turn is never cut. ``held_back``: tokens the
+        estimates are known to be short by (the server counted more), kept free
+        on top of the estimate.
 
         When the answer budget that fits is below ``budget.max_tokens``, a notice
         says so, and whether leaving out older turns could give more.
@@ -261,13 +276,13 @@ class Conversation:
                 else 0
             )
         )
-        if fixed > budget.max_model_len - budget.floor:
+        if fixed + held_back > budget.max_model_len - budget.floor:
             raise ContextTooLong(
-                f"This message needs about {fixed} tokens, but the model takes "
+                f"This message needs about {fixed + held_back} tokens, but the model takes "
                 f"{budget.max_model_len} tokens including at least {budget.floor} "
                 "for the answer. Send fewer or smaller images, or a shorter text."
             )
-        available = max(budget.max_model_len - budget.reserved, fixed)
+        available = max(budget.max_model_len - budget.reserved - held_back, fixed)
         costs = [cost(i, n) for i, n in enumerate(kept_images)]
         images_left_out = 0
 
@@ -307,19 +322,15 @@ class Conversation:
                 f"({budget.max_model_len} tokens, {budget.max_images} images per request)."
             )
         total = prompt_tokens()
-        max_tokens = max(1, min(budget.max_tokens, budget.max_model_len - total))
-        if max_tokens < budget.max_tokens:
-            notices.append(
-                shrunk_budget_note(max_tokens, budget, history_left=first_turn < len(history))
-            )
         return Plan(
             messages=messages,
-            max_tokens=max_tokens,
+            max_tokens=max(1, min(budget.max_tokens, budget.max_model_len - total - held_back)),
             prompt_tokens=total,
             history_tokens=total - fixed,
             images_left_out=images_left_out,
             turns_left_out=first_turn,
-            notices=notices,
+            left_out_notices=notices,
+            budget=budget,
         )
 
 
@@ -373,6 +384,5 @@ async def plan_verified(
             fits = min(budget.max_tokens, budget.max_model_len - exact)
             return replace(plan, prompt_tokens=exact, max_tokens=max(1, fits))
         held_back = exact - plan.prompt_tokens
-        smaller = replace(budget, max_model_len=budget.max_model_len - held_back)
-        plan = conversation.plan(turn, smaller, count_text)
+        plan = conversation.plan(turn, budget, count_text, held_back)
     return plan

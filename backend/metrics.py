@@ -338,6 +338,52 @@ def panel_markdown(loads: Sequence[ServerLoad]) -> str:
     return "\n".join(lines)
 
 
+class MetricsWatcher:
+    """The server panel's table, shared by every open panel of the process.
+
+    Reads ``/metrics`` at most once per ``min_gap_s`` however many panels ask
+    (one read at a time), and keeps the previous read for the token rates.
+
+    Args:
+        server_root: the server's root URL, without ``/v1``.
+        min_gap_s: reads closer together than this reuse the last table.
+        clock: monotonic clock in seconds.
+    """
+
+    def __init__(
+        self,
+        server_root: str,
+        *,
+        min_gap_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._root = server_root
+        self._min_gap_s = min_gap_s
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._last: Scrape | None = None
+        self._table: str | None = None
+        self._read_at = float("-inf")
+
+    async def table(self, http: httpx.AsyncClient) -> str:
+        """The current markdown table (:func:`panel_markdown`), or :data:`UNREACHABLE_NOTE`.
+
+        Args:
+            http: a client the caller owns; used only when a new read is due.
+        """
+        async with self._lock:
+            if self._table is not None and self._clock() - self._read_at < self._min_gap_s:
+                return self._table
+            scrape = await fetch_metrics(http, self._root, clock=self._clock)
+            self._read_at = self._clock()
+            if scrape is None:
+                self._table = UNREACHABLE_NOTE
+            else:
+                self._table = panel_markdown(load_between(self._last, scrape))
+                self._last = scrape
+            return self._table
+
+
 async def _main(server_root: str, interval_s: float) -> int:
     """Two reads ``interval_s`` apart, printed as the panel's table (or why not)."""
     async with httpx.AsyncClient() as http:

@@ -1,20 +1,30 @@
 """What the app process owns: created once at start, closed once at stop.
 
-One :class:`~backend.client.ChatClient` for the model server (all chats share its
-keep-alive connections), its :class:`~backend.models.ModelDirectory`, and the
+For each model server (``KIMI_SERVERS``, else ``KIMI_BASE_URL``) one
+:class:`~backend.client.ChatClient` (all chats share its keep-alive connections)
+and its :class:`~backend.models.ModelDirectory`; and the
 :class:`~backend.uploads.MediaWorkers` that decode uploads. Chats borrow them
-and never close them; after :meth:`AppResources.aclose` the client raises
+and never close them; after :meth:`AppResources.aclose` a client raises
 :class:`backend.errors.ClientClosed`.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
-from backend.client import ChatClient
+from backend.client import ChatClient, ServedModel
 from backend.models import ModelDirectory
 from backend.settings import Settings
 from backend.uploads import MediaWorkers
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """One model server: its client and the cache of what it serves."""
+
+    client: ChatClient
+    models: ModelDirectory
 
 
 @dataclass
@@ -22,18 +32,37 @@ class AppResources:
     """The process's shared resources (see the module docstring)."""
 
     settings: Settings
-    client: ChatClient
-    models: ModelDirectory
+    servers: list[Server]
     workers: MediaWorkers
 
     @classmethod
     def start(cls, settings: Settings) -> AppResources:
         """Create every resource for ``settings`` (opens no connection yet)."""
-        client = ChatClient.from_settings(settings)
-        return cls(settings, client, ModelDirectory(client), MediaWorkers())
+        servers = []
+        for url in settings.base_urls:
+            client = ChatClient.from_settings(settings, url)
+            servers.append(Server(client, ModelDirectory(client)))
+        return cls(settings, servers, MediaWorkers())
+
+    @property
+    def client(self) -> ChatClient:
+        """The first server's client (the only one unless ``KIMI_SERVERS`` lists more)."""
+        return self.servers[0].client
+
+    async def served(self) -> list[tuple[ServedModel, Server]]:
+        """Every served model with its server, in server order (from the caches)."""
+        lists = await asyncio.gather(*(server.models.current() for server in self.servers))
+        return [(model, server) for server, models in zip(self.servers, lists, strict=True)
+                for model in models]  # fmt: skip
+
+    async def server_for(self, model: str) -> Server:
+        """The server that serves ``model``; the first server when none is known to."""
+        found = [server for served, server in await self.served() if served.id == model]
+        return found[0] if found else self.servers[0]
 
     async def aclose(self) -> None:
         """Close everything, in reverse order of use."""
-        await self.models.aclose()
-        await self.client.aclose()
+        for server in self.servers:
+            await server.models.aclose()
+            await server.client.aclose()
         self.workers.close()

@@ -117,6 +117,9 @@ class Settings(BaseSettings):
     base_url: str = Field("http://127.0.0.1:8100/v1", description="vLLM OpenAI API base URL")
     api_key: SecretStr = Field(SecretStr("EMPTY"), description="API key vLLM expects")
     model: str = Field("", description="served model name; empty = first one /v1/models lists")
+    servers: str = Field(
+        "", description="comma-separated base URLs of several vLLM servers (launch.sh --both)"
+    )
     request_timeout_s: float = Field(
         600.0, gt=0, description="httpx read timeout: longest silence between two chunks, seconds"
     )
@@ -134,10 +137,31 @@ class Settings(BaseSettings):
 
     # The UI.
     app_log: str = Field("app.log", description="the app's request log; empty = stderr only")
+    log_max_mb: int = Field(50, gt=0, description="app.log and llm.log rotate at this size (MB)")
+    log_keep: int = Field(5, ge=1, description="rotated logs kept (.1 ... .N)")
+    allow_anonymous: bool = Field(
+        False, description="let the UI listen beyond 127.0.0.1 with no user to sign in"
+    )
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
     allowed_origins: str = Field(
         "",
         description="origins allowed to drive the UI besides its own (comma-separated), "
         "e.g. https://chat.example.com behind a proxy that rewrites Host",
+    )
+
+    @property
+    def base_urls(self) -> list[str]:
+        """The model servers' OpenAI base URLs: ``servers`` if set, else ``base_url``."""
+        listed = [url.strip() for url in self.servers.split(",") if url.strip()]
+        return listed or [self.base_url]
+
+    # Where chats, users and files are kept (backend/store).
+    data_dir: str = Field(
+        "data", description="folder of the SQLite database and stored files (git-ignored)"
+    )
+    database_url: str = Field(
+        "",
+        description="SQLAlchemy async URL; empty = SQLite file chat.db in data_dir; "
+        "postgresql+asyncpg://USER:PASSWORD@HOST/DB switches to PostgreSQL",
     )

@@ -127,8 +127,56 @@ class UploadLimits:
     max_bytes: int
 
 
+class Prefetched:
+    """Images being prepared before their message is sent (preparation starts on upload).
+
+    Keyed by the upload's path; each entry remembers the limits it was made for,
+    and is made again for other limits. Owned by one chat; :meth:`clear` when the
+    chat ends.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[Path, tuple[UploadLimits, asyncio.Task[PreparedImage]]] = {}
+
+    def start(self, upload: Upload, limits: UploadLimits, workers: MediaWorkers) -> bool:
+        """Start preparing ``upload`` if it is an image; True if started (or already)."""
+        found = self._tasks.get(upload.path)
+        if found is not None and found[0] == limits:
+            return True
+        if found is not None:
+            found[1].cancel()  # made for other limits (another model)
+        if sniff_kind(upload.path) is not UploadKind.IMAGE:
+            return False  # PDFs and videos depend on what else the message holds
+        work = workers.run(
+            prepare_image,
+            upload.path,
+            limits.in_token_limit,
+            upload.name,
+            max_bytes=limits.max_bytes,
+        )
+        self._tasks[upload.path] = (limits, asyncio.ensure_future(work))
+        return True
+
+    def take(self, upload: Upload) -> asyncio.Task[PreparedImage] | None:
+        """The preparation started for ``upload`` (removed), or None."""
+        found = self._tasks.pop(upload.path, None)
+        return None if found is None else found[1]
+
+    def clear(self) -> None:
+        """Cancel and forget everything not yet sent (the chat ended)."""
+        for _, task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+
 async def prepare_uploads(
-    uploads: Sequence[Upload], limits: UploadLimits, workers: MediaWorkers
+    uploads: Sequence[Upload],
+    limits: UploadLimits,
+    workers: MediaWorkers,
+    prefetched: Prefetched | None = None,
 ) -> UploadResult:
     """Prepare uploaded images, PDFs and videos for the model, in ``workers``.
 
@@ -138,22 +186,16 @@ async def prepare_uploads(
     left (:class:`backend.media.MediaBudget`): the image limit per request minus the
     images before it, and :data:`backend.media.MEDIA_CONTEXT_SHARE` of the max model
     length minus their tokens. Results keep the upload order. Never raises for a bad
-    file: each one becomes a sentence in :attr:`UploadResult.problems`.
+    file: each one becomes a sentence in :attr:`UploadResult.problems`. Images whose
+    preparation started on upload (``prefetched``) are not prepared again.
     """
     kinds = [sniff_kind(upload.path) for upload in uploads]  # reads 1 KB of each
     photos = [i for i, kind in enumerate(kinds) if kind is UploadKind.IMAGE]
+    early = prefetched or Prefetched()
+    for i in photos:
+        early.start(uploads[i], limits, workers)
     prepared = await asyncio.gather(
-        *(
-            workers.run(
-                prepare_image,
-                uploads[i].path,
-                limits.in_token_limit,
-                uploads[i].name,
-                max_bytes=limits.max_bytes,
-            )
-            for i in photos
-        ),
-        return_exceptions=True,
+        *(_taken(early, uploads[i]) for i in photos), return_exceptions=True
     )
     outcomes: dict[int, PreparedImage | MediaResult | BaseException] = dict(
         zip(photos, prepared, strict=True)
@@ -194,3 +236,10 @@ async def prepare_uploads(
                 f"{upload.name}: could not be prepared ({type(outcome).__name__})."
             )
     return result
+
+
+async def _taken(prefetched: Prefetched, upload: Upload) -> PreparedImage:
+    """The prepared image of ``upload`` (its preparation was started just before)."""
+    task = prefetched.take(upload)
+    assert task is not None, "started by prepare_uploads"
+    return await task

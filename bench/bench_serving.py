@@ -186,11 +186,14 @@ async def stream_raw(
     model: str,
     messages: list[dict[str, Any]],
     max_tokens: int,
+    text: list[str] | None = None,
 ) -> Result:
     """Send one streamed chat completion with plain httpx and time it.
 
     Parses the SSE ``data:`` lines itself; counts a chunk as the first token when
     its delta has non-empty ``content``, ``reasoning`` or ``reasoning_content``.
+    When ``text`` is given, every such piece is appended to it (the answer, for a
+    next turn).
     """
     body = {
         "model": model,
@@ -207,13 +210,13 @@ async def stream_raw(
     try:
         async with http.stream("POST", f"{base_url}/chat/completions", json=body) as response:
             if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")
+                body_text = (await response.aread()).decode(errors="replace")
                 return Result(
                     None,
                     time.perf_counter() - started,
                     0,
                     0,
-                    f"HTTP {response.status_code}: {text[:200]}",
+                    f"HTTP {response.status_code}: {body_text[:200]}",
                 )
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
@@ -234,6 +237,8 @@ async def stream_raw(
                     )
                     if piece and first is None:
                         first = time.perf_counter()
+                    if piece and text is not None:
+                        text.append(piece)
     except httpx.HTTPError as exc:
         return Result(None, time.perf_counter() - started, 0, 0, f"{type(exc).__name__}: {exc}")
     ended = time.perf_counter()

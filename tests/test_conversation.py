@@ -314,11 +314,6 @@ async def test_with_images_counted_as_kimi_vl_the_answer_gets_what_the_server_le
     assert request.max_tokens == 1295
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan_verified sends the budget the server's count leaves (1295) but keeps the "
-    "estimate's notice (1272): backend/conversation.py, reported to the lead",
-)
 async def test_the_shrunk_budget_notice_states_the_budget_the_server_count_leaves(
     fake: RunningFake, make_session: SessionFactory, tmp_path: Path
 ) -> None:
@@ -388,12 +383,6 @@ async def test_near_the_limit_a_kimi_count_above_the_estimate_makes_the_plan_lea
     assert request.max_tokens == 2048 and exact + request.max_tokens <= 8192
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a re-plan, plan_verified's notices speak of the held-back budget (4647 "
-    "tokens, 'at most 405 tokens') while 2048 of 8192 are sent: backend/conversation.py, "
-    "reported to the lead",
-)
 async def test_after_a_re_plan_the_notices_speak_of_the_models_real_limits(
     fake: RunningFake, make_session: SessionFactory, tmp_path: Path
 ) -> None:

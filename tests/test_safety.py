@@ -6,6 +6,9 @@ Starlette app through httpx's ASGI transport (no server, no browser).
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import httpx
 import pytest
 from starlette.applications import Starlette
@@ -173,3 +176,10 @@ def test_a_session_belongs_to_the_browser_that_opened_it() -> None:
     assert owners.owns(scripted, None) and owners.owns(scripted, "key-b")
     assert not owners.bound(scripted)
     assert not owners.owns(unknown, None) and not owners.owns(unknown, "key-a")
+
+
+def test_closed_tabs_are_released_within_a_minute() -> None:
+    """tests/browser/test_security.py shows files go once ``session_timeout`` passes
+    (with 3 s); this is the value people get (Chainlit's own default is 3600 s)."""
+    config = tomllib.loads((Path(__file__).parents[1] / ".chainlit/config.toml").read_text())
+    assert 10 <= config["project"]["session_timeout"] <= 60

@@ -14,6 +14,7 @@ import chainlit as cl
 
 from backend.batching import Pacing, coalesce
 from backend.chat import ChatSession, Planned
+from backend.client import ChatClient, ServedModel
 from backend.conversation import Turn
 from backend.errors import ChatError, can_retry
 from backend.events import AnswerDelta, Done, ReasoningDelta, Waiting
@@ -26,6 +27,8 @@ from backend.presenter import (
     stopped_note,
 )
 from backend.safety import link_remote_images
+from backend.settings import profile_for
+from ui import history
 from ui.grounding_view import show_marks
 from ui.reasoning_view import ReasoningView
 
@@ -52,6 +55,18 @@ def retry_action(
     return cl.Action(name="retry", payload=payload, label=label, icon="refresh-cw")
 
 
+def new_answer(compared: str | None) -> cl.Message:
+    """An empty answer message; a compared model's answer is authored by that model."""
+    return cl.Message(content="", author=compared) if compared else cl.Message(content="")
+
+
+def compare_action(message_id: str, other: ServedModel) -> cl.Action:
+    """A button that asks ``other`` the turn of the person's message ``message_id``."""
+    label = f"Compare with {profile_for(other.id).label}"
+    payload = {"message": message_id, "model": other.id}
+    return cl.Action(name="compare", payload=payload, label=label, icon="columns-2")
+
+
 async def run_turn(
     session: ChatSession,
     message_id: str,
@@ -71,6 +86,39 @@ async def run_turn(
         turn.status = "failed"
         await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
         return
+    await stream_answer(session, message_id, turn, planned)
+
+
+async def run_compare(
+    session: ChatSession, message_id: str, other: ServedModel, client: ChatClient
+) -> None:
+    """Ask ``other`` the turn of ``message_id`` (same images and history) and show its
+    answer next, labelled with the model, with its own stats line."""
+    try:
+        found = session.compare_plan(message_id, other)
+    except ChatError as exc:
+        await say(f"⚠️ {exc}")
+        return
+    if found is None:
+        await say("ℹ️ That turn is no longer part of the conversation; ask again below.")
+        return
+    turn, planned = found
+    await stream_answer(session, message_id, turn, planned, client, profile_for(other.id).label)
+
+
+async def stream_answer(
+    session: ChatSession,
+    message_id: str,
+    turn: Turn,
+    planned: Planned,
+    client: ChatClient | None = None,
+    compared: str | None = None,
+) -> None:
+    """Stream a planned answer into the reasoning step and the answer message.
+
+    ``client``/``compared``: another model's server and label (Compare): the
+    answer is labelled with it and gets no buttons of its own.
+    """
     for notice in planned.notices:
         await say(f"ℹ️ {notice}")
     show_reasoning = session.options is None or session.options.show_reasoning
@@ -83,10 +131,15 @@ async def run_turn(
     )
     model = planned.request.model
 
-    async def queued() -> int | None:
-        return await session.client.queued_requests(model)
+    server = client or session.client
 
-    stream = coalesce(session.respond(turn, planned.request), pacing, queued)
+    async def queued() -> int | None:
+        return await server.queued_requests(model)
+
+    stream = coalesce(session.respond(turn, planned.request, client), pacing, queued)
+    done: Done | None = None
+    turn.status = "pending"
+    await history.save_turn(session, turn)  # a no-op without sign-in, or for a Compare
     try:
         async with aclosing(stream) as events:
             async for event in events:
@@ -99,21 +152,22 @@ async def run_turn(
                         await reasoning.add(event.text)
                 elif isinstance(event, AnswerDelta):
                     await reasoning.close()
-                    answer = answer or cl.Message(content="")
+                    answer = answer or new_answer(compared)
                     await answer.stream_token(event.text)
                 elif isinstance(event, Done):
+                    done = event
                     if event.answer_in_reasoning:
                         await reasoning.discard()  # no marker came: that text was the answer
                     await reasoning.close()
-                    answer = answer or cl.Message(content="")
-                    await finish_answer(answer, message_id, turn, event, planned, session)
+                    answer = answer or new_answer(compared)
+                    await finish_answer(answer, message_id, turn, event, planned, session, compared)
     except asyncio.CancelledError:
         await waiting.remove()
         if turn.status in ("done", "cut_off"):
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
         answer = answer or cl.Message(content="")
-        answer.content = stopped_note(turn.answer)
+        answer.content = stopped_note(link_remote_images(turn.answer))
         answer.actions = [retry_action(message_id)]
         await answer.send()
         raise
@@ -122,9 +176,11 @@ async def run_turn(
         await waiting.remove()
         await reasoning.close("failed")
         if answer is not None:
-            answer.content = incomplete_note(turn.answer)
+            answer.content = incomplete_note(link_remote_images(turn.answer))
             await answer.send()
         await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+    finally:
+        await history.save_turn(session, turn, done, answer.id if answer else None)
 
 
 class WaitingNote:
@@ -156,10 +212,18 @@ async def finish_answer(
     done: Done,
     planned: Planned,
     session: ChatSession,
+    compared: str | None = None,
 ) -> None:
-    """End the answer message: stats line, cut-off note, its buttons."""
+    """End the answer message: stats line, cut-off note, its buttons.
+
+    ``compared``: the label of the other model a Compare asked; its answer says
+    so first and has no buttons.
+    """
     lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
+    if compared:
+        lines.insert(0, f"**{compared}** (compare):")
     actions = [retry_action(message_id, "Regenerate")]
+    actions += [compare_action(message_id, other) for other in session.others]
     if done.finish_reason == "length":
         max_tokens = planned.request.max_tokens
         lines.append(f"⚠️ {cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed)}")
@@ -172,6 +236,9 @@ async def finish_answer(
     stats = stats_line(done)
     if session.settings.dev_mode:
         stats += " · dev model: the text is noise"
+    if compared:
+        stats = f"{compared} · {stats}"
+        actions = []
     lines.append(f"*{stats}*")
     answer.content = "\n\n".join(lines)
     answer.actions = actions

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import chainlit as cl
 
 from backend.presenter import THINKING_LABEL, StepEnd, thought_label
+from backend.safety import link_remote_images
 
 
 class ReasoningView:
@@ -56,6 +57,7 @@ class ReasoningView:
         if self._step is None:
             return
         self._step.name = thought_label(self._clock() - self._since, ended)
+        self._step.output = link_remote_images(self._step.output)  # no image fetches
         self._step.end = cl.utils.utc_now()
         await self._step.update()
         self._step = None

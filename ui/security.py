@@ -267,7 +267,8 @@ class Guard:
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             session = _session((query.get("session_id") or [None])[0])
             if session is None or not OWNERS.owns(session, key):
-                await _refuse(scope, receive, send, 404, "File not found.")
+                text = "File not found." if method == "GET" else "This chat is not open here."
+                await _refuse(scope, receive, send, 404, text)
                 return
         elif path in BODY_SESSION_ROUTES and method not in SAFE_METHODS:
             replay = await self._check_body_session(scope, receive, send, key)
@@ -319,7 +320,7 @@ class Guard:
             session_id = None
         session = _session(session_id if isinstance(session_id, str) else None)
         if session is None or not OWNERS.owns(session, key):
-            await _refuse(scope, receive, send, 404, "This chat is not open in this browser.")
+            await _refuse(scope, receive, send, 404, "This chat is not open here.")
             return None
         replayed = False
 

@@ -199,3 +199,21 @@ def test_a_second_browser_does_not_break_the_first(chromium: Browser, stack: Sta
     finally:
         first.close()
         second.close()
+
+
+def test_compare_shows_the_other_models_answer_next(page: Page, stack: Stack) -> None:
+    """Issue 16, item 2: the server serves Thinking and Instruct; Compare asks the other."""
+    ask(page, "What is in this picture?", DATA / "rocket.jpg")
+    expect(page.locator(ANSWERS).last).to_contain_text("TTFT")  # the first answer ended
+    wait_answer_done(page)
+    stack.clear_requests()
+    page.get_by_role("button", name="Compare with Kimi-VL Instruct").last.click()
+    compared = page.locator(ANSWERS).filter(has_text="Kimi-VL Instruct (compare):")
+    expect(compared).to_be_visible()
+    expect(compared).to_contain_text(re.compile(r"Kimi-VL Instruct · TTFT [\d.]+ s"))
+    wait_answer_done(page)
+    (request,) = stack.requests()
+    assert request["model"] == "kimi-vl"
+    content = request["messages"][-1]["content"]  # type: ignore[index]
+    assert [part["type"] for part in content] == ["image_url", "text"]
+    screenshot(page, "compare")

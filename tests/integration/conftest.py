@@ -137,23 +137,16 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
     yield from _serve(tmp_path_factory.mktemp("vllm-server"))
 
 
-# The Kimi-VL reasoning parser plugin (serving/kimi_reasoning_parser.py), and
-# structured outputs from the first token on, so a regex can force the tiny
-# model's output into the Kimi shape (docs/facts.md, "enable_in_reasoning").
-REASONING_ARGS = (
-    "--reasoning-parser-plugin serving/kimi_reasoning_parser.py --reasoning-parser kimi_vl"
-    " --structured-outputs-config '{\"enable_in_reasoning\": true}'"
-)
-
-
 @pytest.fixture(scope="module")
 def vllm_reasoning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """A dev server with the Kimi-VL reasoning parser, for one test module.
+    """A dev server as launch.sh starts it for a Thinking model, for one test module.
 
+    ``KIMI_DEV_THINKING=1``: launch.sh loads the Kimi-VL reasoning parser plugin
+    (serving/kimi_reasoning_parser.py) and, in dev mode, applies structured
+    outputs from the first token on, so a regex can force the tiny model's
+    output into the Kimi shape (docs/facts.md, "enable_in_reasoning").
     Module-scoped: only tests/integration/test_reasoning_parser.py uses it, and
     it stops when that module is done instead of running beside
     :func:`vllm_server` until the end of the session.
     """
-    yield from _serve(
-        tmp_path_factory.mktemp("vllm-reasoning-server"), KIMI_VLLM_EXTRA_ARGS=REASONING_ARGS
-    )
+    yield from _serve(tmp_path_factory.mktemp("vllm-reasoning-server"), KIMI_DEV_THINKING="1")

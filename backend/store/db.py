@@ -1,0 +1,87 @@
+"""The database engine: which database, and how SQLite is made safe for several writers.
+
+SQLite (the default, a file ``chat.db`` in the data folder) is opened through
+aiosqlite with:
+
+* ``journal_mode=WAL``: readers never wait for the writer (sqlite.org/wal.html);
+* a busy timeout of :data:`BUSY_TIMEOUT_S`: a writer that finds the database
+  locked waits for it instead of failing with "database is locked";
+* every transaction opened with ``BEGIN IMMEDIATE``: Python's ``sqlite3`` module
+  begins transactions only before DML and never for DDL, and a deferred
+  transaction that reads and then writes fails at once with SQLITE_BUSY, busy
+  timeout or not, when another connection wrote in between (sqlite.org/lang_transaction.html).
+  Taking the write lock at BEGIN makes every transaction wait its turn instead.
+  This is SQLAlchemy's documented recipe for aiosqlite (``isolation_level = None``
+  plus a ``begin`` listener), with IMMEDIATE instead of plain BEGIN.
+
+PostgreSQL (``postgresql+asyncpg://...``) needs none of this.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+BUSY_TIMEOUT_S: Final = 30.0
+"""Seconds a SQLite writer waits for the lock before giving up."""
+
+DATABASE_FILE: Final = "chat.db"
+"""Name of the SQLite database inside the data folder."""
+
+
+class StoreError(Exception):
+    """The store cannot be used; the message is one sentence a person can act on."""
+
+
+def database_url(data_dir: Path, configured: str) -> str:
+    """The SQLAlchemy async URL to use: ``configured``, else SQLite in ``data_dir``.
+
+    Raises:
+        StoreError: ``configured`` is neither an aiosqlite nor an asyncpg URL.
+    """
+    if not configured:
+        return f"sqlite+aiosqlite:///{(data_dir / DATABASE_FILE).resolve()}"
+    try:
+        driver = make_url(configured).drivername
+    except Exception as exc:
+        raise StoreError(f"KIMI_DATABASE_URL is not a database URL ({exc}).") from None
+    if driver not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
+        raise StoreError(
+            f"KIMI_DATABASE_URL uses '{driver}'; use postgresql+asyncpg://... "
+            "or sqlite+aiosqlite:///FILE."
+        )
+    return configured
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    """True if ``engine`` talks to SQLite."""
+    return engine.dialect.name == "sqlite"
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """An async engine for ``url``; SQLite gets WAL, a busy timeout and BEGIN IMMEDIATE.
+
+    Nothing is connected yet: the first use connects, in the event loop that uses it.
+    """
+    if not url.startswith("sqlite"):
+        return create_async_engine(url, pool_pre_ping=True)
+    engine = create_async_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")  # WAL: durable except on power loss
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

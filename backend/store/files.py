@@ -1,0 +1,104 @@
+"""Stored files on local disk, under ``KIMI_DATA_DIR/files/``, by object key.
+
+An object key is a relative path of safe segments (``user/element/photo.jpg``).
+:func:`safe_key` makes one from any name: characters other than letters,
+digits, ``.``, ``-`` and ``_`` become ``_``, and no segment may be empty, ``.``
+or ``..``, so a key can never point outside the folder. Writes go to a temporary
+file that is then renamed over the target (atomic on POSIX), so a crash never
+leaves half a file under a key.
+
+Who may read a file is not decided here (see :mod:`backend.auth` and the file
+route in ``ui/files.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Final
+
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_key(key: str) -> str:
+    """``key`` with every segment made safe (see the module docstring).
+
+    Raises:
+        ValueError: ``key`` has no usable segment.
+    """
+    segments = []
+    for raw in key.replace("\\", "/").split("/"):
+        segment = _UNSAFE.sub("_", raw)
+        if segment in ("", ".", ".."):
+            continue
+        segments.append(segment[:200])
+    if not segments:
+        raise ValueError(f"not a usable object key: {key!r}")
+    return "/".join(segments)
+
+
+class FileStore:
+    """Files under one root folder, addressed by object keys (see :func:`safe_key`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, key: str) -> Path:
+        """Where ``key`` lies on disk.
+
+        Raises:
+            ValueError: ``key`` is not already safe (it would be changed by
+                :func:`safe_key`), e.g. it contains ``..``.
+        """
+        if safe_key(key) != key:
+            raise ValueError(f"unsafe object key: {key!r}")
+        return self.root / key
+
+    def write(self, key: str, data: bytes) -> int:
+        """Store ``data`` under ``key`` (replacing what was there); returns bytes written."""
+        target = self.path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        return len(data)
+
+    def read(self, key: str) -> bytes:
+        """The bytes stored under ``key``.
+
+        Raises:
+            FileNotFoundError: nothing is stored under ``key``.
+            ValueError: ``key`` is unsafe.
+        """
+        return self.path(key).read_bytes()
+
+    def exists(self, key: str) -> bool:
+        """True if a file is stored under ``key``."""
+        try:
+            return self.path(key).is_file()
+        except ValueError:
+            return False
+
+    def delete(self, key: str) -> bool:
+        """Remove the file under ``key``; False if there was none."""
+        try:
+            self.path(key).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def delete_tree(self, prefix: str) -> None:
+        """Remove every file whose key starts with the folder ``prefix``."""
+        shutil.rmtree(self.path(prefix), ignore_errors=True)
+
+    def size(self) -> int:
+        """Total bytes of all stored files."""
+        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())

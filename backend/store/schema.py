@@ -1,0 +1,235 @@
+"""The database schema and its versioned, idempotent migrations.
+
+Chainlit's ``SQLAlchemyDataLayer`` creates no tables; its documentation gives a
+PostgreSQL DDL for ``users``, ``threads``, ``steps``, ``elements`` and
+``feedbacks``. That DDL lacks columns Chainlit 2.12 writes on every step
+(``steps."autoCollapse"`` since 2.10, ``command`` since 2.1, ``defaultOpen``
+since 2.3, ``modes`` since 2.9.4: research-turn2.md; without them every step
+insert fails, and Chainlit only logs a warning). Migration 2 adds them, so a
+database made from the documented DDL is brought up to date as well.
+
+One DDL serves SQLite and PostgreSQL: ids, timestamps (ISO 8601 text, as
+Chainlit writes them) and JSON (``metadata``, ``tags``, ``props``, ...) are
+TEXT on both; the data layer (``ui/datalayer.py``) encodes JSON on write and
+decodes it on read, which Chainlit 2.12 does not do for SQLite.
+
+Our own tables: ``kimi_schema`` (the version applied), ``kimi_users`` (sign-in
+names and password hashes, :mod:`backend.auth`), ``kimi_turns`` and
+``kimi_images`` (the conversation as the model saw it, :mod:`backend.store.turns`).
+
+:func:`migrate` applies what is missing, each migration in one transaction that
+also records its version; running it again does nothing. Two processes starting
+at once wait for each other: SQLite's transactions take the write lock at BEGIN
+(:mod:`backend.store.db`), PostgreSQL takes an advisory lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from sqlalchemy import Connection, inspect, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from backend.store.db import StoreError
+
+MIGRATION_LOCK: Final = 8_640_012
+"""PostgreSQL advisory lock key held while migrating (any constant unique to this app)."""
+
+_CHAINLIT_TABLES: Final = (
+    """CREATE TABLE IF NOT EXISTS users (
+        "id" TEXT PRIMARY KEY,
+        "identifier" TEXT NOT NULL UNIQUE,
+        "metadata" TEXT NOT NULL,
+        "createdAt" TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS threads (
+        "id" TEXT PRIMARY KEY,
+        "createdAt" TEXT,
+        "name" TEXT,
+        "userId" TEXT,
+        "userIdentifier" TEXT,
+        "tags" TEXT,
+        "metadata" TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS steps (
+        "id" TEXT PRIMARY KEY,
+        "name" TEXT NOT NULL,
+        "type" TEXT NOT NULL,
+        "threadId" TEXT NOT NULL,
+        "parentId" TEXT,
+        "streaming" BOOLEAN NOT NULL,
+        "waitForAnswer" BOOLEAN,
+        "isError" BOOLEAN,
+        "metadata" TEXT,
+        "tags" TEXT,
+        "input" TEXT,
+        "output" TEXT,
+        "createdAt" TEXT,
+        "start" TEXT,
+        "end" TEXT,
+        "generation" TEXT,
+        "showInput" TEXT,
+        "language" TEXT,
+        "indent" INTEGER
+    )""",
+    """CREATE TABLE IF NOT EXISTS elements (
+        "id" TEXT PRIMARY KEY,
+        "threadId" TEXT,
+        "type" TEXT,
+        "url" TEXT,
+        "chainlitKey" TEXT,
+        "name" TEXT NOT NULL,
+        "display" TEXT,
+        "objectKey" TEXT,
+        "size" TEXT,
+        "page" INTEGER,
+        "language" TEXT,
+        "forId" TEXT,
+        "mime" TEXT,
+        "props" TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS feedbacks (
+        "id" TEXT PRIMARY KEY,
+        "forId" TEXT NOT NULL,
+        "threadId" TEXT NOT NULL,
+        "value" INTEGER NOT NULL,
+        "comment" TEXT
+    )""",
+)
+
+_LATER_COLUMNS: Final = (
+    ("steps", "command", "TEXT"),
+    ("steps", "defaultOpen", "BOOLEAN"),
+    ("steps", "autoCollapse", "BOOLEAN"),
+    ("steps", "modes", "TEXT"),
+    ("elements", "autoPlay", "BOOLEAN"),
+    ("elements", "playerConfig", "TEXT"),
+)
+"""Columns Chainlit 2.12 writes that its documented DDL lacks: (table, column, type)."""
+
+_OUR_TABLES: Final = (
+    """CREATE TABLE IF NOT EXISTS kimi_users (
+        "name" TEXT PRIMARY KEY,
+        "password_hash" TEXT NOT NULL,
+        "created_at" TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS kimi_turns (
+        "thread_id" TEXT NOT NULL,
+        "position" INTEGER NOT NULL,
+        "message_id" TEXT NOT NULL,
+        "answer_id" TEXT,
+        "text" TEXT NOT NULL,
+        "answer" TEXT NOT NULL,
+        "reasoning" TEXT NOT NULL,
+        "reasoning_s" REAL,
+        "stats" TEXT,
+        "status" TEXT NOT NULL,
+        "model" TEXT,
+        "options" TEXT,
+        "created_at" TEXT NOT NULL,
+        "updated_at" TEXT NOT NULL,
+        PRIMARY KEY ("thread_id", "position")
+    )""",
+    """CREATE TABLE IF NOT EXISTS kimi_images (
+        "thread_id" TEXT NOT NULL,
+        "turn" INTEGER NOT NULL,
+        "position" INTEGER NOT NULL,
+        "name" TEXT NOT NULL,
+        "object_key" TEXT NOT NULL,
+        "width" INTEGER NOT NULL,
+        "height" INTEGER NOT NULL,
+        "tokens" INTEGER NOT NULL,
+        "source_bytes" INTEGER NOT NULL,
+        PRIMARY KEY ("thread_id", "turn", "position")
+    )""",
+    'CREATE INDEX IF NOT EXISTS steps_thread ON steps ("threadId", "createdAt")',
+    'CREATE INDEX IF NOT EXISTS elements_thread ON elements ("threadId")',
+    'CREATE INDEX IF NOT EXISTS elements_object_key ON elements ("objectKey")',
+    'CREATE INDEX IF NOT EXISTS threads_user ON threads ("userId")',
+    'CREATE INDEX IF NOT EXISTS feedbacks_for ON feedbacks ("forId")',
+)
+
+
+def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
+    def apply(connection: Connection) -> None:
+        for statement in statements:
+            connection.exec_driver_sql(statement)
+
+    return apply
+
+
+def _add_later_columns(connection: Connection) -> None:
+    for table, column, kind in _LATER_COLUMNS:
+        present = {c["name"] for c in inspect(connection).get_columns(table)}
+        if column not in present:
+            connection.exec_driver_sql(f'ALTER TABLE {table} ADD COLUMN "{column}" {kind}')
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step: its version and a function applying it on a sync connection."""
+
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+MIGRATIONS: Final = (
+    Migration(1, "Chainlit's documented tables", _run(_CHAINLIT_TABLES)),
+    Migration(2, "columns Chainlit 2.12 writes that its DDL lacks", _add_later_columns),
+    Migration(3, "users, turns and prepared images of Kimi-VL Chat", _run(_OUR_TABLES)),
+)
+"""Every migration, oldest first; versions are 1, 2, ... without gaps."""
+
+LATEST: Final = MIGRATIONS[-1].version
+
+
+async def schema_version(connection: AsyncConnection) -> int:
+    """The version applied so far (0 for an empty database)."""
+
+    def read(sync: Connection) -> int:
+        if not inspect(sync).has_table("kimi_schema"):
+            return 0
+        value = sync.exec_driver_sql("SELECT MAX(version) FROM kimi_schema").scalar()
+        return int(value or 0)
+
+    return await connection.run_sync(read)
+
+
+async def migrate(engine: AsyncEngine) -> list[int]:
+    """Bring the database to :data:`LATEST`; returns the versions applied now.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database refused a statement; nothing
+            of the failing migration stays (it runs in one transaction).
+        StoreError: the database is newer than this code.
+    """
+    applied: list[int] = []
+    for migration in MIGRATIONS:
+        async with engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                await connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK}
+                )
+            await connection.exec_driver_sql(
+                "CREATE TABLE IF NOT EXISTS kimi_schema (version INTEGER PRIMARY KEY, "
+                "applied_at TEXT NOT NULL)"
+            )
+            current = await schema_version(connection)
+            if current > LATEST:
+                raise StoreError(
+                    f"The database has schema version {current}, newer than this app "
+                    f"knows ({LATEST}); update the app."
+                )
+            if current >= migration.version:
+                continue
+            await connection.run_sync(migration.apply)
+            await connection.execute(
+                text("INSERT INTO kimi_schema (version, applied_at) VALUES (:v, :at)"),
+                {"v": migration.version, "at": datetime.now(UTC).isoformat()},
+            )
+            applied.append(migration.version)
+    return applied

@@ -1,0 +1,112 @@
+"""A throwaway PostgreSQL server for tests: Debian's ``postgresql`` package, real, no mock.
+
+:func:`start_postgres` runs ``initdb`` in a new temporary folder and ``pg_ctl
+start`` with no TCP listener at all (``listen_addresses=''``): clients connect
+over the unix socket in that folder, on a free port number (the socket's name).
+PostgreSQL refuses to run as root, so as root the cluster belongs to the
+package's ``postgres`` user and commands run through ``runuser``. Trust
+authentication: only local processes that can reach the socket folder connect.
+``tests/run.sh`` installs the package when ``initdb`` is missing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import free_port
+
+SUPERUSER = "kimi"
+
+
+def pg_bin() -> Path | None:
+    """The newest installed PostgreSQL's bin folder, or None when none is installed."""
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4])
+    )
+    return Path(found[-1]).parent if found else None
+
+
+@dataclass
+class PgServer:
+    """A running throwaway cluster; :meth:`stop` ends it and removes its folder."""
+
+    folder: Path
+    port: int
+    bin: Path
+    run_as: list[str]
+
+    def url(self, database: str = "postgres") -> str:
+        """SQLAlchemy asyncpg URL of ``database`` over the unix socket."""
+        return f"postgresql+asyncpg://{SUPERUSER}@/{database}?host={self.folder}&port={self.port}"
+
+    def create_database(self) -> str:
+        """A new empty database; returns its URL."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self._psql(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def _psql(self, sql: str) -> None:
+        subprocess.run(
+            [*self.run_as, str(self.bin / "psql"), "-h", str(self.folder), "-p", str(self.port),
+             "-U", SUPERUSER, "-d", "postgres", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        """Stop the server at once and delete the cluster."""
+        subprocess.run(
+            [*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.folder / "db"), "-m",
+             "immediate", "-w", "stop"],
+            capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def start_postgres() -> PgServer:
+    """Start a cluster (about 2-3 s on two cores).
+
+    Raises:
+        RuntimeError: PostgreSQL is not installed, or it did not start (with its log).
+    """
+    binaries = pg_bin()
+    if binaries is None:
+        raise RuntimeError("PostgreSQL is not installed: apt-get install postgresql")
+    folder = Path(tempfile.mkdtemp(prefix="kimi-pg-"))
+    run_as: list[str] = []
+    if os.geteuid() == 0:
+        owner = pwd.getpwnam("postgres")
+        os.chown(folder, owner.pw_uid, owner.pw_gid)
+        run_as = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    server = PgServer(folder, port, binaries, run_as)
+    log = folder / "server.log"
+    try:
+        subprocess.run(
+            [*run_as, str(binaries / "initdb"), "-D", str(folder / "db"), "-U", SUPERUSER,
+             "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        options = (
+            f"-p {port} -k {folder} -c listen_addresses='' -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=32MB"
+        )
+        subprocess.run(
+            [*run_as, str(binaries / "pg_ctl"), "-D", str(folder / "db"), "-l", str(log),
+             "-o", options, "-w", "-t", "60", "start"],
+            check=True, capture_output=True, timeout=90,
+        )  # fmt: skip
+    except subprocess.CalledProcessError as exc:
+        detail = (exc.stderr or b"").decode(errors="replace")[-2000:]
+        if log.exists():
+            detail += log.read_text(errors="replace")[-2000:]
+        server.stop()
+        raise RuntimeError(f"PostgreSQL did not start: {detail}") from None
+    return server

@@ -1,0 +1,84 @@
+"""The HTML export: self-contained, reasoning collapsed, nothing from the model runs."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from backend.conversation import Turn
+from backend.images import prepare_image
+from backend.store.export import ChatExport, export_html
+from backend.store.turns import TurnRecord
+from tests.conftest import DATA
+
+EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>"\' &amp;'
+
+
+class Page(HTMLParser):
+    """Collects the tags, attributes and text of a document."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(document: str) -> Page:
+    page = Page()
+    page.feed(document)
+    return page
+
+
+def chat(records: list[TurnRecord]) -> str:
+    return export_html(
+        ChatExport(
+            title=f"title {EVIL}",
+            model="Kimi-VL Thinking (2506)",
+            options={"temperature": 0.8, "max_tokens": 2048},
+            records=records,
+            exported_at="2026-12-01 10:00 UTC",
+        )
+    )
+
+
+def test_model_text_is_shown_as_text_and_never_runs() -> None:
+    image = prepare_image(DATA / "rocket.jpg", 1024, f"{EVIL}.jpg")
+    turn = Turn(text=EVIL, images=[image], answer=EVIL, reasoning=EVIL, status="done")
+    document = chat([TurnRecord(0, "m", turn, reasoning_s=3.24, stats=f"TTFT {EVIL}")])
+    page = parse(document)
+    tags = [tag for tag, _ in page.tags]
+    assert "script" not in tags
+    assert all(not name.startswith("on") for _, attrs in page.tags for name in attrs)
+    images = [attrs for tag, attrs in page.tags if tag == "img"]
+    assert [attrs["src"] for attrs in images] == [image.data_url]  # only ours, inline
+    assert images[0]["alt"] == f"{EVIL}.jpg"
+    # Every copy of the hostile text is there as text: <title>, <h1>, the message,
+    # the reasoning, the answer, the stats line.
+    assert "".join(page.text).count('<script>alert("x")</script>') == 6
+    csp = next(
+        a["content"] for t, a in page.tags if a.get("http-equiv") == "Content-Security-Policy"
+    )
+    assert csp is not None and "default-src 'none'" in csp and "script-src" not in csp
+
+
+def test_reasoning_is_collapsed_with_its_time_and_the_settings_are_named() -> None:
+    turns = [
+        TurnRecord(0, "m1", Turn(text="q1", answer="a1", reasoning="r1", status="done"),
+                   reasoning_s=12.34, stats="TTFT 0.41 s · thought 12.3 s · 512 tokens"),
+        TurnRecord(1, "m2", Turn(text="q2", status="stopped"), stored_status="interrupted"),
+    ]  # fmt: skip
+    document = chat(turns)
+    page = parse(document)
+    assert [t for t, _ in page.tags].count("details") == 1
+    details = next(a for t, a in page.tags if t == "details")
+    assert "open" not in details
+    assert "Thought for 12.3s" in page.text
+    assert "TTFT 0.41 s · thought 12.3 s · 512 tokens" in page.text
+    assert "Interrupted: the app stopped before this answer ended." in page.text
+    assert {"Kimi-VL Thinking (2506)", "temperature", "0.8", "max_tokens", "2048"} <= set(page.text)
+    assert "http://" not in document and "https://" not in document  # opens offline

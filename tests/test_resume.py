@@ -1,0 +1,130 @@
+"""Resume, Regenerate, Edit and Export of a stored chat, through app.py's handlers.
+
+A signed-in WebsocketSession stands in for the browser (as in test_app.py); a
+second session on the same thread stands in for the page after a restart. The
+store is a real one on SQLite (the browser test runs PostgreSQL too).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import chainlit as cl
+import pytest
+from chainlit.context import init_ws_context
+from chainlit.session import WebsocketSession
+from chainlit.types import ThreadDict
+from chainlit.user import PersistedUser
+
+import app
+from backend.settings import Settings
+from backend.store import Store
+from tests.conftest import DATA, RunningFake
+from tests.fakes.kimi_server import ANSWER, REASONING
+from ui import history
+
+
+@dataclass
+class Page:
+    """What the app sent over the socket."""
+
+    frames: list[tuple[str, Any]] = field(default_factory=list)
+
+    async def emit(self, event: str, data: Any) -> None:
+        self.frames.append((event, data))
+
+    def actions(self) -> list[dict[str, Any]]:
+        return [data for event, data in self.frames if event == "action"]
+
+
+@pytest.fixture
+async def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Store]:
+    opened = Store(Settings(data_dir=str(tmp_path / "data"), database_url=""))
+    await opened.check()
+    monkeypatch.setattr(history, "_store", opened)
+    yield opened
+    await opened.close()
+
+
+def open_page(thread_id: str, monkeypatch: pytest.MonkeyPatch, fake: RunningFake) -> Page:
+    page = Page()
+
+    async def emit_call(*_: Any) -> None:
+        return None
+
+    user = PersistedUser(id=str(uuid.uuid4()), identifier="alice", createdAt="", metadata={})
+    session = WebsocketSession(
+        id=str(uuid.uuid4()), socket_id=str(uuid.uuid4()),
+        emit=page.emit,  # type: ignore[arg-type]  # Chainlit awaits it; its hint is wrong
+        emit_call=emit_call, user_env={}, client_type="webapp", user=user, thread_id=thread_id,
+    )  # fmt: skip
+    init_ws_context(session)
+    monkeypatch.setattr(app, "SETTINGS", Settings(base_url=fake.base_url))
+    return page
+
+
+def thread(thread_id: str) -> ThreadDict:
+    return ThreadDict(
+        id=thread_id, createdAt="", name="t", userId=None, userIdentifier="alice", tags=None,
+        metadata={}, steps=[], elements=[],
+    )  # fmt: skip
+
+
+async def test_after_a_restart_regenerate_and_edit_send_what_was_sent_before(
+    store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread_id = str(uuid.uuid4())
+    open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    first = cl.Message(content="What is this?", type="user_message", elements=[
+        cl.Image(name="rocket.jpg", path=str(DATA / "rocket.jpg"), mime="image/jpeg"),
+    ])  # fmt: skip
+    await app.on_message(first)
+    await app.on_message(cl.Message(content="And the sky?", type="user_message"))
+    before = fake.requests[-1]["messages"]
+    assert before[1]["content"] == ANSWER and REASONING not in str(before)
+
+    page = open_page(thread_id, monkeypatch, fake)  # the app restarted; the chat is opened
+    await app.on_chat_resume(thread(thread_id))
+    regenerate = [a for a in page.actions() if a["label"] == "Regenerate"]
+    assert len(regenerate) == 1 and regenerate[0]["forId"]
+    action = cl.Action(name="retry", payload=regenerate[0]["payload"], id=regenerate[0]["id"])
+    await app.on_retry(action)
+    assert fake.requests[-1]["messages"] == before  # same images, same answers, same question
+
+    first.content = "What is this, exactly?"  # Chainlit's edit: same id, new text, no files
+    first.elements = []
+    await app.on_message(first)
+    edited = fake.requests[-1]["messages"]
+    assert len(edited) == 1
+    assert edited[0]["content"][0] == before[0]["content"][0]  # the stored prepared photo
+    assert edited[0]["content"][-1] == {"type": "text", "text": "What is this, exactly?"}
+    assert [r.turn.text for r in await store.turns.load(thread_id)] == ["What is this, exactly?"]
+
+
+async def test_export_sends_one_html_file_with_the_stored_chat(
+    store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread_id = str(uuid.uuid4())
+    page = open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    commands = [data for event, data in page.frames if event == "set_commands"]
+    assert [c["id"] for c in commands[-1]] == ["Export"]
+    await app.on_message(cl.Message(content="What is this?", type="user_message", elements=[
+        cl.Image(name="rocket.jpg", path=str(DATA / "rocket.jpg"), mime="image/jpeg"),
+    ]))  # fmt: skip
+    file = await history.export(app.chat())
+    assert file.content is not None and file.mime == "text/html"
+    document = file.content.decode() if isinstance(file.content, bytes) else file.content
+    assert document.count('<img src="data:image/') == 1
+    assert "Thought for " in document and "<details>" in document
+    assert "TTFT" in document  # the stats line, stored with the turn
+
+    await app.on_message(cl.Message(content="", type="user_message", command="Export"))
+    sent = [data for event, data in page.frames if event == "element"]
+    assert sent[-1]["name"].endswith(".html")
+    assert len(fake.requests) == 1  # the command asked the model nothing

@@ -1,0 +1,503 @@
+"""The store on SQLite and on a real PostgreSQL: migrations, Chainlit's data layer, turns,
+resume, the file route's ownership checks, users, start-up errors.
+
+Every test that touches the database runs on both backends (the ``settings``
+fixture); PostgreSQL is a throwaway cluster this session starts (``tests/pg.py``).
+Rows are read back with plain SQL: Chainlit's data layer only logs failed writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import chainlit as cl
+import httpx
+import pytest
+from chainlit.context import init_http_context
+from chainlit.step import StepDict
+from fastapi import FastAPI
+from sqlalchemy import inspect, text
+
+import ui.files
+from backend.auth import AuthError, Users
+from backend.chat import SamplingOptions
+from backend.cli import main
+from backend.conversation import Budget, Turn
+from backend.images import prepare_image
+from backend.settings import Settings
+from backend.store import Store
+from backend.store.db import create_engine
+from backend.store.resume import restore, restored_options
+from backend.store.schema import LATEST, migrate
+from backend.store.turns import TurnRecord
+from tests.conftest import DATA
+from tests.pg import PgServer, start_postgres
+from ui import history
+from ui.datalayer import KimiDataLayer
+from ui.files import LocalStorageClient, mount_file_route
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PgServer]:
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    url = ""
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres").create_database()
+    return Settings(data_dir=str(tmp_path / "data"), database_url=url)
+
+
+@pytest.fixture
+async def store(settings: Settings) -> AsyncIterator[Store]:
+    opened = Store(settings)
+    await opened.check()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def layer(store: Store) -> KimiDataLayer:
+    return KimiDataLayer(store, LocalStorageClient(store.files))
+
+
+async def rows(store: Store, sql: str, **params: Any) -> list[dict[str, Any]]:
+    async with store.engine.connect() as db:
+        return [dict(r) for r in (await db.execute(text(sql), params)).mappings().all()]
+
+
+def photo(name: str = "rocket.jpg") -> Any:
+    return prepare_image(DATA / name, 1024, name)
+
+
+# --- migrations -------------------------------------------------------------------------
+
+
+async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
+    assert await migrate(store.engine) == []  # check() applied them; again: nothing
+    versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
+    assert [r["version"] for r in versions] == [1, 2, 3]
+
+    def columns(sync: Any) -> set[str]:
+        return {c["name"] for c in inspect(sync).get_columns("steps")}
+
+    async with store.engine.connect() as db:
+        present = await db.run_sync(columns)
+    assert {"autoCollapse", "defaultOpen", "command", "modes"} <= present
+
+
+async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_date(
+    settings: Settings,
+) -> None:
+    engine = create_engine(Store(settings).url)
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    async with engine.begin() as db:  # the docs' steps table, before 2.1
+        await db.exec_driver_sql(
+            'CREATE TABLE steps ("id" TEXT PRIMARY KEY, "name" TEXT NOT NULL, '
+            '"type" TEXT NOT NULL, "threadId" TEXT NOT NULL, "streaming" BOOLEAN NOT NULL, '
+            '"output" TEXT, "createdAt" TEXT)'
+        )
+        await db.exec_driver_sql(
+            'INSERT INTO steps ("id", "name", "type", "threadId", "streaming", '
+            "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
+        )
+    try:
+        assert await migrate(engine) == [1, 2, 3]
+        async with engine.connect() as db:
+            row = (await db.execute(text('SELECT output, "autoCollapse" FROM steps'))).one()
+        assert tuple(row) == ("kept", None)
+        assert LATEST == 3
+    finally:
+        await engine.dispose()
+
+
+# --- Chainlit's data layer --------------------------------------------------------------
+
+
+async def test_profile_tagged_thread_is_linked_to_its_user(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    init_http_context()
+    user = await layer.create_user(cl.User(identifier="alice"))
+    assert user is not None
+    thread_id = str(uuid.uuid4())
+    # What Chainlit does on the first message with a chat profile and auto_tag_thread.
+    await layer.update_thread(thread_id, name="hello", user_id=user.id, tags=["kimi-vl"])
+    stored = await rows(store, 'SELECT * FROM threads WHERE "id" = :id', id=thread_id)
+    assert stored[0]["userIdentifier"] == "alice"
+    assert json.loads(stored[0]["tags"]) == ["kimi-vl"]
+    listed = await layer.get_all_user_threads(user_id=user.id)
+    assert listed is not None
+    assert [t["id"] for t in listed] == [thread_id]
+    assert listed[0]["tags"] == ["kimi-vl"]
+    assert layer.failed_statements == 0
+
+
+async def test_steps_with_modes_and_tags_are_stored_and_read_back_typed(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    step: dict[str, Any] = {
+        "id": str(uuid.uuid4()),
+        "threadId": thread_id,
+        "name": "alice",
+        "type": "user_message",
+        "output": "hi",
+        "streaming": False,
+        "isError": False,
+        "metadata": {"k": 1},
+        "tags": ["a", "b"],
+        "modes": {"model": "kimi"},
+        "createdAt": "2026-12-01T10:00:00.000Z",
+        "defaultOpen": True,
+        "autoCollapse": True,
+    }
+    await layer.create_step(StepDict(**step))  # type: ignore[typeddict-item]
+    assert layer.failed_statements == 0
+    stored = await rows(store, 'SELECT * FROM steps WHERE "id" = :id', id=step["id"])
+    assert json.loads(stored[0]["modes"]) == {"model": "kimi"}
+    thread = await layer.get_thread(thread_id)
+    assert thread is not None
+    back = thread["steps"][0]
+    assert back["metadata"] == {"k": 1}
+    assert back["tags"] == ["a", "b"]
+    assert back["streaming"] is False
+    assert back["isError"] is False
+    assert isinstance(thread["metadata"], dict)
+
+
+async def test_a_late_empty_write_never_blanks_a_step(layer: KimiDataLayer, store: Store) -> None:
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    base: dict[str, Any] = {
+        "threadId": thread_id, "name": "Thinking…", "type": "llm", "streaming": False,
+        "createdAt": "2026-12-01T10:00:00.000Z", "metadata": {},
+    }  # fmt: skip
+    ids = [str(uuid.uuid4()) for _ in range(20)]
+    tasks = []
+    for step_id in ids:  # send() then update() as Chainlit does: two tasks each
+        tasks.append(asyncio.create_task(layer.create_step({**base, "id": step_id, "output": ""})))
+        full = {**base, "id": step_id, "output": "the whole reasoning"}
+        tasks.append(asyncio.create_task(layer.update_step(full)))
+    await asyncio.gather(*tasks)
+    stored = await rows(store, 'SELECT output FROM steps WHERE "threadId" = :t', t=thread_id)
+    assert [r["output"] for r in stored] == ["the whole reasoning"] * 20
+
+
+async def test_two_writers_at_once_never_hit_a_locked_database(
+    settings: Settings, store: Store
+) -> None:
+    """Two data layers on two engines (as two app processes would be) write 2 x 60 steps."""
+    second = Store(settings)
+    layers = [KimiDataLayer(s, LocalStorageClient(s.files)) for s in (store, second)]
+    thread_ids = [str(uuid.uuid4()), str(uuid.uuid4())]
+    init_http_context()
+
+    async def write(layer: KimiDataLayer, thread_id: str) -> None:
+        for i in range(60):
+            await layer.create_step(
+                {"id": str(uuid.uuid4()), "threadId": thread_id, "name": "n",
+                 "type": "assistant_message", "output": f"answer {i}", "streaming": False,
+                 "createdAt": f"2026-12-01T10:00:{i:02d}.000Z", "metadata": {}}
+            )  # fmt: skip
+
+    try:
+        await asyncio.gather(
+            *(write(layer, t) for layer, t in zip(layers, thread_ids, strict=True))
+        )
+    finally:
+        await second.close()
+    assert [layer.failed_statements for layer in layers] == [0, 0]
+    for thread_id in thread_ids:
+        count = await rows(
+            store, 'SELECT COUNT(*) AS n FROM steps WHERE "threadId" = :t', t=thread_id
+        )
+        assert count[0]["n"] == 60
+
+
+async def test_an_edit_removes_the_steps_after_the_edited_message(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    names = ["q1", "run1", "thought1", "a1", "q2", "run2", "thought2", "a2", "edit-run"]
+    for i, name in enumerate(names):
+        step = {"id": name, "threadId": thread_id, "name": name, "type": "llm", "output": "",
+                "streaming": False, "createdAt": f"2026-12-01T10:00:{i:02d}.000000Z"}  # fmt: skip
+        await layer.create_step(step)
+    removed = await layer.delete_steps_after(thread_id, "2026-12-01T10:00:00.000000Z", {"edit-run"})
+    assert removed == 7
+    left = await rows(
+        store, 'SELECT "id" FROM steps WHERE "threadId" = :t ORDER BY "id"', t=thread_id
+    )
+    assert [r["id"] for r in left] == ["edit-run", "q1"]
+
+
+# --- turns and resume -------------------------------------------------------------------
+
+
+def record(position: int, message_id: str, turn: Turn, **extra: Any) -> TurnRecord:
+    return TurnRecord(position=position, message_id=message_id, turn=turn, **extra)
+
+
+async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> None:
+    thread_id = str(uuid.uuid4())
+    images = [photo("rocket.jpg"), photo("page.png")]
+    first = Turn(text="compare", images=images, answer="Both show things.", reasoning="hmm",
+                 status="done")  # fmt: skip
+    options = {"temperature": 0.3, "top_p": 0.9, "max_tokens": 777, "show_reasoning": True}
+    saved = record(
+        0, "m1", first, answer_id="a1", reasoning_s=2.5, stats="TTFT 0.1 s", model="kimi-vl",
+        options=options,
+    )  # fmt: skip
+    await store.turns.save(thread_id, saved)
+    loaded = await store.turns.load(thread_id)
+    assert len(loaded) == 1
+    back = loaded[0]
+    assert [i.data_url for i in back.turn.images] == [i.data_url for i in images]
+    assert [(i.width, i.height, i.tokens) for i in back.turn.images] == [
+        (i.width, i.height, i.tokens) for i in images
+    ]
+    assert (back.turn.answer, back.turn.reasoning, back.turn.status) == (
+        "Both show things.", "hmm", "done",
+    )  # fmt: skip
+    assert (back.answer_id, back.reasoning_s, back.model, back.options) == (
+        "a1", 2.5, "kimi-vl", options,
+    )  # fmt: skip
+    files = list((store.files.root / "prepared" / thread_id).iterdir())
+    assert sorted(f.suffix for f in files) == [".jpg", ".png"]
+
+
+async def test_saving_an_earlier_turn_drops_the_later_ones(store: Store) -> None:
+    thread_id = str(uuid.uuid4())
+    for i in range(3):
+        turn = Turn(text=f"q{i}", images=[photo()] if i == 2 else [], answer=f"a{i}", status="done")
+        await store.turns.save(thread_id, record(i, f"m{i}", turn))
+    edited = Turn(text="q1 edited", answer="", status="pending")
+    await store.turns.save(thread_id, record(1, "m1", edited))
+    loaded = await store.turns.load(thread_id)
+    assert [r.turn.text for r in loaded] == ["q0", "q1 edited"]
+    assert await rows(store, "SELECT * FROM kimi_images WHERE thread_id = :t", t=thread_id) == []
+
+
+async def test_resumed_conversation_sends_the_images_and_answers_without_reasoning(
+    store: Store,
+) -> None:
+    thread_id = str(uuid.uuid4())
+    images = [photo("rocket.jpg"), photo("chelsea.png")]
+    first = Turn(text="what is this?", images=images, answer="A rocket and a cat.",
+                 reasoning="I look at both.", status="done")  # fmt: skip
+    options = {"temperature": 0.25, "max_tokens": 300}
+    saved = record(0, "m1", first, answer_id="a1", model="kimi-vl", options=options)
+    await store.turns.save(thread_id, saved)
+    crashed = Turn(text="and now?", status="pending")
+    await store.turns.save(thread_id, record(1, "m2", crashed))
+
+    assert await store.turns.mark_interrupted(thread_id) == [1]
+    restored = restore(await store.turns.load(thread_id))
+    assert [r.message_id for r in restored.interrupted] == ["m2"]
+    assert set(restored.message_turns) == {"m1", "m2"}
+    follow_up = restored.conversation.start_turn("the first photo again?", [])
+    plan = restored.conversation.plan(follow_up, Budget(32768, 8, 512))
+    first_user, first_answer, current = plan.messages
+    assert [p["image_url"]["url"] for p in first_user["content"][:2]] == [
+        i.data_url for i in images
+    ]
+    assert first_answer == {"role": "assistant", "content": "A rocket and a cat."}
+    assert current["content"][-1]["text"] == "the first photo again?"
+    back = restored_options(SamplingOptions(0.8, 1.0, 2048), restored.options)
+    assert (back.temperature, back.top_p, back.max_tokens) == (0.25, 1.0, 300)
+
+
+async def test_deleting_a_thread_removes_its_turns_and_prepared_files(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    await store.turns.save(thread_id, record(0, "m", Turn(text="q", images=[photo()])))
+    await layer.delete_thread(thread_id)
+    assert await store.turns.load(thread_id) == []
+    assert not (store.files.root / "prepared" / thread_id).exists()
+
+
+# --- files and who may read them --------------------------------------------------------
+
+
+async def owned_file(layer: KimiDataLayer, owner: str, *, shared: bool = False) -> str:
+    """A thread of ``owner`` with one uploaded photo; returns the photo's route URL."""
+    user = await layer.create_user(cl.User(identifier=owner))
+    assert user is not None
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    await layer.update_thread(thread_id, name="t", user_id=user.id,
+                              metadata={"is_shared": True} if shared else None)  # fmt: skip
+    image = cl.Image(path=str(DATA / "rocket.jpg"), name="../rocket <1>.jpg", mime="image/jpeg")
+    image.for_id, image.thread_id = str(uuid.uuid4()), thread_id
+    await layer.create_element(image)
+    threads = await layer.get_all_user_threads(thread_id=thread_id)
+    assert threads is not None
+    elements = threads[0]["elements"]
+    assert elements is not None
+    url = elements[0]["url"]
+    assert url is not None
+    return url
+
+
+@pytest.fixture
+async def files_app(layer: KimiDataLayer, store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    app = FastAPI()
+    mount_file_route(app, store.engine, store.files)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        yield client
+
+
+async def test_a_file_is_served_to_its_owner_only(
+    layer: KimiDataLayer, files_app: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice_url = await owned_file(layer, "alice")
+    bob_url = await owned_file(layer, "bob")
+    assert ".." not in alice_url and "<" not in alice_url
+    viewer: list[str | None] = ["alice"]
+
+    async def signed_in(_: Any) -> str | None:
+        return viewer[0]
+
+    monkeypatch.setattr(ui.files, "_viewer", signed_in)
+    own = await files_app.get(alice_url)
+    assert own.status_code == 200
+    assert own.content == (DATA / "rocket.jpg").read_bytes()
+    assert own.headers["content-type"] == "image/jpeg"
+    assert own.headers["x-content-type-options"] == "nosniff"
+    assert (await files_app.get(bob_url)).status_code == 404
+    viewer[0] = None
+    assert (await files_app.get(alice_url)).status_code == 404
+    viewer[0] = "bob"
+    assert (await files_app.get(bob_url)).status_code == 200
+    assert (await files_app.get("/kimi/files/../chat.db")).status_code == 404
+    assert (await files_app.get("/kimi/files/prepared%2F..%2F..%2Fchat.db")).status_code == 404
+
+
+async def test_a_shared_chats_files_are_served_to_anyone(
+    layer: KimiDataLayer, files_app: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = await owned_file(layer, "carol", shared=True)
+
+    async def anonymous(_: Any) -> str | None:
+        return None
+
+    monkeypatch.setattr(ui.files, "_viewer", anonymous)
+    assert (await files_app.get(url)).status_code == 200
+
+
+async def test_prepared_copies_are_never_served(store: Store, files_app: httpx.AsyncClient) -> None:
+    thread_id = str(uuid.uuid4())
+    await store.turns.save(thread_id, record(0, "m", Turn(text="q", images=[photo()])))
+    key = next((store.files.root / "prepared" / thread_id).iterdir()).name
+    response = await files_app.get(f"/kimi/files/prepared/{thread_id}/{key}")
+    assert response.status_code == 404
+
+
+# --- users ------------------------------------------------------------------------------
+
+
+async def test_passwords_are_stored_as_argon2_hashes_and_checked(store: Store) -> None:
+    users = Users(store.engine)
+    await users.add("alice", "correct horse")
+    stored = await rows(store, "SELECT password_hash FROM kimi_users")
+    assert stored[0]["password_hash"].startswith("$argon2id$")
+    assert "correct horse" not in stored[0]["password_hash"]
+    assert await users.verify("alice", "correct horse")
+    assert not await users.verify("alice", "wrong horse!")
+    assert not await users.verify("nobody", "correct horse")
+    with pytest.raises(AuthError, match="already exists"):
+        await users.add("alice", "another pass")
+    with pytest.raises(AuthError, match="not a usable user name"):
+        await users.add("-rf", "another pass")
+    await users.set_password("alice", "battery staple")
+    assert await users.verify("alice", "battery staple")
+    await users.remove("alice")
+    assert await users.names() == []
+
+
+def test_cli_manages_users_with_the_password_on_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {"KIMI_DATA_DIR": str(tmp_path / "data"), "PATH": "/usr/bin:/bin"}
+    added = subprocess.run(
+        [sys.executable, "-m", "backend.cli", "user", "add", "alice", "--password-stdin"],
+        input="s3cret-pass\n", text=True, capture_output=True, env=env, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    monkeypatch.setenv("KIMI_DATA_DIR", env["KIMI_DATA_DIR"])
+
+    def cli(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        status = main(["user", *args])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    assert cli("add", "bob", "--password-stdin", stdin="other-pass\n")[0] == 0
+    assert cli("list") == (0, "alice\nbob\n", "")
+    status, _, err = cli("add", "bob", "--password-stdin", stdin="x-pass-123\n")
+    assert status == 1
+    assert err.count("\n") == 1 and "already exists" in err
+    assert cli("add", "carol", "--password-stdin", stdin="\n")[0] == 1  # no password
+    assert cli("remove", "bob")[0] == 0
+    assert cli("list")[1] == "alice\n"
+    assert b"s3cret-pass" not in (tmp_path / "data" / "chat.db").read_bytes()
+
+
+# --- start-up errors --------------------------------------------------------------------
+
+
+def one_line_exit(settings: Settings) -> str:
+    with pytest.raises(SystemExit) as exc:
+        history.setup(settings)
+    message = str(exc.value.code)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_a_corrupt_database_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "chat.db").write_bytes(b"this is not a database" * 100)
+    message = one_line_exit(Settings(data_dir=str(tmp_path), database_url=""))
+    assert message.startswith("Kimi-VL Chat cannot start: The database ")
+    assert "move it away" in message
+
+
+def test_a_data_folder_that_is_a_file_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "data").write_text("in the way")
+    message = one_line_exit(Settings(data_dir=str(tmp_path / "data"), database_url=""))
+    assert "is a file" in message
+
+
+def test_an_unreachable_postgresql_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    url = f"postgresql+asyncpg://kimi@/x?host={tmp_path}&port=1"
+    message = one_line_exit(Settings(data_dir=str(tmp_path), database_url=url))
+    assert "check KIMI_DATABASE_URL" in message
+
+
+def test_no_user_means_nothing_is_created(tmp_path: Path) -> None:
+    assert history.setup(Settings(data_dir=str(tmp_path / "data"), database_url="")) is None
+    assert not (tmp_path / "data").exists()
+
+
+def payload_of(data_url: str) -> bytes:
+    return base64.b64decode(data_url.split(",", 1)[1])

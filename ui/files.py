@@ -1,0 +1,153 @@
+"""Files on local disk for Chainlit's data layer, and the route that serves them.
+
+Chainlit 2.12 ships storage clients for S3, GCS and Azure only (research-turn2.md);
+:class:`LocalStorageClient` keeps element files (uploads as shown on the page)
+in the app's :class:`backend.store.files.FileStore` and hands out URLs of
+:func:`mount_file_route`'s route, ``GET /kimi/files/{object key}``. The route
+answers only for a key that belongs to an element of a thread the signed-in
+user may read (:func:`backend.auth.may_read_thread`: the owner, or anyone once
+the thread is shared), and 404 otherwise, the same for a missing file and a
+foreign one, so it leaks nothing. Files are sent with ``nosniff`` and a
+``sandbox`` content security policy; only common raster image types are sent
+inline, anything else as a download.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Final, cast
+from urllib.parse import quote
+
+from chainlit.auth import get_current_user, reuseable_oauth
+from chainlit.data.storage_clients.base import BaseStorageClient
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.responses import Response
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from backend.auth import may_read_thread
+from backend.store.files import FileStore, safe_key
+
+ROUTE_PREFIX: Final = "/kimi/files"
+
+INLINE_TYPES: Final = frozenset(
+    {"image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "image/bmp"}
+)
+"""Types a browser shows without running anything (SVG, HTML and PDF are not among them)."""
+
+
+class LocalStorageClient(BaseStorageClient):
+    """Chainlit's storage client interface on a local :class:`FileStore`.
+
+    Args:
+        files: where the bytes go (borrowed).
+        url_root: prefix of the app's URLs (Chainlit's ``--root-path``), "" by default.
+    """
+
+    def __init__(self, files: FileStore, url_root: str = "") -> None:
+        self.files = files
+        self.url_root = url_root.rstrip("/")
+
+    async def upload_file(
+        self,
+        object_key: str,
+        data: bytes | str,
+        mime: str = "application/octet-stream",
+        overwrite: bool = True,
+        content_disposition: str | None = None,
+    ) -> dict[str, Any]:
+        """Write ``data`` under a safe form of ``object_key``; returns its key and URL."""
+        key = safe_key(object_key)
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        if overwrite or not self.files.exists(key):
+            await asyncio.to_thread(self.files.write, key, payload)
+        return {"object_key": key, "url": await self.get_read_url(key)}
+
+    async def delete_file(self, object_key: str) -> bool:
+        """Remove the file; False if there was none."""
+        return await asyncio.to_thread(self.files.delete, safe_key(object_key))
+
+    async def get_read_url(self, object_key: str) -> str:
+        """The route URL of ``object_key`` (checked on each request, so it never expires)."""
+        return f"{self.url_root}{ROUTE_PREFIX}/{quote(object_key)}"
+
+    async def close(self) -> None:
+        """Nothing to close: the file store holds no handles."""
+
+
+async def _viewer(request: Request) -> str | None:
+    """The signed-in user's identifier, or None (not signed in, or no sign-in at all)."""
+    try:
+        user = await get_current_user(cast(str, await reuseable_oauth(request)))
+    except HTTPException:
+        return None
+    return None if user is None else str(user.identifier)
+
+
+async def file_owner(engine: AsyncEngine, key: str) -> tuple[str | None, bool, str] | None:
+    """Who owns the element stored under ``key``: (owner, shared, mime), or None if no element.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database failed.
+    """
+    async with engine.connect() as db:
+        row = (
+            await db.execute(
+                text(
+                    'SELECT t."userIdentifier", t."metadata", e."mime" FROM elements e '
+                    'JOIN threads t ON t."id" = e."threadId" WHERE e."objectKey" = :key LIMIT 1'
+                ),
+                {"key": key},
+            )
+        ).first()
+    if row is None:
+        return None
+    try:
+        metadata = json.loads(row[1]) if isinstance(row[1], str) else (row[1] or {})
+    except json.JSONDecodeError:
+        metadata = {}
+    shared = bool(isinstance(metadata, dict) and metadata.get("is_shared"))
+    return row[0], shared, str(row[2] or "application/octet-stream")
+
+
+def mount_file_route(app: FastAPI, engine: AsyncEngine, files: FileStore, root: str = "") -> None:
+    """Add ``GET {root}/kimi/files/{key}`` to Chainlit's app, ahead of its catch-all route.
+
+    Chainlit's last route (``/{full_path:path}``) answers every path with the page,
+    so a router included after it would never be reached: ours is moved in front.
+    """
+    router = APIRouter(prefix=root.rstrip("/"))
+
+    @router.get(ROUTE_PREFIX + "/{key:path}")
+    async def serve_file(key: str, request: Request) -> Response:
+        not_found = HTTPException(status_code=404, detail="File not found")
+        if safe_key(key) != key:
+            raise not_found
+        owner = await file_owner(engine, key)
+        if owner is None:
+            raise not_found
+        thread_owner, shared, mime = owner
+        if not may_read_thread(thread_owner, await _viewer(request), shared=shared):
+            raise not_found
+        try:
+            data = await asyncio.to_thread(files.read, key)
+        except FileNotFoundError:
+            raise not_found from None
+        inline = mime in INLINE_TYPES
+        return Response(
+            content=data,
+            media_type=mime if inline else "application/octet-stream",
+            headers={
+                "Cache-Control": "private, max-age=86400",
+                "X-Content-Type-Options": "nosniff",
+                "Content-Security-Policy": "default-src 'none'; sandbox",
+                "Content-Disposition": "inline" if inline else "attachment",
+            },
+        )
+
+    app.include_router(router)
+    added = len(router.routes)
+    ours = app.router.routes[-added:]
+    del app.router.routes[-added:]
+    app.router.routes[0:0] = ours

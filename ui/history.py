@@ -1,0 +1,284 @@
+"""Stored chats in Chainlit: sign-in, saving turns, resume, share, export.
+
+Sign-in and storage go together: Chainlit asks everyone to sign in as soon as
+an auth callback is registered, and lists and resumes chats only for signed-in
+users, so :func:`setup` turns both on when at least one user exists (checked
+at app start: add the first user, then restart the app). Without users the app
+runs open and stores nothing.
+
+Chainlit stores what the page shows (messages, reasoning steps, uploads); this
+module stores each turn as the model saw it (:mod:`backend.store.turns`) when
+its answer starts and when it ends, and rebuilds the chat from that on resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, cast
+
+import chainlit as cl
+from chainlit.config import config
+from chainlit.data import get_data_layer
+from chainlit.types import CommandDict, ThreadDict
+from sqlalchemy.exc import SQLAlchemyError
+
+from backend.chat import ChatSession
+from backend.client import ChatClient
+from backend.conversation import Turn
+from backend.errors import ChatError
+from backend.events import Done
+from backend.logs import LOGGER_NAME
+from backend.presenter import THINKING_LABEL, stats_line
+from backend.settings import Settings
+from backend.store import Store, StoreError, open_store
+from backend.store.db import DATABASE_FILE
+from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html
+from backend.store.resume import Restored, restore, restored_options
+from backend.store.turns import TurnRecord
+from backend.uploads import MediaWorkers
+from ui.datalayer import KimiDataLayer
+from ui.files import LocalStorageClient, mount_file_route
+
+log = logging.getLogger(LOGGER_NAME)
+
+EXPORT_COMMAND: Final = "Export"
+"""Chainlit command (the composer's button) that sends the chat as one HTML file."""
+
+_store: Store | None = None
+
+
+def setup(settings: Settings) -> Store | None:
+    """Open the store if sign-in is set up; None means the app runs open, storing nothing.
+
+    Called once at app start, before the server's event loop. With no database
+    yet (no SQLite file, no ``KIMI_DATABASE_URL``) nothing is created.
+
+    Raises:
+        SystemExit: with one line saying what is wrong with the data folder, the
+            database, or the missing ``CHAINLIT_AUTH_SECRET``.
+    """
+    global _store
+    data_dir = Path(settings.data_dir)
+    if not settings.database_url and not (data_dir / DATABASE_FILE).exists():
+        if data_dir.exists() and not data_dir.is_dir():
+            raise SystemExit(
+                f"Kimi-VL Chat cannot start: the data folder {data_dir.resolve()} is a file; "
+                "set KIMI_DATA_DIR to a folder."
+            )
+        return None
+    try:
+        store, users = open_store(settings)
+    except StoreError as exc:
+        raise SystemExit(f"Kimi-VL Chat cannot start: {exc}") from None
+    if users == 0:
+        return None
+    if not os.environ.get("CHAINLIT_AUTH_SECRET"):
+        raise SystemExit(
+            "Kimi-VL Chat cannot start: sign-in needs CHAINLIT_AUTH_SECRET; launch.sh writes "
+            "one into .env, or run `chainlit create-secret`."
+        )
+    from chainlit.server import app as server
+
+    mount_file_route(server, store.engine, store.files, config.run.root_path)
+    _store = store
+    log.info("chats are stored in %s; sign-in is on (%d users)", store.where, users)
+    return store
+
+
+def store() -> Store:
+    """The open store (only call where :func:`setup` returned one)."""
+    assert _store is not None
+    return _store
+
+
+def data_layer() -> KimiDataLayer:
+    """Chainlit's data layer on the open store."""
+    opened = store()
+    return KimiDataLayer(opened, LocalStorageClient(opened.files, config.run.root_path))
+
+
+async def sign_in(name: str, password: str) -> cl.User | None:
+    """The user if ``password`` is theirs, else None (Chainlit then says the login failed)."""
+    if await store().users.verify(name, password):
+        return cl.User(identifier=name, metadata={"provider": "credentials"})
+    return None
+
+
+def _owner() -> str | None:
+    user = cl.user_session.get("user")
+    return None if user is None else str(user.identifier)
+
+
+async def save_turn(
+    session: ChatSession, turn: Turn, done: Done | None = None, answer_id: str | None = None
+) -> None:
+    """Store ``turn`` (the chat's last) as it is now; a no-op when nothing is stored.
+
+    A failed write is logged and said in the log only: the chat goes on.
+    """
+    if _store is None or _owner() is None or turn not in session.conversation.turns:
+        return
+    message_id = next((k for k, t in session.message_turns.items() if t is turn), None)
+    if message_id is None:
+        return
+    record = TurnRecord(
+        position=session.conversation.turns.index(turn),
+        message_id=message_id,
+        turn=turn,
+        answer_id=answer_id,
+        reasoning_s=done.reasoning_s if done else None,
+        stats=stats_line(done) if done else None,
+        model=session.model.id if session.model else None,
+        options=asdict(session.options) if session.options else {},
+    )
+    try:
+        await _store.turns.save(cl.context.session.thread_id, record)
+    except (SQLAlchemyError, OSError) as exc:
+        log.error("saving turn %d failed: %s", record.position, exc)
+
+
+async def forget_after(message: cl.Message) -> None:
+    """Before an earlier message is answered again (Edit): drop what followed it.
+
+    Keeps the step running now (Chainlit's ``on_message`` run of the edit). The
+    stored turns after it go when the edited turn is saved (:func:`save_turn`).
+    """
+    layer = get_data_layer()
+    if _store is None or not isinstance(layer, KimiDataLayer) or not message.created_at:
+        return
+    running = cl.context.current_step
+    keep = {running.id} if running is not None else set()
+    try:
+        await layer.delete_steps_after(cl.context.session.thread_id, message.created_at, keep)
+    except (SQLAlchemyError, OSError) as exc:
+        log.error("removing the steps after an edited message failed: %s", exc)
+
+
+async def resume(
+    thread: ThreadDict, settings: Settings, client: ChatClient, workers: MediaWorkers
+) -> tuple[ChatSession, Restored]:
+    """Rebuild the chat of ``thread`` and mark interrupted answers on the page.
+
+    Connects to the stored model if the server still serves it (else the chosen
+    profile, else the first served); a server that cannot be reached leaves the
+    session unconnected (the caller says so). The stored sampling options win.
+    """
+    session = ChatSession.create(settings, client, workers)
+    turns = store().turns
+    await turns.mark_interrupted(thread["id"])
+    restored = restore(await turns.load(thread["id"]))
+    session.conversation = restored.conversation
+    session.message_turns = dict(restored.message_turns)
+    profile = cl.user_session.get("chat_profile") or None
+    for wanted in dict.fromkeys([restored.model, profile, None]):
+        try:
+            await session.connect(wanted)
+            break
+        except ChatError as exc:
+            log.info("resume: model %s not available: %s", wanted, exc)
+    if session.options is not None and restored.options:
+        session.options = restored_options(session.options, restored.options)
+    mark_interrupted(thread, restored.interrupted)
+    return session, restored
+
+
+def mark_interrupted(thread: ThreadDict, records: list[TurnRecord]) -> None:
+    """Add a note after each interrupted turn's message in ``thread`` (what the page shows)."""
+    steps = cast(list[dict[str, Any]], thread["steps"])
+    for record in records:
+        index = next((i for i, s in enumerate(steps) if s["id"] == record.message_id), None)
+        if index is None:
+            continue
+        end = next(
+            (j for j in range(index + 1, len(steps)) if steps[j]["type"] == "user_message"),
+            len(steps),
+        )
+        for step in steps[index + 1 : end]:
+            if step.get("name") == THINKING_LABEL:  # its reasoning was never written
+                step["name"] = "Thought (interrupted)"
+                step["end"] = step.get("end") or step.get("start") or step.get("createdAt")
+        created = str(steps[end - 1].get("createdAt") or "")
+        steps.insert(end, _note_step(thread["id"], record.message_id, created))
+
+
+def _note_step(thread_id: str, parent: str, after: str) -> dict[str, Any]:
+    try:
+        moment = datetime.fromisoformat(after.replace("Z", "+00:00")) + timedelta(milliseconds=1)
+    except ValueError:
+        moment = datetime.now(UTC)
+    stamp = moment.isoformat().replace("+00:00", "Z")
+    return {
+        "id": str(uuid.uuid4()),
+        "threadId": thread_id,
+        "parentId": None,
+        "name": "Kimi-VL Chat",
+        "type": "assistant_message",
+        "output": f"⚠️ {INTERRUPTED_NOTE}",
+        "createdAt": stamp,
+        "start": stamp,
+        "end": stamp,
+        "streaming": False,
+        "isError": False,
+        "metadata": {"interrupted_turn": parent},
+        "tags": None,
+        "input": "",
+    }
+
+
+async def may_view_shared(thread: ThreadDict, viewer: cl.User | None) -> bool:
+    """Chainlit's share hook: only chats their owner shared may be seen by others."""
+    metadata = thread.get("metadata") or {}
+    return bool(isinstance(metadata, dict) and metadata.get("is_shared"))
+
+
+async def export(session: ChatSession) -> cl.File:
+    """This chat as one HTML file (see :mod:`backend.store.export`), as a Chainlit file."""
+    records: list[TurnRecord] = []
+    if _store is not None and _owner() is not None:
+        try:
+            records = await _store.turns.load(cl.context.session.thread_id)
+        except (SQLAlchemyError, OSError) as exc:
+            log.error("export: reading the stored chat failed: %s", exc)
+    if not records:  # nothing stored (open mode): what this session holds
+        message_ids = {id(t): k for k, t in session.message_turns.items()}
+        records = [
+            TurnRecord(position=i, message_id=message_ids.get(id(t), ""), turn=t)
+            for i, t in enumerate(session.conversation.turns)
+        ]
+    first = records[0].turn.text.strip().splitlines()[0] if records and records[0].turn.text else ""
+    now = datetime.now(UTC)
+    html = export_html(
+        ChatExport(
+            title=first[:80] or "Kimi-VL chat",
+            model=session.profile.label,
+            options=asdict(session.options) if session.options else {},
+            records=records,
+            exported_at=now.strftime("%Y-%m-%d %H:%M UTC"),
+        )
+    )
+    name = f"kimi-vl-chat-{now.strftime('%Y%m%d-%H%M%S')}.html"
+    return cl.File(name=name, content=html.encode("utf-8"), mime="text/html", display="inline")
+
+
+def export_command() -> CommandDict:
+    """The Export command button of the composer."""
+    return {
+        "id": EXPORT_COMMAND,
+        "icon": "download",
+        "description": "Save this chat as one HTML file (images and reasoning included)",
+        "button": True,
+        "persistent": False,
+        "selected": False,
+    }
+
+
+async def send_export(session: ChatSession) -> None:
+    """Send this chat as one self-contained HTML file."""
+    file = await export(session)
+    text = "This chat as one HTML file: it opens in any browser, offline."
+    await cl.Message(content=text, author="Kimi-VL Chat", elements=[file]).send()
