@@ -19,10 +19,15 @@ from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
 from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
+from backend.i18n import in_any_language
 from backend.logs import configure as configure_logging
 from backend.panel import option_changes, panel_fields, profile_choices
 from backend.presenter import (
+    ALREADY_SENT_NOTE,
     DEV_MODE_BANNER,
+    REGENERATE_LABEL,
+    SEND_ANYWAY_LABEL,
+    TURN_GONE_NOTE,
     connecting_note,
     ready_note,
     rerun_note,
@@ -34,6 +39,7 @@ from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from ui import history, server_panel
 from ui.answer import AUTHOR, retry_action, run_compare, run_turn, say
+from ui.language import session_translator, translator_for_language
 from ui.prefetch import install as install_prefetch
 from ui.security import install as install_security
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
@@ -97,7 +103,7 @@ def chat() -> ChatSession:
 
 
 @cl.set_chat_profiles
-async def chat_profiles(user: cl.User | None) -> list[cl.ChatProfile]:
+async def chat_profiles(user: cl.User | None, language: str | None = None) -> list[cl.ChatProfile]:
     """One profile per served model when the server serves several (Thinking, Instruct).
 
     From a cache: a page load waits at most a moment on the model server.
@@ -106,7 +112,9 @@ async def chat_profiles(user: cl.User | None) -> list[cl.ChatProfile]:
         cl.ChatProfile(
             name=c.name, display_name=c.label, markdown_description=c.description, default=c.default
         )
-        for c in profile_choices([model for model, _ in await resources().served()])
+        for c in profile_choices(
+            [model for model, _ in await resources().served()], translator_for_language(language)
+        )
     ]
 
 
@@ -127,7 +135,7 @@ async def send_settings(session: ChatSession) -> None:
                step=f.step, description=f.description)
         if f.kind == "slider"
         else Switch(id=f.id, label=f.label, initial=bool(f.initial), description=f.description)
-        for f in panel_fields(session.profile, session.options, session.max_model_len)
+        for f in panel_fields(session.profile, session.options, session.max_model_len, session.tr)
     ]  # fmt: skip
     await cl.ChatSettings(widgets).send()
 
@@ -146,16 +154,16 @@ async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
         try:
             await session.connect()
         except (ServerUnreachable, ServerLoading, RequestTimeout) as exc:
-            status.content = waiting_note(str(exc))
+            status.content = waiting_note(exc.message, session.tr)
             await status.update()
             await asyncio.sleep(READY_POLL_S)
             continue
         except ChatError as exc:
-            status.content = f"⚠️ {exc}"
+            status.content = "⚠️ " + session.tr.text(exc.message)
             await status.update()
             return
         break
-    status.content = ready_note(session.profile.label)
+    status.content = ready_note(session.tr.text(session.profile.label), session.tr)
     await status.update()
     await send_settings(session)
 
@@ -170,11 +178,13 @@ async def on_chat_start() -> None:
     shared = resources()
     profile = cl.user_session.get("chat_profile") or SETTINGS.model
     server = await shared.server_for(profile)
-    session = ChatSession.create(SETTINGS, server.client, shared.workers, wanted_model=profile)
+    session = ChatSession.create(
+        SETTINGS, server.client, shared.workers, wanted_model=profile, tr=session_translator()
+    )
     cl.user_session.set("chat", session)
     await offer_commands()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
-        await cl.context.emitter.send_toast(DEV_MODE_BANNER, "warning")
+        await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
     served = await server.models.current()
     await find_others(session)
     if served:
@@ -185,7 +195,7 @@ async def on_chat_start() -> None:
         else:
             await send_settings(session)
             return
-    status = cl.Message(content=connecting_note(), author=AUTHOR)
+    status = cl.Message(content=connecting_note(session.tr), author=AUTHOR)
     await status.send()
     cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
 
@@ -204,10 +214,10 @@ async def find_others(session: ChatSession) -> None:
 @cl.on_message
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
-    if message.command == server_panel.COMMAND:  # the live server panel, not a question
+    if in_any_language(server_panel.COMMAND, message.command):  # the panel, not a question
         await server_panel.toggle_panel()
         return
-    if message.command == history.EXPORT_COMMAND:
+    if in_any_language(history.EXPORT_COMMAND, message.command):
         await history.send_export(chat())
         return
     async with one_at_a_time():
@@ -225,14 +235,17 @@ async def on_message(message: cl.Message) -> None:
             session.keep_draft(message.id, text, prepared.images)
             can_send = bool(message.content.strip() or prepared.images)
             send = cl.Action(
-                name="send_anyway", payload={"message": message.id}, label="Send without them"
+                name="send_anyway",
+                payload={"message": message.id},
+                label=session.tr(SEND_ANYWAY_LABEL),
             )
             await say(
-                unusable_files_note(prepared.problems, can_send), [send] if can_send else None
+                unusable_files_note(prepared.problems, can_send, session.tr),
+                [send] if can_send else None,
             )
             return
         for notice in prepared.notices:
-            await say(f"ℹ️ {notice}")
+            await say("ℹ️ " + session.tr.text(notice))
         if message.id in session.message_turns:  # an edit: what followed it is gone
             await history.forget_after(message)
         turn = session.start_turn(message.id, text, prepared.images)
@@ -246,7 +259,7 @@ async def on_send_anyway(action: cl.Action) -> None:
     session, message_id = chat(), str(action.payload.get("message", ""))
     draft = session.take_draft(message_id)
     if draft is None:
-        await say("ℹ️ That message was already sent or replaced.")
+        await say("ℹ️ " + session.tr(ALREADY_SENT_NOTE))
         return
 
     async def send() -> None:
@@ -271,12 +284,12 @@ async def on_retry(action: cl.Action) -> None:
     async def rerun() -> None:
         found = session.rerun(message_id)
         if found is None:
-            await say("ℹ️ That turn is no longer part of the conversation; ask again below.")
+            await say("ℹ️ " + session.tr(TURN_GONE_NOTE))
             return
         await action.remove()
         turn, later_turns = found
         if later_turns:
-            await say(rerun_note(turn.text, later_turns))
+            await say(rerun_note(turn.text, later_turns, session.tr))
         await run_turn(session, message_id, turn, max_tokens, make_room)
 
     start_answer_task(rerun)
@@ -289,7 +302,7 @@ async def on_compare(action: cl.Action) -> None:
     wanted = str(action.payload.get("model", ""))
     other = next((m for m in session.others if m.id == wanted), None)
     if other is None:
-        await say(f"ℹ️ {wanted} is not served any more.")
+        await say("ℹ️ " + session.tr("{model} is not served any more.", model=wanted))
         return
     server = await resources().server_for(other.id)
 
@@ -328,7 +341,7 @@ async def on_chat_resume(thread: ThreadDict) -> None:
     cl.user_session.set("chat", session)
     await find_others(session)
     if session.options is None:
-        status = cl.Message(content=connecting_note(), author=AUTHOR)
+        status = cl.Message(content=connecting_note(session.tr), author=AUTHOR)
         await status.send()
         cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
     else:
@@ -336,5 +349,6 @@ async def on_chat_resume(thread: ThreadDict) -> None:
     turns = session.conversation.turns
     last = next((k for k, t in session.message_turns.items() if turns and t is turns[-1]), None)
     if restored.last_answer_id and last is not None and turns[-1].in_history:
-        await retry_action(last, "Regenerate").send(for_id=restored.last_answer_id)
+        regenerate = retry_action(last, session.tr, REGENERATE_LABEL)
+        await regenerate.send(for_id=restored.last_answer_id)
     await offer_commands()

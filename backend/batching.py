@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from backend.errors import FirstTokenTimeout, StreamStalled
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
+from backend.i18n import msg
 
 DEFAULT_INTERVAL_S = 0.05
 """Seconds between two UI updates of the same text (20 updates a second)."""
@@ -140,16 +141,22 @@ async def coalesce(
                     limit = pacing.first_token_timeout_s
                     if limit is not None and now >= started + limit:
                         raise FirstTokenTimeout(
-                            f"The model server has not started answering in {limit:.0f} s; it "
-                            "may be overloaded or stuck. Try again, or check llm.log."
+                            msg(
+                                "The model server has not started answering in {seconds:.0f} s; "
+                                "it may be overloaded or stuck. Try again, or check llm.log.",
+                                seconds=limit,
+                            )
                         ) from None
                     if now >= next_waiting:
                         next_waiting = now + pacing.waiting_every_s
                         yield Waiting(now - started, await queued() if queued else None)
                 elif (idle := pacing.idle_timeout_s) is not None and now >= last_event + idle:
                     raise StreamStalled(
-                        f"The model server stopped sending mid-answer: nothing for "
-                        f"{idle:.0f} s. What arrived is kept; try again."
+                        msg(
+                            "The model server stopped sending mid-answer: nothing for "
+                            "{seconds:.0f} s. What arrived is kept; try again.",
+                            seconds=idle,
+                        )
                     ) from None
                 continue
             last_event = loop.time()

@@ -31,6 +31,7 @@ from backend.conversation import (
 )
 from backend.errors import ChatError
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.i18n import ENGLISH, Translator, msg
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
 from backend.settings import ModelProfile, Settings, profile_for
@@ -118,6 +119,8 @@ class ChatSession:
     workers: MediaWorkers
     wanted_model: str = ""
     """The served model asked for (the chat profile); empty = ``settings.model``."""
+    tr: Translator = ENGLISH
+    """The chat's language (the browser's, set at chat start): the UI renders its words with it."""
     model: ServedModel | None = None
     options: SamplingOptions | None = None
     conversation: Conversation = field(default_factory=Conversation)
@@ -131,10 +134,18 @@ class ChatSession:
 
     @classmethod
     def create(
-        cls, settings: Settings, client: ChatClient, workers: MediaWorkers, wanted_model: str = ""
+        cls,
+        settings: Settings,
+        client: ChatClient,
+        workers: MediaWorkers,
+        wanted_model: str = "",
+        tr: Translator = ENGLISH,
     ) -> ChatSession:
-        """A session borrowing ``client`` and ``workers``; nothing is sent yet."""
-        return cls(settings=settings, client=client, workers=workers, wanted_model=wanted_model)
+        """A session borrowing ``client`` and ``workers``, speaking ``tr``'s language;
+        nothing is sent yet."""
+        return cls(
+            settings=settings, client=client, workers=workers, wanted_model=wanted_model, tr=tr
+        )
 
     @property
     def profile(self) -> ModelProfile:
@@ -175,8 +186,21 @@ class ChatSession:
         if chosen is None and models and not wanted:
             chosen = models[0]
         if chosen is None:
-            names = ", ".join(m.id for m in models) or "nothing"
-            raise ChatError(f"The model server does not serve '{wanted}'; it serves {names}.")
+            if not models:
+                raise ChatError(
+                    msg(
+                        "The model server does not serve '{wanted}'; it serves nothing.",
+                        wanted=wanted,
+                    )
+                )
+            names = ", ".join(m.id for m in models)
+            raise ChatError(
+                msg(
+                    "The model server does not serve '{wanted}'; it serves {names}.",
+                    wanted=wanted,
+                    names=names,
+                )
+            )
         if self.model is None or self.model.id != chosen.id or self.options is None:
             self.model = chosen
             self.options = SamplingOptions.for_profile(self.profile, self.max_model_len)

@@ -32,6 +32,7 @@ from backend.errors import (
     TooManyImages,
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
+from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.metrics import fetch_metrics, queue_length
 from backend.reasoning import ReasoningSplitter
@@ -98,7 +99,7 @@ PROBE_TIMEOUT_S = 5.0
 """Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
 a connection but never answers them must not hold a page or a chat start for long."""
 
-CLOSED_MESSAGE = (
+CLOSED_MESSAGE = msg(
     "The app is shutting down and no longer talks to the model server. "
     "Reload the page once it is back."
 )
@@ -110,13 +111,18 @@ def broken_stream(exc: Exception) -> StreamBroken:
     wraps it as ``APIConnectionError`` mid-stream) is cut off."""
     if isinstance(exc, ValueError):
         return StreamBroken(
-            "The model server's reply was garbled (a chunk that is not valid JSON). "
-            "What arrived is kept; try again."
+            msg(
+                "The model server's reply was garbled (a chunk that is not valid JSON). "
+                "What arrived is kept; try again."
+            )
         )
     return StreamBroken(
-        "The model server's reply was cut off: the connection dropped mid-answer "
-        f"({type(exc).__name__}), maybe because the server stopped or restarted. "
-        "What arrived is kept; try again."
+        msg(
+            "The model server's reply was cut off: the connection dropped mid-answer "
+            "({error}), maybe because the server stopped or restarted. "
+            "What arrived is kept; try again.",
+            error=type(exc).__name__,
+        )
     )
 
 
@@ -139,40 +145,77 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
         return ClientClosed(CLOSED_MESSAGE)
     if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
         return RequestTimeout(
-            f"The model server at {base_url} did not answer in time. It may be busy; try again."
+            msg(
+                "The model server at {url} did not answer in time. It may be busy; try again.",
+                url=base_url,
+            )
         )
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
         return ServerUnreachable(
-            f"Cannot reach the model server at {base_url}. If it was just started it may "
-            "still be loading the model (see llm.log); otherwise check that it is running."
+            msg(
+                "Cannot reach the model server at {url}. If it was just started it may "
+                "still be loading the model (see llm.log); otherwise check that it is running.",
+                url=base_url,
+            )
         )
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         detail = _vllm_message(exc.body, exc.message)
         if status == 503:
-            return ServerLoading(f"The model server is still loading ({detail}). Try again soon.")
+            return ServerLoading(
+                msg("The model server is still loading ({detail}). Try again soon.", detail=detail)
+            )
         if status >= 500:
-            return ServerFailed(f"The model server failed while answering ({status}): {detail}")
+            return ServerFailed(
+                msg(
+                    "The model server failed while answering ({status}): {detail}",
+                    status=status,
+                    detail=detail,
+                )
+            )
         if status in (401, 403):
             return RequestRejected(
-                "The model server refused our API key. Check KIMI_API_KEY matches vLLM's --api-key."
+                msg(
+                    "The model server refused our API key. "
+                    "Check KIMI_API_KEY matches vLLM's --api-key."
+                )
             )
         if status == 404:
-            return RequestRejected(f"The model server does not serve '{model}': {detail}")
+            return RequestRejected(
+                msg(
+                    "The model server does not serve '{model}': {detail}",
+                    model=model,
+                    detail=detail,
+                )
+            )
         lowered = detail.lower()
         if "image(s) may be provided" in lowered:
-            return TooManyImages(f"Too many images for the server in one request: {detail}")
+            return TooManyImages(
+                msg("Too many images for the server in one request: {detail}", detail=detail)
+            )
         if "maximum context length" in lowered or "max_model_len" in lowered:
             return ContextTooLong(
-                f"The conversation is too long for the model: {detail} Start a new chat, send "
-                "fewer images, or lower max tokens."
+                msg(
+                    "The conversation is too long for the model: {detail} Start a new chat, "
+                    "send fewer images, or lower max tokens.",
+                    detail=detail,
+                )
             )
-        return RequestRejected(f"The model server rejected the request: {detail}")
+        return RequestRejected(
+            msg("The model server rejected the request: {detail}", detail=detail)
+        )
     if isinstance(exc, openai.APIError):
         detail = _vllm_message(exc.body, exc.message)
-        return ServerFailed(f"The model server reported an error while answering: {detail}")
+        return ServerFailed(
+            msg("The model server reported an error while answering: {detail}", detail=detail)
+        )
     log.error("unexpected failure talking to %s", base_url, exc_info=exc)
-    return ServerFailed(f"Unexpected failure talking to the model server ({type(exc).__name__}).")
+    return ServerFailed(
+        msg(
+            "Unexpected failure talking to the model server ({error}).",
+            error=type(exc).__name__,
+        )
+    )
 
 
 async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[str, Any]]:
@@ -456,8 +499,10 @@ class ChatClient:
             self.pace.observe(usage.completion_tokens - 1, last_chunk - first_chunk)
         if finish_reason is None:
             raise StreamBroken(
-                "The model server's reply was cut off before the answer ended (the "
-                "stream closed without a finish reason). What arrived is kept; try again."
+                msg(
+                    "The model server's reply was cut off before the answer ended (the "
+                    "stream closed without a finish reason). What arrived is kept; try again."
+                )
             )
         for part in splitter.flush():
             if isinstance(part, AnswerDelta) and first_answer is None:

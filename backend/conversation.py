@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from backend.errors import ContextTooLong, TooManyImages
+from backend.i18n import msg
 from backend.images import PreparedImage
 from backend.reasoning import strip_reasoning
 
@@ -246,8 +247,12 @@ class Conversation:
         """
         if len(current.images) > budget.max_images:
             raise TooManyImages(
-                f"This message has {len(current.images)} images but the server accepts at most "
-                f"{budget.max_images} per request. Send fewer images at a time."
+                msg(
+                    "This message has {count} images but the server accepts at most "
+                    "{max_images} per request. Send fewer images at a time.",
+                    count=len(current.images),
+                    max_images=budget.max_images,
+                )
             )
         history = [t for t in self.turns if t is not current and t.in_history]
         kept_images = [len(t.images) for t in history]
@@ -278,9 +283,14 @@ class Conversation:
         )
         if fixed + held_back > budget.max_model_len - budget.floor:
             raise ContextTooLong(
-                f"This message needs about {fixed + held_back} tokens, but the model takes "
-                f"{budget.max_model_len} tokens including at least {budget.floor} "
-                "for the answer. Send fewer or smaller images, or a shorter text."
+                msg(
+                    "This message needs about {tokens} tokens, but the model takes "
+                    "{max_model_len} tokens including at least {floor} "
+                    "for the answer. Send fewer or smaller images, or a shorter text.",
+                    tokens=fixed + held_back,
+                    max_model_len=budget.max_model_len,
+                    floor=budget.floor,
+                )
             )
         available = max(budget.max_model_len - budget.reserved - held_back, fixed)
         costs = [cost(i, n) for i, n in enumerate(kept_images)]
@@ -310,16 +320,26 @@ class Conversation:
             messages.append(history[i].assistant_message())
         messages.append(current.user_message())
 
-        notices = []
+        notices: list[str] = []
         if images_left_out or first_turn:
-            what = []
-            if images_left_out:
-                what.append(f"{images_left_out} older image(s)")
-            if first_turn:
-                what.append(f"{first_turn} older turn(s)")
+            limits = {"max_model_len": budget.max_model_len, "max_images": budget.max_images}
+            if images_left_out and first_turn:
+                what = msg(
+                    "{images} older image(s) and {turns} older turn(s)",
+                    images=images_left_out,
+                    turns=first_turn,
+                )
+            elif images_left_out:
+                what = msg("{images} older image(s)", images=images_left_out)
+            else:
+                what = msg("{turns} older turn(s)", turns=first_turn)
             notices.append(
-                f"Left out {' and '.join(what)} to fit the model's limits "
-                f"({budget.max_model_len} tokens, {budget.max_images} images per request)."
+                msg(
+                    "Left out {what} to fit the model's limits "
+                    "({max_model_len} tokens, {max_images} images per request).",
+                    what=what,
+                    **limits,
+                )
             )
         total = prompt_tokens()
         return Plan(
@@ -340,15 +360,24 @@ def shrunk_budget_note(max_tokens: int, budget: Budget, *, history_left: bool) -
     ``history_left``: older turns are still in the request, so leaving them out
     ("Retry with more tokens") can give the answer more room.
     """
-    why = (
-        f"the conversation takes the rest of the model's {budget.max_model_len}-token "
-        "context. If the answer is cut off, 'Retry with more tokens' leaves out older "
-        "turns to make room."
-        if history_left
-        else f"this message takes the rest of the model's {budget.max_model_len}-token context."
+    numbers = {
+        "max_tokens": max_tokens,
+        "chosen": budget.max_tokens,
+        "max_model_len": budget.max_model_len,
+    }
+    if history_left:
+        return msg(
+            "The answer may use at most {max_tokens} tokens, not the {chosen} you chose: "
+            "the conversation takes the rest of the model's {max_model_len}-token context. "
+            "If the answer is cut off, 'Retry with more tokens' leaves out older turns to "
+            "make room.",
+            **numbers,
+        )
+    return msg(
+        "The answer may use at most {max_tokens} tokens, not the {chosen} you chose: "
+        "this message takes the rest of the model's {max_model_len}-token context.",
+        **numbers,
     )
-    chose = f"not the {budget.max_tokens} you chose"
-    return f"The answer may use at most {max_tokens} tokens, {chose}: {why}"
 
 
 async def plan_verified(

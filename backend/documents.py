@@ -42,6 +42,7 @@ from PIL import Image, ImageChops
 
 from backend.conversation import IMAGE_OVERHEAD_TOKENS
 from backend.errors import ImageError
+from backend.i18n import msg
 from backend.images import (
     choose_format,
     encode_image,
@@ -121,22 +122,35 @@ def _open_failure(path: Path, label: str, error: pdfium.PdfiumError) -> ImageErr
     end, trailer and cross-reference table, is missing); else damaged or unsupported.
     """
     if error.err_code == pdfium.raw.FPDF_ERR_PASSWORD:
-        return ImageError(f"{label}: the PDF is password-protected")
+        return ImageError(msg("{name}: the PDF is password-protected", name=label))
     with path.open("rb") as file:
         head = file.read(1 << 20)
         file.seek(max(0, path.stat().st_size - EOF_WINDOW))
         tail = file.read()
     if b"%%EOF" not in tail and _OBJECT.search(head):
         return ImageError(
-            f"{label}: the PDF is cut short (the file ends before its %%EOF marker); "
-            "upload the whole file again"
+            msg(
+                "{name}: the PDF is cut short (the file ends before its %%EOF marker); "
+                "upload the whole file again",
+                name=label,
+            )
         )
     reason = str(error).rstrip(".")
-    return ImageError(f"{label}: the PDF is damaged or unsupported ({reason})")
+    return ImageError(
+        msg("{name}: the PDF is damaged or unsupported ({error})", name=label, error=reason)
+    )
 
 
 def _page_range(first: int, last: int) -> str:
+    """English, for the line the model reads (``"page 1"``, ``"pages 1-3"``)."""
     return f"page {first}" if first == last else f"pages {first}-{last}"
+
+
+def _pages(first: int, last: int) -> str:
+    """The same range, for people (translated where it is shown)."""
+    if first == last:
+        return msg("page {first}", first=first)
+    return msg("pages {first}-{last}", first=first, last=last)
 
 
 def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) -> MediaResult:
@@ -181,13 +195,20 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
                     page = document[index]
                 except pdfium.PdfiumError as error:
                     raise ImageError(
-                        f"{label}: page {index + 1} of {pages} cannot be read "
-                        "(the PDF is damaged or cut short); upload the whole file again"
+                        msg(
+                            "{name}: page {page} of {pages} cannot be read "
+                            "(the PDF is damaged or cut short); upload the whole file again",
+                            name=label,
+                            page=index + 1,
+                            pages=pages,
+                        )
                     ) from error
                 try:
                     width_pt, height_pt = page.get_size()
                     if width_pt <= 0 or height_pt <= 0:
-                        raise ImageError(f"{label}: page {index + 1} has no size")
+                        raise ImageError(
+                            msg("{name}: page {page} has no size", name=label, page=index + 1)
+                        )
                     size = page_pixels(width_pt, height_pt, budget.in_token_limit)
                     cost = image_tokens(*size, budget.in_token_limit) + IMAGE_OVERHEAD_TOKENS
                     if cost > tokens_left:
@@ -197,7 +218,10 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
                     page.close()
                 tokens_left -= cost
         except pdfium.PdfiumError as error:
-            raise ImageError(f"{label}: the PDF is damaged ({str(error).rstrip('.')})") from error
+            reason = str(error).rstrip(".")
+            raise ImageError(
+                msg("{name}: the PDF is damaged ({error})", name=label, error=reason)
+            ) from error
         finally:
             document.close()
     # Encoding (most of the time) needs no PDFium: outside the lock.
@@ -212,20 +236,41 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
         for number, page_image in enumerate(map(_without_colour, rendered), start=1)
     ]
     if pages == 0:
-        raise ImageError(f"{label}: the PDF has no pages")
+        raise ImageError(msg("{name}: the PDF has no pages", name=label))
     if not images:
-        why = "no image slot is left" if budget.images < 1 else "too few tokens are left"
-        raise ImageError(f"{label}: not used: {why} in this message for even its first page")
+        raise ImageError(
+            msg(
+                "{name}: not used: no image slot is left in this message for even its first page",
+                name=label,
+            )
+            if budget.images < 1
+            else msg(
+                "{name}: not used: too few tokens are left in this message for even its first page",
+                name=label,
+            )
+        )
     sent = len(images)
     text = f"{_page_range(1, sent).capitalize()} of {label}"
-    notice = f"{label}: {_page_range(1, sent)} of {pages} sent as images"
+    notice: str = msg(
+        "{name}: {sent} of {pages} sent as images", name=label, sent=_pages(1, sent), pages=pages
+    )
     if sent < pages:
         limit = (
-            f"at most {budget.images} more images fit in this message"
+            msg("at most {count} more images fit in this message", count=budget.images)
             if sent == budget.images
-            else f"{budget.tokens} tokens were left for pictures in this message, "
-            f"about {cost} per page"
+            else msg(
+                "{tokens} tokens were left for pictures in this message, about {cost} per page",
+                tokens=budget.tokens,
+                cost=cost,
+            )
         )
         text += f" ({pages} pages in all)"
-        notice += f"; {_page_range(sent + 1, pages)} left out ({limit})"
+        notice = msg(
+            "{name}: {sent} of {pages} sent as images; {left} left out ({limit})",
+            name=label,
+            sent=_pages(1, sent),
+            pages=pages,
+            left=_pages(sent + 1, pages),
+            limit=limit,
+        )
     return MediaResult(images, text, [notice])

@@ -13,7 +13,18 @@ from __future__ import annotations
 
 
 class ChatError(Exception):
-    """Base class: a failure explained in one sentence a person can act on."""
+    """Base class: a failure explained in one sentence a person can act on.
+
+    Raised with a :class:`backend.i18n.Message` (``ChatError(msg("...", name=...))``),
+    ``str(error)`` is the English sentence and :attr:`message` the message the UI
+    renders in the person's language.
+    """
+
+    @property
+    def message(self) -> str:
+        """The sentence as raised (a :class:`backend.i18n.Message` when made with ``msg``)."""
+        first = self.args[0] if len(self.args) == 1 else None
+        return first if isinstance(first, str) else str(self)
 
 
 class ServerUnreachable(ChatError):

@@ -57,6 +57,7 @@ from typing import Final, Literal, Protocol
 
 from PIL import Image, ImageDraw, ImageFont
 
+from backend.i18n import ENGLISH, Translator, msg
 from backend.images import PNG_COMPRESS_LEVEL
 from backend.reasoning import strip_reasoning
 
@@ -332,16 +333,16 @@ def _shape(values: tuple[float, ...], image: SeenImage) -> Point | Box | str:
     """The shape in fractions of ``image``, or why the values do not fit it."""
     if any(v > 1 for v in values):
         if any(0 < v < 1 for v in values):
-            return "a mix of fractions (below 1) and pixels (above 1)"
+            return msg("a mix of fractions (below 1) and pixels (above 1)")
         sides = (image.width, image.height) * (len(values) // 2)
         if any(v > side for v, side in zip(values, sides, strict=True)):
-            return f"outside the {image.width}x{image.height} image"
+            return msg("outside the {width}x{height} image", width=image.width, height=image.height)
         values = tuple(v / side for v, side in zip(values, sides, strict=True))
     if len(values) == 2:
         return Point(values[0], values[1])
     left, top, right, bottom = values
     if not (left < right and top < bottom):
-        return "not a box from its top-left to its bottom-right corner"
+        return msg("not a box from its top-left to its bottom-right corner")
     return Box(left, top, right, bottom)
 
 
@@ -380,7 +381,16 @@ def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
         quoted = f"“{item.text}”"
         if len(item.values) != item.wanted:
             count, wanted = len(item.values), item.wanted
-            not_drawn.append(f"{quoted} has {count} number{'s' * (count != 1)}, not {wanted}.")
+            not_drawn.append(
+                msg("{quoted} has 1 number, not {wanted}.", quoted=quoted, wanted=wanted)
+                if count == 1
+                else msg(
+                    "{quoted} has {count} numbers, not {wanted}.",
+                    quoted=quoted,
+                    count=count,
+                    wanted=wanted,
+                )
+            )
             continue
         named = [number for position, number in refs if position < item.start]
         if len(images) == 1:
@@ -388,18 +398,29 @@ def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
         elif not named:
             if item.source != "tuple":
                 not_drawn.append(
-                    f"{quoted} does not say which of the {len(images)} images it is on."
+                    msg(
+                        "{quoted} does not say which of the {count} images it is on.",
+                        quoted=quoted,
+                        count=len(images),
+                    )
                 )
             continue
         elif not 1 <= named[-1] <= len(images):
-            not_drawn.append(f"{quoted} is on image {named[-1]}, but there are {len(images)}.")
+            not_drawn.append(
+                msg(
+                    "{quoted} is on image {number}, but there are {count}.",
+                    quoted=quoted,
+                    number=named[-1],
+                    count=len(images),
+                )
+            )
             continue
         else:
             index = named[-1] - 1
         shape = _shape(item.values, images[index])
         if isinstance(shape, str):
             if item.source != "tuple":
-                not_drawn.append(f"{quoted} is {shape}.")
+                not_drawn.append(msg("{quoted} is {shape}.", quoted=quoted, shape=shape))
             continue
         if any(m.image == index and _same_place(m.shape, shape) for m in marks):
             continue
@@ -552,7 +573,7 @@ def _escape(text: str) -> str:
     return re.sub(r"([\\`*_{}\[\]<>()#+\-.!|~])", r"\\\1", text)
 
 
-def caption(name: str, marks: Sequence[Mark]) -> str:
+def caption(name: str, marks: Sequence[Mark], tr: Translator = ENGLISH) -> str:
     """The line above an annotated copy, naming the image and listing its marks.
 
     E.g. ``"Marked on **coffee.png** (a copy; the original is unchanged): box 1, spoon;
@@ -560,20 +581,32 @@ def caption(name: str, marks: Sequence[Mark]) -> str:
     """
     items = []
     for mark in marks:
-        kind = "point" if isinstance(mark.shape, Point) else "box"
-        items.append(
-            f"{kind} {mark.number}, {_escape(mark.label)}"
-            if mark.label
-            else f"{kind} {mark.number}"
-        )
-    head = f"Marked on **{_escape(name)}** (a copy; the original is unchanged): "
-    return head + "; ".join(items) + "."
+        point = isinstance(mark.shape, Point)
+        if mark.label:
+            label = _escape(mark.label)
+            item = (
+                tr("point {number}, {label}", number=mark.number, label=label)
+                if point
+                else tr("box {number}, {label}", number=mark.number, label=label)
+            )
+        else:
+            item = (
+                tr("point {number}", number=mark.number)
+                if point
+                else tr("box {number}", number=mark.number)
+            )
+        items.append(item)
+    return tr(
+        "Marked on **{name}** (a copy; the original is unchanged): {marks}.",
+        name=_escape(name),
+        marks="; ".join(items),
+    )
 
 
-def not_drawn_note(reasons: Sequence[str]) -> str:
+def not_drawn_note(reasons: Sequence[str], tr: Translator = ENGLISH) -> str:
     """One note for :attr:`Grounding.not_drawn` (Markdown, model text escaped), e.g.
     ``"ℹ️ Not drawn: “x=0.5, y=0.5” does not say which of the 2 images it is on."``."""
-    return "ℹ️ Not drawn: " + " ".join(_escape(reason) for reason in reasons)
+    return "ℹ️ " + tr("Not drawn:") + " " + " ".join(_escape(tr.text(reason)) for reason in reasons)
 
 
 def _decode(data_url: str) -> tuple[Image.Image, str]:

@@ -41,6 +41,7 @@ import pillow_heif
 from PIL import ExifTags, Image, UnidentifiedImageError, _imaging
 
 from backend.errors import ImageError
+from backend.i18n import msg
 
 pillow_heif.register_heif_opener()  # HEIC/HEIF from phones; AVIF is built into Pillow
 
@@ -116,8 +117,9 @@ Image.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS
 if "PILLOW_BLOCKS_MAX" not in os.environ:
     # The call PIL.Image makes for the variable, which it reads only on first import.
     _imaging.set_blocks_max(FREED_BLOCKS_KEPT)
-_TOO_MANY_PIXELS: Final = (
-    f"{MAX_SOURCE_PIXELS // 1_000_000} megapixels accepted (a possible decompression bomb)"
+_TOO_MANY_PIXELS: Final = msg(
+    "{megapixels} megapixels accepted (a possible decompression bomb)",
+    megapixels=MAX_SOURCE_PIXELS // 1_000_000,
 )
 
 _EXIF_TRANSPOSE: Final = {
@@ -339,12 +341,12 @@ def _unidentified_reason(path: Path) -> str:
     with path.open("rb") as file:
         head = file.read(1024).lstrip(b"\xef\xbb\xbf \t\r\n").lower()
     if head.startswith(b"%pdf-"):
-        return "a PDF document, not an image (export the page as PNG or JPEG)"
+        return msg("a PDF document, not an image (export the page as PNG or JPEG)")
     if head.startswith(b"<") and b"<svg" in head:
-        return "an SVG drawing, which is not supported (export it as PNG)"
+        return msg("an SVG drawing, which is not supported (export it as PNG)")
     if head.startswith(b"<") and b"<html" in head:
-        return "an HTML page, not an image"
-    return "not an image Pillow can read (cannot identify image file)"
+        return msg("an HTML page, not an image")
+    return msg("not an image Pillow can read (cannot identify image file)")
 
 
 def _first_frame_notice(image: Image.Image, label: str) -> tuple[str, ...]:
@@ -352,8 +354,14 @@ def _first_frame_notice(image: Image.Image, label: str) -> tuple[str, ...]:
     if image.format == "MPO" or not getattr(image, "is_animated", False):
         return ()  # MPO: phone JPEGs whose extra pictures are previews or depth maps
     if image.format == "TIFF":
-        return (f"{label}: multi-page TIFF, only the first page is sent",)
-    return (f"{label}: animated {image.format}, only the first frame is sent",)
+        return (msg("{name}: multi-page TIFF, only the first page is sent", name=label),)
+    return (
+        msg(
+            "{name}: animated {format}, only the first frame is sent",
+            name=label,
+            format=image.format,
+        ),
+    )
 
 
 def _decode(
@@ -369,15 +377,27 @@ def _decode(
         width, height = image.size
         if width * height > MAX_SOURCE_PIXELS:
             raise ImageError(
-                f"{label}: {width}x{height} pixels is more than the {_TOO_MANY_PIXELS}"
+                msg(
+                    "{name}: {width}x{height} pixels is more than the {limit}",
+                    name=label,
+                    width=width,
+                    height=height,
+                    limit=_TOO_MANY_PIXELS,
+                )
             )
         notices = _first_frame_notice(image, label)
         # JPEG only (a no-op elsewhere): decode at 1/2, 1/4 or 1/8 scale if still large enough.
         image.draft(None, fit_to_budget(width, height, in_token_limit))
         if image.width * image.height > MAX_DECODED_PIXELS:
             raise ImageError(
-                f"{label}: {width}x{height} pixels is too large to decode "
-                f"(at most {MAX_DECODED_PIXELS // 1_000_000} megapixels)"
+                msg(
+                    "{name}: {width}x{height} pixels is too large to decode "
+                    "(at most {megapixels} megapixels)",
+                    name=label,
+                    width=width,
+                    height=height,
+                    megapixels=MAX_DECODED_PIXELS // 1_000_000,
+                )
             )
         image.load()
     return image, image.format, _orientation(image), notices
@@ -434,16 +454,26 @@ def prepare_image(
     except ImageError:
         raise
     except UnidentifiedImageError as error:
-        raise ImageError(f"{label}: {_unidentified_reason(path)}") from error
+        raise ImageError(
+            msg("{name}: {reason}", name=label, reason=_unidentified_reason(path))
+        ) from error
     except Image.DecompressionBombError as error:
-        raise ImageError(f"{label}: more than the {_TOO_MANY_PIXELS}") from error
+        raise ImageError(
+            msg("{name}: more than the {limit}", name=label, limit=_TOO_MANY_PIXELS)
+        ) from error
     except OSError as error:
         if error.filename is not None:  # the file itself, not its content
-            raise ImageError(f"{label}: cannot read the file ({error.strerror})") from error
-        raise ImageError(f"{label}: the image is damaged ({error})") from error
+            raise ImageError(
+                msg("{name}: cannot read the file ({error})", name=label, error=error.strerror)
+            ) from error
+        raise ImageError(
+            msg("{name}: the image is damaged ({error})", name=label, error=str(error))
+        ) from error
     except Exception as error:  # any decoder failure is the file's fault
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ImageError(f"{label}: the image is damaged or unsupported ({reason})") from error
+        raise ImageError(
+            msg("{name}: the image is damaged or unsupported ({error})", name=label, error=reason)
+        ) from error
 
     image_format = choose_format(image, source_format)
     size = fit_to_budget(image.width, image.height, in_token_limit)
@@ -470,13 +500,19 @@ def upload_size(path: Path, label: str, max_bytes: int | None) -> int:
     try:
         source_bytes = path.stat().st_size
     except OSError as error:
-        raise ImageError(f"{label}: cannot read the file ({error.strerror})") from error
+        raise ImageError(
+            msg("{name}: cannot read the file ({error})", name=label, error=error.strerror)
+        ) from error
     if source_bytes == 0:
-        raise ImageError(f"{label}: the file is empty (0 bytes)")
+        raise ImageError(msg("{name}: the file is empty (0 bytes)", name=label))
     if max_bytes is not None and source_bytes > max_bytes:
         raise ImageError(
-            f"{label}: {source_bytes / 1e6:.1f} MB is over the "
-            f"{max_bytes / 1e6:g} MB limit for one file"
+            msg(
+                "{name}: {size:.1f} MB is over the {limit:g} MB limit for one file",
+                name=label,
+                size=source_bytes / 1e6,
+                limit=max_bytes / 1e6,
+            )
         )
     return source_bytes
 
@@ -506,8 +542,14 @@ def encode_image(
     """
     if min(image.size) < MIN_SIDE:
         notices += (
-            f"{name}: only {image.width}x{image.height} pixels, "
-            f"padded with white to at least {MIN_SIDE} px per side",
+            msg(
+                "{name}: only {width}x{height} pixels, "
+                "padded with white to at least {min_side} px per side",
+                name=name,
+                width=image.width,
+                height=image.height,
+                min_side=MIN_SIDE,
+            ),
         )
         image = _pad_to_min_side(image)
     payload = _encode(image, image_format)

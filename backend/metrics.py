@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from backend.i18n import ENGLISH, Translator, msg
+
 log = logging.getLogger(__name__)
 
 RUNNING = "vllm:num_requests_running"
@@ -57,7 +59,7 @@ _SUMMED = (
 FETCH_TIMEOUT_S = 2.0
 """Longest wait for ``/metrics``: the panel refreshes every few seconds and must not pile up."""
 
-UNREACHABLE_NOTE = "The model server does not answer on /metrics right now."
+UNREACHABLE_NOTE = msg("The model server does not answer on /metrics right now.")
 """What the panel says when :func:`fetch_metrics` gets nothing."""
 
 
@@ -279,16 +281,18 @@ def _percent(share: float | None) -> str:
     return "–" if share is None else f"{share * 100:.1f} %"
 
 
-def _per_second(rate: float | None) -> str:
-    return "measuring…" if rate is None else f"{rate:,.0f} tokens/s"
+def _per_second(rate: float | None, tr: Translator) -> str:
+    if rate is None:
+        return tr("measuring…")
+    return tr("{rate} tokens/s", rate=f"{rate:,.0f}")
 
 
-def _requests(count: int) -> str:
-    return f"{count} request" if count == 1 else f"{count} requests"
+def _requests(count: int, tr: Translator) -> str:
+    return tr("1 request") if count == 1 else tr("{count} requests", count=count)
 
 
-def panel_rows(load: ServerLoad) -> list[tuple[str, str]]:
-    """One model's load as (label, value) rows, in the panel's order.
+def panel_rows(load: ServerLoad, tr: Translator = ENGLISH) -> list[tuple[str, str]]:
+    """One model's load as (label, value) rows, in the panel's order, in ``tr``'s language.
 
     >>> rows = panel_rows(ServerLoad("kimi", 1, 6, 0, 0.0127, 3446.0, None, 0.7088, 0.9333))
     >>> rows[:3]
@@ -298,16 +302,16 @@ def panel_rows(load: ServerLoad) -> list[tuple[str, str]]:
      ('Prefix cache hits', '70.9 %'), ('Image cache hits', '93.3 %')]
     """
     rows = [
-        ("Generating", _requests(load.running)),
-        ("Waiting", _requests(load.waiting)),
-        ("KV cache in use", _percent(load.kv_cache_usage)),
-        ("Prompt tokens", _per_second(load.prompt_tps)),
-        ("Generated tokens", _per_second(load.generation_tps)),
-        ("Prefix cache hits", _percent(load.prefix_hit_rate)),
-        ("Image cache hits", _percent(load.mm_hit_rate)),
+        (tr("Generating"), _requests(load.running, tr)),
+        (tr("Waiting"), _requests(load.waiting, tr)),
+        (tr("KV cache in use"), _percent(load.kv_cache_usage)),
+        (tr("Prompt tokens"), _per_second(load.prompt_tps, tr)),
+        (tr("Generated tokens"), _per_second(load.generation_tps, tr)),
+        (tr("Prefix cache hits"), _percent(load.prefix_hit_rate)),
+        (tr("Image cache hits"), _percent(load.mm_hit_rate)),
     ]
     if load.engines > 1:
-        rows.append(("Engines (data parallel)", str(load.engines)))
+        rows.append((tr("Engines (data parallel)"), str(load.engines)))
     return rows
 
 
@@ -318,7 +322,7 @@ def _cell(text: str) -> str:
     return " ".join(text.split())
 
 
-def panel_markdown(loads: Sequence[ServerLoad]) -> str:
+def panel_markdown(loads: Sequence[ServerLoad], tr: Translator = ENGLISH) -> str:
     """The loads as one markdown table, a column per model; a sentence if there are none.
 
     Cell text is escaped (model names come from the server and are shown, never
@@ -326,10 +330,10 @@ def panel_markdown(loads: Sequence[ServerLoad]) -> str:
     over the time between the last two reads.
     """
     if not loads:
-        return "The model server reports no models yet."
+        return tr("The model server reports no models yet.")
     header = "| | " + " | ".join(_cell(load.model) for load in loads) + " |"
     rule = "|---|" + "---:|" * len(loads)
-    columns = [panel_rows(load) for load in loads]
+    columns = [panel_rows(load, tr) for load in loads]
     labels = max(columns, key=len)
     lines = [header, rule]
     for index, (label, _) in enumerate(labels):
@@ -362,26 +366,29 @@ class MetricsWatcher:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._last: Scrape | None = None
-        self._table: str | None = None
+        self._loads: list[ServerLoad] | None = None
+        self._read = False
         self._read_at = float("-inf")
 
-    async def table(self, http: httpx.AsyncClient) -> str:
-        """The current markdown table (:func:`panel_markdown`), or :data:`UNREACHABLE_NOTE`.
+    async def table(self, http: httpx.AsyncClient, tr: Translator = ENGLISH) -> str:
+        """The current markdown table (:func:`panel_markdown`), or :data:`UNREACHABLE_NOTE`,
+        in ``tr``'s language (the loads are shared; each panel gets its reader's words).
 
         Args:
             http: a client the caller owns; used only when a new read is due.
+            tr: the language of the panel asking.
         """
         async with self._lock:
-            if self._table is not None and self._clock() - self._read_at < self._min_gap_s:
-                return self._table
-            scrape = await fetch_metrics(http, self._root, clock=self._clock)
-            self._read_at = self._clock()
-            if scrape is None:
-                self._table = UNREACHABLE_NOTE
-            else:
-                self._table = panel_markdown(load_between(self._last, scrape))
-                self._last = scrape
-            return self._table
+            if not self._read or self._clock() - self._read_at >= self._min_gap_s:
+                scrape = await fetch_metrics(http, self._root, clock=self._clock)
+                self._read, self._read_at = True, self._clock()
+                if scrape is None:
+                    self._loads = None
+                else:
+                    self._loads = load_between(self._last, scrape)
+                    self._last = scrape
+            loads = self._loads
+        return tr(UNREACHABLE_NOTE) if loads is None else panel_markdown(loads, tr)
 
 
 async def _main(server_root: str, interval_s: float) -> int:

@@ -16,6 +16,7 @@ from typing import Literal
 
 from backend.chat import SamplingOptions
 from backend.client import ServedModel
+from backend.i18n import ENGLISH, Translator
 from backend.settings import ModelProfile, profile_for
 
 MIN_MAX_TOKENS = 256
@@ -37,10 +38,10 @@ class PanelField:
 
 
 def panel_fields(
-    profile: ModelProfile, options: SamplingOptions, max_model_len: int
+    profile: ModelProfile, options: SamplingOptions, max_model_len: int, tr: Translator = ENGLISH
 ) -> list[PanelField]:
     """The controls for a model: temperature, top_p, max tokens, and for a
-    thinking model a switch to hide the reasoning.
+    thinking model a switch to hide the reasoning; labels in ``tr``'s language.
 
     ``options`` are the current values (the profile's defaults in a new chat).
     Max tokens goes up to half the max model length (the other half is for the
@@ -50,30 +51,34 @@ def panel_fields(
     fields = [
         PanelField(
             "temperature",
-            "Temperature",
+            tr("Temperature"),
             "slider",
             options.temperature,
-            f"Randomness of the answer. Recommended for {profile.label}: {profile.temperature}.",
+            tr(
+                "Randomness of the answer. Recommended for {model}: {temperature}.",
+                model=tr.text(profile.label),
+                temperature=profile.temperature,
+            ),
             min=0,
             max=2,
             step=0.05,
         ),
         PanelField(
             "top_p",
-            "Top p",
+            tr("Top p"),
             "slider",
             options.top_p,
-            "Sample only from the most likely tokens that add up to this share.",
+            tr("Sample only from the most likely tokens that add up to this share."),
             min=0.05,
             max=1,
             step=0.05,
         ),
         PanelField(
             "max_tokens",
-            "Max tokens",
+            tr("Max tokens"),
             "slider",
             options.max_tokens,
-            "Longest answer, reasoning included, in tokens.",
+            tr("Longest answer, reasoning included, in tokens."),
             min=MIN_MAX_TOKENS,
             max=max(token_cap, options.max_tokens),
             step=MIN_MAX_TOKENS,
@@ -83,10 +88,10 @@ def panel_fields(
         fields.append(
             PanelField(
                 "hide_reasoning",
-                "Hide reasoning",
+                tr("Hide reasoning"),
                 "switch",
                 not options.show_reasoning,
-                "Show only the answer, not the model's thinking before it.",
+                tr("Show only the answer, not the model's thinking before it."),
             )
         )
     return fields
@@ -121,8 +126,8 @@ class ProfileChoice:
     default: bool
 
 
-def profile_choices(models: Sequence[ServedModel]) -> list[ProfileChoice]:
-    """One choice per served model, the first served one as default.
+def profile_choices(models: Sequence[ServedModel], tr: Translator = ENGLISH) -> list[ProfileChoice]:
+    """One choice per served model, the first served one as default, in ``tr``'s language.
 
     Empty when the server serves fewer than two models: there is nothing to choose.
     """
@@ -132,11 +137,10 @@ def profile_choices(models: Sequence[ServedModel]) -> list[ProfileChoice]:
     for index, model in enumerate(models):
         profile = profile_for(model.id)
         kind = (
-            "Reasons step by step before it answers (slower, better at hard questions)."
+            tr("Reasons step by step before it answers (slower, better at hard questions).")
             if profile.thinking
-            else "Answers at once, without a reasoning step."
+            else tr("Answers at once, without a reasoning step.")
         )
-        choices.append(
-            ProfileChoice(model.id, profile.label, f"**{profile.label}** · {kind}", index == 0)
-        )
+        label = tr.text(profile.label)
+        choices.append(ProfileChoice(model.id, label, f"**{label}** · {kind}", index == 0))
     return choices

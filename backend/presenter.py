@@ -1,6 +1,8 @@
 """Words and numbers people see around an answer: step titles, stats, notes.
 
-Pure functions, so the Chainlit app stays wiring and these stay testable.
+Pure functions, so the Chainlit app stays wiring and these stay testable. Each takes
+``tr``, the chat's :class:`backend.i18n.Translator` (English by default); the
+words themselves are msgids of the catalogue (``backend/locale``).
 """
 
 from __future__ import annotations
@@ -8,29 +10,39 @@ from __future__ import annotations
 from typing import Literal
 
 from backend.events import Done
+from backend.i18n import ENGLISH, Translator, msg
 
-THINKING_LABEL = "Thinking…"
+THINKING_LABEL = msg("Thinking…")
+"""Title of a reasoning step while it streams (render with the chat's translator)."""
 
+
+RETRY_LABEL = msg("Retry")
+REGENERATE_LABEL = msg("Regenerate")
+MORE_TOKENS_LABEL = msg("Retry with more tokens")
+SEND_ANYWAY_LABEL = msg("Send without them")
+"""Button labels (render with the chat's translator)."""
+
+ALREADY_SENT_NOTE = msg("That message was already sent or replaced.")
+TURN_GONE_NOTE = msg("That turn is no longer part of the conversation; ask again below.")
 
 StepEnd = Literal["done", "stopped", "failed"]
 """How a reasoning step ended: the answer followed, Stop was pressed, or an error."""
 
 
-def thought_label(seconds: float, ended: StepEnd = "done") -> str:
+def thought_label(seconds: float, ended: StepEnd = "done", tr: Translator = ENGLISH) -> str:
     """Title of a finished reasoning step, e.g. ``"Thought for 12.3s"``.
 
     ``"stopped"`` adds "(stopped)" (the person pressed Stop); ``"failed"`` adds
     "(interrupted by an error)", explained in the message below it.
     """
-    label = f"Thought for {seconds:.1f}s"
     if ended == "stopped":
-        return f"{label} (stopped)"
+        return tr("Thought for {seconds:.1f}s (stopped)", seconds=seconds)
     if ended == "failed":
-        return f"{label} (interrupted by an error)"
-    return label
+        return tr("Thought for {seconds:.1f}s (interrupted by an error)", seconds=seconds)
+    return tr("Thought for {seconds:.1f}s", seconds=seconds)
 
 
-def stats_line(done: Done) -> str:
+def stats_line(done: Done, tr: Translator = ENGLISH) -> str:
     """One compact line under an answer: TTFT, thinking time, tokens, tokens/s.
 
     Example: ``"TTFT 0.41 s · thought 12.3 s · 512 tokens · 48.2 tokens/s"``;
@@ -38,105 +50,126 @@ def stats_line(done: Done) -> str:
     """
     parts = []
     if done.ttft_s is not None:
-        parts.append(f"TTFT {done.ttft_s:.2f} s")
+        parts.append(tr("TTFT {seconds:.2f} s", seconds=done.ttft_s))
     if done.reasoning_s is not None:
-        parts.append(f"thought {done.reasoning_s:.1f} s")
+        parts.append(tr("thought {seconds:.1f} s", seconds=done.reasoning_s))
     if done.usage is not None:
-        parts.append(f"{done.usage.completion_tokens} tokens")
+        parts.append(tr("{count} tokens", count=done.usage.completion_tokens))
     rate = done.tokens_per_s
     if rate is not None:
-        parts.append(f"{rate:.1f} tokens/s")
-    parts.append(f"total {done.elapsed_s:.1f} s")
+        parts.append(tr("{rate:.1f} tokens/s", rate=rate))
+    parts.append(tr("total {seconds:.1f} s", seconds=done.elapsed_s))
     return " · ".join(parts)
 
 
-def cut_off_note(max_tokens: int, *, in_reasoning: bool) -> str:
+def cut_off_note(max_tokens: int, *, in_reasoning: bool, tr: Translator = ENGLISH) -> str:
     """Say that max tokens ran out, and where."""
-    where = "while still thinking, before any answer" if in_reasoning else "before the answer ended"
-    return (
-        f"The answer was cut off: the model used all {max_tokens} tokens {where}. "
-        "Retry with more tokens, or ask a narrower question."
+    if in_reasoning:
+        return tr(
+            "The answer was cut off: the model used all {max_tokens} tokens while still "
+            "thinking, before any answer. Retry with more tokens, or ask a narrower question.",
+            max_tokens=max_tokens,
+        )
+    return tr(
+        "The answer was cut off: the model used all {max_tokens} tokens before the answer "
+        "ended. Retry with more tokens, or ask a narrower question.",
+        max_tokens=max_tokens,
     )
 
 
-def stopped_note(partial_answer: str) -> str:
+def stopped_note(partial_answer: str, tr: Translator = ENGLISH) -> str:
     """The message left by Stop: the partial answer, if any, marked as stopped."""
     if partial_answer:
-        return f"{partial_answer}\n\n*■ Stopped before the end of the answer.*"
-    return "*■ Stopped while thinking: the reasoning so far is kept above.*"
+        return partial_answer + "\n\n" + tr("*■ Stopped before the end of the answer.*")
+    return tr("*■ Stopped while thinking: the reasoning so far is kept above.*")
 
 
-def incomplete_note(partial_answer: str) -> str:
+def incomplete_note(partial_answer: str, tr: Translator = ENGLISH) -> str:
     """The partial answer of a stream that broke, marked as incomplete."""
-    mark = "*⚠️ Incomplete: the reply broke off here (see below).*"
+    mark = tr("*⚠️ Incomplete: the reply broke off here (see below).*")
     return f"{partial_answer}\n\n{mark}" if partial_answer else mark
 
 
-def not_started_note(seconds: float, queued: int | None) -> str:
+def not_started_note(seconds: float, queued: int | None, tr: Translator = ENGLISH) -> str:
     """Said while the server has taken the request but sent no text yet."""
-    queue = ""
     if queued:
-        queue = f" The server has {queued} request(s) queued."
-    return (
-        f"⏳ The model server has not started answering yet ({seconds:.0f} s).{queue} "
-        "Stop works at any time."
+        return "⏳ " + tr(
+            "The model server has not started answering yet ({seconds:.0f} s). "
+            "The server has {queued} request(s) queued. Stop works at any time.",
+            seconds=seconds,
+            queued=queued,
+        )
+    return "⏳ " + tr(
+        "The model server has not started answering yet ({seconds:.0f} s). Stop works at any time.",
+        seconds=seconds,
     )
 
 
-def connecting_note() -> str:
+def connecting_note(tr: Translator = ENGLISH) -> str:
     """Said at chat start while the model server's models are not known yet."""
-    return "**Connecting to the model server…** *This message changes when it answers.*"
+    return tr("**Connecting to the model server…** *This message changes when it answers.*")
 
 
-def waiting_note(problem: str) -> str:
-    """Said while the model server is unreachable or loading; ``problem`` says which."""
-    return (
-        f"**Waiting for the model server.** {problem}\n\n"
-        "*This message changes when the server is ready.*"
+def waiting_note(problem: str, tr: Translator = ENGLISH) -> str:
+    """Said while the model server is unreachable or loading; ``problem`` says which
+    (a :class:`backend.i18n.Message`, e.g. the error's, is translated)."""
+    return tr(
+        "**Waiting for the model server.** {problem}\n\n"
+        "*This message changes when the server is ready.*",
+        problem=tr.text(problem),
     )
 
 
-def ready_note(label: str) -> str:
+def ready_note(label: str, tr: Translator = ENGLISH) -> str:
     """Said once the model server answers."""
-    return f"✓ **The model server is ready** ({label}). Ask away."
+    return "✓ " + tr("**The model server is ready** ({label}). Ask away.", label=label)
 
 
-DEV_MODE_BANNER = (
+DEV_MODE_BANNER = msg(
     "Dev mode: the server runs a tiny model with random weights on the CPU. "
     "Answers are noise, shaped like the Thinking model's (reasoning, then answer); "
     "dev mode exists to exercise the whole path."
 )
+"""The toast at chat start in dev mode (render with the chat's translator)."""
+
+DEV_STATS_SUFFIX = msg("dev model: the text is noise")
+"""Added to the stats line in dev mode."""
 
 
-def rerun_note(text: str, later_turns: int) -> str:
+def rerun_note(text: str, later_turns: int, tr: Translator = ENGLISH) -> str:
     """Said when an older turn is answered again: which one, and what became of later ones."""
     quoted = text if len(text) <= 60 else text[:57] + "…"
-    later = (
-        f" The {later_turns} later turn(s) above are no longer part of what the model sees."
-        if later_turns
-        else ""
-    )
-    return f"↻ Answering again: “{quoted}”.{later}"
+    if later_turns:
+        return "↻ " + tr(
+            "Answering again: “{quoted}”. The {later_turns} later turn(s) above are no "
+            "longer part of what the model sees.",
+            quoted=quoted,
+            later_turns=later_turns,
+        )
+    return "↻ " + tr("Answering again: “{quoted}”.", quoted=quoted)
 
 
-def no_more_tokens_note(max_tokens: int, max_model_len: int) -> str:
+def no_more_tokens_note(max_tokens: int, max_model_len: int, tr: Translator = ENGLISH) -> str:
     """Said when a cut-off answer cannot get more tokens: why."""
-    return (
-        f"More tokens cannot fit: with every older turn left out, this message leaves "
-        f"{max_tokens} tokens for the answer in the model's {max_model_len}-token context. "
-        "Ask a narrower question or start a new chat."
+    return tr(
+        "More tokens cannot fit: with every older turn left out, this message leaves "
+        "{max_tokens} tokens for the answer in the model's {max_model_len}-token context. "
+        "Ask a narrower question or start a new chat.",
+        max_tokens=max_tokens,
+        max_model_len=max_model_len,
     )
 
 
-def unusable_files_note(problems: list[str], can_send: bool) -> str:
+def unusable_files_note(problems: list[str], can_send: bool, tr: Translator = ENGLISH) -> str:
     """Name each file that could not be used, and say the message is kept.
 
     ``can_send``: something is left to send (text or usable files), so the note
     offers to send it without the refused files.
     """
-    lines = "\n".join(f"- {problem}" for problem in problems)
-    how = ", or send it without them." if can_send else "."
-    return (
-        f"⚠️ Some files could not be used:\n{lines}\n\n"
-        f"Your message is kept: attach other files and send again{how}"
+    lines = "\n".join(f"- {tr.text(problem)}" for problem in problems)
+    how = (
+        tr("Your message is kept: attach other files and send again, or send it without them.")
+        if can_send
+        else tr("Your message is kept: attach other files and send again.")
     )
+    return "⚠️ " + tr("Some files could not be used:") + f"\n{lines}\n\n{how}"

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from backend.i18n import msg
+
 
 @dataclass(frozen=True, slots=True)
 class ModelProfile:
@@ -70,7 +72,7 @@ INSTRUCT = ModelProfile(
 DEV = ModelProfile(
     served_name="kimi-vl-dev",
     hf_id="(tiny random-weights model built by serving.devmodel)",
-    label="Dev model (random weights: answers are noise)",
+    label=msg("Dev model (random weights: answers are noise)"),  # shown: translated
     # Stands in for Thinking-2506: in dev mode the app shapes its output into
     # "◁think▷ … ◁/think▷ answer" with structured outputs (backend.chat).
     thinking=True,

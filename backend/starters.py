@@ -7,8 +7,10 @@ is attached as if the person had uploaded it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from backend.i18n import LOCALES, msg, translator, translator_for
 
 SAMPLES = Path(__file__).resolve().parent.parent / "public" / "samples"
 """Bundled sample images (public domain, from scikit-image, and a settings page rendered
@@ -34,52 +36,46 @@ class SampleStarter:
         return f"/public/samples/{self.image}"
 
 
-STARTERS: dict[str, tuple[SampleStarter, ...]] = {
-    "en": (
-        SampleStarter("Read this page", "Read this sample page and summarise it.", "page.png"),
-        SampleStarter("What is in this photo?", "What is in this sample photo?", "rocket.jpg"),
-        SampleStarter(
-            "Where should I click?",
+STARTERS: tuple[SampleStarter, ...] = (
+    SampleStarter(
+        msg("Read this page"), msg("Read this sample page and summarise it."), "page.png"
+    ),
+    SampleStarter(
+        msg("What is in this photo?"), msg("What is in this sample photo?"), "rocket.jpg"
+    ),
+    SampleStarter(
+        msg("Where should I click?"),
+        msg(
             "Where should I click to turn on dark mode? Answer with "
-            "pyautogui.click(x=..., y=...), coordinates from 0 to 1 of the screenshot.",
-            "settings.png",
+            "pyautogui.click(x=..., y=...), coordinates from 0 to 1 of the screenshot."
         ),
-        SampleStarter(
-            "Find the spoon",
+        "settings.png",
+    ),
+    SampleStarter(
+        msg("Find the spoon"),
+        msg(
             "Find the spoon in this photo. Give its box as JSON, "
-            '{"bbox_2d": [x1, y1, x2, y2], "label": "spoon"}, coordinates from 0 to 1.',
-            "coffee.png",
+            '{{"bbox_2d": [x1, y1, x2, y2], "label": "spoon"}}, coordinates from 0 to 1.'
         ),
+        "coffee.png",
     ),
-    "zh": (
-        SampleStarter("读这一页", "请阅读这页示例文档并总结。", "page.png"),
-        SampleStarter("照片里有什么？", "这张示例照片里有什么？", "rocket.jpg"),
-        SampleStarter(
-            "该点哪里？",
-            "要打开深色模式，我该点击哪里？请用 pyautogui.click(x=..., y=...) 回答，"
-            "坐标取截图宽高的 0 到 1。",
-            "settings.png",
-        ),
-        SampleStarter(
-            "找到勺子",
-            "在这张照片里找到勺子。请用 JSON 给出它的框："
-            '{"bbox_2d": [x1, y1, x2, y2], "label": "勺子"}，坐标取 0 到 1。',
-            "coffee.png",
-        ),
-    ),
-}
+)
+"""The starters, in English (msgids of the catalogue: :func:`starters_for` translates)."""
 
 
 def starters_for(language: str | None) -> tuple[SampleStarter, ...]:
-    """The starters in a UI language (``zh-CN`` -> Chinese, anything else English)."""
-    return STARTERS["zh"] if (language or "").lower().startswith("zh") else STARTERS["en"]
+    """The starters in a browser language (``zh-CN`` -> Chinese, anything else English;
+    :func:`backend.i18n.locale_for`)."""
+    tr = translator_for(language)
+    return tuple(replace(s, label=tr(s.label), message=tr(s.message)) for s in STARTERS)
 
 
 def sample_for(text: str) -> Path | None:
-    """The sample image of a starter whose message is exactly ``text`` (any language)."""
+    """The sample image of a starter whose message is exactly ``text`` (in any language)."""
     wanted = text.strip()
-    for starters in STARTERS.values():
-        for starter in starters:
-            if starter.message == wanted:
+    for locale in LOCALES:
+        tr = translator(locale)
+        for starter in STARTERS:
+            if tr(starter.message) == wanted:
                 return starter.path
     return None

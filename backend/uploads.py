@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from backend.documents import prepare_pdf
 from backend.errors import ImageError
+from backend.i18n import msg
 from backend.images import PreparedImage, prepare_image
 from backend.logs import LOGGER_NAME
 from backend.media import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult, UploadKind, sniff_kind
@@ -229,11 +230,15 @@ async def prepare_uploads(
             result.notices.extend(outcome.notices)
             result.texts.append(outcome.text)
         elif isinstance(outcome, ImageError):
-            result.problems.append(str(outcome))
+            result.problems.append(outcome.message)  # a Message: the UI translates it
         else:
             log.error("preparing %s failed: %r", upload.name, outcome)
             result.problems.append(
-                f"{upload.name}: could not be prepared ({type(outcome).__name__})."
+                msg(
+                    "{name}: could not be prepared ({error}).",
+                    name=upload.name,
+                    error=type(outcome).__name__,
+                )
             )
     return result
 

@@ -41,6 +41,7 @@ from PIL import Image
 
 from backend.conversation import IMAGE_OVERHEAD_TOKENS
 from backend.errors import ImageError
+from backend.i18n import msg
 from backend.images import (
     MAX_DECODED_PIXELS,
     PreparedImage,
@@ -120,7 +121,7 @@ def plan_frames(duration_s: float, width: int, height: int, budget: MediaBudget)
             the message lacks the file name, which the caller puts in front.
     """
     if budget.images < 1:
-        raise ImageError("no image slot is left in this message for its frames")
+        raise ImageError(msg("no image slot is left in this message for its frames"))
     wanted = max(1, math.ceil(duration_s * FRAMES_PER_SECOND))
     count = min(MAX_FRAMES, wanted, budget.images)
     floor = min(MIN_FRAME_PATCHES, budget.in_token_limit)
@@ -131,8 +132,12 @@ def plan_frames(duration_s: float, width: int, height: int, budget: MediaBudget)
     count = min(count, budget.tokens // cost(floor))
     if count < 1:
         raise ImageError(
-            f"even one frame ({cost(floor)} tokens) is more than the "
-            f"{max(0, budget.tokens)} tokens left for pictures in this message"
+            msg(
+                "even one frame ({cost} tokens) is more than the "
+                "{tokens} tokens left for pictures in this message",
+                cost=cost(floor),
+                tokens=max(0, budget.tokens),
+            )
         )
     low, high = floor, budget.in_token_limit  # cost grows with the limit: binary search
     while low < high:
@@ -169,22 +174,26 @@ def iso_box_problem(path: Path) -> str | None:
             file.seek(offset)
             header = file.read(16)
             if len(header) < _BOX_HEADER:
-                return "the file ends inside a box header"
+                return msg("the file ends inside a box header")
             declared = int.from_bytes(header[:4], "big")
             kind = header[4:8].decode("latin-1")
             if declared == 1:
                 if len(header) < 16:
-                    return "the file ends inside a box header"
+                    return msg("the file ends inside a box header")
                 declared = int.from_bytes(header[8:16], "big")
             elif declared == 0:
                 declared = size - offset
             found_index = found_index or kind == "moov"
             if declared < _BOX_HEADER:
-                return f"its {kind!r} box has an impossible size ({declared} bytes)"
+                return msg(
+                    "its {kind} box has an impossible size ({size} bytes)",
+                    kind=repr(kind),
+                    size=declared,
+                )
             if offset + declared > size:
-                return f"the file ends inside its {kind!r} box"
+                return msg("the file ends inside its {kind} box", kind=repr(kind))
             offset += declared
-    return None if found_index else "it has no 'moov' box, the index of its frames"
+    return None if found_index else msg("it has no 'moov' box, the index of its frames")
 
 
 def _duration_s(container: av.container.InputContainer, stream: av.VideoStream) -> float:
@@ -273,27 +282,42 @@ def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None
     try:
         problem = iso_box_problem(path)
     except OSError as error:
-        raise ImageError(f"{label}: cannot read the file ({error.strerror})") from error
+        raise ImageError(
+            msg("{name}: cannot read the file ({error})", name=label, error=error.strerror)
+        ) from error
     if problem is not None:
         raise ImageError(
-            f"{label}: the video is incomplete ({problem}), probably cut short "
-            "while uploading; upload the whole file again"
+            msg(
+                "{name}: the video is incomplete ({problem}), probably cut short "
+                "while uploading; upload the whole file again",
+                name=label,
+                problem=problem,
+            )
         )
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
-                raise ImageError(f"{label}: the file has no video stream")
+                raise ImageError(msg("{name}: the file has no video stream", name=label))
             stream = container.streams.video[0]
             width, height = stream.codec_context.width, stream.codec_context.height
             duration = _duration_s(container, stream)
             if width < 1 or height < 1 or duration <= 0:
-                raise ImageError(f"{label}: cannot tell the video's size or length")
+                raise ImageError(msg("{name}: cannot tell the video's size or length", name=label))
             if width * height > MAX_DECODED_PIXELS:
-                raise ImageError(f"{label}: {width}x{height} frames are too large to decode")
+                raise ImageError(
+                    msg(
+                        "{name}: {width}x{height} frames are too large to decode",
+                        name=label,
+                        width=width,
+                        height=height,
+                    )
+                )
             try:
                 plan = plan_frames(duration, width, height, budget)
             except ImageError as error:
-                raise ImageError(f"{label}: not used: {error}") from error
+                raise ImageError(
+                    msg("{name}: not used: {why}", name=label, why=error.message)
+                ) from error
             frames: list[PreparedImage] = []
             times: list[str] = []
             reader = _FrameReader(container, stream)
@@ -318,11 +342,19 @@ def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None
         raise
     except (av.FFmpegError, ValueError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ImageError(f"{label}: not a video that can be decoded ({reason})") from error
+        raise ImageError(
+            msg("{name}: not a video that can be decoded ({error})", name=label, error=reason)
+        ) from error
     if not frames:
-        raise ImageError(f"{label}: no frame could be decoded")
-    notice = (
-        f"{label}: {len(frames)} frames of the {format_timestamp(duration)} video sent "
-        f"({frames[0].width}x{frames[0].height} px, {frames[0].tokens} tokens each)"
+        raise ImageError(msg("{name}: no frame could be decoded", name=label))
+    notice = msg(
+        "{name}: {count} frames of the {duration} video sent "
+        "({width}x{height} px, {tokens} tokens each)",
+        name=label,
+        count=len(frames),
+        duration=format_timestamp(duration),
+        width=frames[0].width,
+        height=frames[0].height,
+        tokens=frames[0].tokens,
     )
     return MediaResult(frames, f"Frames of {label} at {', '.join(times)}", [notice])

@@ -31,6 +31,12 @@ if ((${#missing[@]})); then
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+if ! fc-list 2>/dev/null | grep -qi "Noto Sans CJK"; then
+  say "installing Debian's fonts-noto-cjk, so screenshots show Chinese glyphs"
+  if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq fonts-noto-cjk >/dev/null
+fi
 
 say "ruff"
 .venv/bin/ruff check .

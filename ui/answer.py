@@ -18,7 +18,13 @@ from backend.client import ChatClient, ServedModel
 from backend.conversation import Turn
 from backend.errors import ChatError, can_retry
 from backend.events import AnswerDelta, Done, ReasoningDelta, Waiting
+from backend.i18n import Translator
 from backend.presenter import (
+    DEV_STATS_SUFFIX,
+    MORE_TOKENS_LABEL,
+    REGENERATE_LABEL,
+    RETRY_LABEL,
+    TURN_GONE_NOTE,
     cut_off_note,
     incomplete_note,
     no_more_tokens_note,
@@ -42,9 +48,15 @@ async def say(text: str, actions: list[cl.Action] | None = None) -> None:
 
 
 def retry_action(
-    message_id: str, label: str = "Retry", max_tokens: int | None = None, make_room: bool = False
+    message_id: str,
+    tr: Translator,
+    label: str = RETRY_LABEL,
+    max_tokens: int | None = None,
+    make_room: bool = False,
 ) -> cl.Action:
     """A button that answers the turn of the person's message ``message_id`` again.
+
+    ``label``: a msgid (e.g. :data:`backend.presenter.RETRY_LABEL`), shown in ``tr``'s language.
 
     ``max_tokens``/``make_room``: ask for that answer budget and leave out older
     turns until it fits ("Retry with more tokens").
@@ -52,7 +64,7 @@ def retry_action(
     payload: dict[str, object] = {"message": message_id}
     if max_tokens:
         payload |= {"max_tokens": max_tokens, "make_room": make_room}
-    return cl.Action(name="retry", payload=payload, label=label, icon="refresh-cw")
+    return cl.Action(name="retry", payload=payload, label=tr(label), icon="refresh-cw")
 
 
 def new_answer(compared: str | None) -> cl.Message:
@@ -60,9 +72,9 @@ def new_answer(compared: str | None) -> cl.Message:
     return cl.Message(content="", author=compared) if compared else cl.Message(content="")
 
 
-def compare_action(message_id: str, other: ServedModel) -> cl.Action:
+def compare_action(message_id: str, other: ServedModel, tr: Translator) -> cl.Action:
     """A button that asks ``other`` the turn of the person's message ``message_id``."""
-    label = f"Compare with {profile_for(other.id).label}"
+    label = tr("Compare with {model}", model=tr.text(profile_for(other.id).label))
     payload = {"message": message_id, "model": other.id}
     return cl.Action(name="compare", payload=payload, label=label, icon="columns-2")
 
@@ -80,11 +92,13 @@ async def run_turn(
     message is created at its first token, so it sits below the step. A Stop
     after the answer finished changes nothing.
     """
+    tr = session.tr
     try:
         planned = await session.plan_request(turn, max_tokens, make_room=make_room)
     except ChatError as exc:
         turn.status = "failed"
-        await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+        retry = [retry_action(message_id, tr)] if can_retry(exc) else None
+        await say("⚠️ " + tr.text(exc.message), retry)
         return
     await stream_answer(session, message_id, turn, planned)
 
@@ -94,16 +108,18 @@ async def run_compare(
 ) -> None:
     """Ask ``other`` the turn of ``message_id`` (same images and history) and show its
     answer next, labelled with the model, with its own stats line."""
+    tr = session.tr
     try:
         found = session.compare_plan(message_id, other)
     except ChatError as exc:
-        await say(f"⚠️ {exc}")
+        await say("⚠️ " + tr.text(exc.message))
         return
     if found is None:
-        await say("ℹ️ That turn is no longer part of the conversation; ask again below.")
+        await say("ℹ️ " + tr(TURN_GONE_NOTE))
         return
     turn, planned = found
-    await stream_answer(session, message_id, turn, planned, client, profile_for(other.id).label)
+    label = tr.text(profile_for(other.id).label)
+    await stream_answer(session, message_id, turn, planned, client, label)
 
 
 async def stream_answer(
@@ -119,11 +135,12 @@ async def stream_answer(
     ``client``/``compared``: another model's server and label (Compare): the
     answer is labelled with it and gets no buttons of its own.
     """
+    tr = session.tr
     for notice in planned.notices:
-        await say(f"ℹ️ {notice}")
+        await say("ℹ️ " + tr.text(notice))
     show_reasoning = session.options is None or session.options.show_reasoning
     answer: cl.Message | None = None
-    reasoning = ReasoningView()
+    reasoning = ReasoningView(tr=tr)
     waiting = WaitingNote()
     pacing = Pacing(
         first_token_timeout_s=session.settings.first_token_timeout_s,
@@ -144,7 +161,7 @@ async def stream_answer(
         async with aclosing(stream) as events:
             async for event in events:
                 if isinstance(event, Waiting):
-                    await waiting.show(not_started_note(event.seconds, event.queued))
+                    await waiting.show(not_started_note(event.seconds, event.queued, tr))
                     continue
                 await waiting.remove()
                 if isinstance(event, ReasoningDelta):
@@ -167,8 +184,8 @@ async def stream_answer(
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
         answer = answer or cl.Message(content="")
-        answer.content = stopped_note(link_remote_images(turn.answer))
-        answer.actions = [retry_action(message_id)]
+        answer.content = stopped_note(link_remote_images(turn.answer), tr)
+        answer.actions = [retry_action(message_id, tr)]
         await answer.send()
         raise
     except ChatError as exc:
@@ -176,9 +193,10 @@ async def stream_answer(
         await waiting.remove()
         await reasoning.close("failed")
         if answer is not None:
-            answer.content = incomplete_note(link_remote_images(turn.answer))
+            answer.content = incomplete_note(link_remote_images(turn.answer), tr)
             await answer.send()
-        await say(f"⚠️ {exc}", [retry_action(message_id)] if can_retry(exc) else None)
+        retry = [retry_action(message_id, tr)] if can_retry(exc) else None
+        await say("⚠️ " + tr.text(exc.message), retry)
     finally:
         await history.save_turn(session, turn, done, answer.id if answer else None)
 
@@ -220,22 +238,24 @@ async def finish_answer(
     so first and has no buttons.
     """
     lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
+    tr = session.tr
     if compared:
-        lines.insert(0, f"**{compared}** (compare):")
-    actions = [retry_action(message_id, "Regenerate")]
-    actions += [compare_action(message_id, other) for other in session.others]
+        lines.insert(0, tr("**{model}** (compare):", model=compared))
+    actions = [retry_action(message_id, tr, REGENERATE_LABEL)]
+    actions += [compare_action(message_id, other, tr) for other in session.others]
     if done.finish_reason == "length":
         max_tokens = planned.request.max_tokens
-        lines.append(f"⚠️ {cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed)}")
-        actions = [retry_action(message_id)]
+        cut_off = cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed, tr=tr)
+        lines.append(f"⚠️ {cut_off}")
+        actions = [retry_action(message_id, tr)]
         if planned.more_tokens:
-            more = retry_action(message_id, "Retry with more tokens", planned.more_tokens, True)
+            more = retry_action(message_id, tr, MORE_TOKENS_LABEL, planned.more_tokens, True)
             actions.insert(0, more)
         else:
-            lines.append(f"ℹ️ {no_more_tokens_note(max_tokens, session.max_model_len)}")
-    stats = stats_line(done)
+            lines.append(f"ℹ️ {no_more_tokens_note(max_tokens, session.max_model_len, tr)}")
+    stats = stats_line(done, tr)
     if session.settings.dev_mode:
-        stats += " · dev model: the text is noise"
+        stats += " · " + tr(DEV_STATS_SUFFIX)
     if compared:
         stats = f"{compared} · {stats}"
         actions = []
@@ -243,4 +263,4 @@ async def finish_answer(
     answer.content = "\n\n".join(lines)
     answer.actions = actions
     await answer.send()
-    await show_marks(turn.answer, turn.images, session.workers)  # drawn on a copy, below
+    await show_marks(turn.answer, turn.images, session.workers, tr)  # drawn on a copy, below

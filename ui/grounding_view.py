@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import chainlit as cl
 
-from backend.grounding import not_drawn_note, overlays
+from backend.grounding import caption, not_drawn_note, overlays
+from backend.i18n import ENGLISH, Translator
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
 from backend.uploads import MediaWorkers
@@ -25,7 +26,12 @@ AUTHOR = "Kimi-VL Chat"
 """Author of the overlay messages: the app, as for its other notes (app.py ``say``)."""
 
 
-async def show_marks(answer: str, images: Sequence[PreparedImage], workers: MediaWorkers) -> None:
+async def show_marks(
+    answer: str,
+    images: Sequence[PreparedImage],
+    workers: MediaWorkers,
+    tr: Translator = ENGLISH,
+) -> None:
     """Send the annotated copies for ``answer`` on the turn's ``images``, if any.
 
     Nothing is sent when the turn has no images or the answer holds no coordinates.
@@ -38,6 +44,7 @@ async def show_marks(answer: str, images: Sequence[PreparedImage], workers: Medi
         answer: the finished answer (reasoning excluded; markers are ignored anyway).
         images: the turn's prepared images, in upload order (``Turn.images``).
         workers: the app's media-decoding pool (borrowed, not closed).
+        tr: the chat's language, for the captions and the note.
     """
     if not images or not any(c.isdigit() for c in answer):
         return
@@ -54,6 +61,7 @@ async def show_marks(answer: str, images: Sequence[PreparedImage], workers: Medi
             display="inline",
             size="large",
         )
-        await cl.Message(content=overlay.caption, author=AUTHOR, elements=[picture]).send()
+        text = caption(images[overlay.image].name, overlay.marks, tr)  # in the chat's language
+        await cl.Message(content=text, author=AUTHOR, elements=[picture]).send()
     if grounding.not_drawn:
-        await cl.Message(content=not_drawn_note(grounding.not_drawn), author=AUTHOR).send()
+        await cl.Message(content=not_drawn_note(grounding.not_drawn, tr), author=AUTHOR).send()

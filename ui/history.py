@@ -32,6 +32,7 @@ from backend.client import ChatClient
 from backend.conversation import Turn
 from backend.errors import ChatError
 from backend.events import Done
+from backend.i18n import ENGLISH, LOCALES, Translator, msg, translator
 from backend.logs import LOGGER_NAME
 from backend.presenter import THINKING_LABEL, stats_line
 from backend.settings import Settings
@@ -43,10 +44,14 @@ from backend.store.turns import TurnRecord
 from backend.uploads import MediaWorkers
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
+from ui.language import session_translator
 
 log = logging.getLogger(LOGGER_NAME)
 
-EXPORT_COMMAND: Final = "Export"
+EXPORT_COMMAND: Final = msg("Export")
+"""The command's id, shown as its button text in the chat's language (as ui/server_panel.py)."""
+EXPORT_DESCRIPTION: Final = msg("Save this chat as one HTML file (images and reasoning included)")
+EXPORT_NOTE: Final = msg("This chat as one HTML file: it opens in any browser, offline.")
 """Chainlit command (the composer's button) that sends the chat as one HTML file."""
 
 _store: Store | None = None
@@ -158,7 +163,7 @@ async def save_turn(
         turn=turn,
         answer_id=answer_id,
         reasoning_s=done.reasoning_s if done else None,
-        stats=stats_line(done) if done else None,
+        stats=stats_line(done, session.tr) if done else None,  # as shown under the answer
         model=session.model.id if session.model else None,
         options=asdict(session.options) if session.options else {},
     )
@@ -194,7 +199,7 @@ async def resume(
     profile, else the first served); a server that cannot be reached leaves the
     session unconnected (the caller says so). The stored sampling options win.
     """
-    session = ChatSession.create(settings, client, workers)
+    session = ChatSession.create(settings, client, workers, tr=session_translator())
     turns = store().turns
     await turns.mark_interrupted(thread["id"])
     restored = restore(await turns.load(thread["id"]))
@@ -209,12 +214,16 @@ async def resume(
             log.info("resume: model %s not available: %s", wanted, exc)
     if session.options is not None and restored.options:
         session.options = restored_options(session.options, restored.options)
-    mark_interrupted(thread, restored.interrupted)
+    mark_interrupted(thread, restored.interrupted, session.tr)
     return session, restored
 
 
-def mark_interrupted(thread: ThreadDict, records: list[TurnRecord]) -> None:
-    """Add a note after each interrupted turn's message in ``thread`` (what the page shows)."""
+def mark_interrupted(
+    thread: ThreadDict, records: list[TurnRecord], tr: Translator = ENGLISH
+) -> None:
+    """Add a note after each interrupted turn's message in ``thread`` (what the page shows),
+    in ``tr``'s language; a reasoning step is found by its title in any language."""
+    thinking = {translator(locale)(THINKING_LABEL) for locale in LOCALES}
     steps = cast(list[dict[str, Any]], thread["steps"])
     for record in records:
         index = next((i for i, s in enumerate(steps) if s["id"] == record.message_id), None)
@@ -225,14 +234,15 @@ def mark_interrupted(thread: ThreadDict, records: list[TurnRecord]) -> None:
             len(steps),
         )
         for step in steps[index + 1 : end]:
-            if step.get("name") == THINKING_LABEL:  # its reasoning was never written
-                step["name"] = "Thought (interrupted)"
+            if step.get("name") in thinking:  # its reasoning was never written
+                step["name"] = tr("Thought (interrupted)")
                 step["end"] = step.get("end") or step.get("start") or step.get("createdAt")
         created = str(steps[end - 1].get("createdAt") or "")
-        steps.insert(end, _note_step(thread["id"], record.message_id, created))
+        note = "⚠️ " + tr(INTERRUPTED_NOTE)
+        steps.insert(end, _note_step(thread["id"], record.message_id, created, note))
 
 
-def _note_step(thread_id: str, parent: str, after: str) -> dict[str, Any]:
+def _note_step(thread_id: str, parent: str, after: str, note: str) -> dict[str, Any]:
     try:
         moment = datetime.fromisoformat(after.replace("Z", "+00:00")) + timedelta(milliseconds=1)
     except ValueError:
@@ -244,7 +254,7 @@ def _note_step(thread_id: str, parent: str, after: str) -> dict[str, Any]:
         "parentId": None,
         "name": "Kimi-VL Chat",
         "type": "assistant_message",
-        "output": f"⚠️ {INTERRUPTED_NOTE}",
+        "output": note,
         "createdAt": stamp,
         "start": stamp,
         "end": stamp,
@@ -281,11 +291,12 @@ async def export(session: ChatSession) -> cl.File:
     html = export_html(
         ChatExport(
             title=first[:80] or "Kimi-VL chat",
-            model=session.profile.label,
+            model=session.tr.text(session.profile.label),
             options=asdict(session.options) if session.options else {},
             records=records,
             exported_at=now.strftime("%Y-%m-%d %H:%M UTC"),
-        )
+        ),
+        session.tr,
     )
     name = f"kimi-vl-chat-{now.strftime('%Y%m%d-%H%M%S')}.html"
     return cl.File(name=name, content=html.encode("utf-8"), mime="text/html", display="inline")
@@ -294,9 +305,9 @@ async def export(session: ChatSession) -> cl.File:
 def export_command() -> CommandDict:
     """The Export command button of the composer."""
     return {
-        "id": EXPORT_COMMAND,
+        "id": session_translator()(EXPORT_COMMAND),
         "icon": "download",
-        "description": "Save this chat as one HTML file (images and reasoning included)",
+        "description": session_translator()(EXPORT_DESCRIPTION),
         "button": True,
         "persistent": False,
         "selected": False,
@@ -306,5 +317,5 @@ def export_command() -> CommandDict:
 async def send_export(session: ChatSession) -> None:
     """Send this chat as one self-contained HTML file."""
     file = await export(session)
-    text = "This chat as one HTML file: it opens in any browser, offline."
+    text = session.tr(EXPORT_NOTE)
     await cl.Message(content=text, author="Kimi-VL Chat", elements=[file]).send()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import chainlit as cl
 
+from backend.i18n import ENGLISH, Translator
 from backend.presenter import THINKING_LABEL, StepEnd, thought_label
 from backend.safety import link_remote_images
 
@@ -20,8 +21,11 @@ from backend.safety import link_remote_images
 class ReasoningView:
     """Opens the step at the first reasoning text, streams into it, closes it once."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, tr: Translator = ENGLISH
+    ) -> None:
         self._clock = clock
+        self._tr = tr
         self._step: cl.Step | None = None
         self._since = 0.0
 
@@ -33,7 +37,7 @@ class ReasoningView:
             # browser shows the step above the answer, not after the whole run.
             parent = cl.context.current_step
             self._step = cl.Step(
-                name=THINKING_LABEL,
+                name=self._tr(THINKING_LABEL),
                 type="llm",
                 parent_id=parent.id if parent else None,
                 default_open=True,
@@ -56,7 +60,7 @@ class ReasoningView:
         """
         if self._step is None:
             return
-        self._step.name = thought_label(self._clock() - self._since, ended)
+        self._step.name = thought_label(self._clock() - self._since, ended, self._tr)
         self._step.output = link_remote_images(self._step.output)  # no image fetches
         self._step.end = cl.utils.utc_now()
         await self._step.update()

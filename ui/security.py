@@ -57,6 +57,9 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backend.i18n import msg
+from ui.language import header_translator
+
 BROWSER_COOKIE: Final = "kimi_browser"
 """Name of the cookie that ties chat sessions to the browser that opened them."""
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -197,8 +200,13 @@ def _session(session_id: str | None) -> Any:
     return WebsocketSession.get_by_id(session_id) if session_id else None
 
 
+NOT_OPEN_HERE: Final = msg("This chat is not open here.")
+
+
 async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, text: str) -> None:
-    """Answer with ``status`` and a one-sentence ``detail`` (a websocket: close, 403)."""
+    """Answer with ``status`` and a one-sentence ``detail`` (a websocket: close, 403),
+    in the language of the request's ``Accept-Language``."""
+    text = header_translator(Headers(scope=scope).get("accept-language")).text(text)
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008, "reason": text})
         return
@@ -251,7 +259,9 @@ class Guard:
         if (acts or method not in SAFE_METHODS) and not origin_allowed(
             headers.get("origin"), headers.get("host"), self.allowed_origins
         ):
-            await _refuse(scope, receive, send, 403, "Requests from other web sites are refused.")
+            await _refuse(
+                scope, receive, send, 403, msg("Requests from other web sites are refused.")
+            )
             return
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
@@ -267,7 +277,7 @@ class Guard:
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             session = _session((query.get("session_id") or [None])[0])
             if session is None or not OWNERS.owns(session, key):
-                text = "File not found." if method == "GET" else "This chat is not open here."
+                text = msg("File not found.") if method == "GET" else NOT_OPEN_HERE
                 await _refuse(scope, receive, send, 404, text)
                 return
         elif path in BODY_SESSION_ROUTES and method not in SAFE_METHODS:
@@ -284,10 +294,10 @@ class Guard:
         limit_mb = self.upload_limit_mb()
         declared = headers.get("content-length")
         if declared is None or not declared.isdigit():
-            await _refuse(scope, receive, send, 411, "An upload must say its size.")
+            await _refuse(scope, receive, send, 411, msg("An upload must say its size."))
             return False
         if int(declared) > limit_mb * 1024 * 1024 + FORM_OVERHEAD_BYTES:
-            text = f"This file is larger than the {limit_mb:g} MB the app accepts."
+            text = msg("This file is larger than the {limit:g} MB the app accepts.", limit=limit_mb)
             await _refuse(scope, receive, send, 413, text)
             return False
         return True
@@ -309,7 +319,7 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > JSON_BODY_LIMIT:
-                await _refuse(scope, receive, send, 413, "This request is too large.")
+                await _refuse(scope, receive, send, 413, msg("This request is too large."))
                 return None
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -320,7 +330,7 @@ class Guard:
             session_id = None
         session = _session(session_id if isinstance(session_id, str) else None)
         if session is None or not OWNERS.owns(session, key):
-            await _refuse(scope, receive, send, 404, "This chat is not open here.")
+            await _refuse(scope, receive, send, 404, NOT_OPEN_HERE)
             return None
         replayed = False
 
@@ -381,7 +391,8 @@ def guard_connect(sio: Any) -> None:
         if existing is not None:
             connected = sio.manager.is_connected(existing.socket_id, "/")
             if not OWNERS.owns(existing, key) or (not OWNERS.bound(existing) and connected):
-                raise Refused("This chat is open in another browser.")
+                tr = header_translator(environ.get("HTTP_ACCEPT_LANGUAGE"))
+                raise Refused(tr("This chat is open in another browser."))
         accepted = await original(sid, environ, auth)
         if accepted and existing is None and (created := _session(session_id)) is not None:
             OWNERS.claim(created, key)

@@ -25,22 +25,29 @@ import chainlit as cl
 import httpx
 from chainlit.types import CommandDict
 
+from backend.i18n import Translator, msg
 from backend.metrics import FETCH_TIMEOUT_S, MetricsWatcher
 from backend.settings import Settings
+from ui.language import session_translator
 
-COMMAND = "Server"
-"""The command's id, as ``cl.Message.command`` carries it."""
+COMMAND = msg("Server")
+"""The command's id (Chainlit shows it as the button's text: in the chat's language), as
+``cl.Message.command`` carries it back; compare with :func:`backend.i18n.in_any_language`."""
 
 REFRESH_S = 3.0
 LIFETIME_S = 15 * 60.0
-LIVE_NOTE = (
-    f"Live: read every {REFRESH_S:.0f} s. Token rates are since the last read, cache hit "
-    "rates since the server started. Click **Server** again to close."
+LIVE_NOTE = msg(
+    "Live: read every {seconds:.0f} s. Token rates are since the last read, cache hit "
+    "rates since the server started. Click **{command}** again to close.",
+    seconds=REFRESH_S,
+    command=COMMAND,
 )
-STOPPED_NOTE = (
-    f"Stopped refreshing after {LIFETIME_S / 60:.0f} minutes. Click **Server** twice for "
-    "fresh numbers."
+STOPPED_NOTE = msg(
+    "Stopped refreshing after {minutes:.0f} minutes. Click **{command}** twice for fresh numbers.",
+    minutes=LIFETIME_S / 60,
+    command=COMMAND,
 )
+DESCRIPTION = msg("Live server load (click again to close)")
 _TASK = "server_panel_task"  # this chat's refresh task, in the user session
 
 _state: tuple[httpx.AsyncClient, MetricsWatcher] | None = None
@@ -63,20 +70,27 @@ async def stop() -> None:
         await http.aclose()
 
 
-async def _table() -> str:
+def _translator() -> Translator:
+    """The language of this chat (set at chat start), else of this browser session."""
+    chat = cl.user_session.get("chat")
+    tr = getattr(chat, "tr", None)
+    return tr if isinstance(tr, Translator) else session_translator()
+
+
+async def _table(tr: Translator) -> str:
     if _state is None:
         start(Settings())
     assert _state is not None
     http, watcher = _state
-    return await watcher.table(http)
+    return await watcher.table(http, tr)
 
 
 def command() -> CommandDict:
     """``Server`` in the chat's message box (opens the panel, and closes it again)."""
     return {
-        "id": COMMAND,
+        "id": _translator()(COMMAND),
         "icon": "activity",
-        "description": "Live server load (click again to close)",
+        "description": _translator()(DESCRIPTION),
         "button": True,
         "persistent": False,
         "selected": False,
@@ -84,20 +98,21 @@ def command() -> CommandDict:
 
 
 async def _show(table: str, note: str) -> None:
-    element = cl.Text(name="Server", content=f"{table}\n\n{note}", display="side")
+    name = _translator()(COMMAND)
+    element = cl.Text(name=name, content=f"{table}\n\n{note}", display="side")
     await cl.ElementSidebar.set_elements([element], key=element.id)
 
 
-async def _keep_fresh(shown: str) -> None:
+async def _keep_fresh(shown: str, tr: Translator) -> None:
     """Send the table again whenever it changed, until cancelled or :data:`LIFETIME_S`."""
     deadline = time.monotonic() + LIFETIME_S
     while time.monotonic() < deadline:
         await asyncio.sleep(REFRESH_S)
-        table = await _table()
+        table = await _table(tr)
         if table != shown:
-            await _show(table, LIVE_NOTE)
+            await _show(table, tr(LIVE_NOTE))
             shown = table
-    await _show(shown, STOPPED_NOTE)
+    await _show(shown, tr(STOPPED_NOTE))
 
 
 def close_panel() -> bool:
@@ -115,7 +130,8 @@ async def toggle_panel() -> None:
     if close_panel():
         await cl.ElementSidebar.set_elements([])  # an empty list closes the side bar
         return
-    table = await _table()
-    await cl.ElementSidebar.set_title("Server")
-    await _show(table, LIVE_NOTE)
-    cl.user_session.set(_TASK, asyncio.create_task(_keep_fresh(table)))
+    tr = _translator()
+    table = await _table(tr)
+    await cl.ElementSidebar.set_title(tr(COMMAND))
+    await _show(table, tr(LIVE_NOTE))
+    cl.user_session.set(_TASK, asyncio.create_task(_keep_fresh(table, tr)))

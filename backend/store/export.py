@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from backend.i18n import ENGLISH, Translator, msg
 from backend.presenter import thought_label
 from backend.store.turns import TurnRecord
 
@@ -41,12 +42,12 @@ summary { cursor: pointer; }
 .stats, .note { color: #666; font-size: 13px; margin-top: .5rem; }
 """
 
-INTERRUPTED_NOTE: Final = "Interrupted: the app stopped before this answer ended."
+INTERRUPTED_NOTE: Final = msg("Interrupted: the app stopped before this answer ended.")
 
 _ENDINGS: Final = {
-    "stopped": "Stopped before the end.",
-    "cut_off": "Cut off: the answer reached its token limit.",
-    "failed": "The answer failed.",
+    "stopped": msg("Stopped before the end."),
+    "cut_off": msg("Cut off: the answer reached its token limit."),
+    "failed": msg("The answer failed."),
 }
 
 
@@ -73,7 +74,7 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _turn(record: TurnRecord) -> str:
+def _turn(record: TurnRecord, tr: Translator) -> str:
     turn = record.turn
     parts = ['<section class="turn">', '<div class="user">']
     for image in turn.images:
@@ -81,7 +82,11 @@ def _turn(record: TurnRecord) -> str:
         parts.append(f'<img src="{_e(image.data_url)}" alt="{_e(image.name)}">')
     parts.append(f'<div class="text">{_e(turn.text)}</div></div>')
     if turn.reasoning:
-        label = thought_label(record.reasoning_s) if record.reasoning_s is not None else "Thought"
+        label = (
+            thought_label(record.reasoning_s, tr=tr)
+            if record.reasoning_s is not None
+            else tr("Thought")
+        )
         parts.append(
             f"<details><summary>{_e(label)}</summary>"
             f'<div class="reasoning">{_e(turn.reasoning)}</div></details>'
@@ -89,30 +94,32 @@ def _turn(record: TurnRecord) -> str:
     if turn.answer:
         parts.append(f'<div class="answer">{_e(turn.answer)}</div>')
     if record.interrupted:
-        parts.append(f'<div class="note">{_e(INTERRUPTED_NOTE)}</div>')
+        parts.append(f'<div class="note">{_e(tr(INTERRUPTED_NOTE))}</div>')
     elif turn.status in _ENDINGS:
-        parts.append(f'<div class="note">{_e(_ENDINGS[turn.status])}</div>')
+        parts.append(f'<div class="note">{_e(tr(_ENDINGS[turn.status]))}</div>')
     if record.stats:
         parts.append(f'<div class="stats">{_e(record.stats)}</div>')
     parts.append("</section>")
     return "\n".join(parts)
 
 
-def export_html(chat: ChatExport) -> str:
-    """The whole chat as one HTML document (UTF-8 text); see the module docstring."""
+def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
+    """The whole chat as one HTML document (UTF-8 text) in ``tr``'s language; see the
+    module docstring. (Stored stats lines stay in the language they were shown in.)"""
+    model, exported = _e(tr("Model")), _e(tr("Exported"))
     settings = "".join(
         f"<dt>{_e(name)}</dt><dd>{_e(value)}</dd>" for name, value in chat.options.items()
     )
     return "\n".join(
         [
             "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
+            f'<html lang="{_e(tr.locale)}"><head><meta charset="utf-8">',
             f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{_e(chat.title)}</title><style>{_STYLE}</style></head><body>",
-            f"<header><h1>{_e(chat.title)}</h1><dl><dt>Model</dt><dd>{_e(chat.model)}</dd>",
-            f"{settings}<dt>Exported</dt><dd>{_e(chat.exported_at)}</dd></dl></header>",
-            *(_turn(record) for record in chat.records),
+            f"<header><h1>{_e(chat.title)}</h1><dl><dt>{model}</dt><dd>{_e(chat.model)}</dd>",
+            f"{settings}<dt>{exported}</dt><dd>{_e(chat.exported_at)}</dd></dl></header>",
+            *(_turn(record, tr) for record in chat.records),
             "</body></html>",
             "",
         ]
