@@ -215,7 +215,7 @@ async def find_others(session: ChatSession) -> None:
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
     if in_any_language(server_panel.COMMAND, message.command):  # the panel, not a question
-        await server_panel.open_panel()
+        await server_panel.toggle_panel()
         return
     if in_any_language(history.EXPORT_COMMAND, message.command):
         await history.send_export(chat())
@@ -324,6 +324,7 @@ async def on_chat_end() -> None:
     task = cl.user_session.get("status_task")
     if task is not None:
         task.cancel()
+    server_panel.close_panel()
     session: ChatSession | None = cl.user_session.get("chat")
     if session is not None:
         await session.aclose()

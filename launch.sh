@@ -217,6 +217,7 @@ start_server() {
       --keep "$KIMI_LOG_KEEP" --header "launch.sh: $why" --header "$command" ${fresh:+"$fresh"}
   ) 2>&1 &
   server_pid[i]=$! server_started[i]=$(date +%s)
+  disown "${server_pid[i]}" # no job notice with its whole command line when it is killed
   record
   say "vLLM server pid ${server_pid[i]} (its process group is stopped on exit)"
 }
@@ -345,6 +346,7 @@ fi
 [[ -f app.py ]] || die "app.py not found"
 setsid "$app_py" -m chainlit run app.py --headless --host "$KIMI_UI_HOST" --port "$KIMI_UI_PORT" </dev/null &
 ui_pid=$!
+disown "$ui_pid"
 record
 say "chat UI pid $ui_pid"
 ui_host=$KIMI_UI_HOST

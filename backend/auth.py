@@ -125,6 +125,12 @@ class Users:
             rows = await db.execute(text("SELECT name FROM kimi_users ORDER BY name"))
             return [str(row[0]) for row in rows]
 
+    async def exists(self, name: str) -> bool:
+        """True if user ``name`` exists."""
+        async with self.engine.connect() as db:
+            row = await db.execute(text("SELECT 1 FROM kimi_users WHERE name = :n"), {"n": name})
+            return row.first() is not None
+
     async def count(self) -> int:
         """How many users exist."""
         async with self.engine.connect() as db:

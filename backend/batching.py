@@ -186,3 +186,59 @@ async def coalesce(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+MAX_TOKENS_PER_CHUNK = 32
+"""The most tokens :class:`StreamPace` asks vLLM to put in one chunk."""
+
+MIN_OBSERVED_TOKENS = 16
+"""Answers shorter than this teach :class:`StreamPace` nothing (too few to time)."""
+
+
+class StreamPace:
+    """A server's decode speed per chat, learnt from finished answers, as a chunk size.
+
+    vLLM sends one chunk per token unless asked otherwise (``stream_interval``,
+    a chat completion field since vLLM 0.32; ``vllm/v1/engine/output_processor.py``
+    sends the first token at once, then a chunk every that many tokens, and the
+    last at the end). Every chunk costs the app CPU to read, while the UI shows
+    text at most every ``interval_s`` anyway: asking for as many tokens per chunk
+    as arrive in one UI interval cuts the chunks without delaying the screen.
+
+    :meth:`tokens_per_chunk` is ``floor(tokens/s x interval_s)``, between 1 and
+    ``max_tokens``: floor, so a chunk comes at least once per UI update. Before
+    any answer was observed it is 1 (every token, vLLM's default). The speed is
+    an exponential moving average (weight ``smoothing`` for the newest answer),
+    so it follows the server as its load changes.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        max_tokens: int = MAX_TOKENS_PER_CHUNK,
+        smoothing: float = 0.3,
+    ) -> None:
+        self.interval_s = interval_s
+        self.max_tokens = max_tokens
+        self.smoothing = smoothing
+        self.tokens_per_s: float | None = None
+        """The learnt speed of one chat in tokens per second; None before any answer."""
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """Learn from one answer: ``tokens`` generated over ``seconds``.
+
+        Pass the tokens after the first and the time from the first chunk to the
+        last (so neither the prompt's prefill nor the chunk size skews it).
+        Answers under :data:`MIN_OBSERVED_TOKENS` tokens, or timed at 0, are ignored.
+        """
+        if tokens < MIN_OBSERVED_TOKENS or seconds <= 0:
+            return
+        rate = tokens / seconds
+        old = self.tokens_per_s
+        self.tokens_per_s = rate if old is None else old + self.smoothing * (rate - old)
+
+    def tokens_per_chunk(self) -> int:
+        """Tokens to ask per streamed chunk (vLLM's ``stream_interval``), at least 1."""
+        if self.tokens_per_s is None:
+            return 1
+        return max(1, min(self.max_tokens, int(self.tokens_per_s * self.interval_s)))

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import httpx
+import httpx2
 import openai
 
+from backend.batching import StreamPace
 from backend.errors import (
     ChatError,
     ClientClosed,
@@ -35,6 +37,7 @@ from backend.logs import LOGGER_NAME
 from backend.metrics import fetch_metrics, queue_length
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
+from backend.sse import data_values
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -215,6 +218,42 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     )
 
 
+async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[str, Any]]:
+    """The chunks of a raw streamed chat completion, as plain dicts, in order.
+
+    The body is read through the SDK's raw-response interface and parsed by
+    :func:`backend.sse.data_values` (orjson) instead of the SDK's typed
+    ``ChatCompletionChunk`` objects: ``bench/bench_chunks.py`` measured that
+    decoding and those objects as most of the app's CPU per chunk. What the SDK's
+    ``AsyncStream`` raises is kept, so :func:`map_error` and the stream's own
+    mapping see the same exceptions: an error event (``{"error": {...}}``, vLLM's
+    mid-stream error) raises ``openai.APIError`` with that body; a read timeout
+    ``openai.APITimeoutError``; any other transport failure
+    ``openai.APIConnectionError``.
+
+    Raises:
+        ValueError: a chunk that is not JSON or not a JSON object (garbled).
+    """
+    try:
+        async for value in data_values(response.iter_bytes()):
+            if not isinstance(value, dict):
+                raise ValueError(f"a chunk that is a JSON {type(value).__name__}, not an object")
+            if error := value.get("error"):
+                message = error.get("message") if isinstance(error, dict) else None
+                raise openai.APIError(
+                    message=message
+                    if isinstance(message, str) and message
+                    else "An error occurred during streaming",
+                    request=response.http_request,
+                    body=error,
+                )
+            yield value
+    except httpx2.TimeoutException as exc:
+        raise openai.APITimeoutError(request=response.http_request) from exc
+    except httpx2.TransportError as exc:
+        raise openai.APIConnectionError(request=response.http_request) from exc
+
+
 class ChatClient:
     """A vLLM OpenAI-compatible server, as the app and the CLI see it.
 
@@ -229,6 +268,11 @@ class ChatClient:
         timeout_s: httpx read timeout in seconds: the longest silence allowed between
             two chunks of a stream (not a limit on a whole answer).
         connect_timeout_s: seconds to open a connection.
+        stream_interval: tokens per streamed chunk asked of vLLM (its
+            ``stream_interval`` chat completion field, vLLM >= 0.32; the first
+            token always comes at once); 0 = from the server's measured speed,
+            one UI update's worth (:class:`backend.batching.StreamPace`); 1 = every
+            token (the field is not sent).
     """
 
     def __init__(
@@ -238,8 +282,12 @@ class ChatClient:
         *,
         timeout_s: float = 600.0,
         connect_timeout_s: float = 5.0,
+        stream_interval: int = 0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.stream_interval = stream_interval
+        self.pace = StreamPace()
+        """This server's decode speed per chat, learnt from finished answers."""
         self._openai = openai.AsyncOpenAI(
             base_url=self.base_url,
             api_key=api_key,
@@ -260,6 +308,7 @@ class ChatClient:
             settings.api_key.get_secret_value(),
             timeout_s=settings.request_timeout_s,
             connect_timeout_s=settings.connect_timeout_s,
+            stream_interval=settings.stream_interval,
         )
 
     def _check_open(self) -> None:
@@ -377,16 +426,22 @@ class ChatClient:
         self._check_open()
         splitter = ReasoningSplitter(starts_in_reasoning=request.thinking)
         headers = {"X-Request-Id": request.request_id} if request.request_id else None
+        extra_body = dict(request.extra_body)
+        interval = self.stream_interval or self.pace.tokens_per_chunk()
+        if interval > 1:
+            extra_body.setdefault("stream_interval", interval)
         started = time.perf_counter()
         first_token: float | None = None
         first_reasoning: float | None = None
         first_answer: float | None = None
+        first_chunk: float | None = None
+        last_chunk: float | None = None
         finish_reason: str | None = None
         usage: Usage | None = None
         server_splits = False
         started_streaming = False
         try:
-            stream = await self._openai.chat.completions.create(
+            async with self._openai.chat.completions.with_streaming_response.create(
                 model=request.model,
                 messages=cast(Any, request.messages),  # OpenAI TypedDicts; ours are plain dicts
                 max_tokens=request.max_tokens,
@@ -395,32 +450,34 @@ class ChatClient:
                 stream=True,
                 stream_options={"include_usage": True},
                 extra_headers=headers,
-                extra_body=dict(request.extra_body) or None,
-            )
-            async with stream:
+                extra_body=extra_body or None,
+            ) as response:
                 started_streaming = True
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                    if not chunk.choices:
+                async for chunk in _chunks(response):
+                    if counts := chunk.get("usage"):
+                        usage = Usage(counts["prompt_tokens"], counts["completion_tokens"])
+                    choices = chunk.get("choices")
+                    if not choices:
                         continue
-                    choice = chunk.choices[0]
-                    if choice.finish_reason is not None:
-                        finish_reason = choice.finish_reason
-                    delta = choice.delta
+                    choice = choices[0]
+                    if choice.get("finish_reason") is not None:
+                        finish_reason = choice["finish_reason"]
+                    delta = choice.get("delta") or {}
                     # vLLM's reasoning field: `reasoning` now, `reasoning_content` before 2026.
-                    reasoning = getattr(delta, "reasoning", None) or getattr(
-                        delta, "reasoning_content", None
-                    )
+                    reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+                    content = delta.get("content")
                     parts: list[StreamEvent] = []
                     if reasoning:
                         server_splits = True
                         parts.append(ReasoningDelta(reasoning))
-                    if delta.content:
+                    if content:
                         if server_splits:  # a server-side parser already took the reasoning out
-                            parts.append(AnswerDelta(delta.content))
+                            parts.append(AnswerDelta(content))
                         else:
-                            parts.extend(splitter.feed(delta.content))
+                            parts.extend(splitter.feed(content))
+                    if reasoning or content:
+                        last_chunk = time.perf_counter()
+                        first_chunk = first_chunk or last_chunk
                     for part in parts:
                         now = time.perf_counter()
                         if first_token is None:
@@ -438,6 +495,8 @@ class ChatClient:
             ):
                 raise broken_stream(exc) from exc
             raise map_error(exc, base_url=self.base_url, model=request.model) from exc
+        if finish_reason is not None and usage is not None and first_chunk and last_chunk:
+            self.pace.observe(usage.completion_tokens - 1, last_chunk - first_chunk)
         if finish_reason is None:
             raise StreamBroken(
                 msg(

@@ -132,6 +132,12 @@ class Settings(BaseSettings):
     idle_timeout_s: float = Field(
         120.0, gt=0, description="give up when a started answer is silent this long, seconds"
     )
+    stream_interval: int = Field(
+        0,
+        ge=0,
+        description="tokens per streamed chunk asked of vLLM >= 0.32 (its stream_interval "
+        "field); 0 = one UI update's worth at the measured speed, 1 = every token",
+    )
 
     # The server's limits, when it does not say (vLLM's /v1/models gives max_model_len).
     max_model_len: int = Field(32768, gt=0, description="max model length in tokens")

@@ -15,8 +15,13 @@ server's own CPU does not count):
   ``orjson.loads`` on each ``data:`` line;
 * ``raw-bytes-orjson``: ``iter_bytes()`` split on blank lines by hand, orjson on
   the bytes (no text decoding);
-* ``client``: :meth:`backend.client.ChatClient.stream`, the app's own path
-  (events out, reasoning split included), for the figure that matters.
+* ``client-every-token``: :meth:`backend.client.ChatClient.stream`, the app's
+  own path (events out, reasoning split included), one chunk per token;
+* ``client``: the same with its default ``stream_interval`` (learnt from the
+  first answer: one UI update's worth of tokens per chunk; the scripted server
+  groups as vLLM does), the figure that matters.
+
+CPU is divided by the stream's tokens (one chunk each without ``stream_interval``).
 
 Each way also reports the text it got, which must be the same for all.
 Run from the repository root: ``.venv/bin/python -m bench.bench_chunks [--repeats 5]``.
@@ -124,11 +129,13 @@ async def measure(base_url: str, repeats: int, concurrency: int) -> dict[str, di
     """
     client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0)
     app_client = ChatClient(base_url, "EMPTY")
+    every_token = ChatClient(base_url, "EMPTY", stream_interval=1)
     ways: dict[str, Callable[[], Awaitable[tuple[int, str]]]] = {
         "sdk": lambda: way_sdk(client),
         "raw-lines-json": lambda: lines_way(json.loads)(client),
         "raw-lines-orjson": lambda: lines_way(orjson.loads)(client),
         "raw-bytes-orjson": lambda: way_bytes(client),
+        "client-every-token": lambda: way_client(every_token),
         "client": lambda: way_client(app_client),
     }
     out: dict[str, dict[str, Any]] = {}
@@ -142,11 +149,12 @@ async def measure(base_url: str, repeats: int, concurrency: int) -> dict[str, di
             results = await asyncio.gather(*(way() for _ in range(concurrency)))
             elapsed = time.process_time() - cpu0
             n, text = results[0]
-            chunks = chunks if name == "client" else n * concurrency
+            chunks = chunks if name.startswith("client") else n * concurrency
             per_chunk.append(elapsed / chunks * 1e6)
         out[name] = {"us_per_chunk": statistics.median(per_chunk), "text_chars": len(text)}
     await client.close()
     await app_client.aclose()
+    await every_token.aclose()
     return out
 
 
@@ -164,7 +172,7 @@ def main() -> None:
         out = asyncio.run(measure(base_url, args.repeats, args.concurrency))
     base = out["sdk"]["us_per_chunk"]
     print(f"scenario {args.scenario}, {args.concurrency} streams at once")
-    print(f"| way (median of {args.repeats}) | client CPU per chunk (µs) | vs sdk | text chars |")
+    print(f"| way (median of {args.repeats}) | client CPU per token (µs) | vs sdk | text chars |")
     print("| --- | ---: | ---: | ---: |")
     for name, row in out.items():
         us = row["us_per_chunk"]

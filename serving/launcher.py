@@ -27,7 +27,7 @@ Command line (used by ``launch.sh``; each refusal is one line on stderr, exit 2)
         ./launch.sh status and ./launch.sh stop (see serving.runstate)
 
 Sources for the seed flags: issue 2 part 1; CPU specifics: ``docs/facts.md``
-("vLLM on the CPU"); version differences: ``../shared/notes/gpu.md``.
+("vLLM on the CPU"); version differences: ``docs/facts.md`` ("vLLM on the H200 test machine").
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def known_flags(serve_help: str) -> set[str]:
 def filter_flags(args: list[str], serve_help: str) -> tuple[list[str], list[str]]:
     """Drop flags (with their value) that this vLLM's ``serve --help`` does not list.
 
-    An installed vLLM of another version (the GPU box's 0.26, gpu.md) may lack a
+    An installed vLLM of another version (the GPU box's 0.26, docs/facts.md) may lack a
     flag of 0.32. Arguments are ``[subcommand, model, --flag, value | --switch, ...]``.
 
     Returns:
@@ -428,7 +428,6 @@ def probe_vllm_version(command: str) -> str | None:
 
 
 def environment_findings(
-    settings: LaunchSettings,
     plans: list[Plan],
     *,
     mode: str,
@@ -584,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         for warning in plan.warnings:
             say(f"warning: {warning}")
     found = environment_findings(
-        settings, plans, mode=args.mode, vllm_version=version, probed=bool(args.vllm)
+        plans, mode=args.mode, vllm_version=version, probed=bool(args.vllm)
     )
     if report(found):
         return 2

@@ -202,7 +202,8 @@ def check_ports(busy: dict[int, str]) -> list[Finding]:
 
 
 # Kimi-VL-A3B in bf16: the repositories' safetensors total about 33 GB (16.4 B
-# parameters x 2 bytes; the H200 run loaded 30.65 GiB of weights, gpu.md).
+# parameters x 2 bytes; the H200 run loaded 30.65 GiB of weights: docs/facts.md,
+# "vLLM on the H200 test machine").
 KIMI_VL_WEIGHT_BYTES = 33 * 10**9
 
 

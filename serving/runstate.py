@@ -220,9 +220,15 @@ def status_report(
     if "ui_pid" in state:
         ui_up = seen.ui == 200
         ok = ok and ui_up
+        if ui_up:
+            ui = "up"
+        elif alive(int(state["ui_pid"]), "chainlit"):
+            ui = "starting (no answer yet)"
+        else:
+            ui = "DOWN"
         chats = "unknown" if seen.open_chats is None else str(seen.open_chats)
         lines.append(
-            f"chat UI: {'up' if ui_up else 'DOWN'}, pid {state['ui_pid']}, "
+            f"chat UI: {ui}, pid {state['ui_pid']}, "
             f"http://{state.get('ui_host', '?')}:{state.get('ui_port', '?')}, "
             f"open chats: {chats}"
         )

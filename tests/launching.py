@@ -16,9 +16,10 @@ LAUNCH = ROOT / "launch.sh"
 def launch_env(log_dir: Path, **extra: str) -> dict[str, str]:
     """Environment for launch.sh: vLLM on a free port, its files in ``log_dir``.
 
-    The files: ``llm.log``, the run-state directory ``run/`` and the env file
+    The files: ``llm.log``, the run-state directory ``run/``, the env file
     ``env`` that launch.sh writes its generated secrets into (the repository's
-    ``.env`` is never touched).
+    ``.env`` is never touched) and the app's data directory ``data/`` (users,
+    which launch.sh counts before it lets the UI listen beyond loopback).
     """
     return {
         **os.environ,
@@ -26,6 +27,7 @@ def launch_env(log_dir: Path, **extra: str) -> dict[str, str]:
         "KIMI_LLM_LOG": str(log_dir / "llm.log"),
         "KIMI_RUN_DIR": str(log_dir / "run"),
         "KIMI_ENV_FILE": str(log_dir / "env"),
+        "KIMI_DATA_DIR": str(log_dir / "data"),
         **extra,
     }
 
@@ -67,6 +69,8 @@ FAKE_HELP = " ".join(
         "--load-format",
         "--enable-log-requests",
         "--stream-interval",
+        "--reasoning-parser-plugin",
+        "--reasoning-parser",
     ]
 )
 

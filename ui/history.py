@@ -90,9 +90,35 @@ def setup(settings: Settings) -> Store | None:
     from chainlit.server import app as server
 
     mount_file_route(server, store.engine, store.files, config.run.root_path)
+    refuse_removed_users(store)
     _store = store
     log.info("chats are stored in %s; sign-in is on (%d users)", store.where, users)
     return store
+
+
+def refuse_removed_users(opened: Store) -> None:
+    """Make a removed user's sign-in cookie worthless at once, not when it expires.
+
+    Chainlit checks the cookie (a JWT, valid for ``user_session_timeout``) in
+    ``chainlit.auth.authenticate_user``, which every HTTP route and the websocket
+    reach through ``get_current_user`` by its module-level name; it is wrapped
+    here to refuse, with 401, a user no longer in ``kimi_users``. One primary-key
+    lookup per authenticated request.
+    """
+    import chainlit.auth as chainlit_auth
+    from fastapi import HTTPException
+
+    checked = getattr(chainlit_auth.authenticate_user, "__wrapped__", None)
+    original = checked or chainlit_auth.authenticate_user
+
+    async def authenticate_existing_user(token: str = "") -> Any:
+        user = await original(token)
+        if user is not None and not await opened.users.exists(str(user.identifier)):
+            raise HTTPException(status_code=401, detail="This account was removed.")
+        return user
+
+    authenticate_existing_user.__wrapped__ = original  # type: ignore[attr-defined]
+    chainlit_auth.authenticate_user = authenticate_existing_user
 
 
 def store() -> Store:

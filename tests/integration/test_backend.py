@@ -217,3 +217,40 @@ async def test_twenty_turns_with_an_image_each(
     assert seen, "20 images cannot fit 4 per request: a notice must say what was left out"
     counts = [int(m.group(1)) for n in seen if (m := re.search(r"(\d+) older image", n))]
     assert max(counts) >= 16  # 19 older images, at most 3 of them sent with the 20th turn
+
+
+async def test_stream_interval_sends_fewer_chunks_with_the_same_text(
+    vllm_server: VllmServer,
+) -> None:
+    """vLLM 0.32's per-request ``stream_interval`` groups tokens (issue 14 item 1).
+
+    Greedy decoding of the same prompt gives the same 48 tokens; asked for 8
+    tokens a chunk, vLLM sends the first token alone, then chunks of 8.
+    """
+    client = ChatClient(vllm_server.base_url, vllm_server.api_key, stream_interval=1)
+    grouped = ChatClient(vllm_server.base_url, vllm_server.api_key, stream_interval=8)
+    request = ChatRequest(
+        model=vllm_server.model,
+        messages=[{"role": "user", "content": "Count to twenty."}],
+        max_tokens=48,
+        temperature=0.0,
+        extra_body={"ignore_eos": True},
+    )
+    try:
+        one = [e async for e in client.stream(request)]
+        eight = [e async for e in grouped.stream(request)]
+    finally:
+        await client.aclose()
+        await grouped.aclose()
+
+    def pieces(events: list[StreamEvent]) -> list[str]:
+        return [e.text for e in events if isinstance(e, AnswerDelta | ReasoningDelta)]
+
+    assert "".join(pieces(eight)) == "".join(pieces(one)) != ""
+    for events in (one, eight):
+        done = events[-1]
+        assert isinstance(done, Done) and done.usage is not None
+        assert done.usage.completion_tokens == 48 and done.finish_reason == "length"
+    # One chunk a token (an empty-text token makes no event) against 1 + ceil(47 / 8).
+    assert len(pieces(one)) > 30
+    assert len(pieces(eight)) <= 1 + 6
