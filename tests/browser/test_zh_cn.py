@@ -132,3 +132,23 @@ def test_a_chinese_starter_gets_a_chinese_grounding_caption(
         screenshot(page, "zh-CN-grounding")  # docs/screenshots/zh-cn.png
     finally:
         context.close()
+
+
+def test_the_server_panel_speaks_chinese(chromium: Browser, stack: Stack) -> None:
+    context = new_context(chromium, locale="zh-CN")
+    page = context.new_page()
+    try:
+        page.goto(stack.ui_url)
+        page.wait_for_load_state("networkidle")
+        expect(page.locator("#chat-settings-open-modal")).to_be_visible()
+        page.locator(".command-buttons-container button", has_text="服务器").click()
+        page.locator("#chat-input").press("Enter")
+        panel = page.locator("#side-view-content")
+        table = panel.locator("table", has_text="KV 缓存占用")
+        expect(table).to_be_visible()
+        for text in ("生成中", "6 个请求", "前缀缓存命中率", "70.9 %"):
+            expect(table).to_contain_text(text)
+        expect(panel).to_contain_text("实时：每 3 秒读取一次。")
+        screenshot(page, "zh-CN-server-panel")
+    finally:
+        context.close()
