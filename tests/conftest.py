@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -152,3 +153,13 @@ async def make_session() -> AsyncIterator[SessionFactory]:
     for client, workers in owned:
         await client.aclose()
         workers.close()
+
+
+@pytest.fixture(autouse=True)
+def chainlit_files_folder() -> None:
+    """Chainlit makes ``./.files`` once, at import, and a ``chainlit run`` that stops
+    deletes it (the launch.sh tests run the UI in the repository): make it again for
+    the in-process handler tests that store uploads there."""
+    config = sys.modules.get("chainlit.config")
+    if config is not None:
+        config.FILES_DIRECTORY.mkdir(exist_ok=True)
