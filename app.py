@@ -8,37 +8,29 @@ at app stop; every chat borrows them.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import chainlit as cl
 from chainlit.data.base import BaseDataLayer
-from chainlit.input_widget import InputWidget, Slider, Switch
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
-from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
 from backend.i18n import in_any_language
 from backend.logs import configure as configure_logging
-from backend.panel import option_changes, panel_fields, profile_choices
+from backend.panel import option_changes, profile_choices
 from backend.presenter import (
-    ALREADY_SENT_NOTE,
     DEV_MODE_BANNER,
     REGENERATE_LABEL,
     SEND_ANYWAY_LABEL,
-    TURN_GONE_NOTE,
-    connecting_note,
-    ready_note,
-    rerun_note,
     unusable_files_note,
-    waiting_note,
 )
 from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from ui import history, server_panel
-from ui.answer import AUTHOR, retry_action, run_compare, run_turn, say
+from ui.answer import rerun_turn, retry_action, run_compare, run_turn, say, send_draft
+from ui.connection import connect_or_wait, stop_waiting
 from ui.language import session_translator, translator_for_language
 from ui.prefetch import install as install_prefetch
 from ui.security import install as install_security
@@ -47,7 +39,6 @@ from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 SETTINGS = Settings()
 install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
 install_prefetch()  # uploaded images are prepared before the message is sent
-READY_POLL_S = 1.0  # seconds between two health checks while the server is not ready
 _resources: AppResources | None = None
 
 # --- Sign-in and stored chats (ui/history.py): on once a user exists ------------
@@ -127,45 +118,12 @@ async def starters(user: cl.User | None, language: str | None = None) -> list[cl
     ]
 
 
-async def send_settings(session: ChatSession) -> None:
-    """Show the settings panel with the connected model's current options."""
-    assert session.options is not None
-    widgets: list[InputWidget] = [
-        Slider(id=f.id, label=f.label, initial=float(f.initial), min=f.min, max=f.max,
-               step=f.step, description=f.description)
-        if f.kind == "slider"
-        else Switch(id=f.id, label=f.label, initial=bool(f.initial), description=f.description)
-        for f in panel_fields(session.profile, session.options, session.max_model_len, session.tr)
-    ]  # fmt: skip
-    await cl.ChatSettings(widgets).send()
-
-
 @cl.on_settings_update
 async def on_settings_update(values: dict[str, Any]) -> None:
     """Apply the settings panel to the next answers."""
     session = chat()
     if session.options is not None:
         session.with_options(**option_changes(values))
-
-
-async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
-    """Connect, polling while the server is unreachable or loading; then say it is ready."""
-    while True:
-        try:
-            await session.connect()
-        except (ServerUnreachable, ServerLoading, RequestTimeout) as exc:
-            status.content = waiting_note(exc.message, session.tr)
-            await status.update()
-            await asyncio.sleep(READY_POLL_S)
-            continue
-        except ChatError as exc:
-            status.content = "⚠️ " + session.tr.text(exc.message)
-            await status.update()
-            return
-        break
-    status.content = ready_note(session.tr.text(session.profile.label), session.tr)
-    await status.update()
-    await send_settings(session)
 
 
 @cl.on_chat_start
@@ -185,19 +143,8 @@ async def on_chat_start() -> None:
     await offer_commands()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
-    served = await server.models.current()
     await find_others(session)
-    if served:
-        try:
-            await session.connect(served=served)
-        except ChatError:
-            pass  # say it below, and keep trying
-        else:
-            await send_settings(session)
-            return
-    status = cl.Message(content=connecting_note(session.tr), author=AUTHOR)
-    await status.send()
-    cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
+    await connect_or_wait(session, await server.models.current())
 
 
 async def offer_commands() -> None:
@@ -257,17 +204,7 @@ async def on_send_anyway(action: cl.Action) -> None:
     """Send the message this button sits under, with only the files that could be used."""
     await action.remove()
     session, message_id = chat(), str(action.payload.get("message", ""))
-    draft = session.take_draft(message_id)
-    if draft is None:
-        await say("ℹ️ " + session.tr(ALREADY_SENT_NOTE))
-        return
-
-    async def send() -> None:
-        await run_turn(
-            session, message_id, session.start_turn(message_id, draft.text, draft.images)
-        )
-
-    start_answer_task(send)
+    start_answer_task(lambda: send_draft(session, message_id))
 
 
 @cl.action_callback("retry")
@@ -280,19 +217,7 @@ async def on_retry(action: cl.Action) -> None:
     session, message_id = chat(), str(action.payload.get("message", ""))
     max_tokens = action.payload.get("max_tokens")
     make_room = bool(action.payload.get("make_room"))
-
-    async def rerun() -> None:
-        found = session.rerun(message_id)
-        if found is None:
-            await say("ℹ️ " + session.tr(TURN_GONE_NOTE))
-            return
-        await action.remove()
-        turn, later_turns = found
-        if later_turns:
-            await say(rerun_note(turn.text, later_turns, session.tr))
-        await run_turn(session, message_id, turn, max_tokens, make_room)
-
-    start_answer_task(rerun)
+    start_answer_task(lambda: rerun_turn(session, message_id, action, max_tokens, make_room))
 
 
 @cl.action_callback("compare")
@@ -305,11 +230,7 @@ async def on_compare(action: cl.Action) -> None:
         await say("ℹ️ " + session.tr("{model} is not served any more.", model=wanted))
         return
     server = await resources().server_for(other.id)
-
-    async def compare() -> None:
-        await run_compare(session, message_id, other, server.client)
-
-    start_answer_task(compare)
+    start_answer_task(lambda: run_compare(session, message_id, other, server.client))
 
 
 @cl.on_stop
@@ -321,9 +242,7 @@ async def on_stop() -> None:
 @cl.on_chat_end
 async def on_chat_end() -> None:
     """Stop the readiness poll and the chat's background work (shared resources stay open)."""
-    task = cl.user_session.get("status_task")
-    if task is not None:
-        task.cancel()
+    stop_waiting()
     server_panel.close_panel()
     session: ChatSession | None = cl.user_session.get("chat")
     if session is not None:
@@ -340,12 +259,7 @@ async def on_chat_resume(thread: ThreadDict) -> None:
     session, restored = await history.resume(thread, SETTINGS, server.client, shared.workers)
     cl.user_session.set("chat", session)
     await find_others(session)
-    if session.options is None:
-        status = cl.Message(content=connecting_note(session.tr), author=AUTHOR)
-        await status.send()
-        cl.user_session.set("status_task", asyncio.create_task(wait_until_ready(session, status)))
-    else:
-        await send_settings(session)
+    await connect_or_wait(session, [])
     turns = session.conversation.turns
     last = next((k for k, t in session.message_turns.items() if turns and t is turns[-1]), None)
     if restored.last_answer_id and last is not None and turns[-1].in_history:

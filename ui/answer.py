@@ -20,6 +20,7 @@ from backend.errors import ChatError, can_retry
 from backend.events import AnswerDelta, Done, ReasoningDelta, Waiting
 from backend.i18n import Translator
 from backend.presenter import (
+    ALREADY_SENT_NOTE,
     DEV_STATS_SUFFIX,
     MORE_TOKENS_LABEL,
     REGENERATE_LABEL,
@@ -29,6 +30,7 @@ from backend.presenter import (
     incomplete_note,
     no_more_tokens_note,
     not_started_note,
+    rerun_note,
     stats_line,
     stopped_note,
 )
@@ -101,6 +103,38 @@ async def run_turn(
         await say("⚠️ " + tr.text(exc.message), retry)
         return
     await stream_answer(session, message_id, turn, planned)
+
+
+async def send_draft(session: ChatSession, message_id: str) -> None:
+    """Send the kept draft of ``message_id`` (only the files that could be used)."""
+    draft = session.take_draft(message_id)
+    if draft is None:
+        await say("ℹ️ " + session.tr(ALREADY_SENT_NOTE))
+        return
+    await run_turn(session, message_id, session.start_turn(message_id, draft.text, draft.images))
+
+
+async def rerun_turn(
+    session: ChatSession,
+    message_id: str,
+    button: cl.Action,
+    max_tokens: int | None = None,
+    make_room: bool = False,
+) -> None:
+    """Answer again the turn of ``message_id`` (Retry, Regenerate, more tokens).
+
+    An older turn is answered with the history up to it (later turns leave the
+    conversation the model sees, as with an edit), and a note says so.
+    """
+    found = session.rerun(message_id)
+    if found is None:
+        await say("ℹ️ " + session.tr(TURN_GONE_NOTE))
+        return
+    await button.remove()
+    turn, later_turns = found
+    if later_turns:
+        await say(rerun_note(turn.text, later_turns, session.tr))
+    await run_turn(session, message_id, turn, max_tokens, make_room)
 
 
 async def run_compare(
