@@ -160,7 +160,7 @@ class PreparedImage:
 
     @property
     def mime_type(self) -> str:
-        """``image/png`` or ``image/jpeg``: the type inside :attr:`data_url`."""
+        """``image/png``, ``image/jpeg`` or (an upload sent as it is) ``image/webp``."""
         return self.data_url[len("data:") : self.data_url.index(";")]
 
     @property
@@ -448,6 +448,9 @@ def prepare_image(
     path = Path(path)
     label = name or path.name
     source_bytes = upload_size(path, label, max_bytes)
+    unchanged = _as_uploaded(path, label, in_token_limit, source_bytes)
+    if unchanged is not None:
+        return unchanged
     try:
         decoded, source_format, orientation, notices = _decode(path, label, in_token_limit)
         image = _flatten(decoded)
@@ -484,6 +487,60 @@ def prepare_image(
     if transpose is not None:
         image = image.transpose(transpose)
     return encode_image(image, image_format, label, in_token_limit, source_bytes, notices)
+
+
+PASSTHROUGH_MAX_BYTES_PER_PIXEL: Final = {"JPEG": 0.35, "WEBP": 0.35, "PNG": 1.0}
+"""Densest upload sent as it is, in bytes per pixel. Our JPEG at quality 80 of a
+photo takes about 0.2-0.3 (the scikit-image photos and the 12 MP photo of
+bench/bench_images.py): a denser JPEG or WebP (a phone's quality 95) is
+re-encoded smaller. A PNG above 1 byte a pixel is a photo, which goes smaller as
+JPEG; screenshots and scans take 0.1-0.6."""
+
+
+def _as_uploaded(
+    path: Path, label: str, in_token_limit: int, source_bytes: int
+) -> PreparedImage | None:
+    """The upload itself, when it already is what the model should get; else None.
+
+    That is a baseline JPEG, a PNG or a WebP, one frame, 8-bit RGB or grey with no
+    alpha, no EXIF rotation, within the patch budget and at least
+    :data:`MIN_SIDE` a side, and no denser than
+    :data:`PASSTHROUGH_MAX_BYTES_PER_PIXEL`. It is decoded once, cheaply (a JPEG
+    at 1/8 scale), to prove the whole file is readable; anything odd (a damaged
+    file included) returns None and takes the full path, which says what is wrong.
+    """
+    try:
+        with Image.open(path) as image:
+            kind = image.format or ""
+            limit = PASSTHROUGH_MAX_BYTES_PER_PIXEL.get(kind)
+            width, height = image.size
+            if (
+                limit is None
+                or image.mode not in ("RGB", "L")
+                or getattr(image, "n_frames", 1) != 1
+                or image.info.get("progressive")
+                or image.info.get("progression")
+                or "transparency" in image.info
+                or _orientation(image) not in (None, 1)
+                or min(width, height) < MIN_SIDE
+                or fit_to_budget(width, height, in_token_limit) != (width, height)
+                or source_bytes > limit * width * height
+            ):
+                return None
+            image.draft(None, (max(1, width // 8), max(1, height // 8)))
+            image.load()
+    except Exception:  # the full path reads it again and names the problem
+        return None
+    mime = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}[kind]
+    payload = base64.b64encode(path.read_bytes()).decode("ascii")
+    return PreparedImage(
+        name=label,
+        data_url=f"data:{mime};base64,{payload}",
+        width=width,
+        height=height,
+        tokens=image_tokens(width, height, in_token_limit),
+        source_bytes=source_bytes,
+    )
 
 
 def upload_size(path: Path, label: str, max_bytes: int | None) -> int:

@@ -45,7 +45,7 @@ LIMITS = [4096, 16384]  # Kimi-VL-A3B-Instruct, Kimi-VL-A3B-Thinking-2506
 def decode(prepared: PreparedImage) -> Image.Image:
     """The image inside a data URL, loaded."""
     header, encoded = prepared.data_url.split(",", 1)
-    assert header in {"data:image/png;base64", "data:image/jpeg;base64"}
+    assert header in {"data:image/png;base64", "data:image/jpeg;base64", "data:image/webp;base64"}
     image = Image.open(io.BytesIO(base64.b64decode(encoded, validate=True)))
     image.load()
     return image
@@ -677,3 +677,54 @@ def test_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ImageError) as error:
         prepare_image(folder, 4096)
     assert "cannot read" in one_line_naming(error.value, "photos.jpg")
+
+
+# --- uploads sent as they are (issue 14, item 2) --------------------------------------
+
+
+def payload(prepared: PreparedImage) -> bytes:
+    """The bytes inside a data URL."""
+    return base64.b64decode(prepared.data_url.split(",", 1)[1], validate=True)
+
+
+def test_an_upload_that_already_fits_is_sent_byte_for_byte(save: Callable[..., Path]) -> None:
+    """A baseline JPEG at quality 75 within the budget (640x427 = 1,395 patches of 4,096),
+    0.11 bytes a pixel: re-encoding could only lose quality."""
+    photo = Image.open(DATA / "rocket.jpg").convert("RGB")
+    path = save("small.jpg", encoded(photo, "JPEG", quality=75))
+    prepared = prepare_image(path, 4096)
+    assert payload(prepared) == path.read_bytes() and prepared.mime_type == "image/jpeg"
+    assert (prepared.width, prepared.height, prepared.tokens) == (640, 427, 368)
+    screenshot = save("shot.png", encoded(Image.open(DATA / "page.png").convert("L"), "PNG"))
+    assert payload(prepare_image(screenshot, 4096)) == screenshot.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["progressive", "dense", "rotated", "over the budget", "alpha", "damaged"],
+)
+def test_an_upload_that_does_not_fit_is_prepared(save: Callable[..., Path], why: str) -> None:
+    photo = Image.open(DATA / "rocket.jpg").convert("RGB")
+    data = {
+        "progressive": lambda: encoded(photo, "JPEG", quality=75, progressive=True),
+        "dense": lambda: encoded(photo, "JPEG", quality=100, subsampling=0),  # ~0.5 B/px
+        "rotated": lambda: encoded(photo, "JPEG", quality=75, exif=rotated_exif()),
+        "over the budget": lambda: encoded(photo.resize((2560, 1708)), "JPEG", quality=60),
+        "alpha": lambda: encoded(photo.convert("RGBA"), "PNG"),
+        "damaged": lambda: encoded(photo, "JPEG", quality=75)[:20_000],
+    }[why]()
+    path = save(f"{why}.jpg", data)
+    if why == "damaged":
+        with pytest.raises(ImageError):
+            prepare_image(path, 4096)
+        return
+    prepared = prepare_image(path, 4096)
+    assert payload(prepared) != path.read_bytes()
+    assert prepared.tokens <= 4096 // 4 + 64 + 64  # within the budget either way
+
+
+def rotated_exif() -> bytes:
+    """EXIF with Orientation 6 (rotate 90 degrees clockwise to view)."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return exif.tobytes()
