@@ -442,7 +442,7 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-def test_allow_anonymous_lets_the_ui_listen_beyond_loopback_with_a_warning(
+def test_ui_beyond_loopback_needs_a_user_or_allow_anonymous_with_a_warning(
     tmp_path: Path,
 ) -> None:
     env = launch_env(tmp_path, KIMI_UI_HOST="0.0.0.0", KIMI_UI_PORT=str(free_port()))
@@ -457,3 +457,12 @@ def test_allow_anonymous_lets_the_ui_listen_beyond_loopback_with_a_warning(
         "(KIMI_ALLOW_ANONYMOUS=true): anyone who reaches this port can use the model and "
         "see uploads\n"
     )
+    # With a user who can sign in, no override is needed and nothing is said.
+    env.pop("KIMI_ALLOW_ANONYMOUS")
+    add = [sys.executable, "-m", "backend.cli", "user", "add", "alice", "--password-stdin"]
+    made = subprocess.run(
+        add, env=env, cwd=ROOT, input="a long enough password\n", text=True, capture_output=True
+    )
+    assert made.returncode == 0, made.stderr
+    signed = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (signed.returncode, signed.stderr) == (0, "")
