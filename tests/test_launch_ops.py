@@ -242,6 +242,8 @@ def test_key_status_logs_supervision_and_stop_with_a_fake_vllm(tmp_path: Path) -
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
         key = dotenv_values(env_file)["KIMI_API_KEY"]
         assert key and fake_keys(record) == [key]
+        # The UI's signing secret is no business of vLLM's.
+        assert record.with_name(record.name + ".secret").read_text() == "(none)\n"
         log = tmp_path / "llm.log"
         for text in [*map(" ".join, calls(record)), log.read_text(), out.read_text()]:
             assert key not in text
