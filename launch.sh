@@ -205,14 +205,15 @@ trap 'stop_all' EXIT
 
 # start_server I WHY [--fresh]: start server I in its own process group, its output
 # timestamped into its log (size-capped, the command at the top of each file).
-# The API key reaches vLLM in its environment only.
+# The API key reaches vLLM in its environment only; the UI's signing secret does not.
 start_server() {
   local i=$1 why=$2 fresh=${3-} log=SERVER_LOG_$i shown=SERVE_SHOWN_$i
   local -n args=SERVE_ARGS_$i
   local command="${vllm_cmd[*]} ${!shown}"
   say "starting vLLM: $command"
   say "server log: ${!log}"
-  VLLM_API_KEY=$KIMI_API_KEY PYTHONUNBUFFERED=1 setsid "${vllm_cmd[@]}" "${args[@]}" </dev/null > >(
+  VLLM_API_KEY=$KIMI_API_KEY PYTHONUNBUFFERED=1 env -u CHAINLIT_AUTH_SECRET \
+    setsid "${vllm_cmd[@]}" "${args[@]}" </dev/null > >(
     exec "$app_py" -m serving.logpipe --path "${!log}" --max-mb "$KIMI_LOG_MAX_MB" \
       --keep "$KIMI_LOG_KEEP" --header "launch.sh: $why" --header "$command" ${fresh:+"$fresh"}
   ) 2>&1 &

@@ -93,6 +93,8 @@ if args[:1] == ["serve"] and any(a.startswith("--help") for a in args):
 port = int(args[args.index("--port") + 1])
 with open(record + ".keys", "a") as f:
     f.write(os.environ.get("VLLM_API_KEY", "(none)") + "\\n")
+with open(record + ".secret", "a") as f:
+    f.write(os.environ.get("CHAINLIT_AUTH_SECRET", "(none)") + "\\n")
 print("fake vLLM serving on port", port, flush=True)
 die_after = float(os.environ.get("FAKE_VLLM_DIE_AFTER_S", "0"))
 if die_after:

@@ -242,6 +242,8 @@ def test_key_status_logs_supervision_and_stop_with_a_fake_vllm(tmp_path: Path) -
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
         key = dotenv_values(env_file)["KIMI_API_KEY"]
         assert key and fake_keys(record) == [key]
+        # The UI's signing secret is no business of vLLM's.
+        assert record.with_name(record.name + ".secret").read_text() == "(none)\n"
         log = tmp_path / "llm.log"
         for text in [*map(" ".join, calls(record)), log.read_text(), out.read_text()]:
             assert key not in text
@@ -442,7 +444,7 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-def test_allow_anonymous_lets_the_ui_listen_beyond_loopback_with_a_warning(
+def test_ui_beyond_loopback_needs_a_user_or_allow_anonymous_with_a_warning(
     tmp_path: Path,
 ) -> None:
     env = launch_env(tmp_path, KIMI_UI_HOST="0.0.0.0", KIMI_UI_PORT=str(free_port()))
@@ -457,3 +459,12 @@ def test_allow_anonymous_lets_the_ui_listen_beyond_loopback_with_a_warning(
         "(KIMI_ALLOW_ANONYMOUS=true): anyone who reaches this port can use the model and "
         "see uploads\n"
     )
+    # With a user who can sign in, no override is needed and nothing is said.
+    env.pop("KIMI_ALLOW_ANONYMOUS")
+    add = [sys.executable, "-m", "backend.cli", "user", "add", "alice", "--password-stdin"]
+    made = subprocess.run(
+        add, env=env, cwd=ROOT, input="a long enough password\n", text=True, capture_output=True
+    )
+    assert made.returncode == 0, made.stderr
+    signed = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (signed.returncode, signed.stderr) == (0, "")
