@@ -34,11 +34,13 @@ from ui.connection import connect_or_wait, stop_waiting
 from ui.language import session_translator, translator_for_language
 from ui.prefetch import install as install_prefetch
 from ui.security import install as install_security
+from ui.status import install as install_status
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
 SETTINGS = Settings()
 install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
 install_prefetch()  # uploaded images are prepared before the message is sent
+install_status()  # GET /kimi/status for ./launch.sh status
 _resources: AppResources | None = None
 
 # --- Sign-in and stored chats (ui/history.py): on once a user exists ------------
@@ -65,7 +67,7 @@ def resources() -> AppResources:
     """The process's shared resources (made by :func:`startup`, or on first use)."""
     global _resources
     if _resources is None:
-        configure_logging(SETTINGS.app_log)
+        configure_logging(SETTINGS.app_log, SETTINGS.log_max_mb, SETTINGS.log_keep)
         _resources = AppResources.start(SETTINGS)
     return _resources
 

@@ -153,8 +153,9 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
         return ServerUnreachable(
             msg(
-                "Cannot reach the model server at {url}. If it was just started it may "
-                "still be loading the model (see llm.log); otherwise check that it is running.",
+                "Cannot reach the model server at {url}. It may be starting, or restarting "
+                "after a crash (launch.sh restarts it; see llm.log); otherwise check that it "
+                "is running.",
                 url=base_url,
             )
         )

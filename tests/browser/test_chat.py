@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
@@ -217,3 +218,17 @@ def test_compare_shows_the_other_models_answer_next(page: Page, stack: Stack) ->
     content = request["messages"][-1]["content"]  # type: ignore[index]
     assert [part["type"] for part in content] == ["image_url", "text"]
     screenshot(page, "compare")
+
+
+def test_the_ui_reports_its_open_chats_to_the_operator(chromium: Browser, stack: Stack) -> None:
+    """``./launch.sh status`` reads ``GET /kimi/status`` (loopback only)."""
+    before = httpx.get(f"{stack.ui_url}/kimi/status", timeout=5).json()["open_chats"]
+    context = new_context(chromium)
+    try:
+        page = context.new_page()
+        page.goto(stack.ui_url)
+        expect(page.locator("#chat-settings-open-modal")).to_be_visible()
+        now = httpx.get(f"{stack.ui_url}/kimi/status", timeout=5).json()["open_chats"]
+        assert now == before + 1
+    finally:
+        context.close()

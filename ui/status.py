@@ -1,0 +1,32 @@
+"""``GET /kimi/status``: what ``./launch.sh status`` reports about the UI.
+
+Answers ``{"open_chats": N}``, the number of browser sessions with a connected
+websocket right now (Chainlit's registry of sessions by socket id). Loopback
+only: other callers get 404, since the count says how busy the demo box is.
+"""
+
+from __future__ import annotations
+
+from chainlit.server import app
+from chainlit.session import ws_sessions_sid
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+PATH = "/kimi/status"
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+async def status(request: Request) -> Response:
+    """The UI's status for the operator (see the module docstring)."""
+    if request.client is None or request.client.host not in LOOPBACK:
+        return Response(status_code=404)
+    return JSONResponse({"open_chats": len(ws_sessions_sid)})
+
+
+def install() -> None:
+    """Add the route to Chainlit's app, before its catch-all page route (idempotent)."""
+    if any(getattr(route, "path", None) == PATH for route in app.router.routes):
+        return
+    app.add_api_route(PATH, status, methods=["GET"])
+    route = app.router.routes.pop()
+    app.router.routes.insert(0, route)
