@@ -75,7 +75,7 @@ def resources() -> AppResources:
 @cl.on_app_startup
 async def startup() -> None:
     """Create the shared resources once, when the app starts."""
-    resources()
+    resources().start_housekeeping()
     server_panel.start(SETTINGS)
 
 

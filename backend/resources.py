@@ -11,12 +11,16 @@ and never close them; after :meth:`AppResources.aclose` a client raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from backend.client import ChatClient, ServedModel
 from backend.models import ModelDirectory
 from backend.settings import Settings
 from backend.uploads import MediaWorkers
+
+TRIM_EVERY_S = 30.0
+"""Seconds between two hand-backs of freed memory (:meth:`AppResources.start_housekeeping`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,7 @@ class AppResources:
     settings: Settings
     servers: list[Server]
     workers: MediaWorkers
+    _housekeeping: asyncio.Task[None] | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> AppResources:
@@ -60,8 +65,25 @@ class AppResources:
         found = [server for served, server in await self.served() if served.id == model]
         return found[0] if found else self.servers[0]
 
+    def start_housekeeping(self, every_s: float = TRIM_EVERY_S) -> None:
+        """Hand freed memory back to the system every ``every_s`` seconds (in the event
+        loop's task; idempotent). Closed chats are dropped by Chainlit a minute after
+        their tab closes; their prepared images are large allocations that the C
+        allocator otherwise keeps as the process's RSS."""
+        if self._housekeeping is None or self._housekeeping.done():
+            self._housekeeping = asyncio.create_task(self._trim_forever(every_s))
+
+    async def _trim_forever(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            await self.workers.run(self.workers.release_memory)
+
     async def aclose(self) -> None:
         """Close everything, in reverse order of use."""
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeping
         for server in self.servers:
             await server.models.aclose()
             await server.client.aclose()
