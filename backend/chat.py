@@ -302,18 +302,15 @@ class ChatSession:
             return await self.client.count_prompt_tokens(model, messages)
 
         plan = await plan_verified(self.conversation, turn, budget, self.token_counter, count_exact)
-        extra_body = (
-            {"structured_outputs": {"regex": DEV_SHAPE_REGEX}}
-            if self.settings.dev_mode and self.profile.thinking
-            else {}
-        )
+        shaped = self.settings.dev_mode and self.profile.dev_shaped
+        extra_body = {"structured_outputs": {"regex": DEV_SHAPE_REGEX}} if shaped else {}
         request = ChatRequest(
             model=model,
             messages=plan.messages,
             max_tokens=plan.max_tokens,
             temperature=self.options.temperature,
             top_p=self.options.top_p,
-            thinking=self.profile.thinking,
+            thinking=self.profile.thinking or shaped,
             request_id=f"chat-{uuid.uuid4().hex}",
             extra_body=extra_body,
         )

@@ -34,6 +34,9 @@ class ModelProfile:
         max_tokens: default answer budget in tokens (capped by max model length).
         in_token_limit: Kimi-VL image budget in 14x14 patches: an image is scaled
             down until (H/14)*(W/14) <= in_token_limit.
+        dev_shaped: the dev model standing in for Thinking-2506: with dev mode on,
+            the app shapes its output into "◁think▷ … ◁/think▷ answer" with vLLM
+            structured outputs and reads it as a Thinking model's (backend.chat).
     """
 
     served_name: str
@@ -43,6 +46,7 @@ class ModelProfile:
     temperature: float
     max_tokens: int
     in_token_limit: int
+    dev_shaped: bool = False
 
 
 THINKING_2506 = ModelProfile(
@@ -73,9 +77,8 @@ DEV = ModelProfile(
     served_name="kimi-vl-dev",
     hf_id="(tiny random-weights model built by serving.devmodel)",
     label=msg("Dev model (random weights: answers are noise)"),  # shown: translated
-    # Stands in for Thinking-2506: in dev mode the app shapes its output into
-    # "◁think▷ … ◁/think▷ answer" with structured outputs (backend.chat).
-    thinking=True,
+    thinking=False,  # random weights write no markers; dev mode shapes them in
+    dev_shaped=True,
     temperature=0.8,
     # Long enough to watch an answer stream and to press Stop (the tiny model
     # writes about 1,000 tokens a second on 2 CPU cores), without always cutting off.

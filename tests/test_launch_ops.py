@@ -373,7 +373,7 @@ def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> 
         assert httpx.get(f"http://127.0.0.1:{ui_port}/").status_code == 200
         status = run(["status"], env)
         assert "vLLM 1: healthy" in status.stdout and "chat UI: up" in status.stdout
-        assert "open chats: unknown" in status.stdout  # the app has no /kimi/status yet
+        assert "open chats: 0" in status.stdout  # the UI's GET /kimi/status
     assert proc.returncode == 128 + signal.SIGTERM
 
 
