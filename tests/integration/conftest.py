@@ -67,9 +67,11 @@ def _tail(path: Path, lines: int = 40) -> str:
         return f"({path} not written)"
 
 
-def _serve(work: Path, **extra: str) -> Iterator[VllmServer]:
+def _serve(work: Path, model: str = "kimi-vl-dev", **extra: str) -> Iterator[VllmServer]:
     """Start the dev server through launch.sh, yield it, stop it with SIGTERM.
 
+    ``model``: the served model name (another than the default needs
+    ``KIMI_VLLM_EXTRA_ARGS="--served-model-name NAME"`` in ``extra``).
     ``extra``: more launch.sh settings (``KIMI_VLLM_EXTRA_ARGS`` ...).
     """
     env = launch_env(
@@ -110,7 +112,7 @@ def _serve(work: Path, **extra: str) -> Iterator[VllmServer]:
     assert found, failure("launch.sh did not say the server pid")
     server = VllmServer(
         base_url=f"http://127.0.0.1:{port}/v1",
-        model="kimi-vl-dev",
+        model=model,
         api_key=API_KEY,
         max_model_len=MAX_MODEL_LEN,
         max_images=MAX_IMAGES,
