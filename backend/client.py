@@ -476,6 +476,11 @@ class ChatClient:
                             parts.append(AnswerDelta(content))
                         else:
                             parts.extend(splitter.feed(content))
+                            if not parts and first_token is None and splitter.in_reasoning:
+                                # The opening marker alone (vLLM sends the first token
+                                # at once, the next ones a UI update later): say the
+                                # reasoning has begun, so the step shows now.
+                                parts.append(ReasoningDelta(""))
                     if reasoning or content:
                         last_chunk = time.perf_counter()
                         first_chunk = first_chunk or last_chunk

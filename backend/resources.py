@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from backend.client import ChatClient, ServedModel
 from backend.models import ModelDirectory
 from backend.settings import Settings
-from backend.uploads import MediaWorkers
+from backend.uploads import MediaWorkers, hand_back_large_blocks
 
 TRIM_EVERY_S = 30.0
 """Seconds between two hand-backs of freed memory (:meth:`AppResources.start_housekeeping`)."""
@@ -42,7 +42,9 @@ class AppResources:
 
     @classmethod
     def start(cls, settings: Settings) -> AppResources:
-        """Create every resource for ``settings`` (opens no connection yet)."""
+        """Create every resource for ``settings`` (opens no connection yet), and have
+        large freed blocks handed back to the system (:func:`hand_back_large_blocks`)."""
+        hand_back_large_blocks()
         servers = []
         for url in settings.base_urls:
             client = ChatClient.from_settings(settings, url)

@@ -246,3 +246,24 @@ async def test_the_speed_is_learnt_from_a_paced_answer(fake: RunningFake) -> Non
     assert isinstance(events[-1], Done) and events[-1].finish_reason == "stop"
     assert client.pace.tokens_per_s is not None
     assert 60 < client.pace.tokens_per_s < 105  # lower only when this machine is busy
+
+
+async def test_the_opening_marker_alone_starts_the_reasoning_at_once(client: ChatClient) -> None:
+    """vLLM's first chunk may be ``◁think▷`` alone, the rest a UI update later: the
+    reasoning step must show when the marker comes, not with the next chunk."""
+    request = ChatRequest(
+        model="kimi-vl-thinking-2506",
+        messages=[{"role": "user", "content": "#scenario=marker-first"}],
+        max_tokens=100,
+        temperature=0.8,
+        thinking=True,
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    stream = client.stream(request)
+    first = await anext(stream)
+    assert first == ReasoningDelta("") and loop.time() - started < 0.8  # before the 1 s pause
+    rest = [first, *[event async for event in stream]]
+    assert texts(rest) == (REASONING, ANSWER.lstrip())
+    done = rest[-1]
+    assert isinstance(done, Done) and done.ttft_s is not None and done.ttft_s < 0.8

@@ -9,6 +9,7 @@ import pytest
 from backend.errors import ClientClosed
 from backend.resources import AppResources
 from backend.settings import Settings
+from backend.uploads import hand_back_large_blocks
 from tests.conftest import RunningFake
 
 
@@ -40,3 +41,8 @@ async def test_housekeeping_hands_freed_memory_back_until_closed(
     assert seen >= 3
     await asyncio.sleep(0.15)
     assert len(trims) == seen  # stopped with the app
+
+
+def test_large_blocks_are_handed_back_by_glibc() -> None:
+    """mallopt(M_MMAP_THRESHOLD) succeeds on this glibc (returns 1)."""
+    assert hand_back_large_blocks()

@@ -169,6 +169,11 @@ SCENARIOS: dict[str, Scenario] = {
     "error-500": Scenario(status=500, error="EngineCore encountered an issue."),
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
+    # The opening marker alone first, then a pause (vLLM's stream_interval: the first
+    # token at once, the next ones later).
+    "marker-first": Scenario(
+        pieces=("◁think▷", *tokens(f"{REASONING}◁/think▷{ANSWER}")), pause_at=1, pause_s=1.0
+    ),
     # Accepts the request, then sends no text for 4 s (a loaded server).
     "silent": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=4.0),
     # Sends some reasoning, then nothing for a minute.
