@@ -254,6 +254,7 @@ class Tab:
         self.sio.on("chat_settings", on_settings)
         await self.sio.connect(
             self.ui_url,
+            wait_timeout=ready_timeout_s,  # a loaded app answers the handshake late
             socketio_path="/ws/socket.io",
             transports=["websocket"],
             headers={"Cookie": f"X-Chainlit-Session-id={self.session_id}"},

@@ -143,6 +143,13 @@ async def run_phase(
     """
     phase = Phase(side)
     warm = workers > 1
+
+    async def ask_once() -> Timing:
+        try:
+            return await ask()
+        except Exception as exc:  # a failed ask is counted as an error, the run goes on
+            return Timing(math.nan, math.nan, math.nan, error=f"{type(exc).__name__}: {exc}")
+
     measured_left = workers
     all_measured = asyncio.Event()
 
@@ -150,15 +157,15 @@ async def run_phase(
         nonlocal measured_left
         await asyncio.sleep(i * ANSWER_S / workers)
         if warm:
-            await ask()
+            await ask_once()
             phase.asks += 1
-        phase.timings.append(await ask())
+        phase.timings.append(await ask_once())
         phase.asks += 1
         measured_left -= 1
         if measured_left == 0:
             all_measured.set()
         while warm and not all_measured.is_set():
-            await ask()
+            await ask_once()
             phase.asks += 1
 
     cpu0, t0 = cpu_s(app_pid), time.perf_counter()
@@ -192,14 +199,18 @@ class LevelResult:
 
 
 def ttft_stats(timings: list[Timing]) -> dict[str, float]:
-    """p50/p90/p95 of time to first token in ms."""
-    values = [t.first_s * 1000 for t in timings]
+    """p50/p90/p95 of time to first token in ms (answers with an error left out)."""
+    values = [t.first_s * 1000 for t in timings if not t.error]
     return {f"p{q}": percentile(values, q) for q in (50, 90, 95)}
 
 
 def tok_s(timings: list[Timing]) -> float:
     """Median tokens per second per chat: the scripted tokens over first -> last text."""
-    rates = [PACED_TOKENS / (t.last_s - t.first_s) for t in timings if t.last_s > t.first_s]
+    rates = [
+        PACED_TOKENS / (t.last_s - t.first_s)
+        for t in timings
+        if not t.error and t.last_s > t.first_s
+    ]
     return statistics.median(rates) if rates else math.nan
 
 
@@ -590,6 +601,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for sub in modes.choices.values():
         sub.add_argument("--name", help="results file name (default load_<mode>)")
         sub.add_argument("--app-log", default="", help="the app's log file (default: none)")
+        sub.add_argument(
+            "--app-env",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="an environment variable for the app (repeatable), e.g. an allocator setting",
+        )
     args = parser.parse_args(argv)
     args.name = args.name or args.mode
     return args
@@ -600,10 +618,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     args.machine = machine()
     runners = {"sweep": sweep, "soak": soak, "tabs": tabs}
-    with running_stack({"KIMI_APP_LOG": args.app_log}) as stack:
+    app_env = dict(item.split("=", 1) for item in args.app_env)
+    with running_stack({"KIMI_APP_LOG": args.app_log, **app_env}) as stack:
         markdown, data = asyncio.run(runners[args.mode](args, stack))
     data["command"] = " ".join(["python -m bench.bench_load", *(argv or sys.argv[1:])])
     data["cpu_count"] = os.cpu_count()
+    data["app_env"] = app_env
+    if app_env:
+        settings = ", ".join(f"`{k}={v}`" for k, v in app_env.items())
+        markdown += f"\nThe app ran with {settings}.\n"
     md_path, json_path = write_results(f"load_{args.name}", markdown, data)
     print(markdown)
     print(f"written: {md_path}, {json_path}")
