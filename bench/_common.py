@@ -120,7 +120,8 @@ class Timing:
     """One answer as a client saw it, in seconds from the moment the question was sent.
 
     Attributes:
-        first_s: first visible text (reasoning or answer).
+        first_s: first visible text (reasoning or answer; through the app, also the
+            reasoning step opening).
         last_s: last visible text.
         end_s: end of the turn (direct: ``[DONE]``; app: ``task_end``).
         text: the visible text received (direct: reasoning and answer; app: the
@@ -237,6 +238,10 @@ class Tab:
             self._seen.append(time.perf_counter())
 
         async def on_message(step: dict[str, Any]) -> None:
+            if step.get("type") == "llm" and step["id"] not in self._messages:
+                # The reasoning step opening ("Thinking…"): the first thing a person
+                # sees of a Thinking model's answer, as its first token is the marker.
+                self._seen.append(time.perf_counter())
             self._messages[step["id"]] = step
 
         async def on_task_end(_: object = None) -> None:
