@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import chainlit as cl
-from chainlit.data.base import BaseDataLayer
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
@@ -43,24 +42,9 @@ install_prefetch()  # uploaded images are prepared before the message is sent
 install_status()  # GET /kimi/status for ./launch.sh status
 _resources: AppResources | None = None
 
-# --- Sign-in and stored chats (ui/history.py): on once a user exists ------------
-STORE = history.setup(SETTINGS)  # None: no user yet, the app runs open and stores nothing
-if STORE is not None:
-
-    @cl.password_auth_callback
-    async def sign_in(username: str, password: str) -> cl.User | None:
-        """Check a name and password against the users added from the shell."""
-        return await history.sign_in(username, password)
-
-    @cl.data_layer
-    def data_layer() -> BaseDataLayer:
-        """Chainlit's SQL data layer on the app's store."""
-        return history.data_layer()
-
-    @cl.on_shared_thread_view
-    async def on_shared_thread_view(thread: ThreadDict, viewer: cl.User | None) -> bool:
-        """Others may open a chat only once its owner shared it."""
-        return await history.may_view_shared(thread, viewer)
+# Sign-in and stored chats (ui/history.py): on once a user exists; None: the app runs
+# open and stores nothing.
+STORE = history.register(SETTINGS)
 
 
 def resources() -> AppResources:

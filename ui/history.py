@@ -319,3 +319,14 @@ async def send_export(session: ChatSession) -> None:
     file = await export(session)
     text = session.tr(EXPORT_NOTE)
     await cl.Message(content=text, author="Kimi-VL Chat", elements=[file]).send()
+
+
+def register(settings: Settings) -> Store | None:
+    """:func:`setup`, then, when sign-in is on, register Chainlit's callbacks for it:
+    the password check, the SQL data layer and who may view a shared chat."""
+    opened = setup(settings)
+    if opened is not None:
+        cl.password_auth_callback(sign_in)
+        cl.data_layer(data_layer)
+        cl.on_shared_thread_view(may_view_shared)
+    return opened
