@@ -522,23 +522,8 @@ def _tag(
     draw.text((x + pad - left, y + pad - top), text, fill="white", font=font)
 
 
-class EncodedImage(Protocol):
+class EncodedImage(SeenImage, Protocol):
     """What :func:`overlays` needs of a turn's image (a PreparedImage fits)."""
-
-    @property
-    def name(self) -> str:
-        """The file name the person gave."""
-        ...
-
-    @property
-    def width(self) -> int:
-        """Width in pixels as sent to the model."""
-        ...
-
-    @property
-    def height(self) -> int:
-        """Height in pixels as sent to the model."""
-        ...
 
     @property
     def data_url(self) -> str:
