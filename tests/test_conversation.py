@@ -9,6 +9,7 @@ import pytest
 import tiktoken
 from PIL import Image
 
+from backend.chat import ChatSession
 from backend.conversation import Budget, Conversation, Turn, estimate_text_tokens
 from backend.errors import ContextTooLong, TooManyImages
 from backend.images import PreparedImage
@@ -264,6 +265,26 @@ def photo_upload(tmp_path: Path, name: str, size: tuple[int, int]) -> Upload:
     return Upload(name, path)
 
 
+async def kimi_session_with_photos(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> tuple[ChatSession, tuple[PreparedImage, PreparedImage]]:
+    """A session on the scripted server (8192 tokens) whose ``/tokenize`` prices images
+    as Kimi-VL does, connected to Thinking-2506 (images prepared for its 16384
+    patches), and two photos prepared for it: 1920x1080 and 4800x3200."""
+    fake.server.tokenize_mode = "kimi"
+    session = make_session(Settings(base_url=fake.base_url))
+    await session.connect()
+    prepared = await session.prepare_uploads(
+        [
+            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
+            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
+        ]
+    )
+    assert prepared.problems == []
+    hd, big = prepared.images
+    return session, (hd, big)
+
+
 def sent_images(messages: list[dict[str, object]]) -> list[str]:
     """The data URLs of the images in request messages, in order."""
     return [
@@ -278,17 +299,7 @@ def sent_images(messages: list[dict[str, object]]) -> list[str]:
 async def test_with_images_counted_as_kimi_vl_the_answer_gets_what_the_server_leaves(
     fake: RunningFake, make_session: SessionFactory, tmp_path: Path
 ) -> None:
-    fake.server.tokenize_mode = "kimi"
-    session = make_session(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
-    await session.connect()  # Thinking-2506: images prepared for its 16384 patches
-    prepared = await session.prepare_uploads(
-        [
-            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
-            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
-        ]
-    )
-    assert prepared.problems == []
-    hd, big = prepared.images
+    session, (hd, big) = await kimi_session_with_photos(fake, make_session, tmp_path)
     # At 16384 patches (tests/test_images.py works these by hand):
     # 1920x1080 is taken as is (137*77 patches): 69*39 = 2691 tokens; 4800x3200 is
     # scaled to 2204x1469: 79*53 = 4187 tokens.
@@ -317,16 +328,7 @@ async def test_with_images_counted_as_kimi_vl_the_answer_gets_what_the_server_le
 async def test_the_shrunk_budget_notice_states_the_budget_the_server_count_leaves(
     fake: RunningFake, make_session: SessionFactory, tmp_path: Path
 ) -> None:
-    fake.server.tokenize_mode = "kimi"
-    session = make_session(Settings(base_url=fake.base_url))
-    await session.connect()
-    prepared = await session.prepare_uploads(
-        [
-            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
-            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
-        ]
-    )
-    hd, big = prepared.images
+    session, (hd, big) = await kimi_session_with_photos(fake, make_session, tmp_path)
     session.conversation.turns = [answered("What is this?", [hd])]
     planned = await session.plan_request(session.start_turn("m2", "And now?", [big]), 2048)
     assert planned.request.max_tokens == 1295  # as in the test above
@@ -343,16 +345,7 @@ async def test_near_the_limit_a_kimi_count_above_the_estimate_makes_the_plan_lea
     """History images whose recorded cost (900 tokens) is short of what Kimi-VL counts
     for their pixels (1920x1080: 2691), as a cost model for another vision tower would
     record: the server's count makes the plan leave them out, and the prompt fits."""
-    fake.server.tokenize_mode = "kimi"
-    session = make_session(Settings(base_url=fake.base_url))  # scripted: 8192 tokens
-    await session.connect()
-    prepared = await session.prepare_uploads(
-        [
-            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
-            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
-        ]
-    )
-    hd, big = prepared.images
+    session, (hd, big) = await kimi_session_with_photos(fake, make_session, tmp_path)
     short = PreparedImage("hd.jpg", hd.data_url, hd.width, hd.height, 900, hd.source_bytes)
     session.conversation.turns = [answered("first?", [short]), answered("second?", [short])]
     turn = session.start_turn("m3", "And now?", [big])
@@ -386,16 +379,7 @@ async def test_near_the_limit_a_kimi_count_above_the_estimate_makes_the_plan_lea
 async def test_after_a_re_plan_the_notices_speak_of_the_models_real_limits(
     fake: RunningFake, make_session: SessionFactory, tmp_path: Path
 ) -> None:
-    fake.server.tokenize_mode = "kimi"
-    session = make_session(Settings(base_url=fake.base_url))
-    await session.connect()
-    prepared = await session.prepare_uploads(
-        [
-            photo_upload(tmp_path, "hd.jpg", (1920, 1080)),
-            photo_upload(tmp_path, "big.jpg", (4800, 3200)),
-        ]
-    )
-    hd, big = prepared.images
+    session, (hd, big) = await kimi_session_with_photos(fake, make_session, tmp_path)
     short = PreparedImage("hd.jpg", hd.data_url, hd.width, hd.height, 900, hd.source_bytes)
     session.conversation.turns = [answered("first?", [short]), answered("second?", [short])]
     planned = await session.plan_request(session.start_turn("m3", "And now?", [big]), 2048)
