@@ -60,7 +60,14 @@ import httpx
 from PIL import Image
 
 from backend.images import image_tokens
-from bench.bench_serving import QUESTION, Result, fixed_length, percentile, stream_raw
+from bench.bench_serving import (
+    QUESTION,
+    Result,
+    fixed_length,
+    gpu_memory,
+    percentile,
+    stream_raw,
+)
 from serving.launcher import make_plan
 from serving.settings import LaunchSettings
 
@@ -478,18 +485,8 @@ def wait_healthy(servers: list[Server], timeout_s: float) -> None:
 
 
 def gpu_memory_mib() -> list[int]:
-    """Used MiB per GPU (nvidia-smi); empty without one."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [int(v) for v in out.split()]
+    """Used MiB per GPU (nvidia-smi, via :func:`bench.bench_serving.gpu_memory`)."""
+    return [used for used, _ in gpu_memory()]
 
 
 def write_json(path: Path, data: Any) -> None:
