@@ -24,8 +24,9 @@ unpack() {
     touch /tmp/site/.unpacked
 }
 
-use_tuned_moe() {  # the tuned file where launch.sh and the sweep's moe-tuned variant look
-  mkdir -p serving/moe_configs && cp "$moe_dir"/*.json serving/moe_configs/
+use_tuned_moe() {  # a file tuned in this lease replaces the repository's serving/moe_configs
+  [[ -d $moe_dir ]] && cp "$moe_dir"/*.json serving/moe_configs/
+  unpack 2>&1 | tail -n 3
 }
 
 case ${1:?step} in
@@ -44,16 +45,19 @@ case ${1:?step} in
     ;;
   wave)
     use_tuned_moe
-    python3 -m bench.gpu_sweep wave "$2" --tag "$3" --out "$out" --kv-bytes 7G \
+    PYTHONPATH=/tmp/site:/tmp/appsite python3 -m bench.gpu_sweep wave "$2" --tag "$3" --out "$out" --kv-bytes 7G \
       --budget-s "${4:-330}" 2>&1 | tail -n 40
     ;;
   appload)
-    [[ ${3:-} == --moe ]] && use_tuned_moe
+    use_tuned_moe
     start=$SECONDS
+    export PYTHONPATH=/tmp/site:/tmp/appsite  # launch.sh's own Python needs the app's packages
     KIMI_VLLM_PYTHON=python3 KIMI_APP_PYTHON=python3 KIMI_VLLM_EXTRA_ARGS='--load-format dummy' \
       setsid ./launch.sh --server-only --tp 1 >"$out/launch.log" 2>&1 </dev/null &
+    launcher=$!
     port=8100  # launch.sh's KIMI_VLLM_PORT
     until curl -sf -m 2 -o /dev/null "http://127.0.0.1:$port/health"; do
+      kill -0 "$launcher" 2>/dev/null || { tail -n 20 "$out/launch.log"; exit 1; }
       ((SECONDS - start > 400)) && { tail -n 30 llm.log; exit 1; }
       sleep 2
     done
@@ -61,7 +65,7 @@ case ${1:?step} in
     set -a && . ./.env && set +a
     grep -m1 -o "Using [^ ]* MoE config[^.]*\|Using configuration from [^ ]* for MoE layer" llm.log
     PYTHONPATH=/tmp/appsite:/tmp/site timeout "$((${2:-540} - SECONDS + start))" python3 -m bench.bench_load sweep \
-      --server "http://127.0.0.1:$port/v1" --levels 8 32 64 --kinds photo --pairs 30 \
+      --server "http://127.0.0.1:$port/v1" --levels 8 32 64 --kinds photo --pairs "${3:-30}" \
       --tokens 512 --no-plot --name gpu_app_load --app-log "$out/app.log" 2>&1 | tail -n 12
     cp bench/results/load_gpu_app_load.* "$out/" 2>/dev/null
     ./launch.sh stop >/dev/null 2>&1
