@@ -379,7 +379,7 @@ start_workers() {
       sleep 1
     done
   done
-  setsid haproxy -db -f "$PROXY_CONFIG" </dev/null > >(
+  setsid "$HAPROXY" -db -f "$PROXY_CONFIG" </dev/null > >(
     exec "$app_py" -m serving.logpipe --path "$PROXY_LOG" --max-mb "$KIMI_LOG_MAX_MB" \
       --keep "$KIMI_LOG_KEEP" --header "launch.sh: haproxy -db -f $PROXY_CONFIG" --fresh
   ) 2>&1 &

@@ -31,7 +31,7 @@ Command line (used by ``launch.sh``; a refusal is one line on stderr, exit 2)::
     python -m serving.proxy plan
         pick the worker ports, write the HAProxy config into KIMI_RUN_DIR, check
         it with ``haproxy -c``, print bash assignments: WORKER_PORTS=(...),
-        WORKER_LOGS=(...), PROXY_CONFIG, PROXY_LOG, PROXY_SOCKET
+        WORKER_LOGS=(...), PROXY_CONFIG, PROXY_LOG, PROXY_SOCKET, HAPROXY (the command)
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import re
 import shlex
 import shutil
 import socket
@@ -66,6 +67,8 @@ TUNNEL_TIMEOUT: Final = "1h"
 """An idle websocket is kept this long (socket.io pings every 25 s, so only a gone tab idles)."""
 SERVER_TIMEOUT: Final = "10m"
 """Longest wait for a worker's answer to an HTTP request; a chat streams over the websocket."""
+ALERT: Final = re.compile(r"\[ALERT\]\s*\(\d+\)\s*:\s*(config\s*:\s*)?")
+"""The prefix of HAProxy's error lines: ``[ALERT]    (6158) : config : ``."""
 INSTALL_HINT: Final = "sudo apt-get install haproxy"
 
 
@@ -154,8 +157,9 @@ class ProxyPlan:
         ]
         return "\n".join(lines) + "\n"
 
-    def to_bash(self) -> str:
-        """Bash assignments for launch.sh to ``eval`` (values quoted with :func:`shlex.quote`)."""
+    def to_bash(self, haproxy: str = "haproxy") -> str:
+        """Bash assignments for launch.sh to ``eval`` (values quoted with :func:`shlex.quote`);
+        ``haproxy`` is the command to run (``HAPROXY``)."""
         ports = " ".join(str(w.port) for w in self.workers)
         logs = " ".join(shlex.quote(w.log) for w in self.workers)
         return "\n".join(
@@ -165,6 +169,7 @@ class ProxyPlan:
                 f"PROXY_CONFIG={shlex.quote(str(self.config_path))}",
                 f"PROXY_LOG={shlex.quote(str(self.log))}",
                 f"PROXY_SOCKET={shlex.quote(str(self.stats_socket or ''))}",
+                f"HAPROXY={shlex.quote(haproxy)}",
             ]
         )
 
@@ -245,12 +250,18 @@ def make_plan(
     )
 
 
-def check_haproxy(workers: int, which: Callable[[str], str | None] = shutil.which) -> list[Finding]:
+def find_haproxy() -> str | None:
+    """The ``haproxy`` command: on ``PATH``, else in ``/usr/sbin`` or ``/usr/local/sbin``
+    (Debian installs it in ``/usr/sbin``, which a normal user's ``PATH`` may lack)."""
+    return shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
+
+
+def check_haproxy(workers: int, find: Callable[[], str | None] = find_haproxy) -> list[Finding]:
     """Refuse ``--ui-workers N`` (N > 1) when no ``haproxy`` command is installed.
 
     launch.sh installs no system package; the sentence says what to install.
     """
-    if workers <= 1 or which("haproxy"):
+    if workers <= 1 or find():
         return []
     return [
         Finding(
@@ -263,13 +274,13 @@ def check_haproxy(workers: int, which: Callable[[str], str | None] = shutil.whic
 
 
 def validate(config_path: Path, haproxy: str = "haproxy") -> str:
-    """Ask HAProxy to check a config (``haproxy -c -q -f FILE``); "" if fine, else its words.
+    """Ask HAProxy to check a config (``haproxy -c -f FILE``); "" if fine, else its alerts.
 
     Raises:
         OSError: ``haproxy`` cannot be run.
     """
     out = subprocess.run(
-        [haproxy, "-c", "-q", "-f", str(config_path)],
+        [haproxy, "-c", "-f", str(config_path)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -277,7 +288,8 @@ def validate(config_path: Path, haproxy: str = "haproxy") -> str:
     if out.returncode == 0:
         return ""
     lines = [line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()]
-    return " ".join(lines[-3:]) or f"haproxy -c exited with {out.returncode}"
+    alerts = [ALERT.sub("", line) for line in lines if ALERT.match(line)] or lines
+    return alerts[0] if alerts else f"haproxy -c exited with {out.returncode}"
 
 
 def server_states(sock: Path, timeout_s: float = 2.0) -> dict[str, str]:
@@ -333,10 +345,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         say(f"cannot start: {exc}")
         return 2
+    haproxy = find_haproxy()
+    if haproxy is None:
+        say(f"cannot start: {check_haproxy(settings.ui_workers, lambda: None)[0].text}")
+        return 2
     plan.config_path.parent.mkdir(parents=True, exist_ok=True)
     plan.config_path.write_text(plan.config())
     try:
-        problem = validate(plan.config_path)
+        problem = validate(plan.config_path, haproxy)
     except (OSError, subprocess.SubprocessError) as exc:
         problem = f"haproxy cannot be run ({exc})"
     if problem:
@@ -347,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             f"note: {plan.config_path.parent} is too long a path for HAProxy's stats socket; "
             "./launch.sh status will not show HAProxy's view of the workers"
         )
-    print(plan.to_bash())
+    print(plan.to_bash(haproxy))
     return 0
 
 
