@@ -238,8 +238,7 @@ def make_plan(
     if workers < 2:
         raise ValueError("a proxy is planned for 2 or more workers")
     ports = pick_ports(port + 1, workers, in_use, avoid={port, *avoid})
-    run_dir = run_dir.resolve()
-    sock = run_dir / SOCKET_FILE
+    sock = (run_dir / SOCKET_FILE).resolve()  # HAProxy reads a relative one as host:port
     return ProxyPlan(
         host=host,
         port=port,

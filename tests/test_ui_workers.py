@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from bench._common import Tab, question
 from serving import proxy, runstate
 from serving.runstate import Probe
 from tests.conftest import DATA, RunningFake, free_port
-from tests.launching import launch_env, live_processes_in_group
+from tests.launching import ROOT, launch_env, live_processes_in_group
 from tests.test_launch_ops import launched, run, wait_for_text
 
 HAPROXY = proxy.find_haproxy()
@@ -63,14 +64,14 @@ def seconds(value: str) -> float:
     return int(number) * scale
 
 
-def plan_with_busy_port(tmp_path: Path, host: str = "127.0.0.1") -> proxy.ProxyPlan:
+def plan_with_busy_port(run_dir: Path, host: str = "127.0.0.1") -> proxy.ProxyPlan:
     """Three workers behind port 8300, where 8302 is taken and 8303 is vLLM's."""
     return proxy.make_plan(
         host=host,
         port=8300,
         workers=3,
         app_log="logs/app.log",
-        run_dir=tmp_path,
+        run_dir=run_dir,
         in_use=lambda port: port == 8302,
         avoid=(8303,),
     )
@@ -84,8 +85,10 @@ def test_workers_get_the_next_free_ports_and_their_own_logs(tmp_path: Path) -> N
         ("w3", 8305, "logs/app-3.log"),
     ]
     assert proxy.worker_log("", 1) == ""  # stderr only stays stderr only
-    assert plan.config_path == tmp_path.resolve() / "haproxy.cfg"
+    assert plan.config_path == tmp_path / "haproxy.cfg"
     assert plan.stats_socket == tmp_path.resolve() / "haproxy.sock"
+    deep = tmp_path / ("x" * 120)  # longer than a Unix socket path may be
+    assert plan_with_busy_port(deep).stats_socket is None
     with pytest.raises(ValueError):
         proxy.make_plan(
             host="127.0.0.1", port=8300, workers=1, app_log="", run_dir=tmp_path, in_use=bool
@@ -235,6 +238,33 @@ def open_chats(port: int) -> int:
     return count
 
 
+def add_user(env: dict[str, str], name: str, password: str) -> None:
+    """Add a user who can sign in (the CLI, into ``KIMI_DATA_DIR``'s database)."""
+    made = subprocess.run(
+        [sys.executable, "-m", "backend.cli", "user", "add", name, "--password-stdin"],
+        env=env,
+        cwd=ROOT,
+        input=password + "\n",
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+
+
+def test_haproxy_beyond_loopback_needs_a_user_like_the_ui(tmp_path: Path) -> None:
+    env = launch_env(
+        tmp_path,
+        KIMI_APP_PYTHON=sys.executable,
+        KIMI_UI_HOST="0.0.0.0",
+        KIMI_UI_PORT=str(free_port()),
+    )
+    out = run(["--ui-only", "--ui-workers", "2"], env)
+    assert out.returncode == 2
+    assert "cannot start: the chat UI would listen on 0.0.0.0 with no user to sign in" in out.stderr
+    assert not (tmp_path / "run" / "haproxy.cfg").exists()  # refused before anything started
+
+
 @needs_haproxy
 async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
     tmp_path: Path, fake: RunningFake
@@ -247,23 +277,39 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
         KIMI_UI_PORT=str(ui_port),
         KIMI_APP_LOG=str(tmp_path / "app.log"),
     )
+    add_user(env, "alice", "alice-password-1")
     out = tmp_path / "launch.out"
     url = f"http://127.0.0.1:{ui_port}"
     photo = (DATA / "rocket.jpg").read_bytes()
     with launched(["--ui-only", "--ui-workers", "2"], env, out) as proc:
         wait_for_text(out, "chat UI:  http://", 240, proc)
         state = runstate.read_state(tmp_path / "run")
-        ports = [int(state["ui.0.port"]), int(state["ui.1.port"])]
-        assert ui_port not in ports
+        ports = {"w1": int(state["ui.0.port"]), "w2": int(state["ui.1.port"])}
+        assert ui_port not in ports.values()
         groups = [int(state["proxy_pid"]), int(state["ui.0.pid"]), int(state["ui.1.pid"])]
+
+        # Signed in through the proxy on one worker, the token works on both: they
+        # share CHAINLIT_AUTH_SECRET (and the users' database).
+        signed = httpx.post(
+            f"{url}/login", data={"username": "alice", "password": "alice-password-1"}, timeout=30
+        )
+        assert signed.status_code == 200, signed.text
+        token = signed.cookies["access_token"]
+        for port in ports.values():
+            user = httpx.get(
+                f"http://127.0.0.1:{port}/user", cookies={"access_token": token}, timeout=10
+            )
+            assert user.status_code == 200 and user.json()["identifier"] == "alice"
+
         async with httpx.AsyncClient(timeout=60) as http:
-            tabs = [Tab(url, http, load_page=True) for _ in range(2)]
+            tabs = [Tab(url, http, load_page=True, cookies={"access_token": token}) for _ in "ab"]
             for tab in tabs:
                 await tab.open()
             # Two browsers, two workers: each tab got its own worker's cookie, and
             # each worker holds exactly one open chat.
-            assert sorted(tab.cookies["KIMI_WORKER"] for tab in tabs) == ["w1", "w2"]
-            assert [open_chats(port) for port in ports] == [1, 1]
+            workers = [tab.cookies["KIMI_WORKER"] for tab in tabs]
+            assert sorted(workers) == ["w1", "w2"]
+            assert [open_chats(port) for port in ports.values()] == [1, 1]
             # A photo uploaded through the proxy reaches the worker holding the chat.
             fake.reset()
             with_photo = await tabs[0].ask(
@@ -282,6 +328,23 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
             )
             for tab in tabs:
                 await tab.close()
+
+        # One database: the chat held by one worker is listed by the other.
+        other = ports["w2" if workers[0] == "w1" else "w1"]
+        deadline = time.monotonic() + 20
+        while True:
+            listed = httpx.post(
+                f"http://127.0.0.1:{other}/project/threads",
+                json={"pagination": {"first": 20}, "filter": {}},
+                cookies={"access_token": token},
+                timeout=10,
+            )
+            assert listed.status_code == 200, listed.text
+            if len(listed.json()["data"]) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(listed.json()["data"]) == 2  # both tabs' chats, each kept by its worker
+
         # Host passes through unchanged: the app's Origin check holds through the proxy.
         assert upgrade_status(ui_port, "http://evil.example") == 403
         assert upgrade_status(ui_port, url) == 101
@@ -291,7 +354,7 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
 
         status = run(["status"], env)
         assert status.returncode == 0, status.stdout + status.stderr
-        for i, port in enumerate(ports, 1):
+        for i, port in enumerate(ports.values(), 1):
             assert re.search(rf"worker {i}: up, pid \d+, port {port}, .*HAProxy: UP", status.stdout)
 
         # A worker that dies is taken out by HAProxy's health check; new browsers
