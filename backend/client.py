@@ -255,6 +255,14 @@ async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[
         raise openai.APIConnectionError(request=response.http_request) from exc
 
 
+KEEPALIVE_EXPIRY_S = 2.0
+"""Seconds an idle pooled connection is kept for reuse. vLLM's HTTP server (uvicorn)
+closes a connection idle for ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` = 5 s (vllm/envs.py);
+httpx's own default is the same 5 s, so under load a request could be written onto a
+connection the server was closing that moment and fail as "cannot reach". Dropping idle
+connections well before the server does leaves no such window."""
+
+
 class ChatClient:
     """A vLLM OpenAI-compatible server, as the app and the CLI see it.
 
@@ -294,10 +302,18 @@ class ChatClient:
             api_key=api_key,
             timeout=openai.Timeout(timeout_s, connect=connect_timeout_s),
             max_retries=0,  # errors reach the person at once; they retry with one click
+            http_client=openai.DefaultAsyncHttpxClient(
+                limits=httpx2.Limits(
+                    max_connections=1000,
+                    max_keepalive_connections=100,
+                    keepalive_expiry=KEEPALIVE_EXPIRY_S,
+                )
+            ),
         )
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
             headers={"Authorization": f"Bearer {api_key}"},
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
     @classmethod

@@ -27,7 +27,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,12 +41,41 @@ from backend.reasoning import ReasoningSplitter
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-MODEL = "kimi-vl-thinking-2506"
 """The model the scripted server serves by default."""
+MODEL = "kimi-vl-thinking-2506"
+"""The scripted server's served model name."""
 PACED_END = "(end of answer)"
 """The last words of the scripted ``paced`` and ``quick`` answers (tests/fakes/kimi_server.py)."""
 PACED_TOKENS = 200
 """Pieces in the scripted ``paced`` stream: 200 deltas, 10 ms apart (100 tokens/s)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each chat asks and how its answer is recognised, on both sides.
+
+    Attributes:
+        text: the question.
+        tokens: output tokens of each answer (the numerator of tokens/s per chat).
+        answer_s: about how long one answer streams (seconds; staggers the chats).
+        end: text a complete answer ends with; "" = any answer that ended without
+            an error (a real server's random-weights answer has no known end).
+        max_tokens: the answer budget sent (direct: ``max_tokens``; the app: its
+            settings panel's value), or None for the server's and app's own.
+        model: the served model name the direct side asks for.
+    """
+
+    text: str
+    tokens: int
+    answer_s: float
+    end: str
+    max_tokens: int | None = None
+    model: str = MODEL
+
+
+def scripted(scenario: str) -> Workload:
+    """The scripted server's ``paced`` or ``quick`` answer (200 pieces)."""
+    return Workload(question(scenario), PACED_TOKENS, PACED_TOKENS * 0.01, PACED_END)
 
 
 def free_port() -> int:
@@ -129,7 +158,7 @@ class Timing:
         end_s: end of the turn (direct: ``[DONE]``; app: ``task_end``).
         text: the visible text received (direct: reasoning and answer; app: the
             final answer message).
-        complete: the answer ends with the scripted :data:`PACED_END`.
+        complete: the answer ends as its :class:`Workload` says.
         error: what went wrong, or "" (an error message in the chat, a timeout).
     """
 
@@ -154,17 +183,19 @@ class DirectClient:
     across chunks delays both sides alike.
     """
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, api_key: str = "") -> None:
         self.base_url = base_url
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-        self._http = httpx.AsyncClient(timeout=120, limits=limits)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(timeout=600, limits=limits, headers=headers)
 
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()
 
-    async def ask(self, text: str, photo: bytes | None = None) -> Timing:
+    async def ask(self, work: Workload, photo: bytes | None = None) -> Timing:
         """Stream one answer; ``photo`` (JPEG bytes) goes as a base64 data URL."""
+        text = work.text
         content: str | list[dict[str, Any]] = text
         if photo is not None:
             url = "data:image/jpeg;base64," + base64.b64encode(photo).decode("ascii")
@@ -172,11 +203,13 @@ class DirectClient:
                 {"type": "image_url", "image_url": {"url": url}},
                 {"type": "text", "text": text},
             ]
-        body = {
-            "model": MODEL,
+        body: dict[str, Any] = {
+            "model": work.model,
             "stream": True,
             "messages": [{"role": "user", "content": content}],
         }
+        if work.max_tokens:
+            body["max_tokens"] = work.max_tokens
         splitter = ReasoningSplitter(starts_in_reasoning=True)
         received: list[str] = []
         first = last = None
@@ -200,7 +233,7 @@ class DirectClient:
             (last or end) - start,
             end - start,
             text,
-            complete=text.rstrip().endswith(PACED_END),
+            complete=r.status_code == 200 and text.rstrip().endswith(work.end),
             error="" if r.status_code == 200 else f"HTTP {r.status_code}",
         )
 
@@ -312,8 +345,22 @@ class Tab:
         file_id: str = response.json()["id"]
         return file_id
 
-    async def ask(self, text: str, file_ids: Sequence[str] = (), timeout_s: float = 300) -> Timing:
-        """Send one message (Enter) and wait for the end of the turn (``task_end``)."""
+    async def apply_settings(self, values: dict[str, Any]) -> None:
+        """Change the settings panel (``chat_settings_change``), as moving a slider does."""
+        await self.sio.emit("chat_settings_change", values)
+        await asyncio.sleep(0.2)  # handled in its own task: let it land before a message
+
+    async def ask(
+        self,
+        text: str,
+        file_ids: Sequence[str] = (),
+        timeout_s: float = 600,
+        marker: str = PACED_END,
+    ) -> Timing:
+        """Send one message (Enter) and wait for the end of the turn (``task_end``).
+
+        The answer is the assistant message containing ``marker`` ("" = the longest one).
+        """
         message = {
             "threadId": "",
             "id": str(uuid.uuid4()),
@@ -342,8 +389,9 @@ class Tab:
             for m in self._messages.values()
             if m.get("type") == "assistant_message"
         ]
-        answer = next((o for o in outputs if PACED_END in o), "")
         notes = [o for o in outputs if o.startswith("⚠️")]
+        answers = [o for o in outputs if marker in o and o not in notes]
+        answer = max(answers, key=len, default="")
         if notes and not error:
             error = notes[0][:200]
         seen = self._seen
@@ -368,7 +416,8 @@ class Stack:
     base_url: str
     ui_url: str
     app: subprocess.Popen[bytes]
-    server: subprocess.Popen[bytes]
+    server: subprocess.Popen[bytes] | None
+    """The scripted server's process, or None for a server this run did not start."""
     ready_s: float
 
     @property
@@ -413,38 +462,41 @@ def running_server() -> Iterator[str]:
 
 
 @contextmanager
-def running_stack(app_env: dict[str, str] | None = None) -> Iterator[Stack]:
-    """The scripted server and the app (``chainlit run app.py --headless``) in front of it.
+def running_stack(
+    app_env: dict[str, str] | None = None, server_url: str | None = None
+) -> Iterator[Stack]:
+    """The app (``python -m chainlit run app.py --headless``) in front of a server.
 
+    The server is the scripted one, started here, or the OpenAI-compatible
+    ``server_url`` (a real vLLM; its key in ``KIMI_API_KEY``), left running.
     The app's log goes to nowhere (``KIMI_APP_LOG=""``) unless ``app_env``
     names a file as ``KIMI_APP_LOG``; then the app's stderr goes to that name
     plus ``.stderr``. ``app_env`` adds or overrides environment variables of
     the app. ``ready_s`` is the time from starting the app to its first
     ``GET /`` answer.
     """
-    with scripted_server() as (base_url, server):
+    with ExitStack() as exits:
+        if server_url is None:
+            base_url, server = exits.enter_context(scripted_server())
+        else:
+            base_url, server = server_url, None
         ui_port = free_port()
         env = {**os.environ, "KIMI_BASE_URL": base_url, "KIMI_APP_LOG": "", **(app_env or {})}
         log = env["KIMI_APP_LOG"]
-        stderr = open(f"{log}.stderr", "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-        chainlit = str(Path(sys.executable).with_name("chainlit"))
-        command = [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1"]
+        stderr = exits.enter_context(open(f"{log}.stderr", "ab")) if log else subprocess.DEVNULL
+        command = [sys.executable, "-m", "chainlit", "run", "app.py", "--headless"]
         started = time.monotonic()
         app = subprocess.Popen(
-            [*command, "--port", str(ui_port)],
+            [*command, "--host", "127.0.0.1", "--port", str(ui_port)],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
-        try:
-            wait_for_200(f"http://127.0.0.1:{ui_port}/", 60)
-            ready_s = time.monotonic() - started
-            yield Stack(base_url, f"http://127.0.0.1:{ui_port}", app, server, ready_s)
-        finally:
-            stop(app)
-            if not isinstance(stderr, int):
-                stderr.close()
+        exits.callback(stop, app)
+        wait_for_200(f"http://127.0.0.1:{ui_port}/", 60)
+        ready_s = time.monotonic() - started
+        yield Stack(base_url, f"http://127.0.0.1:{ui_port}", app, server, ready_s)
 
 
 def write_results(name: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:

@@ -26,10 +26,18 @@ import statistics
 
 import httpx
 
-from bench._common import DirectClient, Tab, percentile, question, rss_mb, running_stack
+from bench._common import (
+    DirectClient,
+    Tab,
+    Workload,
+    percentile,
+    rss_mb,
+    running_stack,
+    scripted,
+)
 
 
-async def measure(base_url: str, ui_url: str, runs: int, text: str) -> dict[str, list[float]]:
+async def measure(base_url: str, ui_url: str, runs: int, work: Workload) -> dict[str, list[float]]:
     """Alternate direct and app runs (``runs`` pairs), after one warm-up of each.
 
     Returns TTFTs in seconds (``direct``, ``app``) and relay rates in answers
@@ -43,16 +51,16 @@ async def measure(base_url: str, ui_url: str, runs: int, text: str) -> dict[str,
             tab = Tab(ui_url, http)
             await tab.open()
             try:
-                timing = await tab.ask(text)
+                timing = await tab.ask(work.text, marker=work.end)
             finally:
                 await tab.close()
             return timing.first_s, timing.last_s
 
         try:
-            await direct.ask(text)
+            await direct.ask(work)
             await through_app()
             for _ in range(runs):
-                d = await direct.ask(text)
+                d = await direct.ask(work)
                 a_first, a_last = await through_app()
                 out["direct"].append(d.first_s)
                 out["app"].append(a_first)
@@ -79,7 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     with running_stack() as stack:
         idle_mb = rss_mb(stack.app_pid)
-        out = asyncio.run(measure(stack.base_url, stack.ui_url, args.runs, question(args.scenario)))
+        out = asyncio.run(measure(stack.base_url, stack.ui_url, args.runs, scripted(args.scenario)))
         busy_mb = rss_mb(stack.app_pid)
     added = {q: ms(out["app"], q) - ms(out["direct"], q) for q in (50, 90)}
     relayed = statistics.median(out["a_rate"]) / statistics.median(out["d_rate"]) * 100

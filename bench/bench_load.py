@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import re
@@ -54,10 +55,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from matplotlib.figure import Figure
 
 from bench._common import (
     PACED_TOKENS,
@@ -66,6 +66,7 @@ from bench._common import (
     Stack,
     Tab,
     Timing,
+    Workload,
     cpu_s,
     machine,
     now_utc,
@@ -73,13 +74,27 @@ from bench._common import (
     question,
     rss_mb,
     running_stack,
+    scripted,
     write_results,
 )
 from bench.media import make_photo
 from serving import runstate
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 ANSWER_S = PACED_TOKENS * 0.01
 """Seconds one ``paced`` answer streams for (200 pieces at 10 ms)."""
+
+PACED = scripted("paced")
+
+
+def figure(size: tuple[float, float]) -> Figure:
+    """A matplotlib figure of ``size`` inches (requirements-bench.txt; imported only to
+    draw, as the GPU machine has no matplotlib: runs there pass ``--no-plot``)."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=size)
 
 
 @dataclass(frozen=True)
@@ -179,21 +194,29 @@ class Phase:
     wall_s: float = 0.0
 
 
-async def app_ask(stack: Target, http: httpx.AsyncClient, photo: bytes | None) -> Timing:
+async def app_ask(
+    stack: Target, http: httpx.AsyncClient, photo: bytes | None, work: Workload = PACED
+) -> Timing:
     """A fresh tab: open it, attach the photo (if any), ask, close it."""
     tab = stack.tab(http)
     await tab.open()
     try:
+        if work.max_tokens:
+            await tab.apply_settings({"max_tokens": work.max_tokens})
         file_ids = [await tab.upload(photo)] if photo is not None else []
-        return await tab.ask(question("paced"), file_ids)
+        return await tab.ask(work.text, file_ids, marker=work.end)
     finally:
         await tab.close()
 
 
 async def run_phase(
-    side: str, workers: int, ask: Callable[[], Awaitable[Timing]], app_pids: list[int]
+    side: str,
+    workers: int,
+    ask: Callable[[], Awaitable[Timing]],
+    app_pids: list[int],
+    answer_s: float = ANSWER_S,
 ) -> Phase:
-    """Run ``workers`` asking loops, started ``ANSWER_S / workers`` apart.
+    """Run ``workers`` asking loops, started ``answer_s / workers`` apart.
 
     With one worker: one measured ask. With more: a warm-up ask, the measured
     ask, then asks that keep the load on until every worker's measured ask is
@@ -213,7 +236,7 @@ async def run_phase(
 
     async def worker(i: int) -> None:
         nonlocal measured_left
-        await asyncio.sleep(i * ANSWER_S / workers)
+        await asyncio.sleep(i * answer_s / workers)
         if warm:
             await ask_once()
             phase.asks += 1
@@ -262,12 +285,10 @@ def ttft_stats(timings: list[Timing]) -> dict[str, float]:
     return {f"p{q}": percentile(values, q) for q in (50, 90, 95)}
 
 
-def tok_s(timings: list[Timing]) -> float:
-    """Median tokens per second per chat: the scripted tokens over first -> last text."""
+def tok_s(timings: list[Timing], tokens: int = PACED_TOKENS) -> float:
+    """Median tokens per second per chat: ``tokens`` per answer over first -> last text."""
     rates = [
-        PACED_TOKENS / (t.last_s - t.first_s)
-        for t in timings
-        if not t.error and t.last_s > t.first_s
+        tokens / (t.last_s - t.first_s) for t in timings if not t.error and t.last_s > t.first_s
     ]
     return statistics.median(rates) if rates else math.nan
 
@@ -280,6 +301,7 @@ async def sweep_level(
     chats: int,
     photo: bytes | None,
     pairs: int,
+    work: Workload = PACED,
 ) -> LevelResult:
     """Alternate direct and app phases at ``chats`` concurrent chats until ``pairs`` each."""
     phases_each = max(2, math.ceil(pairs / chats))
@@ -287,15 +309,15 @@ async def sweep_level(
     phases: list[Phase] = []
 
     async def direct_ask() -> Timing:
-        return await direct.ask(question("paced"), photo)
+        return await direct.ask(work, photo)
 
     async def through_app() -> Timing:
-        return await app_ask(stack, http, photo)
+        return await app_ask(stack, http, photo, work)
 
     for i in range(phases_each):
         order = [("direct", direct_ask), ("app", through_app)]
         for side, ask in order if i % 2 == 0 else order[::-1]:
-            phases.append(await run_phase(side, chats, ask, stack.pids))
+            phases.append(await run_phase(side, chats, ask, stack.pids, work.answer_s))
     d = [t for p in phases if p.side == "direct" for t in p.timings]
     a = [t for p in phases if p.side == "app" for t in p.timings]
     app_phases = [p for p in phases if p.side == "app"]
@@ -303,7 +325,7 @@ async def sweep_level(
     asks = sum(p.asks for p in app_phases)
     wall = sum(p.wall_s for p in app_phases)
     d_stats, a_stats = ttft_stats(d), ttft_stats(a)
-    d_rate, a_rate = tok_s(d), tok_s(a)
+    d_rate, a_rate = tok_s(d, work.tokens), tok_s(a, work.tokens)
     return LevelResult(
         chats=chats,
         kind="photo" if photo is not None else "text",
@@ -345,7 +367,7 @@ def sweep_table(results: list[LevelResult]) -> str:
 
 def sweep_plot(results: list[LevelResult], path: str) -> None:
     """Added TTFT (p50, p95), relayed share and app CPU against concurrent chats."""
-    fig = Figure(figsize=(15, 4.5))
+    fig = figure((15, 4.5))
     axes = fig.subplots(1, 3)
     for kind, style in (("text", "-o"), ("photo", "--s")):
         rows = [r for r in results if r.kind == kind]
@@ -384,10 +406,11 @@ async def sweep(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str,
     results: list[LevelResult] = []
     limits = httpx.Limits(max_connections=256)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
-        direct = DirectClient(stack.base_url)
+        direct = DirectClient(stack.base_url, os.environ.get("KIMI_API_KEY", ""))
+        work = await workload(args, stack.base_url)
         try:
-            await direct.ask(question("paced"))  # warm-up of both paths
-            await app_ask(stack, http, photo)
+            await direct.ask(work)  # warm-up of both paths
+            await app_ask(stack, http, photo, work)
             for kind in args.kinds:
                 for chats in args.levels:
                     result = await sweep_level(
@@ -398,6 +421,7 @@ async def sweep(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str,
                         chats,
                         photo if kind == "photo" else None,
                         args.pairs,
+                        work,
                     )
                     results.append(result)
                     print(sweep_table([result]).splitlines()[-1], flush=True)
@@ -406,13 +430,18 @@ async def sweep(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str,
             await sampler.stop()
     table = sweep_table(results)
     plot = f"load_{args.name}.png"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    sweep_plot(results, str(RESULTS / plot))
+    if not args.no_plot:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        sweep_plot(results, str(RESULTS / plot))
+    server = (
+        f"Server: {args.server}, model `{work.model}`, answers of {work.tokens} tokens"
+        if args.server
+        else "Scripted server: `paced` (200 pieces at 10 ms, 100 tokens/s per chat)"
+    )
     markdown = (
         f"# Load sweep ({now_utc()})\n\nMachine: {args.machine}. App idle RSS {idle_mb:.0f} MB, "
-        f"ready in {stack.ready_s:.1f} s. Scripted server: `paced` (200 pieces at 10 ms, "
-        f"100 tokens/s per chat); photo: {len(photo) / 1e6:.2f} MB 2000x1500 JPEG. "
-        f"At least {args.pairs} interleaved pairs per row.\n\n{table}\n\n![plot]({plot})\n"
+        f"ready in {stack.ready_s:.1f} s. {server}; photo: {len(photo) / 1e6:.2f} MB 2000x1500 "
+        f"JPEG. At least {args.pairs} interleaved pairs per row.\n\n{table}\n\n![plot]({plot})\n"
     )
     data = {
         "mode": "sweep",
@@ -422,9 +451,36 @@ async def sweep(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str,
         "ready_s": stack.ready_s,
         "photo_bytes": len(photo),
         "pairs": args.pairs,
+        "server": args.server or "scripted",
+        "workload": asdict(work),
         "results": [asdict(r) for r in results],
     }
     return markdown, data
+
+
+async def workload(args: argparse.Namespace, base_url: str) -> Workload:
+    """The scripted ``paced`` answer, or for ``--server`` a photo question answered in
+    ``--tokens`` tokens by the server's first served model."""
+    if not args.server:
+        return PACED
+    key = os.environ.get("KIMI_API_KEY", "")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx.AsyncClient(timeout=30, headers=headers) as http:
+        models = (await http.get(f"{base_url}/models")).raise_for_status().json()
+    return Workload(
+        "Describe this picture in detail.",
+        tokens=args.tokens,
+        answer_s=args.tokens / 100,
+        end="",
+        max_tokens=args.tokens,
+        model=models["data"][0]["id"],
+    )
+
+
+def replot(name: str) -> None:
+    """Draw ``bench/results/load_<name>.png`` from its JSON (for a run made with --no-plot)."""
+    data = json.loads((RESULTS / f"load_{name}.json").read_text())
+    sweep_plot([LevelResult(**r) for r in data["results"]], str(RESULTS / f"load_{name}.png"))
 
 
 # --------------------------------------------------------------------------- soak
@@ -501,7 +557,7 @@ async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
         f"| {a} | {b} | {c} |" for a, b, c in rows
     )
     plot = f"load_{args.name}.png"
-    fig = Figure(figsize=(8, 4))
+    fig = figure((8, 4))
     ax = fig.subplots()
     ax.plot([t for t, _ in sampler.samples], [mb for _, mb in sampler.samples])
     ax.axvline(closed_at, color="grey", linestyle=":", label="tabs closed")
@@ -602,7 +658,7 @@ async def tabs(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
         f"| {a} | {b} | {c} |" for a, b, c in rows
     )
     plot = f"load_{args.name}.png"
-    fig = Figure(figsize=(7, 4))
+    fig = figure((7, 4))
     ax = fig.subplots()
     ax.plot([n for n, _ in curve], [mb for _, mb in curve], "-o", markersize=3)
     ax.axhline(250, color="red", linestyle="--", label="target 250 MB")
@@ -646,6 +702,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--kinds", nargs="+", choices=["text", "photo"], default=["text", "photo"])
     p.add_argument("--pairs", type=int, default=30, help="least measured asks per side and row")
+    p.add_argument(
+        "--server",
+        help="a running OpenAI-compatible server's /v1 URL (a real vLLM; "
+        "key in KIMI_API_KEY) instead of the scripted one",
+    )
+    p.add_argument("--tokens", type=int, default=512, help="answer length with --server")
+    p.add_argument("--no-plot", action="store_true", help="no PNG (no matplotlib here)")
+    p = modes.add_parser("replot", help="draw a sweep's PNG from its JSON")
     p = modes.add_parser("soak", help="many tabs x many turns, then RSS after they close")
     p.add_argument("--sessions", type=int, default=64)
     p.add_argument("--turns", type=int, default=20)
@@ -692,8 +756,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.name = args.name or args.mode
     if args.app_url:
-        if not args.base_url:
-            parser.error("--app-url needs --base-url (the scripted server the app talks to)")
+        if not (args.base_url or getattr(args, "server", None)):
+            parser.error(
+                "--app-url needs --base-url (the scripted server the app talks to) or --server"
+            )
         args.app_pid = args.app_pid or launched_pids(Path(args.run_dir))
         if not args.app_pid:
             parser.error(f"no app process recorded in {args.run_dir}/; name them with --app-pid")
@@ -703,12 +769,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Start the stack, run the chosen mode, print and write the results."""
     args = parse_args(argv)
+    if args.mode == "replot":
+        replot(args.name)
+        return
     args.machine = machine()
     runners = {"sweep": sweep, "soak": soak, "tabs": tabs}
     app_env = dict(item.split("=", 1) for item in args.app_env)
+    server = getattr(args, "server", None)
     if args.app_url:
         target = Target(
-            args.base_url.rstrip("/"), args.app_url.rstrip("/"), args.app_pid, math.nan, True
+            (server or args.base_url).rstrip("/"),
+            args.app_url.rstrip("/"),
+            args.app_pid,
+            math.nan,
+            sticky=True,
         )
         markdown, data = asyncio.run(runners[args.mode](args, target))
         markdown += (
@@ -716,7 +790,7 @@ def main(argv: list[str] | None = None) -> None:
             f"processes {target.pids}.\n"
         )
     else:
-        with running_stack({"KIMI_APP_LOG": args.app_log, **app_env}) as stack:
+        with running_stack({"KIMI_APP_LOG": args.app_log, **app_env}, server) as stack:
             markdown, data = asyncio.run(runners[args.mode](args, Target.started(stack)))
     data["command"] = " ".join(["python -m bench.bench_load", *(argv or sys.argv[1:])])
     data["cpu_count"] = os.cpu_count()

@@ -13,13 +13,23 @@ What this wrapper changes, and why:
   stand-in module (:func:`install_local_ray`) runs them in this process: one
   GPU, one worker, calls made in order.
 - Its full search space is 1920 configurations per batch size (hours); with a
-  few minutes of GPU time this tunes :func:`search_space` instead, a
-  41-configuration subset of it (tile sizes and stage counts around the
-  kernel's own defaults), and writes the file after every batch size, so a run
-  stopped at its deadline still leaves a usable file.
+  few minutes of GPU time this tunes :func:`search_space` instead, an
+  82-configuration subset of it (tile sizes, warp and stage counts around the
+  kernel's own defaults).
+- Triton compiling, not timing, is what costs (about 1.4 s per configuration
+  and argument specialization, one CPU core each; 2026-12-01's run managed 4
+  batch sizes in 140 s). So a first pass compiles every (batch size,
+  configuration) pair in ``--compile-workers`` processes side by side, filling
+  Triton's on-disk cache; the timed pass then runs alone on the GPU, one
+  configuration after another as the tuner does, loading kernels from that cache.
 - Batch sizes: the token counts one step of the chat load hands the MoE layer:
   decode steps of 1-64 running chats and prefill chunks up to 4096 tokens (for
-  larger steps vLLM takes the nearest tuned size, 4096).
+  larger steps vLLM takes the nearest tuned size, 4096); the decode sizes of
+  8-64 chats first. The file is written after every batch size, and any size
+  the deadline left untuned gets the configuration vLLM would use without a
+  file, so a partial file is never worse than none for a size it lacks (the
+  partial file of 2026-12-01 made vLLM serve every large batch with M=8's small
+  tiles).
 
 The model's MoE shape is given directly (``--experts 64 --intermediate 1408
 --hidden 2048 --topk 6``: ``serving/kimi_shape.py``'s text model), since the
@@ -44,7 +54,8 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096]
+BATCH_SIZES = [8, 16, 32, 64, 24, 48, 96, 128, 256, 512, 1024, 2048, 4096, 1, 2, 4]
+"""In the order tuned: decode steps of 8-64 chats, then prefill chunks, then 1-4 chats."""
 
 
 SHARED_MEMORY_BYTES = 227 * 1024  # per block on H100/H200 (CUDA programming guide, sm_90)
@@ -53,7 +64,7 @@ SHARED_MEMORY_BYTES = 227 * 1024  # per block on H100/H200 (CUDA programming gui
 def search_space() -> list[dict[str, int]]:
     """A subset of the tuner's own CUDA space (same keys), without tiles that cannot fit.
 
-    Tile sizes around the kernel's defaults, one group size and warp count, 3 or
+    Tile sizes around the kernel's defaults, one group size, 4 or 8 warps, 3 or
     4 pipeline stages; configurations whose pipelined A and B tiles
     (``stages * (M + N) * K * 2`` bytes of bf16) exceed :data:`SHARED_MEMORY_BYTES`
     are left out, as Triton would refuse them (``OutOfResources``) after compiling.
@@ -66,7 +77,7 @@ def search_space() -> list[dict[str, int]]:
         "num_warps",
         "num_stages",
     )
-    ranges = ([16, 32, 64, 128], [64, 128, 256], [64, 128], [1], [4], [3, 4])
+    ranges = ([16, 32, 64, 128], [64, 128, 256], [64, 128], [1], [4, 8], [3, 4])
     space = [dict(zip(keys, values, strict=True)) for values in product(*ranges)]
     return [
         c
@@ -128,6 +139,52 @@ def load_tuner(path: Path) -> Any:
     return module
 
 
+def _compile(task: tuple[str, int, dict[str, int], tuple[Any, ...]]) -> str | None:
+    """Run one configuration once in a pool process (compiling it into Triton's
+    on-disk cache); return the error's name if it cannot run."""
+    path, m, config, shape = task
+    if path not in _TUNERS:
+        install_local_ray()
+        _TUNERS[path] = load_tuner(Path(path))
+        _TUNERS[path].torch.set_default_device("cuda")  # as the tuner's BenchmarkWorker does
+    tuner = _TUNERS[path]
+    try:
+        tuner.benchmark_config(config, m, *shape, num_iters=1)
+    except Exception as exc:  # OutOfResources and the like: the timed pass skips it too
+        return type(exc).__name__
+    return None
+
+
+_TUNERS: dict[str, Any] = {}
+"""The tuner module, imported once per pool process."""
+
+
+def precompile(path: Path, shape: tuple[Any, ...], workers: int, deadline: float) -> dict[str, Any]:
+    """Compile every (batch size, configuration) pair in ``workers`` processes.
+
+    Returns counts (``pairs``, ``failed``, ``seconds``); stops handing out work
+    at ``deadline`` (monotonic).
+    """
+    import multiprocessing
+
+    started = time.monotonic()
+    tasks = [(str(path), m, c, shape) for m in BATCH_SIZES for c in search_space()]
+    failed = done = 0
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        for error in pool.imap_unordered(_compile, tasks):
+            done += 1
+            failed += error is not None
+            if time.monotonic() > deadline:
+                pool.terminate()
+                break
+    return {
+        "pairs": len(tasks),
+        "done": done,
+        "failed": failed,
+        "seconds": time.monotonic() - started,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Tune, then time the default and the tuned configuration per batch size."""
     p = argparse.ArgumentParser(prog="python -m bench.moe_tune", description=__doc__.split("\n")[0])
@@ -138,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--topk", type=int, default=6)
     p.add_argument("--deadline-s", type=float, default=200.0)
+    p.add_argument("--compile-workers", type=int, default=12, help="0: no compile pass")
+    p.add_argument("--compile-share", type=float, default=0.35, help="of the deadline, at most")
     p.add_argument("--out", type=Path, required=True, help="JSON report")
     args = p.parse_args(argv)
 
@@ -150,13 +209,23 @@ def main(argv: list[str] | None = None) -> int:
     worker = tuner.BenchmarkWorker.remote(0)
     shape = (args.experts, shard, args.hidden, args.topk, torch.bfloat16, False, False)
     report: dict[str, Any] = {"search_space": len(search_space()), "batch_sizes": {}}
-    best: dict[int, Any] = {}
     started = time.monotonic()
+    if args.compile_workers:
+        report["compile_pass"] = precompile(
+            args.tuner,
+            (*shape[:5], False, False),
+            args.compile_workers,
+            started + args.compile_share * args.deadline_s,
+        )
+        print(f"compile pass: {report['compile_pass']}", flush=True)
+    best: dict[int, Any] = {}
     for m in BATCH_SIZES:
+        before_cfg, before_us = worker.benchmark.remote(m, *shape)
         if time.monotonic() > end:
             report.setdefault("not_tuned", []).append(m)
+            best[m] = tuner.sort_config(before_cfg)
+            tuner.save_configs(best, *shape[:5], False, False, False, None, args.save_dir)
             continue
-        before_cfg, before_us = worker.benchmark.remote(m, *shape)
         cfg = worker.tune.remote(m, *shape, False, search_space(), None, False)
         best[m] = tuner.sort_config(cfg)
         tuner.save_configs(best, *shape[:5], False, False, False, None, args.save_dir)

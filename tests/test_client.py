@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -267,3 +268,57 @@ async def test_the_opening_marker_alone_starts_the_reasoning_at_once(client: Cha
     assert texts(rest) == (REASONING, ANSWER.lstrip())
     done = rest[-1]
     assert isinstance(done, Done) and done.ttft_s is not None and done.ttft_s < 0.8
+
+
+MODEL_ENTRY = {"id": "m", "object": "model", "created": 0, "owned_by": "t"}
+
+
+class LateClosingServer:
+    """An HTTP/1.1 server that keeps connections alive but drops, unanswered, a request
+    that arrives on a connection idle for ``stale_s`` or more: what uvicorn (vLLM's HTTP
+    server) does when its keep-alive timer fires on a loaded event loop just as the
+    client writes its next request onto that connection."""
+
+    def __init__(self, stale_s: float) -> None:
+        self.stale_s = stale_s
+        self.connections = 0
+        self.dropped = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        last_answer: float | None = None
+        loop = asyncio.get_running_loop()
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            if last_answer is not None and loop.time() - last_answer >= self.stale_s:
+                self.dropped += 1
+                writer.transport.abort()
+                return
+            path = head.split(b" ", 2)[1]
+            body = json.dumps({"object": "list", "data": [MODEL_ENTRY]}).encode()
+            status = b"200 OK" if path in (b"/v1/models", b"/health") else b"404 Not Found"
+            writer.write(
+                b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            await writer.drain()
+            last_answer = loop.time()
+
+
+async def test_an_idle_connection_is_not_reused_as_the_server_closes_it() -> None:
+    # Soak run of 2026-12-01: 6 of 1,280 answers failed "Cannot reach the model server"
+    # with the server up; the pooled connection had idled as long as the server keeps it.
+    fake = LateClosingServer(stale_s=3.0)
+    server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = ChatClient(f"http://127.0.0.1:{port}/v1", "k")
+    try:
+        assert [m.id for m in await client.list_models()] == ["m"]
+        assert await client.is_healthy()
+        await asyncio.sleep(3.2)
+        assert [m.id for m in await client.list_models()] == ["m"]  # the chat path (SDK)
+        assert await client.is_healthy()  # the probe path (httpx)
+    finally:
+        await client.aclose()
+        server.close()
+    assert fake.dropped == 0
+    assert fake.connections == 4  # two clients' pools, each opened afresh after the pause
