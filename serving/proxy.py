@@ -122,7 +122,7 @@ class ProxyPlan:
             "# No log section: run in the foreground (-db), HAProxy writes its warnings",
             "# (a worker DOWN or UP) and alerts on stderr, which launch.sh logs.",
             "global",
-            "    maxconn 8192",
+            "    maxconn 4096",
             *stats,
             "",
             "defaults",

@@ -252,6 +252,15 @@ def add_user(env: dict[str, str], name: str, password: str) -> None:
     assert made.returncode == 0, made.stderr
 
 
+def test_help_and_env_example_name_the_setting() -> None:
+    shown = run(["--help"], dict(os.environ)).stdout
+    assert re.search(r"^  --ui-workers N .*\n.*HAProxy", shown, re.M)
+    assert "  KIMI_UI_WORKERS=1\n" in shown  # from .env.example, with its default
+    refused = run(["--ui-workers", "many"], dict(os.environ))
+    assert refused.returncode == 1
+    assert "launch.sh: --ui-workers needs a number, got 'many'" in refused.stderr
+
+
 def test_haproxy_beyond_loopback_needs_a_user_like_the_ui(tmp_path: Path) -> None:
     env = launch_env(
         tmp_path,
