@@ -32,6 +32,9 @@ Options:
   --server-only      start only vLLM, wait until healthy, keep it running
   --vllm-port N      port of vLLM (KIMI_VLLM_PORT, default 8100)
   --ui-port N        port of the UI (KIMI_UI_PORT, default 8300)
+  --ui-workers N     N chat UI processes on the next free ports of 127.0.0.1
+                     behind HAProxy on the UI port, sticky per browser by cookie
+                     (KIMI_UI_WORKERS, default 1: no proxy; needs haproxy)
   --tp N             tensor parallel size (KIMI_TENSOR_PARALLEL_SIZE; default all
                      GPUs / (pp x dp))
   --pp N             pipeline parallel size (KIMI_PIPELINE_PARALLEL_SIZE, default 1)
@@ -80,6 +83,7 @@ while (($#)); do
     start:--server-only) server_only=1 ;;
     start:--vllm-port) KIMI_VLLM_PORT=$(number "$1" "${2-}"); export KIMI_VLLM_PORT; shift ;;
     start:--ui-port) KIMI_UI_PORT=$(number "$1" "${2-}"); export KIMI_UI_PORT; shift ;;
+    start:--ui-workers) KIMI_UI_WORKERS=$(number "$1" "${2-}"); export KIMI_UI_WORKERS; shift ;;
     start:--tp) KIMI_TENSOR_PARALLEL_SIZE=$(number "$1" "${2-}"); export KIMI_TENSOR_PARALLEL_SIZE; shift ;;
     start:--pp) KIMI_PIPELINE_PARALLEL_SIZE=$(number "$1" "${2-}"); export KIMI_PIPELINE_PARALLEL_SIZE; shift ;;
     start:--dp) KIMI_DATA_PARALLEL_SIZE=$(number "$1" "${2-}"); export KIMI_DATA_PARALLEL_SIZE; shift ;;
@@ -152,6 +156,7 @@ run_state=$KIMI_RUN_DIR/launch.state
 mkdir -p "$KIMI_RUN_DIR"
 
 server_pid=() server_started=() server_restarts=() server_count=0 ui_pid="" mode=none gpus=0
+worker_pid=() ui_what="the chat UI" # with --ui-workers N: ui_pid is HAProxy's
 # record: rewrite the run-state file (serving/runstate.py reads it) from the variables.
 record() {
   local i kv
@@ -164,7 +169,16 @@ record() {
         printf 'server.%d.%s\n' "$i" "$kv"
       done
     done
-    if [[ -n $ui_pid ]]; then
+    if ((${#worker_pid[@]})); then
+      printf '%s\n' "ui_workers=${#worker_pid[@]}" "proxy_pid=${ui_pid:-0}" \
+        "proxy_config=$PROXY_CONFIG" "proxy_log=$PROXY_LOG" "proxy_socket=$PROXY_SOCKET" \
+        "ui_port=$KIMI_UI_PORT" "ui_host=$KIMI_UI_HOST"
+      for ((i = 0; i < ${#worker_pid[@]}; i++)); do
+        for kv in "pid=${worker_pid[i]}" "port=${WORKER_PORTS[i]}" "log=${WORKER_LOGS[i]}"; do
+          printf 'ui.%d.%s\n' "$i" "$kv"
+        done
+      done
+    elif [[ -n $ui_pid ]]; then
       printf '%s\n' "ui_pid=$ui_pid" "ui_port=$KIMI_UI_PORT" "ui_host=$KIMI_UI_HOST" \
         "app_log=$KIMI_APP_LOG"
     fi
@@ -178,7 +192,7 @@ record() {
 stop_all() {
   trap - INT TERM EXIT
   local pid leaders=() i
-  for pid in "$ui_pid" "${server_pid[@]}"; do
+  for pid in "$ui_pid" "${worker_pid[@]}" "${server_pid[@]}"; do
     [[ -n $pid ]] && kill -TERM -- "-$pid" 2>/dev/null && leaders+=("$pid")
   done
   if ((${#leaders[@]})); then
@@ -267,7 +281,7 @@ supervise() {
   local i quick=() ran delay why rc
   while :; do
     watch
-    [[ $dead == ui ]] && die "the chat UI exited"
+    [[ $dead == ui ]] && die "$ui_what exited"
     i=$dead ran=$(($(date +%s) - server_started[i]))
     kill -KILL -- "-${server_pid[i]}" 2>/dev/null || true # what is left of its group
     if ((ran < quick_s)); then quick[i]=$((${quick[i]-0} + 1)); else quick[i]=1; fi
@@ -344,17 +358,51 @@ if ((!ui_only)); then
   fi
 fi
 
+# start_workers: KIMI_UI_WORKERS chat UIs on 127.0.0.1 (serving/proxy.py picks the
+# ports and writes HAProxy's config), then HAProxy on the UI's address as ui_pid.
+start_workers() {
+  local plan i start
+  plan=$("$app_py" -m serving.proxy plan) || exit 2
+  eval "$plan"
+  for ((i = 0; i < KIMI_UI_WORKERS; i++)); do
+    KIMI_APP_LOG=${WORKER_LOGS[i]} setsid "$app_py" -m chainlit run app.py --headless \
+      --host 127.0.0.1 --port "${WORKER_PORTS[i]}" </dev/null &
+    worker_pid[i]=$!
+    disown "${worker_pid[i]}"
+    say "chat UI worker $((i + 1)) pid ${worker_pid[i]}, http://127.0.0.1:${WORKER_PORTS[i]}"
+  done
+  record
+  for ((i = 0, start = SECONDS; i < KIMI_UI_WORKERS; i++)); do
+    until curl -sf -m 2 -o /dev/null "http://127.0.0.1:${WORKER_PORTS[i]}/"; do
+      kill -0 "${worker_pid[i]}" 2>/dev/null || die "chat UI worker $((i + 1)) exited (see above)"
+      ((SECONDS - start < 180)) || die "chat UI worker $((i + 1)) not answering after 180 s"
+      sleep 1
+    done
+  done
+  setsid "$HAPROXY" -db -f "$PROXY_CONFIG" </dev/null > >(
+    exec "$app_py" -m serving.logpipe --path "$PROXY_LOG" --max-mb "$KIMI_LOG_MAX_MB" \
+      --keep "$KIMI_LOG_KEEP" --header "launch.sh: haproxy -db -f $PROXY_CONFIG" --fresh
+  ) 2>&1 &
+  ui_pid=$! ui_what="HAProxy (in front of the chat UI workers)"
+  disown "$ui_pid"
+  say "HAProxy pid $ui_pid, sticky sessions over $KIMI_UI_WORKERS workers (log $PROXY_LOG)"
+}
+
 [[ -f app.py ]] || die "app.py not found"
-setsid "$app_py" -m chainlit run app.py --headless --host "$KIMI_UI_HOST" --port "$KIMI_UI_PORT" </dev/null &
-ui_pid=$!
-disown "$ui_pid"
+if ((KIMI_UI_WORKERS > 1)); then
+  start_workers
+else
+  setsid "$app_py" -m chainlit run app.py --headless --host "$KIMI_UI_HOST" --port "$KIMI_UI_PORT" </dev/null &
+  ui_pid=$!
+  disown "$ui_pid"
+  say "chat UI pid $ui_pid"
+fi
 record
-say "chat UI pid $ui_pid"
 ui_host=$KIMI_UI_HOST
 [[ $ui_host == 0.0.0.0 || $ui_host == "::" ]] && ui_host=127.0.0.1
 for ((i = 0; i < 60; i++)); do
   curl -sf -m 2 -o /dev/null "http://$ui_host:$KIMI_UI_PORT/" && break
-  kill -0 "$ui_pid" 2>/dev/null || die "the chat UI exited (see above)"
+  kill -0 "$ui_pid" 2>/dev/null || die "$ui_what exited (see above)"
   sleep 1
 done
 ((KIMI_DEV_MODE)) && banner "DEV MODE: answers are noise (random weights); this exercises the whole path"

@@ -7,7 +7,10 @@ checked against Chainlit 2.12's ``socket.py``, ``emitter.py`` and the
 ``/project/file`` route of ``server.py``): a fresh session id, ``connect`` with
 the ``auth`` object, ``connection_successful`` (which runs ``on_chat_start``),
 files POSTed to ``/project/file?session_id=...`` before the message, then
-``client_message`` with their ids as ``fileReferences``.
+``client_message`` with their ids as ``fileReferences``. In front of several
+app processes (``launch.sh --ui-workers N``), a tab first loads the page, as a
+browser does, and keeps the cookies of that answer (HAProxy's stickiness cookie
+among them) for its socket and uploads, so each tab stays on one process.
 """
 
 from __future__ import annotations
@@ -246,10 +249,18 @@ class Tab:
     Use :meth:`open`, then :meth:`upload` and :meth:`ask` as often as wanted,
     then :meth:`close` (a tab closed: the socket goes away without
     ``clear_session``, as when a person closes the browser tab).
+
+    With ``load_page`` the tab first GETs the page and keeps the cookies that
+    answer sets (``cookies``: a load balancer's stickiness cookie, the app's
+    browser cookie), sending them with its socket and uploads. Each tab keeps
+    its own: ``http``'s shared cookie jar is never consulted, since every
+    request names its ``Cookie`` header.
     """
 
     ui_url: str
     http: httpx.AsyncClient
+    load_page: bool = False
+    cookies: dict[str, str] = field(default_factory=dict)
     session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     sio: socketio.AsyncClient = field(default_factory=socketio.AsyncClient)
     _seen: list[float] = field(default_factory=list)
@@ -290,12 +301,16 @@ class Tab:
         self.sio.on("update_message", on_message)
         self.sio.on("task_end", on_task_end)
         self.sio.on("chat_settings", on_settings)
+        if self.load_page:
+            page = await self.http.get(f"{self.ui_url}/", headers={"Cookie": self.cookie_header()})
+            page.raise_for_status()
+            self.cookies.update(page.cookies.items())
         await self.sio.connect(
             self.ui_url,
             wait_timeout=ready_timeout_s,  # a loaded app answers the handshake late
             socketio_path="/ws/socket.io",
             transports=["websocket"],
-            headers={"Cookie": f"X-Chainlit-Session-id={self.session_id}"},
+            headers={"Cookie": self.cookie_header()},
             auth={
                 "clientType": "webapp",
                 "sessionId": self.session_id,
@@ -309,6 +324,11 @@ class Tab:
             await self._ready.wait()
             await self._done.wait()
 
+    def cookie_header(self) -> str:
+        """The ``Cookie`` header of this tab: Chainlit's session cookie and :attr:`cookies`."""
+        pairs = {"X-Chainlit-Session-id": self.session_id, **self.cookies}
+        return "; ".join(f"{k}={v}" for k, v in pairs.items())
+
     async def upload(self, data: bytes, name: str = "photo.jpg", mime: str = "image/jpeg") -> str:
         """POST a file as the browser does when it is attached; its id for ``fileReferences``.
 
@@ -319,7 +339,7 @@ class Tab:
             f"{self.ui_url}/project/file",
             params={"session_id": self.session_id},
             files={"file": (name, data, mime)},
-            headers={"Cookie": f"X-Chainlit-Session-id={self.session_id}"},
+            headers={"Cookie": self.cookie_header()},
         )
         response.raise_for_status()
         file_id: str = response.json()["id"]

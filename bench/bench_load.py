@@ -27,6 +27,14 @@ a model would send them) and the app in front of it, then, in one of three modes
     ``quick`` scenario: the same 200 pieces at once); RSS after the last one
     closed and after a wait. Target <= 250 MB.
 
+Through a proxy in front of several app processes (issue 14 item 3), start
+them elsewhere and name them: the scripted server
+(``python -m tests.fakes.kimi_server --port 8199 --no-record``), then
+``KIMI_BASE_URL=http://127.0.0.1:8199/v1 ./launch.sh --ui-only --ui-workers 4``,
+then ``... sweep --app-url http://127.0.0.1:8300 --base-url http://127.0.0.1:8199/v1``;
+each tab loads the page first and keeps HAProxy's stickiness cookie, and CPU
+and RSS are summed over the workers and HAProxy that launch.sh recorded.
+
 Each run writes ``bench/results/load_<mode>.md`` and ``.json`` (with date and
 machine) and a PNG plot. Run from the repository root, e.g.
 ``.venv/bin/python -m bench.bench_load sweep``; ``--help`` on each mode lists
@@ -40,11 +48,13 @@ import asyncio
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -68,6 +78,7 @@ from bench._common import (
     write_results,
 )
 from bench.media import make_photo
+from serving import runstate
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -86,11 +97,58 @@ def figure(size: tuple[float, float]) -> Figure:
     return Figure(figsize=size)
 
 
-class Sampler:
-    """Samples a process's RSS (MB) every ``interval_s`` seconds in the background."""
+@dataclass(frozen=True)
+class Target:
+    """What is measured: the app (one process, or workers behind a proxy) and its server.
 
-    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
-        self.pid = pid
+    Attributes:
+        base_url: the scripted server's OpenAI base URL (the direct phases ask it).
+        ui_url: where tabs open the app.
+        pids: the processes whose CPU and RSS are the app's, summed (one ``chainlit
+            run``, or every worker and HAProxy).
+        ready_s: seconds from starting the app to its first answer (NaN: started elsewhere).
+        sticky: tabs load the page first and keep its cookies (a proxy's stickiness).
+    """
+
+    base_url: str
+    ui_url: str
+    pids: list[int]
+    ready_s: float
+    sticky: bool = False
+
+    @classmethod
+    def started(cls, stack: Stack) -> Target:
+        """The app this benchmark started itself (one process, no proxy)."""
+        return cls(stack.base_url, stack.ui_url, [stack.app_pid], stack.ready_s)
+
+    def tab(self, http: httpx.AsyncClient) -> Tab:
+        """A new browser tab of the app."""
+        return Tab(self.ui_url, http, load_page=self.sticky)
+
+
+def rss_total(pids: list[int]) -> float:
+    """Summed resident memory of ``pids`` in MB."""
+    return sum(rss_mb(pid) for pid in pids)
+
+
+def cpu_total(pids: list[int]) -> float:
+    """Summed CPU seconds ``pids`` have used so far."""
+    return sum(cpu_s(pid) for pid in pids)
+
+
+def launched_pids(run_dir: Path) -> list[int]:
+    """The chat UI processes ``launch.sh`` recorded in ``run_dir``: its workers and
+    HAProxy (``--ui-workers N``), or its single UI; empty if none is recorded."""
+    state = runstate.read_state(run_dir)
+    keys = [k for k in state if k in ("ui_pid", "proxy_pid") or re.fullmatch(r"ui\.\d+\.pid", k)]
+    return [int(state[k]) for k in sorted(keys) if int(state[k] or 0) > 0]
+
+
+class Sampler:
+    """Samples the app processes' summed RSS (MB) every ``interval_s`` seconds in the background."""
+
+    def __init__(self, pids: list[int], interval_s: float = 0.5) -> None:
+        self.pids = pids
         self.interval_s = interval_s
         self.samples: list[tuple[float, float]] = []
         """(seconds since start, RSS MB) pairs."""
@@ -99,7 +157,7 @@ class Sampler:
 
     async def _run(self) -> None:
         while True:
-            self.samples.append((time.monotonic() - self._t0, rss_mb(self.pid)))
+            self.samples.append((time.monotonic() - self._t0, rss_total(self.pids)))
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
@@ -137,10 +195,10 @@ class Phase:
 
 
 async def app_ask(
-    stack: Stack, http: httpx.AsyncClient, photo: bytes | None, work: Workload = PACED
+    stack: Target, http: httpx.AsyncClient, photo: bytes | None, work: Workload = PACED
 ) -> Timing:
     """A fresh tab: open it, attach the photo (if any), ask, close it."""
-    tab = Tab(stack.ui_url, http)
+    tab = stack.tab(http)
     await tab.open()
     try:
         if work.max_tokens:
@@ -155,7 +213,7 @@ async def run_phase(
     side: str,
     workers: int,
     ask: Callable[[], Awaitable[Timing]],
-    app_pid: int,
+    app_pids: list[int],
     answer_s: float = ANSWER_S,
 ) -> Phase:
     """Run ``workers`` asking loops, started ``answer_s / workers`` apart.
@@ -191,9 +249,9 @@ async def run_phase(
             await ask_once()
             phase.asks += 1
 
-    cpu0, t0 = cpu_s(app_pid), time.perf_counter()
+    cpu0, t0 = cpu_total(app_pids), time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(workers)))
-    phase.app_cpu_s = cpu_s(app_pid) - cpu0
+    phase.app_cpu_s = cpu_total(app_pids) - cpu0
     phase.wall_s = time.perf_counter() - t0
     return phase
 
@@ -236,7 +294,7 @@ def tok_s(timings: list[Timing], tokens: int = PACED_TOKENS) -> float:
 
 
 async def sweep_level(
-    stack: Stack,
+    stack: Target,
     direct: DirectClient,
     http: httpx.AsyncClient,
     sampler: Sampler,
@@ -259,7 +317,7 @@ async def sweep_level(
     for i in range(phases_each):
         order = [("direct", direct_ask), ("app", through_app)]
         for side, ask in order if i % 2 == 0 else order[::-1]:
-            phases.append(await run_phase(side, chats, ask, stack.app_pid, work.answer_s))
+            phases.append(await run_phase(side, chats, ask, stack.pids, work.answer_s))
     d = [t for p in phases if p.side == "direct" for t in p.timings]
     a = [t for p in phases if p.side == "app" for t in p.timings]
     app_phases = [p for p in phases if p.side == "app"]
@@ -281,7 +339,7 @@ async def sweep_level(
         app_cpu_ms_per_chat=cpu / asks * 1000,
         app_cpu_pct=cpu / wall * 100,
         rss_mb_peak=sampler.peak_since(started),
-        rss_mb_after=rss_mb(stack.app_pid),
+        rss_mb_after=rss_total(stack.pids),
         errors=sum(bool(t.error) for t in d + a),
         incomplete=sum(not t.complete for t in d + a),
         load_avg=os.getloadavg()[0],
@@ -339,12 +397,12 @@ def sweep_plot(results: list[LevelResult], path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-async def sweep(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, Any]]:
+async def sweep(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, Any]]:
     """Mode ``sweep``: returns the Markdown and the JSON of the run."""
     photo = make_photo()
-    sampler = Sampler(stack.app_pid)
+    sampler = Sampler(stack.pids)
     sampler.start()
-    idle_mb = rss_mb(stack.app_pid)
+    idle_mb = rss_total(stack.pids)
     results: list[LevelResult] = []
     limits = httpx.Limits(max_connections=256)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
@@ -428,23 +486,23 @@ def replot(name: str) -> None:
 # --------------------------------------------------------------------------- soak
 
 
-async def soak(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, Any]]:
+async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, Any]]:
     """Mode ``soak``: ``--sessions`` tabs x ``--turns`` turns, then RSS for ``--wait-s``."""
     photo = make_photo()
-    sampler = Sampler(stack.app_pid, interval_s=2)
+    sampler = Sampler(stack.pids, interval_s=2)
     sampler.start()
-    idle_mb = rss_mb(stack.app_pid)
+    idle_mb = rss_total(stack.pids)
     timings: list[tuple[int, int, bool, Timing]] = []
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=256)) as http:
         await app_ask(stack, http, photo)  # warm-up: every code path loaded
         await asyncio.sleep(2)
-        baseline_mb = rss_mb(stack.app_pid)
+        baseline_mb = rss_total(stack.pids)
         soak_started = sampler.now()
-        cpu0 = cpu_s(stack.app_pid)
+        cpu0 = cpu_total(stack.pids)
 
         async def session(i: int) -> None:
             await asyncio.sleep(i * ANSWER_S / args.sessions)
-            tab = Tab(stack.ui_url, http)
+            tab = stack.tab(http)
             await tab.open()
             try:
                 for turn in range(args.turns):
@@ -460,12 +518,12 @@ async def soak(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, A
             *(session(i) for i in range(args.sessions)), return_exceptions=True
         )
         closed_at = sampler.now()
-        soak_cpu = cpu_s(stack.app_pid) - cpu0
+        soak_cpu = cpu_total(stack.pids) - cpu0
         peak_mb = sampler.peak_since(soak_started)
-        closed_mb = rss_mb(stack.app_pid)
+        closed_mb = rss_total(stack.pids)
         print(f"sessions closed; RSS {closed_mb:.0f} MB; waiting {args.wait_s:.0f} s", flush=True)
         await asyncio.sleep(args.wait_s)
-        after_mb = rss_mb(stack.app_pid)
+        after_mb = rss_total(stack.pids)
     await sampler.stop()
     crashed = [repr(o) for o in outcomes if isinstance(o, BaseException)]
     errors = [
@@ -550,10 +608,10 @@ async def soak(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, A
 # --------------------------------------------------------------------------- tabs
 
 
-async def tabs(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, Any]]:
+async def tabs(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, Any]]:
     """Mode ``tabs``: ``--tabs`` tabs opened, used once with a photo, closed."""
     photo = make_photo()
-    idle_mb = rss_mb(stack.app_pid)
+    idle_mb = rss_total(stack.pids)
     curve: list[tuple[int, float]] = [(0, idle_mb)]
     done = 0
     errors: list[str] = []
@@ -567,7 +625,7 @@ async def tabs(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, A
             nonlocal done
             while not queue.empty():
                 queue.get_nowait()
-                tab = Tab(stack.ui_url, http)
+                tab = stack.tab(http)
                 try:
                     await tab.open()
                     timing = await tab.ask(question("quick"), [await tab.upload(photo)])
@@ -579,14 +637,14 @@ async def tabs(args: argparse.Namespace, stack: Stack) -> tuple[str, dict[str, A
                     await tab.close()
                 done += 1
                 if done % args.every == 0:
-                    curve.append((done, rss_mb(stack.app_pid)))
+                    curve.append((done, rss_total(stack.pids)))
                     print(f"{done} tabs closed: RSS {curve[-1][1]:.0f} MB", flush=True)
 
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     elapsed = time.perf_counter() - t0
-    closed_mb = rss_mb(stack.app_pid)
+    closed_mb = rss_total(stack.pids)
     await asyncio.sleep(args.wait_s)
-    after_mb = rss_mb(stack.app_pid)
+    after_mb = rss_total(stack.pids)
     per_tab_kb = (closed_mb - idle_mb) / args.tabs * 1024
     rows = [
         ("tabs opened, used with one photo, closed", f"{done} ({len(errors)} with an error)", ""),
@@ -666,6 +724,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         sub.add_argument("--name", help="results file name (default load_<mode>)")
         sub.add_argument("--app-log", default="", help="the app's log file (default: none)")
         sub.add_argument(
+            "--app-url",
+            default="",
+            help="measure an app started elsewhere, e.g. ./launch.sh --ui-only --ui-workers 4 "
+            "(tabs keep the proxy's stickiness cookie); needs --base-url",
+        )
+        sub.add_argument(
+            "--base-url",
+            default="",
+            help="with --app-url: the scripted server's OpenAI base URL the app talks to "
+            "(python -m tests.fakes.kimi_server --port N --no-record; the direct phases ask it)",
+        )
+        sub.add_argument(
+            "--app-pid",
+            type=int,
+            action="append",
+            default=[],
+            help="with --app-url: a process whose CPU and RSS count as the app's (repeatable; "
+            "default: the UI workers and HAProxy recorded in --run-dir)",
+        )
+        sub.add_argument(
+            "--run-dir", default=".run", help="with --app-url: launch.sh's KIMI_RUN_DIR"
+        )
+        sub.add_argument(
             "--app-env",
             action="append",
             default=[],
@@ -674,6 +755,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     args = parser.parse_args(argv)
     args.name = args.name or args.mode
+    if args.app_url:
+        if not (args.base_url or getattr(args, "server", None)):
+            parser.error(
+                "--app-url needs --base-url (the scripted server the app talks to) or --server"
+            )
+        args.app_pid = args.app_pid or launched_pids(Path(args.run_dir))
+        if not args.app_pid:
+            parser.error(f"no app process recorded in {args.run_dir}/; name them with --app-pid")
     return args
 
 
@@ -687,8 +776,22 @@ def main(argv: list[str] | None = None) -> None:
     runners = {"sweep": sweep, "soak": soak, "tabs": tabs}
     app_env = dict(item.split("=", 1) for item in args.app_env)
     server = getattr(args, "server", None)
-    with running_stack({"KIMI_APP_LOG": args.app_log, **app_env}, server) as stack:
-        markdown, data = asyncio.run(runners[args.mode](args, stack))
+    if args.app_url:
+        target = Target(
+            (server or args.base_url).rstrip("/"),
+            args.app_url.rstrip("/"),
+            args.app_pid,
+            math.nan,
+            sticky=True,
+        )
+        markdown, data = asyncio.run(runners[args.mode](args, target))
+        markdown += (
+            f"\nThe app ran elsewhere at {target.ui_url}; CPU and RSS are the sums over "
+            f"processes {target.pids}.\n"
+        )
+    else:
+        with running_stack({"KIMI_APP_LOG": args.app_log, **app_env}, server) as stack:
+            markdown, data = asyncio.run(runners[args.mode](args, Target.started(stack)))
     data["command"] = " ".join(["python -m bench.bench_load", *(argv or sys.argv[1:])])
     data["cpu_count"] = os.cpu_count()
     data["app_env"] = app_env

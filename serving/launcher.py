@@ -18,7 +18,8 @@ Command line (used by ``launch.sh``; each refusal is one line on stderr, exit 2)
         SERVER_PARALLEL_i, SERVE_SHOWN_i (the command, key masked), and
         SERVER_COUNT; for a tensor-parallel CPU server VLLM_CPU_OMP_THREADS_BIND
     python -m serving.launcher ui-check
-        the UI's port is free, and it listens beyond loopback only with a user
+        the UI's port is free, and it listens beyond loopback only with a user;
+        more than one UI worker needs haproxy (serving.proxy)
     python -m serving.launcher claim
         exit 1 if a launch.sh recorded in KIMI_RUN_DIR still runs
     python -m serving.launcher backoff N
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend.settings import DEV, INSTRUCT, THINKING_2506, ModelProfile
-from serving import devmodel, preflight, runstate
+from serving import devmodel, preflight, proxy, runstate
 from serving.preflight import Finding, PlanError, tensor_parallel_size
 from serving.settings import LaunchSettings, load
 
@@ -554,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             if port_in_use(settings.ui_port, settings.ui_host)
             else {}
         )
+        findings += proxy.check_haproxy(settings.ui_workers)
         if not preflight.is_loopback(settings.ui_host):
             findings += preflight.check_ui_exposure(
                 host=settings.ui_host,

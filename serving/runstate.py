@@ -20,6 +20,17 @@ exits. The file is ``key=value`` lines::
     ui_host=127.0.0.1
     app_log=app.log
 
+With ``--ui-workers N`` (N > 1) there is no ``ui_pid``; instead::
+
+    ui_workers=2
+    proxy_pid=1310             HAProxy, listening on ui_host:ui_port (0: not started yet)
+    proxy_config=.run/haproxy.cfg
+    proxy_log=.run/haproxy.log
+    proxy_socket=.run/haproxy.sock   its stats socket (empty: none)
+    ui.0.pid=1300              worker 1's process group
+    ui.0.port=8301             on 127.0.0.1
+    ui.0.log=app-1.log
+
 ``stop`` signals only these recorded PIDs (never processes found by name), and
 only while each still runs the program launch.sh started there.
 """
@@ -32,10 +43,12 @@ import re
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from serving import proxy
 
 STATE_FILE = "launch.state"
 
@@ -119,14 +132,20 @@ class Probe:
     Attributes:
         health: vLLM ``/health`` status code per server index.
         models: per server index, ``(id, max_model_len)`` pairs from ``/v1/models``.
-        ui: the UI's status code for ``/``.
-        open_chats: ``open_chats`` from the UI's ``/kimi/status``.
+        ui: the UI's status code for ``/`` (with workers: through HAProxy).
+        open_chats: ``open_chats`` from the UI's ``/kimi/status`` (with workers: the sum
+            over those that answered).
+        workers: per worker index, its own ``/`` status code and open chats.
+        balanced: HAProxy's view of each worker by name (``w1``: ``UP``, ...), from its
+            stats socket; empty without one.
     """
 
     health: dict[int, int | None]
     models: dict[int, list[tuple[str, int | None]]]
     ui: int | None
     open_chats: int | None
+    workers: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    balanced: dict[str, str] = field(default_factory=dict)
 
 
 def probe(state: dict[str, str], api_key: str, timeout_s: float = 3.0) -> Probe:
@@ -148,16 +167,41 @@ def probe(state: dict[str, str], api_key: str, timeout_s: float = 3.0) -> Probe:
         if listed is not None and listed.status_code == 200:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 models[i] = [(m["id"], m.get("max_model_len")) for m in listed.json()["data"]]
-    ui = open_chats = None
-    if state.get("ui_port"):
-        root = f"http://127.0.0.1:{state['ui_port']}"
+
+    def ui_at(port: str) -> tuple[int | None, int | None]:
+        root = f"http://127.0.0.1:{port}"
         answer = get(f"{root}/")
-        ui = answer.status_code if answer else None
+        count = None
         chats = get(f"{root}/kimi/status")
         if chats is not None and chats.status_code == 200:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                open_chats = int(chats.json()["open_chats"])
-    return Probe(health=health, models=models, ui=ui, open_chats=open_chats)
+                count = int(chats.json()["open_chats"])
+        return (answer.status_code if answer else None), count
+
+    ui = open_chats = None
+    workers: dict[int, tuple[int | None, int | None]] = {}
+    balanced: dict[str, str] = {}
+    if state.get("ui_workers"):
+        workers = {
+            i: ui_at(state.get(f"ui.{i}.port", ""))
+            for i in range(int(state.get("ui_workers", "0") or 0))
+        }
+        answer = get(f"http://127.0.0.1:{state.get('ui_port', '')}/")
+        ui = answer.status_code if answer else None
+        counts = [chats for _, chats in workers.values() if chats is not None]
+        open_chats = sum(counts) if counts else None
+        if state.get("proxy_socket"):
+            balanced = proxy.server_states(Path(state["proxy_socket"]), timeout_s)
+    elif state.get("ui_port"):
+        ui, open_chats = ui_at(state["ui_port"])
+    return Probe(
+        health=health,
+        models=models,
+        ui=ui,
+        open_chats=open_chats,
+        workers=workers,
+        balanced=balanced,
+    )
 
 
 def status_report(
@@ -232,9 +276,51 @@ def status_report(
             f"http://{state.get('ui_host', '?')}:{state.get('ui_port', '?')}, "
             f"open chats: {chats}"
         )
+    elif "ui_workers" in state:
+        lines += _workers_report(state, seen, alive)
+        ok = ok and seen.ui == 200 and all(code == 200 for code, _ in seen.workers.values())
     else:
         lines.append("chat UI: not started by launch.sh (--server-only)")
     return "\n".join(lines), ok
+
+
+def _workers_report(
+    state: dict[str, str], seen: Probe, alive: Callable[[int, str], bool]
+) -> list[str]:
+    """The chat UI lines of ``status`` with ``--ui-workers N``: HAProxy, then each worker."""
+    proxy_pid = int(state.get("proxy_pid", "0") or 0)
+    if seen.ui == 200:
+        front = "up"
+    elif alive(proxy_pid, "haproxy"):
+        front = "HAProxy runs but no worker answers" if seen.ui else "starting (no answer yet)"
+    else:
+        front = "DOWN (HAProxy is not running)"
+    chats = "unknown" if seen.open_chats is None else str(seen.open_chats)
+    count = int(state.get("ui_workers", "0") or 0)
+    lines = [
+        f"chat UI: {front}, HAProxy pid {proxy_pid}, "
+        f"http://{state.get('ui_host', '?')}:{state.get('ui_port', '?')}, "
+        f"{count} workers, open chats: {chats}",
+        f"  HAProxy config {state.get('proxy_config', '?')}, log {state.get('proxy_log', '?')}",
+    ]
+    for i in range(count):
+        key = f"ui.{i}."
+        pid = int(state.get(key + "pid", "0") or 0)
+        code, open_chats = seen.workers.get(i, (None, None))
+        if code == 200:
+            health = "up"
+        elif alive(pid, "chainlit"):
+            health = "starting (no answer yet)"
+        else:
+            health = "DOWN (launch.sh does not restart workers; HAProxy sends nobody there)"
+        view = seen.balanced.get(f"w{i + 1}")
+        said = f", HAProxy: {view}" if view else ""
+        chats = "" if open_chats is None else f", open chats: {open_chats}"
+        lines.append(
+            f"  worker {i + 1}: {health}, pid {pid}, port {state.get(key + 'port', '?')}"
+            f"{chats}{said}, log {state.get(key + 'log') or '(stderr only)'}"
+        )
+    return lines
 
 
 def stop(
@@ -253,7 +339,9 @@ def stop(
         True if nothing recorded is left running.
     """
     launch_pid = int(state.get("launch_pid", "0"))
-    groups = [int(state[k]) for k in sorted(state) if k.endswith(".pid") or k == "ui_pid"]
+    groups = [
+        int(state[k]) for k in sorted(state) if k.endswith(".pid") or k in ("ui_pid", "proxy_pid")
+    ]
     if is_running(launch_pid, "launch.sh"):
         say(f"stopping launch.sh (pid {launch_pid})")
         os.kill(launch_pid, signal.SIGTERM)

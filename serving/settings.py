@@ -38,6 +38,9 @@ class LaunchSettings(Settings):
     vllm_port: int = Field(8100, description="port of the vLLM server")
     ui_port: int = Field(8300, description="port of the chat UI")
     ui_host: str = Field("127.0.0.1", description="address the chat UI listens on")
+    ui_workers: int = Field(
+        1, ge=1, le=64, description="chat UI processes; above 1 behind HAProxy (serving/proxy.py)"
+    )
     both: bool = Field(False, description="serve Thinking-2506 and Instruct as two vLLM servers")
     tensor_parallel_size: int = Field(
         0, ge=0, description="GPUs per model replica; 0 = all visible / (pp x dp)"

