@@ -11,6 +11,7 @@ leading whitespace, the rule of :class:`backend.reasoning.ReasoningSplitter`.
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import httpx
@@ -18,6 +19,9 @@ import pytest
 
 from backend.reasoning import THINK_CLOSE, THINK_OPEN
 from tests.integration.conftest import VllmServer
+from tests.launching import ROOT
+
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 pytestmark = pytest.mark.integration
 
@@ -124,3 +128,22 @@ def test_a_closing_marker_in_the_history_does_not_end_the_new_reasoning(
     reasoning, content = _expected(client, vllm_reasoning_server, token_ids)
     assert reasoning and content
     _check_stream(deltas, reasoning, content)
+
+
+def test_a_spawned_vllm_process_knows_the_parser_before_vllm_imports_the_plugin() -> None:
+    # vLLM 0.26 on the H200 (2026-12-01): the engine process, started with spawn, checked
+    # --reasoning-parser kimi_vl before importing the plugin and exited "not found".
+    # spawn runs the main script again as __mp_main__ with the parent's argv.
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['serving/vllm_main.py', 'serve', 'm', '--reasoning-parser-plugin',"
+        " 'serving/kimi_reasoning_parser.py', '--reasoning-parser', 'kimi_vl']\n"
+        "runpy.run_path('serving/vllm_main.py', run_name='__mp_main__')\n"
+        "from vllm.reasoning import ReasoningParserManager\n"
+        "print(ReasoningParserManager.get_reasoning_parser('kimi_vl').__name__)\n"
+    )
+    done = subprocess.run(
+        [str(VLLM_PYTHON), "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "KimiVLReasoningParser"
