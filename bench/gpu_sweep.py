@@ -125,9 +125,9 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant("no-async", "--no-async-scheduling", flags=("--no-async-scheduling",)),
         Variant(
-            "moe-tuned",
-            "VLLM_TUNED_CONFIG_FOLDER=serving/moe_configs (tuned fused-MoE kernel)",
-            env={"VLLM_TUNED_CONFIG_FOLDER": "serving/moe_configs"},
+            "moe-untuned",
+            "vLLM's default fused-MoE config (launch.sh points vLLM at serving/moe_configs)",
+            env={"VLLM_TUNED_CONFIG_FOLDER": "bench/no-moe-configs"},  # no such folder
         ),
     )
 }
@@ -139,7 +139,7 @@ def serve_command(
     *,
     shared_kv_bytes: str = "",
     python: str = "python3",
-) -> list[str]:
+) -> tuple[list[str], dict[str, str]]:
     """The server command for ``variant``: launch.sh's plan plus the variant's changes.
 
     Args:
@@ -152,7 +152,8 @@ def serve_command(
         python: the interpreter that has vLLM.
 
     Returns:
-        ``[python, "serving/vllm_main.py", "serve", MODEL, ...]`` (launch.sh's form).
+        ``[python, "serving/vllm_main.py", "serve", MODEL, ...]`` (launch.sh's form)
+        and the environment launch.sh's plan adds, with the variant's changes.
     """
     overrides: dict[str, Any] = {"vllm_port": port, "tensor_parallel_size": 1}
     overrides.update(variant.settings)
@@ -162,7 +163,7 @@ def serve_command(
         extra += ["--kv-cache-memory-bytes", shared_kv_bytes]
     settings = LaunchSettings(**overrides, vllm_extra_args=" ".join(extra))
     plan = make_plan(settings, mode="gpu", gpus=1)
-    return [python, "serving/vllm_main.py", *plan.args]
+    return [python, "serving/vllm_main.py", *plan.args], plan.env | variant.env
 
 
 # --- the workload -------------------------------------------------------------------
@@ -507,8 +508,8 @@ def cmd_wave(args: argparse.Namespace) -> int:
     for i, name in enumerate(names):
         variant = VARIANTS[name]
         port = args.base_port + i
-        command = serve_command(variant, port, shared_kv_bytes=args.kv_bytes)
-        servers.append(start_server(name, command, port, variant.env, logs))
+        command, env = serve_command(variant, port, shared_kv_bytes=args.kv_bytes)
+        servers.append(start_server(name, command, port, env, logs))
         time.sleep(args.stagger_s)
     wait_healthy(servers, args.start_timeout_s)
     memory = gpu_memory_mib()
@@ -517,13 +518,12 @@ def cmd_wave(args: argparse.Namespace) -> int:
     try:
         for server in servers:
             variant = VARIANTS[server.name]
+            command, env = serve_command(variant, server.port, shared_kv_bytes=args.kv_bytes)
             entry: dict[str, Any] = {
                 "variant": server.name,
                 "change": variant.change,
-                "command": shown(
-                    serve_command(variant, server.port, shared_kv_bytes=args.kv_bytes)
-                ),
-                "env": variant.env,
+                "command": shown(command),
+                "env": env,
                 "healthy_after_s": server.healthy_after_s,
             }
             if server.healthy_after_s is not None:

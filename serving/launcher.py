@@ -68,6 +68,9 @@ DEV_SECOND_NAME = DEV.served_name + "-instruct"
 # The Kimi-VL reasoning parser plugin (a vLLM ReasoningParser registered as
 # "kimi_vl"), relative to the repository root where vLLM runs.
 REASONING_PLUGIN = "serving/kimi_reasoning_parser.py"
+MOE_CONFIGS = ROOT / "serving" / "moe_configs"
+"""Tuned fused-MoE configs (``E=64,N=1408,device_name=NVIDIA_H200.json``: vLLM's own
+tuner, ``bench/moe_tune.py``, on one H200, 2026-12-01)."""
 REASONING_FLAGS = ["--reasoning-parser-plugin", REASONING_PLUGIN, "--reasoning-parser", "kimi_vl"]
 
 
@@ -327,6 +330,11 @@ def make_plan(
     else:
         share = preflight.split_memory_utilization(settings.gpu_memory_utilization, servers)
         args += ["--gpu-memory-utilization", str(share)]
+        # Fused-MoE kernel configs tuned for Kimi-VL's experts (bench/results/README.md,
+        # issue 17); vLLM looks here first and falls back to its own for other GPUs.
+        # An operator's own VLLM_TUNED_CONFIG_FOLDER is left as it is.
+        if "VLLM_TUNED_CONFIG_FOLDER" not in os.environ:
+            env["VLLM_TUNED_CONFIG_FOLDER"] = str(MOE_CONFIGS)
     args += shlex.split(settings.vllm_extra_args)
 
     if serve_help is not None:

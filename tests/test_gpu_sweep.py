@@ -21,7 +21,10 @@ def test_default_variant_is_launch_sh_plan_on_dummy_weights(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("KIMI_MAX_NUM_BATCHED_TOKENS", raising=False)
-    command = serve_command(VARIANTS["default"], 8123)
+    command, env = serve_command(VARIANTS["default"], 8123)
+    assert Path(env["VLLM_TUNED_CONFIG_FOLDER"]).name == "moe_configs"  # launch.sh's tuned file
+    _, untuned = serve_command(VARIANTS["moe-untuned"], 8123)
+    assert not Path(untuned["VLLM_TUNED_CONFIG_FOLDER"]).exists()  # vLLM's own default
     assert command[:4] == [
         "python3",
         "serving/vllm_main.py",
@@ -38,14 +41,14 @@ def test_default_variant_is_launch_sh_plan_on_dummy_weights(
 
 
 def test_side_by_side_servers_get_a_fixed_kv_cache_and_a_small_share() -> None:
-    command = serve_command(VARIANTS["batched-8192"], 8102, shared_kv_bytes="7G")
+    command, _ = serve_command(VARIANTS["batched-8192"], 8102, shared_kv_bytes="7G")
     assert flag(command, "--max-num-batched-tokens") == "8192"
     assert flag(command, "--kv-cache-memory-bytes") == "7G"
     assert flag(command, "--gpu-memory-utilization") == "0.28"
 
 
 def test_flags_of_a_variant_come_after_the_plan() -> None:
-    command = serve_command(VARIANTS["no-prefix-cache"], 8101)
+    command, _ = serve_command(VARIANTS["no-prefix-cache"], 8101)
     assert command[-1] == "--no-enable-prefix-caching"
 
 

