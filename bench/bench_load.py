@@ -195,15 +195,22 @@ class Phase:
 
 
 async def app_ask(
-    stack: Target, http: httpx.AsyncClient, photo: bytes | None, work: Workload = PACED
+    stack: Target,
+    http: httpx.AsyncClient,
+    photo: bytes | None,
+    work: Workload = PACED,
+    think_s: float = 0.0,
 ) -> Timing:
-    """A fresh tab: open it, attach the photo (if any), ask, close it."""
+    """A fresh tab: open it, attach the photo (if any), wait ``think_s`` (a person
+    typing the question after attaching), ask, close it."""
     tab = stack.tab(http)
     await tab.open()
     try:
         if work.max_tokens:
             await tab.apply_settings({"max_tokens": work.max_tokens})
         file_ids = [await tab.upload(photo)] if photo is not None else []
+        if file_ids:
+            await asyncio.sleep(think_s)
         return await tab.ask(work.text, file_ids, marker=work.end)
     finally:
         await tab.close()
@@ -302,6 +309,7 @@ async def sweep_level(
     photo: bytes | None,
     pairs: int,
     work: Workload = PACED,
+    think_s: float = 0.0,
 ) -> LevelResult:
     """Alternate direct and app phases at ``chats`` concurrent chats until ``pairs`` each."""
     phases_each = max(2, math.ceil(pairs / chats))
@@ -312,7 +320,7 @@ async def sweep_level(
         return await direct.ask(work, photo)
 
     async def through_app() -> Timing:
-        return await app_ask(stack, http, photo, work)
+        return await app_ask(stack, http, photo, work, think_s)
 
     for i in range(phases_each):
         order = [("direct", direct_ask), ("app", through_app)]
@@ -422,6 +430,7 @@ async def sweep(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str,
                         photo if kind == "photo" else None,
                         args.pairs,
                         work,
+                        args.think_s,
                     )
                     results.append(result)
                     print(sweep_table([result]).splitlines()[-1], flush=True)
@@ -708,6 +717,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "key in KIMI_API_KEY) instead of the scripted one",
     )
     p.add_argument("--tokens", type=int, default=512, help="answer length with --server")
+    p.add_argument(
+        "--think-s",
+        type=float,
+        default=1.0,
+        help="seconds between attaching the photo and Enter (a person typing the question; "
+        "the app prepares the photo meanwhile); 0 = Enter at once",
+    )
     p.add_argument("--no-plot", action="store_true", help="no PNG (no matplotlib here)")
     p = modes.add_parser("replot", help="draw a sweep's PNG from its JSON")
     p = modes.add_parser("soak", help="many tabs x many turns, then RSS after they close")
