@@ -9,7 +9,7 @@
 #   bash bench/gpu_device.sh carry                  # append the carried .whl/part* to /tmp/gpu
 #   bash bench/gpu_device.sh moe S                  # unpack; vLLM's MoE tuner, S s deadline
 #   bash bench/gpu_device.sh wave V1,V2 TAG S       # variants side by side, S s budget
-#   bash bench/gpu_device.sh appload S [--moe]      # launch.sh + the app under load
+#   bash bench/gpu_device.sh appload S [PAIRS]      # launch.sh + the app under load
 set -uo pipefail
 export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 out=${OUT:?OUT is the device tool\'s result folder}
