@@ -402,6 +402,9 @@ def test_ctrl_c_stops_the_server_and_the_ui(tmp_path: Path) -> None:
         text=True,
         env=env,
         start_new_session=True,
+        # As in a terminal. Run from a background job (`.ci/run &`), the tests inherit
+        # SIGINT ignored, and a shell cannot trap a signal ignored when it started.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     with stopped_at_the_end(proc):
