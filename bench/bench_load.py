@@ -83,10 +83,8 @@ from serving import runstate
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-ANSWER_S = PACED_TOKENS * 0.01
-"""Seconds one ``paced`` answer streams for (200 pieces at 10 ms)."""
-
 PACED = scripted("paced")
+"""The scripted ``paced`` answer: 200 pieces 10 ms apart (2 s of streaming)."""
 
 
 def figure(size: tuple[float, float]) -> Figure:
@@ -221,7 +219,7 @@ async def run_phase(
     workers: int,
     ask: Callable[[], Awaitable[Timing]],
     app_pids: list[int],
-    answer_s: float = ANSWER_S,
+    answer_s: float = PACED.answer_s,
 ) -> Phase:
     """Run ``workers`` asking loops, started ``answer_s / workers`` apart.
 
@@ -510,7 +508,7 @@ async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
         cpu0 = cpu_total(stack.pids)
 
         async def session(i: int) -> None:
-            await asyncio.sleep(i * ANSWER_S / args.sessions)
+            await asyncio.sleep(i * PACED.answer_s / args.sessions)
             tab = stack.tab(http)
             await tab.open()
             try:
@@ -582,7 +580,8 @@ async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
         f"# Soak ({now_utc()}): {verdict}\n\nMachine: {args.machine}. {args.sessions} tabs x "
         f"{args.turns} turns, a photo ({len(photo) / 1e6:.2f} MB JPEG) every {args.photo_every} "
         f"turns, scripted server `paced` (100 tokens/s per chat); tabs started "
-        f"{ANSWER_S / args.sessions * 1000:.0f} ms apart; RSS followed for {args.wait_s:.0f} s "
+        f"{PACED.answer_s / args.sessions * 1000:.0f} ms apart; "
+        f"RSS followed for {args.wait_s:.0f} s "
         f"after they closed.\n\n{table}\n\n"
         + (f"First errors: {errors[:3]}\n\n" if errors else "")
         + (f"Crashed sessions: {crashed[:3]}\n\n" if crashed else "")

@@ -26,7 +26,7 @@ unpack() {
 
 use_tuned_moe() {  # a file tuned in this lease replaces the repository's serving/moe_configs
   [[ -d $moe_dir ]] && cp "$moe_dir"/*.json serving/moe_configs/
-  unpack 2>&1 | tail -n 3
+  return 0
 }
 
 case ${1:?step} in
@@ -44,11 +44,13 @@ case ${1:?step} in
     cp "$moe_dir"/*.json "$out/"
     ;;
   wave)
+    unpack 2>&1 | tail -n 3
     use_tuned_moe
     PYTHONPATH=/tmp/site:/tmp/appsite python3 -m bench.gpu_sweep wave "$2" --tag "$3" --out "$out" --kv-bytes 7G \
       --budget-s "${4:-330}" 2>&1 | tail -n 40
     ;;
   appload)
+    unpack 2>&1 | tail -n 3
     use_tuned_moe
     start=$SECONDS
     export PYTHONPATH=/tmp/site:/tmp/appsite  # launch.sh's own Python needs the app's packages
