@@ -227,12 +227,14 @@ async def on_stop() -> None:
 
 @cl.on_chat_end
 async def on_chat_end() -> None:
-    """Stop the readiness poll and the chat's background work (shared resources stay open)."""
+    """The tab closed: stop the chat's background work (shared resources stay open) and
+    move its images to the session's folder, which Chainlit deletes with the session."""
     stop_waiting()
     server_panel.close_panel()
     session: ChatSession | None = cl.user_session.get("chat")
     if session is not None:
         await session.aclose()
+        await session.spill_images(cl.context.session.files_dir)
 
 
 # --- Stored chats: resume (ui/history.py) ---------------------------------------

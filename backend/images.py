@@ -33,7 +33,7 @@ import base64
 import io
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -118,6 +118,14 @@ Image.MAX_IMAGE_PIXELS = MAX_SOURCE_PIXELS
 if "PILLOW_BLOCKS_MAX" not in os.environ:
     # The call PIL.Image makes for the variable, which it reads only on first import.
     _imaging.set_blocks_max(FREED_BLOCKS_KEPT)
+
+
+def release_kept_blocks() -> None:
+    """Return the freed blocks Pillow keeps for reuse (:data:`FREED_BLOCKS_KEPT`) to the
+    system; later images allocate anew (Pillow's ``clear_cache``)."""
+    _imaging.clear_cache()
+
+
 _TOO_MANY_PIXELS: Final = msg(
     "{megapixels} megapixels accepted (a possible decompression bomb)",
     megapixels=MAX_SOURCE_PIXELS // 1_000_000,
@@ -142,7 +150,9 @@ class PreparedImage:
 
     Attributes:
         name: the uploaded file name (for messages).
-        data_url: ``data:image/png;base64,...`` or ``data:image/jpeg;base64,...``.
+        data: the data URL (``data:image/png;base64,...`` or
+            ``data:image/jpeg;base64,...``), or the file holding it once the chat's tab
+            has closed (:meth:`spilled`); read it as :attr:`data_url`.
         width: pixels after scaling (what the server receives).
         height: pixels after scaling.
         tokens: Kimi-VL image tokens for ``width`` x ``height`` (:func:`image_tokens`).
@@ -152,12 +162,30 @@ class PreparedImage:
     """
 
     name: str
-    data_url: str
+    data: str | Path
     width: int
     height: int
     tokens: int
     source_bytes: int
     notices: tuple[str, ...] = ()
+
+    @property
+    def data_url(self) -> str:
+        """The data URL, from memory or from the file it was spilled to.
+
+        Raises:
+            OSError: a spilled file is gone (its chat's session has ended).
+        """
+        return self.data if isinstance(self.data, str) else self.data.read_text("ascii")
+
+    def spilled(self, path: Path) -> PreparedImage:
+        """This image with its data URL written to ``path`` and no longer held in memory
+        (the same image if it already was). Blocking file I/O: call it off the event loop.
+        """
+        if isinstance(self.data, Path):
+            return self
+        path.write_text(self.data, "ascii")
+        return replace(self, data=path)
 
     @property
     def mime_type(self) -> str:
@@ -536,7 +564,7 @@ def _as_uploaded(
     payload = base64.b64encode(path.read_bytes()).decode("ascii")
     return PreparedImage(
         name=label,
-        data_url=f"data:{mime};base64,{payload}",
+        data=f"data:{mime};base64,{payload}",
         width=width,
         height=height,
         tokens=image_tokens(width, height, in_token_limit),
@@ -614,7 +642,7 @@ def encode_image(
     mime = "image/png" if image_format == "PNG" else "image/jpeg"
     return PreparedImage(
         name=name,
-        data_url=f"data:{mime};base64,{base64.b64encode(payload).decode('ascii')}",
+        data=f"data:{mime};base64,{base64.b64encode(payload).decode('ascii')}",
         width=image.width,
         height=image.height,
         tokens=image_tokens(image.width, image.height, in_token_limit),

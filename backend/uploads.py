@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import TypeVar
 from backend.documents import prepare_pdf
 from backend.errors import ImageError
 from backend.i18n import msg
-from backend.images import PreparedImage, prepare_image
+from backend.images import PreparedImage, prepare_image, release_kept_blocks
 from backend.logs import LOGGER_NAME
 from backend.media import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult, UploadKind, sniff_kind
 from backend.video import prepare_video
@@ -90,15 +91,39 @@ class MediaWorkers:
         self.workers = workers or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="media")
         self._trim = _malloc_trim()
+        self._busy = 0
+        self._idle_since = time.monotonic()
 
     async def run(self, function: Callable[..., T], *args: object, **kwargs: object) -> T:
         """Run ``function(*args, **kwargs)`` in a worker thread and return its result."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: function(*args, **kwargs))
+        self._busy += 1
+        try:
+            return await loop.run_in_executor(self._pool, lambda: function(*args, **kwargs))
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle_since = time.monotonic()
 
     def release_memory(self) -> None:
         """Hand freed decode memory back to the system (after a message's media)."""
         self._trim()
+
+    async def release_when_idle(self, idle_s: float) -> bool:
+        """Hand freed memory back, and Pillow's kept blocks too once no media has been
+        prepared for ``idle_s`` seconds (they speed up a burst of photos, then would stay
+        in the RSS for good: :data:`backend.images.FREED_BLOCKS_KEPT`). True if the
+        blocks went. Runs in the pool, but does not count as media work.
+        """
+        idle = not self._busy and time.monotonic() - self._idle_since >= idle_s
+
+        def release() -> None:
+            if idle:
+                release_kept_blocks()
+            self._trim()
+
+        await asyncio.get_running_loop().run_in_executor(self._pool, release)
+        return idle
 
     def close(self) -> None:
         """Stop the threads (waits for running work to finish)."""

@@ -37,6 +37,7 @@ import httpx
 import psutil
 import socketio
 
+from backend.presenter import cut_off_note
 from backend.reasoning import ReasoningSplitter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +64,8 @@ class Workload:
         max_tokens: the answer budget sent (direct: ``max_tokens``; the app: its
             settings panel's value), or None for the server's and app's own.
         model: the served model name the direct side asks for.
+        uses_budget: every answer runs until ``max_tokens`` (random weights): the
+            app's "cut off" note is then the normal end of a turn, not an error.
     """
 
     text: str
@@ -71,6 +74,7 @@ class Workload:
     end: str
     max_tokens: int | None = None
     model: str = MODEL
+    uses_budget: bool = False
 
 
 def scripted(scenario: str) -> Workload:
@@ -221,7 +225,11 @@ class DirectClient:
                 choices = json.loads(line[6:])["choices"]
                 if not choices:
                     continue
-                parts = splitter.feed(choices[0]["delta"].get("content") or "")
+                delta = choices[0]["delta"]
+                # A server with a reasoning parser sends the reasoning in its own field
+                # (`reasoning`; `reasoning_content` before 2026): visible too, as in the app.
+                reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+                parts = splitter.feed(reasoning + (delta.get("content") or ""))
                 if parts:
                     last = time.perf_counter()
                     first = first or last
@@ -356,10 +364,13 @@ class Tab:
         file_ids: Sequence[str] = (),
         timeout_s: float = 600,
         marker: str = PACED_END,
+        cut_off_at: int | None = None,
     ) -> Timing:
         """Send one message (Enter) and wait for the end of the turn (``task_end``).
 
         The answer is the assistant message containing ``marker`` ("" = the longest one).
+        ``cut_off_at``: the answer is expected to use all these tokens, so the app's
+        note that it was cut off there ends a complete turn (random weights).
         """
         message = {
             "threadId": "",
@@ -389,7 +400,8 @@ class Tab:
             for m in self._messages.values()
             if m.get("type") == "assistant_message"
         ]
-        notes = [o for o in outputs if o.startswith("⚠️")]
+        expected = _cut_off_notes(cut_off_at)
+        notes = [o for o in outputs if o.startswith("⚠️") and not o.startswith(expected)]
         answers = [o for o in outputs if marker in o and o not in notes]
         answer = max(answers, key=len, default="")
         if notes and not error:
@@ -400,13 +412,21 @@ class Tab:
             (seen[-1] if seen else end) - start,
             end - start,
             answer,
-            complete=bool(answer),
+            complete=bool(answer) or (not error and any(o.startswith(expected) for o in outputs)),
             error=error,
         )
 
     async def close(self) -> None:
         """Close the socket, as closing the browser tab does."""
         await self.sio.disconnect()
+
+
+def _cut_off_notes(max_tokens: int | None) -> tuple[str, ...]:
+    """How the app's message starts when an answer with no text beside its reasoning
+    used all ``max_tokens``; () for None."""
+    if max_tokens is None:
+        return ()
+    return tuple(f"⚠️ {cut_off_note(max_tokens, in_reasoning=r)}" for r in (True, False))
 
 
 @dataclass

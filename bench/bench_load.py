@@ -209,7 +209,8 @@ async def app_ask(
         file_ids = [await tab.upload(photo)] if photo is not None else []
         if file_ids:
             await asyncio.sleep(think_s)
-        return await tab.ask(work.text, file_ids, marker=work.end)
+        cut_off_at = work.max_tokens if work.uses_budget else None
+        return await tab.ask(work.text, file_ids, marker=work.end, cut_off_at=cut_off_at)
     finally:
         await tab.close()
 
@@ -481,6 +482,7 @@ async def workload(args: argparse.Namespace, base_url: str) -> Workload:
         end="",
         max_tokens=args.tokens,
         model=models["data"][0]["id"],
+        uses_budget=True,
     )
 
 

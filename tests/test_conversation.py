@@ -22,7 +22,7 @@ from tests.fakes.kimi_server import ANSWER, REASONING
 def image(name: str, tokens: int = 100) -> PreparedImage:
     return PreparedImage(
         name=name,
-        data_url=f"data:image/png;base64,{name}",
+        data=f"data:image/png;base64,{name}",
         width=280,
         height=280,
         tokens=tokens,
@@ -153,6 +153,31 @@ async def test_second_request_body_has_no_reasoning(
     wire = json.dumps(body, ensure_ascii=False)
     assert REASONING[:40] not in wire and "◁" not in wire
     assert body["temperature"] == 0.8  # Thinking-2506's recommended temperature
+
+
+async def test_a_closed_tabs_images_leave_memory_and_a_returning_tab_sends_them_unchanged(
+    fake: RunningFake, make_session: SessionFactory, tmp_path: Path
+) -> None:
+    session = make_session(Settings(base_url=fake.base_url, max_images_per_prompt=4))
+    sent = (await session.prepare_uploads([Upload("rocket.jpg", DATA / "rocket.jpg")])).images
+    first = session.start_turn("m1", "What is in this picture? #scenario=plain", sent)
+    _ = [e async for e in session.respond(first, (await session.plan_request(first)).request)]
+    held = (await session.prepare_uploads([Upload("coffee.png", DATA / "coffee.png")])).images
+    session.keep_draft("m2", "and this one?", held)
+    urls = [sent[0].data_url, held[0].data_url]
+
+    folder = tmp_path / "session-files"
+    assert await session.spill_images(folder) == 2
+    assert all(isinstance(i.data, Path) for i in first.images + session.drafts["m2"].images)
+    assert sorted(len(f.read_text()) for f in folder.iterdir()) == sorted(map(len, urls))
+    assert await session.spill_images(folder) == 0  # a second close moves nothing again
+
+    # The tab comes back within the session timeout: the history goes out as before.
+    second = session.start_turn("m3", "And the sky? #scenario=plain", [])
+    request = (await session.plan_request(second)).request
+    assert request.messages[0]["content"][0]["image_url"]["url"] == urls[0]
+    draft = session.take_draft("m2")
+    assert draft is not None and [i.data_url for i in draft.images] == [urls[1]]
 
 
 async def test_edit_rewinds_history(fake: RunningFake, make_session: SessionFactory) -> None:

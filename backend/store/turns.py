@@ -212,7 +212,7 @@ class TurnStore:
             by_turn.setdefault(int(row["turn"]), []).append(
                 PreparedImage(
                     name=str(row["name"]),
-                    data_url=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}",
+                    data=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}",
                     width=int(row["width"]),
                     height=int(row["height"]),
                     tokens=int(row["tokens"]),
