@@ -431,19 +431,25 @@ def _cut_off_notes(max_tokens: int | None) -> tuple[str, ...]:
 
 @dataclass
 class Stack:
-    """The scripted server and the app, each in its own process."""
+    """The scripted server and the app (one or more processes), each in its own process."""
 
     base_url: str
-    ui_url: str
-    app: subprocess.Popen[bytes]
+    ui_urls: list[str]
+    """One per app process, in start order."""
+    apps: list[subprocess.Popen[bytes]]
     server: subprocess.Popen[bytes] | None
     """The scripted server's process, or None for a server this run did not start."""
     ready_s: float
 
     @property
+    def ui_url(self) -> str:
+        """The first app process's URL (the only one unless several were started)."""
+        return self.ui_urls[0]
+
+    @property
     def app_pid(self) -> int:
-        """The app's process id (``chainlit run``: the app runs in this process)."""
-        return self.app.pid
+        """The first app process's id (``chainlit run``: the app runs in this process)."""
+        return self.apps[0].pid
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -483,40 +489,45 @@ def running_server() -> Iterator[str]:
 
 @contextmanager
 def running_stack(
-    app_env: dict[str, str] | None = None, server_url: str | None = None
+    app_env: dict[str, str] | None = None, server_url: str | None = None, workers: int = 1
 ) -> Iterator[Stack]:
-    """The app (``python -m chainlit run app.py --headless``) in front of a server.
+    """The app (``python -m chainlit run app.py --headless``, ``workers`` processes on
+    ports of their own) in front of a server.
 
     The server is the scripted one, started here, or the OpenAI-compatible
     ``server_url`` (a real vLLM; its key in ``KIMI_API_KEY``), left running.
     The app's log goes to nowhere (``KIMI_APP_LOG=""``) unless ``app_env``
     names a file as ``KIMI_APP_LOG``; then the app's stderr goes to that name
     plus ``.stderr``. ``app_env`` adds or overrides environment variables of
-    the app. ``ready_s`` is the time from starting the app to its first
-    ``GET /`` answer.
+    the app. ``ready_s`` is the time from starting the app to the first
+    ``GET /`` answer of its last process.
     """
     with ExitStack() as exits:
         if server_url is None:
             base_url, server = exits.enter_context(scripted_server())
         else:
             base_url, server = server_url, None
-        ui_port = free_port()
         env = {**os.environ, "KIMI_BASE_URL": base_url, "KIMI_APP_LOG": "", **(app_env or {})}
         log = env["KIMI_APP_LOG"]
         stderr = exits.enter_context(open(f"{log}.stderr", "ab")) if log else subprocess.DEVNULL
         command = [sys.executable, "-m", "chainlit", "run", "app.py", "--headless"]
         started = time.monotonic()
-        app = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", str(ui_port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-        exits.callback(stop, app)
-        wait_for_200(f"http://127.0.0.1:{ui_port}/", 60)
-        ready_s = time.monotonic() - started
-        yield Stack(base_url, f"http://127.0.0.1:{ui_port}", app, server, ready_s)
+        urls, apps = [], []
+        for _ in range(workers):
+            port = free_port()
+            app = subprocess.Popen(
+                [*command, "--host", "127.0.0.1", "--port", str(port)],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+            exits.callback(stop, app)
+            urls.append(f"http://127.0.0.1:{port}")
+            apps.append(app)
+        for url in urls:
+            wait_for_200(f"{url}/", 60)
+        yield Stack(base_url, urls, apps, server, time.monotonic() - started)
 
 
 def write_results(name: str, markdown: str, data: dict[str, Any]) -> tuple[Path, Path]:

@@ -95,13 +95,15 @@ def figure(size: tuple[float, float]) -> Figure:
     return Figure(figsize=size)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Target:
-    """What is measured: the app (one process, or workers behind a proxy) and its server.
+    """What is measured: the app (one process, several, or workers behind a proxy) and
+    its server.
 
     Attributes:
         base_url: the scripted server's OpenAI base URL (the direct phases ask it).
-        ui_url: where tabs open the app.
+        ui_urls: where tabs open the app; new tabs go to each in turn (several app
+            processes this run started, each on its own port: no proxy between).
         pids: the processes whose CPU and RSS are the app's, summed (one ``chainlit
             run``, or every worker and HAProxy).
         ready_s: seconds from starting the app to its first answer (NaN: started elsewhere).
@@ -109,19 +111,22 @@ class Target:
     """
 
     base_url: str
-    ui_url: str
+    ui_urls: list[str]
     pids: list[int]
     ready_s: float
     sticky: bool = False
+    _opened: int = 0
 
     @classmethod
     def started(cls, stack: Stack) -> Target:
-        """The app this benchmark started itself (one process, no proxy)."""
-        return cls(stack.base_url, stack.ui_url, [stack.app_pid], stack.ready_s)
+        """The app this benchmark started itself (its processes, no proxy)."""
+        return cls(stack.base_url, stack.ui_urls, [a.pid for a in stack.apps], stack.ready_s)
 
     def tab(self, http: httpx.AsyncClient) -> Tab:
-        """A new browser tab of the app."""
-        return Tab(self.ui_url, http, load_page=self.sticky)
+        """A new browser tab of the app (of its next process)."""
+        url = self.ui_urls[self._opened % len(self.ui_urls)]
+        self._opened += 1
+        return Tab(url, http, load_page=self.sticky)
 
 
 def rss_total(pids: list[int]) -> float:
@@ -764,6 +769,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "--run-dir", default=".run", help="with --app-url: launch.sh's KIMI_RUN_DIR"
         )
         sub.add_argument(
+            "--app-workers",
+            type=int,
+            default=1,
+            help="start the app as N processes on ports of their own, new tabs to each in "
+            "turn (what --ui-workers does, without the proxy: where HAProxy is missing)",
+        )
+        sub.add_argument(
             "--app-env",
             action="append",
             default=[],
@@ -796,19 +808,25 @@ def main(argv: list[str] | None = None) -> None:
     if args.app_url:
         target = Target(
             (server or args.base_url).rstrip("/"),
-            args.app_url.rstrip("/"),
+            [args.app_url.rstrip("/")],
             args.app_pid,
             math.nan,
             sticky=True,
         )
         markdown, data = asyncio.run(runners[args.mode](args, target))
         markdown += (
-            f"\nThe app ran elsewhere at {target.ui_url}; CPU and RSS are the sums over "
+            f"\nThe app ran elsewhere at {args.app_url}; CPU and RSS are the sums over "
             f"processes {target.pids}.\n"
         )
     else:
-        with running_stack({"KIMI_APP_LOG": args.app_log, **app_env}, server) as stack:
+        env = {"KIMI_APP_LOG": args.app_log, **app_env}
+        with running_stack(env, server, args.app_workers) as stack:
             markdown, data = asyncio.run(runners[args.mode](args, Target.started(stack)))
+        if args.app_workers > 1:
+            markdown += (
+                f"\nThe app ran as {args.app_workers} processes, each on its own port; new tabs "
+                "went to each in turn (no proxy); CPU and RSS are their sums.\n"
+            )
     data["command"] = " ".join(["python -m bench.bench_load", *(argv or sys.argv[1:])])
     data["cpu_count"] = os.cpu_count()
     data["app_env"] = app_env

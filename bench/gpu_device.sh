@@ -9,7 +9,7 @@
 #   bash bench/gpu_device.sh carry                  # append the carried .whl/part* to /tmp/gpu
 #   bash bench/gpu_device.sh moe S                  # unpack; vLLM's MoE tuner, S s deadline
 #   bash bench/gpu_device.sh wave V1,V2 TAG S       # variants side by side, S s budget
-#   bash bench/gpu_device.sh appload S [PAIRS]      # launch.sh + the app under load
+#   bash bench/gpu_device.sh appload S [PAIRS] [WORKERS] [LEVELS]  # launch.sh + the app under load
 set -uo pipefail
 export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 out=${OUT:?OUT is the device tool\'s result folder}
@@ -67,9 +67,11 @@ case ${1:?step} in
     set -a && . ./.env && set +a
     grep -m1 -o "Using [^ ]* MoE config[^.]*\|Using configuration from [^ ]* for MoE layer" llm.log
     PYTHONPATH=/tmp/appsite:/tmp/site timeout "$((${2:-540} - SECONDS + start))" python3 -m bench.bench_load sweep \
-      --server "http://127.0.0.1:$port/v1" --levels 8 32 64 --kinds photo --pairs "${3:-30}" \
-      --tokens 512 --no-plot --name gpu_app_load --app-log "$out/app.log" 2>&1 | tail -n 12
-    cp bench/results/load_gpu_app_load.* "$out/" 2>/dev/null
+      --server "http://127.0.0.1:$port/v1" --levels ${5:-8 32 64} --kinds photo --pairs "${3:-30}" \
+      --app-workers "${4:-1}" --tokens 512 --no-plot --name "gpu_app_load_${4:-1}" \
+      --app-log "$out/app.log" 2>&1 | tail -n 14
+    cp bench/results/load_gpu_app_load_* "$out/" 2>/dev/null
+    command -v haproxy nginx || echo "no haproxy or nginx here"
     ./launch.sh stop >/dev/null 2>&1
     cp llm.log "$out/llm.log"
     ;;
