@@ -403,7 +403,8 @@ def sweep_plot(results: list[LevelResult], path: str) -> None:
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
         ax.legend()
-    axes[1].set_ylim(min(90.0, *(r.relayed_pct - 2 for r in results)), 102)
+    relayed = [r.relayed_pct for r in results]
+    axes[1].set_ylim(min(90.0, min(relayed) - 2), max(102.0, max(relayed) + 2))
     axes[1].ticklabel_format(axis="y", useOffset=False)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
