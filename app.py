@@ -18,28 +18,29 @@ from backend.chat import ChatSession, Upload
 from backend.i18n import in_any_language
 from backend.logs import configure as configure_logging
 from backend.panel import option_changes, profile_choices
-from backend.presenter import (
-    DEV_MODE_BANNER,
-    REGENERATE_LABEL,
-    SEND_ANYWAY_LABEL,
-    unusable_files_note,
-)
+from backend.presenter import DEV_MODE_BANNER, REGENERATE_LABEL
 from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
-from ui import history, server_panel
-from ui.answer import rerun_turn, retry_action, run_compare, run_turn, say, send_draft
+from ui import clock, history, prefetch, security, server_panel, status
+from ui.answer import (
+    hold_draft,
+    rerun_turn,
+    retry_action,
+    run_compare,
+    run_turn,
+    say,
+    send_draft,
+)
 from ui.connection import connect_or_wait, stop_waiting
 from ui.language import session_translator, translator_for_language
-from ui.prefetch import install as install_prefetch
-from ui.security import install as install_security
-from ui.status import install as install_status
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
 SETTINGS = Settings()
-install_security(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
-install_prefetch()  # uploaded images are prepared before the message is sent
-install_status()  # GET /kimi/status for ./launch.sh status
+security.install(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
+prefetch.install()  # uploaded images are prepared before the message is sent
+status.install()  # GET /kimi/status for ./launch.sh status
+clock.install()  # Chainlit's steps and messages without its 1 ms pause of the event loop
 _resources: AppResources | None = None
 
 # Sign-in and stored chats (ui/history.py): on once a user exists; None: the app runs
@@ -164,18 +165,8 @@ async def on_message(message: cl.Message) -> None:
             await image.send(for_id=message.id)
         prepared = await session.prepare_uploads(uploads)
         text = prepared.message_text(message.content)  # with PDF pages / video frame times
-        if prepared.problems:
-            session.keep_draft(message.id, text, prepared.images)
-            can_send = bool(message.content.strip() or prepared.images)
-            send = cl.Action(
-                name="send_anyway",
-                payload={"message": message.id},
-                label=session.tr(SEND_ANYWAY_LABEL),
-            )
-            await say(
-                unusable_files_note(prepared.problems, can_send, session.tr),
-                [send] if can_send else None,
-            )
+        if prepared.problems:  # kept back, with "Send anyway" when something can go
+            await hold_draft(session, message.id, text, prepared, typed=message.content)
             return
         for notice in prepared.notices:
             await say("ℹ️ " + session.tr.text(notice))

@@ -156,8 +156,9 @@ class Timing:
     """One answer as a client saw it, in seconds from the moment the question was sent.
 
     Attributes:
-        first_s: first visible text (reasoning or answer; through the app, also the
-            reasoning step opening).
+        first_s: the first token (direct: the first delta with text, a lone opening
+            marker included; through the app: the reasoning step opening, or the
+            first text).
         last_s: last visible text.
         end_s: end of the turn (direct: ``[DONE]``; app: ``task_end``).
         text: the visible text received (direct: reasoning and answer; app: the
@@ -180,11 +181,12 @@ def question(scenario: str) -> str:
 
 
 class DirectClient:
-    """Straight to the scripted server: one httpx client, SSE read line by line.
+    """Straight to the server: one httpx client, SSE read line by line.
 
-    "Visible" text is split out by the same
-    :class:`backend.reasoning.ReasoningSplitter` the app uses, so a marker cut
-    across chunks delays both sides alike.
+    The first token (``first_s``) is the first delta with any text, the opening
+    marker included, as the app opens its reasoning step on it. The last visible
+    text (``last_s``) is split out by the same
+    :class:`backend.reasoning.ReasoningSplitter` the app uses.
     """
 
     def __init__(self, base_url: str, api_key: str = "") -> None:
@@ -229,10 +231,14 @@ class DirectClient:
                 # A server with a reasoning parser sends the reasoning in its own field
                 # (`reasoning`; `reasoning_content` before 2026): visible too, as in the app.
                 reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
-                parts = splitter.feed(reasoning + (delta.get("content") or ""))
+                token = reasoning + (delta.get("content") or "")
+                if token and first is None:
+                    # The first token, even the opening marker alone: the app opens its
+                    # reasoning step on it, so a person sees the answer begin there.
+                    first = time.perf_counter()
+                parts = splitter.feed(token)
                 if parts:
                     last = time.perf_counter()
-                    first = first or last
                     received.extend(p.text for p in parts)
         end = time.perf_counter()
         text = "".join(received)

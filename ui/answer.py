@@ -13,7 +13,7 @@ from contextlib import aclosing
 import chainlit as cl
 
 from backend.batching import Pacing, coalesce
-from backend.chat import ChatSession, Planned
+from backend.chat import ChatSession, Planned, UploadResult
 from backend.client import ChatClient, ServedModel
 from backend.conversation import Turn
 from backend.errors import ChatError, can_retry
@@ -25,6 +25,7 @@ from backend.presenter import (
     MORE_TOKENS_LABEL,
     REGENERATE_LABEL,
     RETRY_LABEL,
+    SEND_ANYWAY_LABEL,
     TURN_GONE_NOTE,
     cut_off_note,
     incomplete_note,
@@ -33,6 +34,7 @@ from backend.presenter import (
     rerun_note,
     stats_line,
     stopped_note,
+    unusable_files_note,
 )
 from backend.safety import link_remote_images
 from backend.settings import profile_for
@@ -103,6 +105,20 @@ async def run_turn(
         await say("⚠️ " + tr.text(exc.message), retry)
         return
     await stream_answer(session, message_id, turn, planned)
+
+
+async def hold_draft(
+    session: ChatSession, message_id: str, text: str, prepared: UploadResult, typed: str
+) -> None:
+    """Keep back a message some of whose files could not be used (``prepared.problems``)
+    and say which; a "Send anyway" button under the note sends the rest, when the person
+    typed something (``typed``) or some images could be used."""
+    session.keep_draft(message_id, text, prepared.images)
+    can_send = bool(typed.strip() or prepared.images)
+    label = session.tr(SEND_ANYWAY_LABEL)
+    send = cl.Action(name="send_anyway", payload={"message": message_id}, label=label)
+    note = unusable_files_note(prepared.problems, can_send, session.tr)
+    await say(note, [send] if can_send else None)
 
 
 async def send_draft(session: ChatSession, message_id: str) -> None:
