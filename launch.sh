@@ -11,7 +11,8 @@ usage() {
 Usage: ./launch.sh [options]       start vLLM and the chat UI, restart vLLM if it dies
        ./launch.sh status          what runs: vLLM health, model, ports, parallel sizes,
                                    GPUs, uptime, last error lines of llm.log, UI, open chats
-       ./launch.sh logs [-f] [--app]   the end of llm.log (--app: app.log); -f follows
+       ./launch.sh logs [-f] [--app|--proxy]  the end of llm.log (--app: app.log and, with
+                                   --ui-workers, each app-N.log; --proxy: HAProxy's); -f follows
        ./launch.sh stop            stop what launch.sh started (by its recorded PIDs)
 
 Starts vLLM (Kimi-VL-A3B-Thinking-2506 on NVIDIA GPUs; without a GPU, dev mode:
@@ -92,6 +93,7 @@ while (($#)); do
       export KIMI_MAX_MODEL_LEN KIMI_DEV_MAX_MODEL_LEN; shift ;;
     logs:-f) follow=(-F) ;;
     logs:--app) which_log=KIMI_APP_LOG ;;
+    logs:--proxy) which_log=proxy ;;
     *:-h | *:--help) usage; exit 0 ;;
     *) usage >&2; die "unknown option for ${command}: $1" ;;
   esac
@@ -139,8 +141,17 @@ case $command in
   status | stop) exec "$app_py" -m serving.launcher "$command" ;;
   logs)
     eval "$("$app_py" -m serving.settings shell)"
-    [[ -n ${!which_log} && -f ${!which_log} ]] || die "no log yet: ${which_log}='${!which_log}'"
-    exec tail -n 50 "${follow[@]}" -- "${!which_log}" ;;
+    case $which_log in
+      proxy) files=("$KIMI_RUN_DIR/haproxy.log") ;;
+      KIMI_APP_LOG) # the single UI's log, and each worker's of --ui-workers (app.log -> app-1.log)
+        stem=${KIMI_APP_LOG%.*} suffix=${KIMI_APP_LOG#"$stem"}
+        files=("$KIMI_APP_LOG" "$stem"-[0-9]*"$suffix") ;;
+      *) files=("${!which_log}") ;;
+    esac
+    present=()
+    for file in "${files[@]}"; do [[ -n $file && -f $file ]] && present+=("$file"); done
+    ((${#present[@]})) || die "no log yet: ${files[*]}"
+    exec tail -n 50 "${follow[@]}" -- "${present[@]}" ;;
 esac
 
 "$app_py" -m serving.settings secrets

@@ -468,3 +468,21 @@ def test_ui_beyond_loopback_needs_a_user_or_allow_anonymous_with_a_warning(
     assert made.returncode == 0, made.stderr
     signed = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (signed.returncode, signed.stderr) == (0, "")
+
+
+def test_logs_shows_each_ui_workers_log_and_the_proxys(tmp_path: Path) -> None:
+    env = launch_env(tmp_path, KIMI_APP_LOG=str(tmp_path / "app.log"))
+    for name, line in [("app-1.log", "worker one answered"), ("app-2.log", "worker two answered")]:
+        (tmp_path / name).write_text(line + "\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "haproxy.log").write_text("Server ui/w2 is DOWN\n")
+
+    shown = run(["logs", "--app"], env)
+    assert shown.returncode == 0, shown.stderr
+    assert "worker one answered" in shown.stdout and "worker two answered" in shown.stdout
+    assert f"==> {tmp_path / 'app-2.log'} <==" in shown.stdout  # which worker said it
+    proxy = run(["logs", "--proxy"], env)
+    assert "Server ui/w2 is DOWN" in proxy.stdout
+    (tmp_path / "run" / "haproxy.log").unlink()
+    missing = run(["logs", "--proxy"], env)
+    assert missing.returncode != 0 and "no log yet" in missing.stderr
