@@ -39,7 +39,7 @@ from typing import Any
 import uvicorn
 from PIL import Image
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -340,7 +340,10 @@ class KimiServer:
             return JSONResponse({"detail": "Not Found"}, status_code=404)
         if self.tokenize_mode == "not-json":
             return Response("<html>proxy error page</html>", media_type="text/html")
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ClientDisconnect:  # a chat that ended cancelled its background count
+            return Response(status_code=499)
         if self.tokenize_mode == "kimi":
             return JSONResponse({"count": kimi_count(body), "max_model_len": self.max_model_len})
         text = json.dumps(body.get("messages", body.get("prompt", "")))
