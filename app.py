@@ -225,7 +225,8 @@ async def on_chat_end() -> None:
     session: ChatSession | None = cl.user_session.get("chat")
     if session is not None:
         await session.aclose()
-        await session.spill_images(cl.context.session.files_dir)
+        if not getattr(cl.context.session, "to_clear", False):  # else deleted at once
+            await session.spill_images(cl.context.session.files_dir)
 
 
 # --- Stored chats: resume (ui/history.py) ---------------------------------------

@@ -144,8 +144,9 @@ case $command in
     case $which_log in
       proxy) files=("$KIMI_RUN_DIR/haproxy.log") ;;
       KIMI_APP_LOG) # the single UI's log, and each worker's of --ui-workers (app.log -> app-1.log)
-        stem=${KIMI_APP_LOG%.*} suffix=${KIMI_APP_LOG#"$stem"}
-        files=("$KIMI_APP_LOG" "$stem"-[0-9]*"$suffix") ;;
+        name=${KIMI_APP_LOG##*/} && stem=${name%.*} && [[ $stem ]] || stem=$name
+        suffix=${name#"$stem"} folder=${KIMI_APP_LOG%"$name"}
+        files=("$KIMI_APP_LOG" "$folder$stem"-[0-9]*"$suffix") ;;
       *) files=("${!which_log}") ;;
     esac
     present=()

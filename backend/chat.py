@@ -444,15 +444,19 @@ class ChatSession:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     async def spill_images(self, folder: Path) -> int:
-        """Move every image of this chat (turns and drafts) out of memory into files in
-        ``folder``, and return how many moved.
+        """Move the images of this chat (finished turns and drafts) out of memory into
+        files in ``folder``, and return how many moved.
 
         For a tab that has closed: Chainlit keeps its session, in case the tab comes
         back, for ``session_timeout`` (60 s here), and then deletes the session's
         folder. Images are most of a chat's memory (about 1.4 MB for a 1.5 MB photo);
-        spilled, a returning tab finds them on disk and loses nothing.
+        spilled, a returning tab finds them on disk and loses nothing. A turn still
+        being answered keeps its images in memory (its answer is saved with them once
+        it ends, whenever that is). If the files cannot be written (a full disk), the
+        images stay in memory and 0 is returned.
         """
-        images = [i for t in self.conversation.turns for i in t.images]
+        turns = [t for t in self.conversation.turns if t.status != "pending"]
+        images = [i for t in turns for i in t.images]
         images += [i for d in self.drafts.values() for i in d.images]
         pending = {id(i): i for i in images if isinstance(i.data, str)}
         if not pending:
@@ -465,8 +469,12 @@ class ChatSession:
                 for key, image in pending.items()
             }
 
-        moved = await asyncio.to_thread(write)
-        for turn in self.conversation.turns:
+        try:
+            moved = await asyncio.to_thread(write)
+        except OSError as error:
+            log.warning("kept a closed chat's images in memory: %s", error)
+            return 0
+        for turn in turns:
             turn.images = [moved.get(id(i), i) for i in turn.images]
         for key, draft in self.drafts.items():
             self.drafts[key] = replace(draft, images=[moved.get(id(i), i) for i in draft.images])

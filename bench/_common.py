@@ -428,11 +428,13 @@ class Tab:
 
 
 def _cut_off_notes(max_tokens: int | None) -> tuple[str, ...]:
-    """How the app's message starts when an answer with no text beside its reasoning
-    used all ``max_tokens``; () for None."""
+    """How the app's message starts when an answer with no text beside its reasoning used
+    its whole budget (up to the number, which the app may have lowered to fit the
+    context); () for None."""
     if max_tokens is None:
         return ()
-    return tuple(f"⚠️ {cut_off_note(max_tokens, in_reasoning=r)}" for r in (True, False))
+    notes = (cut_off_note(max_tokens, in_reasoning=r) for r in (True, False))
+    return tuple(f"⚠️ {note[: note.index(str(max_tokens))]}" for note in notes)
 
 
 @dataclass

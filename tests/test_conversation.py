@@ -166,11 +166,21 @@ async def test_a_closed_tabs_images_leave_memory_and_a_returning_tab_sends_them_
     session.keep_draft("m2", "and this one?", held)
     urls = [sent[0].data_url, held[0].data_url]
 
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    assert await session.spill_images(blocked) == 0  # cannot write: all stays in memory
+    assert isinstance(first.images[0].data, str)
     folder = tmp_path / "session-files"
     assert await session.spill_images(folder) == 2
     assert all(isinstance(i.data, Path) for i in first.images + session.drafts["m2"].images)
     assert sorted(len(f.read_text()) for f in folder.iterdir()) == sorted(map(len, urls))
     assert await session.spill_images(folder) == 0  # a second close moves nothing again
+
+    # A turn still being answered when the tab closed keeps its images in memory.
+    answering = session.start_turn("m4", "and now? #scenario=plain", held)
+    assert await session.spill_images(folder) == 0
+    assert isinstance(answering.images[0].data, str)
+    session.conversation.turns.remove(answering)
 
     # The tab comes back within the session timeout: the history goes out as before.
     second = session.start_turn("m3", "And the sky? #scenario=plain", [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from PIL import Image
+from PIL import Image, _imaging
 
 from backend.errors import ClientClosed
 from backend.resources import KEPT_BLOCKS_IDLE_S, AppResources
@@ -59,13 +59,13 @@ async def test_pillow_keeps_freed_blocks_during_media_work_and_hands_them_back_w
     workers = MediaWorkers(1)
     try:
         await workers.run(_decode_a_photo)
-        kept = Image.core.get_stats()["blocks_cached"]
+        kept = _imaging.get_stats()["blocks_cached"]
         assert kept >= 1  # kept for the next photo
         assert not await workers.release_when_idle(idle_s=60)  # just used: a burst goes on
-        assert Image.core.get_stats()["blocks_cached"] == kept
+        assert _imaging.get_stats()["blocks_cached"] == kept
         await asyncio.sleep(0.05)
         assert await workers.release_when_idle(idle_s=0.02)
-        assert Image.core.get_stats()["blocks_cached"] == 0
+        assert _imaging.get_stats()["blocks_cached"] == 0
     finally:
         workers.close()
 

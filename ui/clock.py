@@ -43,12 +43,13 @@ class DistinctClock:
         self._last: datetime | None = None
 
     def __call__(self) -> str:
-        """``2026-12-01T16:40:00.123456Z``: ISO 8601 with microseconds (Chainlit's format)."""
+        """``2026-12-01T16:40:00.123456Z``: ISO 8601 with microseconds, always (Chainlit's
+        format, which drops a zero fraction; with it the strings sort as the times do)."""
         now = self._now()
         if self._last is not None:
             now = max(now, self._last + timedelta(milliseconds=1))
         self._last = now
-        return now.isoformat() + "Z"
+        return now.isoformat(timespec="microseconds") + "Z"
 
 
 def _no_pause(_seconds: float) -> None:

@@ -72,15 +72,15 @@ class TurnRecord:
         return self.stored_status in ("pending", INTERRUPTED)
 
 
-def image_key(thread_id: str, image: PreparedImage) -> str:
-    """The object key of a prepared image: content-addressed inside its chat's folder."""
-    data = _payload(image)
+def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
+    """The object key of a prepared image (content-addressed inside its chat's folder)
+    and its encoded bytes. Reads :attr:`PreparedImage.data_url` once: a spilled image's
+    is a file."""
+    header, _, encoded = image.data_url.partition(",")
+    data = base64.b64decode(encoded)
     digest = hashlib.sha256(data).hexdigest()[:40]
-    return f"prepared/{thread_id}/{digest}.{_EXTENSIONS.get(image.mime_type, 'bin')}"
-
-
-def _payload(image: PreparedImage) -> bytes:
-    return base64.b64decode(image.data_url[image.data_url.index(",") + 1 :])
+    mime = header.removeprefix("data:").split(";", 1)[0]
+    return f"prepared/{thread_id}/{digest}.{_EXTENSIONS.get(mime, 'bin')}", data
 
 
 def _now() -> str:
@@ -106,8 +106,7 @@ class TurnStore:
         rewinds the chat; a regenerate rewrites the last turn). Image files are
         written before the rows that name them, off the event loop.
         """
-        keys = [image_key(thread_id, image) for image in record.turn.images]
-        await asyncio.to_thread(self._write_images, keys, record.turn.images)
+        keys = await asyncio.to_thread(self._write_images, thread_id, record.turn.images)
         turn, now = record.turn, _now()
         row = {
             "thread_id": thread_id,
@@ -168,10 +167,15 @@ class TurnStore:
                     },
                 )
 
-    def _write_images(self, keys: list[str], images: list[PreparedImage]) -> None:
-        for key, image in zip(keys, images, strict=True):
+    def _write_images(self, thread_id: str, images: list[PreparedImage]) -> list[str]:
+        """Write each image's file unless it is there already; their keys, in order."""
+        keys = []
+        for image in images:
+            key, data = image_file(thread_id, image)
             if not self.files.exists(key):
-                self.files.write(key, _payload(image))
+                self.files.write(key, data)
+            keys.append(key)
+        return keys
 
     async def load(self, thread_id: str) -> list[TurnRecord]:
         """The stored turns of ``thread_id``, oldest first, images read back from disk.
