@@ -337,7 +337,7 @@ def test_help_lists_every_option_subcommand_and_setting() -> None:
     assert out.returncode == 0
     options = ["--dev", "--instruct", "--both", "--ui-only", "--server-only", "--vllm-port"]
     options += ["--ui-port", "--tp", "--pp", "--dp", "--max-model-len"]
-    for word in [*options, "status", "logs [-f] [--app]", "stop", "KIMI_ENV_FILE"]:
+    for word in [*options, "status", "logs [-f] [--app|--proxy]", "stop", "KIMI_ENV_FILE"]:
         assert word in out.stdout, word
     listed = set(re.findall(r"^  (KIMI_\w+)=", out.stdout, re.M))
     assert listed == {f"KIMI_{name.upper()}" for name in LaunchSettings.model_fields}
