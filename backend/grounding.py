@@ -47,7 +47,6 @@ second image", "图2", "第2张" / "第二张"; a mark before any such name is n
 
 from __future__ import annotations
 
-import base64
 import io
 import re
 from collections.abc import Sequence
@@ -58,7 +57,7 @@ from typing import Final, Literal, Protocol
 from PIL import Image, ImageDraw, ImageFont
 
 from backend.i18n import ENGLISH, Translator, msg
-from backend.images import PNG_COMPRESS_LEVEL
+from backend.images import PNG_COMPRESS_LEVEL, decode_data_url
 from backend.reasoning import strip_reasoning
 
 Source = Literal["click", "bbox_2d", "tuple"]
@@ -595,9 +594,8 @@ def not_drawn_note(reasons: Sequence[str], tr: Translator = ENGLISH) -> str:
 
 
 def _decode(data_url: str) -> tuple[Image.Image, str]:
-    header, _, payload = data_url.partition(",")
-    mime = header[len("data:") :].split(";")[0]
-    return Image.open(io.BytesIO(base64.b64decode(payload))), mime
+    mime, data = decode_data_url(data_url)
+    return Image.open(io.BytesIO(data)), mime
 
 
 def overlays(answer: str, images: Sequence[EncodedImage]) -> tuple[list[Overlay], Grounding]:

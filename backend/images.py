@@ -190,17 +190,28 @@ class PreparedImage:
     @property
     def mime_type(self) -> str:
         """``image/png``, ``image/jpeg`` or (an upload sent as it is) ``image/webp``."""
-        return self.data_url[len("data:") : self.data_url.index(";")]
+        url = self.data_url
+        return url[len("data:") : url.index(";")]
 
     @property
     def payload_bytes(self) -> int:
         """Bytes of the encoded image inside :attr:`data_url` (before base64)."""
-        encoded = self.data_url[self.data_url.index(",") + 1 :]
+        encoded = self.data_url.partition(",")[2]
         return len(encoded) * 3 // 4 - encoded.count("=", len(encoded) - 2)
 
     def as_content_part(self) -> dict[str, Any]:
         """The OpenAI chat content part: ``{"type": "image_url", "image_url": {"url": ...}}``."""
         return {"type": "image_url", "image_url": {"url": self.data_url}}
+
+
+def decode_data_url(url: str) -> tuple[str, bytes]:
+    """``data:image/png;base64,...`` -> (``"image/png"``, the encoded image's bytes).
+
+    Raises:
+        binascii.Error: the payload is not base64.
+    """
+    header, _, encoded = url.partition(",")
+    return header.removeprefix("data:").split(";", 1)[0], base64.b64decode(encoded)
 
 
 def _patches(width: int, height: int) -> int:

@@ -28,7 +28,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.conversation import Turn, TurnStatus
-from backend.images import PreparedImage
+from backend.images import PreparedImage, decode_data_url
 from backend.store.files import FileStore
 
 INTERRUPTED: Final = "interrupted"
@@ -76,10 +76,8 @@ def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
     """The object key of a prepared image (content-addressed inside its chat's folder)
     and its encoded bytes. Reads :attr:`PreparedImage.data_url` once: a spilled image's
     is a file."""
-    header, _, encoded = image.data_url.partition(",")
-    data = base64.b64decode(encoded)
+    mime, data = decode_data_url(image.data_url)
     digest = hashlib.sha256(data).hexdigest()[:40]
-    mime = header.removeprefix("data:").split(";", 1)[0]
     return f"prepared/{thread_id}/{digest}.{_EXTENSIONS.get(mime, 'bin')}", data
 
 
