@@ -74,7 +74,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 command=start
 case ${1-} in status | logs | stop) command=$1; shift ;; esac
-dev=0 ui_only=0 server_only=0 follow=() which_log=KIMI_LLM_LOG
+dev=0 ui_only=0 server_only=0 follow=() which_log=llm
 while (($#)); do
   case $command:$1 in
     start:--dev) dev=1 ;;
@@ -92,7 +92,7 @@ while (($#)); do
       KIMI_MAX_MODEL_LEN=$(number "$1" "${2-}"); KIMI_DEV_MAX_MODEL_LEN=$KIMI_MAX_MODEL_LEN
       export KIMI_MAX_MODEL_LEN KIMI_DEV_MAX_MODEL_LEN; shift ;;
     logs:-f) follow=(-F) ;;
-    logs:--app) which_log=KIMI_APP_LOG ;;
+    logs:--app) which_log=app ;;
     logs:--proxy) which_log=proxy ;;
     *:-h | *:--help) usage; exit 0 ;;
     *) usage >&2; die "unknown option for ${command}: $1" ;;
@@ -140,19 +140,9 @@ fi
 case $command in
   status | stop) exec "$app_py" -m serving.launcher "$command" ;;
   logs)
-    eval "$("$app_py" -m serving.settings shell)"
-    case $which_log in
-      proxy) files=("$KIMI_RUN_DIR/haproxy.log") ;;
-      KIMI_APP_LOG) # the single UI's log, and each worker's of --ui-workers (app.log -> app-1.log)
-        name=${KIMI_APP_LOG##*/} && stem=${name%.*} && [[ $stem ]] || stem=$name
-        suffix=${name#"$stem"} folder=${KIMI_APP_LOG%"$name"}
-        files=("$KIMI_APP_LOG" "$folder$stem"-[0-9]*"$suffix") ;;
-      *) files=("${!which_log}") ;;
-    esac
-    present=()
-    for file in "${files[@]}"; do [[ -n $file && -f $file ]] && present+=("$file"); done
-    ((${#present[@]})) || die "no log yet: ${files[*]}"
-    exec tail -n 50 "${follow[@]}" -- "${present[@]}" ;;
+    files=$("$app_py" -m serving.launcher logs "$which_log") || exit 1
+    mapfile -t files <<<"$files"
+    exec tail -n 50 "${follow[@]}" -- "${files[@]}" ;;
 esac
 
 "$app_py" -m serving.settings secrets

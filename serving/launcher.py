@@ -26,6 +26,9 @@ Command line (used by ``launch.sh``; each refusal is one line on stderr, exit 2)
         seconds to wait before restart N of a quick-failing vLLM; exit 3 to give up
     python -m serving.launcher status | stop
         ./launch.sh status and ./launch.sh stop (see serving.runstate)
+    python -m serving.launcher logs {llm,app,proxy}
+        the log files ./launch.sh logs shows, one a line (app: the UI's and each
+        --ui-workers worker's); exit 1 when there is none yet
 
 Sources for the seed flags: issue 2 part 1; CPU specifics: ``docs/facts.md``
 ("vLLM on the CPU"); version differences: ``docs/facts.md`` ("vLLM on the H200 test machine").
@@ -517,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     backoff_p.add_argument("failures", type=int)
     sub.add_parser("status", help="./launch.sh status")
     sub.add_parser("stop", help="./launch.sh stop")
+    logs_p = sub.add_parser("logs", help="the log files ./launch.sh logs shows")
+    logs_p.add_argument("which", choices=["llm", "app", "proxy"])
     args = parser.parse_args(argv)
 
     if args.command == "gpus":
@@ -536,6 +541,18 @@ def main(argv: list[str] | None = None) -> int:
             say(f"nothing to stop: no record in {run_dir}/")
             return 0
         return 0 if runstate.stop(state, say=say) else 1
+    if args.command == "logs":
+        named = {
+            "llm": [settings.llm_log],
+            "app": [settings.app_log, *proxy.worker_logs(settings.app_log)],
+            "proxy": [str(run_dir / proxy.LOG_FILE)],
+        }[args.which]
+        present = [name for name in named if name and Path(name).is_file()]
+        if not present:
+            say(f"no log yet: {' '.join(filter(None, named)) or args.which}")
+            return 1
+        print("\n".join(present))
+        return 0
     if args.command == "claim":
         state = runstate.read_state(run_dir)
         pid = int(state.get("launch_pid", "0") or 0)

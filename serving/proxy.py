@@ -187,6 +187,15 @@ def worker_log(app_log: str, index: int) -> str:
     return str(path.with_name(f"{path.stem}-{index}{path.suffix}"))
 
 
+def worker_logs(app_log: str) -> list[str]:
+    """The app logs of the UI workers a ``--ui-workers`` launch left, in worker order
+    (:func:`worker_log` 1, 2, ... while the file exists); [] for an empty ``app_log``."""
+    logs: list[str] = []
+    while app_log and Path(name := worker_log(app_log, len(logs) + 1)).is_file():
+        logs.append(name)
+    return logs
+
+
 def pick_ports(
     first: int, count: int, in_use: Callable[[int], bool], avoid: Iterable[int] = ()
 ) -> list[int]:

@@ -77,6 +77,16 @@ def plan_with_busy_port(run_dir: Path, host: str = "127.0.0.1") -> proxy.ProxyPl
     )
 
 
+def test_the_worker_logs_found_are_those_of_workers_1_to_n(tmp_path: Path) -> None:
+    for name in ["app-1", "app-2", "app-4"]:  # no dot in the name; worker 3 never wrote
+        (tmp_path / name).write_text("")
+    assert proxy.worker_logs(str(tmp_path / "app")) == [
+        str(tmp_path / "app-1"),
+        str(tmp_path / "app-2"),
+    ]
+    assert proxy.worker_logs("") == []
+
+
 def test_workers_get_the_next_free_ports_and_their_own_logs(tmp_path: Path) -> None:
     plan = plan_with_busy_port(tmp_path)
     assert [(w.name, w.port, w.log) for w in plan.workers] == [
