@@ -4,14 +4,14 @@ Benchmarks measure the app side by side with Open WebUI, in the same run, agains
 the same scripted server (``tests/fakes/kimi_server.py``). This module is the
 shared harness; nothing in the tests or CI uses it (CI never installs Open WebUI).
 
-Install (once; about 10 minutes and 2.5 GB here, pip's output in
+Install (once; 11.5 minutes and 2.9 GB here on 2026-12-01, pip's output in
 ``artifacts/openwebui-install.log``)::
 
     .venv/bin/python -m bench.openwebui install
 
 Run it in a bench script::
 
-    from bench._common import running_server
+    from bench._common import PACED_END, question, running_server
     from bench.openwebui import OpenWebUITab, running_openwebui
 
     with running_server() as base_url, running_openwebui(base_url) as peer:
@@ -19,7 +19,7 @@ Run it in a bench script::
         async with httpx.AsyncClient() as http:
             tab = OpenWebUITab(peer, http)
             await tab.open()
-            timing = await tab.ask(question("paced"))   # bench._common.Timing
+            timing = await tab.ask(question("paced"), PACED_END)  # bench._common.Timing
             await tab.close()
 
 A real browser tab, signed in and ready to type (Playwright)::
@@ -28,7 +28,8 @@ A real browser tab, signed in and ready to type (Playwright)::
     page = context.new_page(); page.goto(peer.url)
 
 Try it by hand: ``.venv/bin/python -m bench.openwebui smoke`` starts the scripted
-server and Open WebUI, asks once through the browser's path and prints the timing.
+server and Open WebUI, asks twice in one chat through the browser's path and prints
+the timings.
 
 How Open WebUI's browser sends a message (read in its 0.12.4 wheel: the built
 frontend ``open_webui/frontend/_app/immutable/...`` and the backend
@@ -39,13 +40,16 @@ frontend ``open_webui/frontend/_app/immutable/...`` and the backend
    ``websocket``, ``auth={"token": <JWT>}``) and emits ``user-join`` with the
    same token; the server puts the socket in the room ``user:<id>``.
 2. Enter POSTs ``/api/chat/completions`` (``Authorization: Bearer <JWT>``) with
-   the whole conversation in ``messages``, the new ``user_message``, the
-   assistant message's ``id``, ``parent_id`` (``null`` for a new chat, so the
-   server creates it), ``chat_id`` (after the first turn), ``session_id`` (the
+   the new ``user_message``, the assistant message's ``id`` (and ``message_ids``),
+   ``parent_id`` (``null`` for a new chat, so the server creates it; then the
+   last answer's id), ``chat_id`` (from the second turn on), ``session_id`` (the
    socket's id), ``model_item`` (the model as ``/api/models`` lists it) and
-   ``background_tasks``. With ``session_id`` and a chat, the server answers at
-   once with JSON (``{"status": true, "task_ids": [...], "chat_id": ...}``) and
-   streams the answer in a background task.
+   ``background_tasks``, but no ``messages``: the server reads the conversation
+   from the stored chat. With ``session_id`` and a chat it answers at once with
+   JSON (``{"status": true, "task_ids": [...], "chat_id": ...}``) and streams
+   the answer in a background task. The page then joins the chat's room
+   (``events:chat`` ``join``), reports the model in use (``usage``) and reloads
+   its sidebar on each ``chat:list`` event.
 3. The answer arrives over the socket as ``events`` messages to the user's room,
    ``{"chat_id", "message_id", "data": {"type", "data"}}``: ``response:completion``
    with ``response.output_text.delta`` / ``response.reasoning_text.delta`` deltas
@@ -57,14 +61,20 @@ So a person sees the first words at the first event of the message that carries
 text (a delta, or a snapshot with text or a reasoning item: the "Thinking"
 block), and the last ones at the last such event. The SSE stream of
 ``/api/chat/completions`` is the path only for callers without a socket (API
-clients), not for the browser.
+clients), not for the browser. All of this was checked against a real tab
+(Debian's chromium through Playwright, ``storage_state`` below): its request
+body and socket frames, and Open WebUI's log of the page's requests.
 
 Pitfalls: every socket of one user gets every chat's events (the room is the
 user's), so N concurrent chats as one user cost N² deliveries; load benchmarks
 give each chat its own user (:meth:`Peer.add_user`), as N people would be.
 Title, tag and follow-up generation are off unless ``tasks=True``: each would be
 one more completion on the scripted server after every answer (with the
-scenario tag in its prompt, so a whole scripted answer each).
+scenario tag in its prompt, so a whole scripted answer each). A reused
+``data_dir`` keeps the settings of its first start (Open WebUI stores them in its
+database): the connection is pointed at ``base_url`` again on every start, but
+``tasks`` only counts in a new folder. Under load it starts slowly (more than
+5 minutes at a load average of 15 on 2 cores); ``ready_timeout_s`` is 10 minutes.
 """
 
 from __future__ import annotations
@@ -296,6 +306,35 @@ def sign_in(url: str, password: str) -> str:
     return token
 
 
+def connect(url: str, token: str, base_url: str, api_key: str) -> None:
+    """Point Open WebUI's one OpenAI connection at ``base_url`` (the admin panel's call,
+    ``POST /openai/config/update``).
+
+    Needed when ``DATA_DIR`` is reused: the connection saved in its database at the
+    first start wins over ``OPENAI_API_BASE_URL`` (``ENABLE_PERSISTENT_CONFIG``, on
+    by default and left on: with it off, every setting is read from memory instead
+    of the database, which is not how Open WebUI runs).
+    """
+    form = {"ENABLE_OPENAI_API": True, "OPENAI_API_CONFIGS": {}}
+    form |= {"OPENAI_API_BASE_URLS": [base_url], "OPENAI_API_KEYS": [api_key]}
+    response = httpx.post(
+        f"{url}/openai/config/update", json=form, headers={"Authorization": f"Bearer {token}"}
+    )
+    response.raise_for_status()
+
+
+def seen_release_notes(url: str, token: str) -> None:
+    """Mark this version's "What's New" dialog as read for the token's user, as its
+    "Okay, Let's Go!" button does (``POST /api/v1/users/user/settings/update`` with
+    ``{"ui": {"version": ...}}``): it opens over the chat for an admin otherwise."""
+    response = httpx.post(
+        f"{url}/api/v1/users/user/settings/update",
+        json={"ui": {"version": VERSION}},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    response.raise_for_status()
+
+
 def listed_model(url: str, token: str, timeout_s: float = 30) -> dict[str, Any]:
     """The first model ``/api/models`` lists (Open WebUI asks the server's ``/models``).
 
@@ -334,7 +373,7 @@ def running_openwebui(
     tasks: bool = False,
     data_dir: Path | None = None,
     venv: Path = VENV,
-    ready_timeout_s: float = 300,
+    ready_timeout_s: float = 600,
 ) -> Iterator[Peer]:
     """Open WebUI running offline in front of the OpenAI-compatible ``base_url``.
 
@@ -371,6 +410,8 @@ def running_openwebui(
         _wait_ready(url, process, log, ready_timeout_s)
         ready_s = time.monotonic() - started
         token = sign_in(url, password)
+        seen_release_notes(url, token)
+        connect(url, token, base_url, api_key)
         item = listed_model(url, token)
         yield Peer(url, token, str(item["id"]), item, process, ready_s, log)
 
@@ -418,29 +459,44 @@ class OpenWebUITab:
     Use :meth:`open`, then :meth:`ask` as often as wanted (one chat, turn after
     turn), then :meth:`close`. ``token`` is whose tab it is (default the admin's;
     give each concurrent chat a user of its own: :meth:`Peer.add_user`).
+
+    ``refreshes``: the page's own requests during a turn, made as it makes them:
+    on each ``chat:list`` event the sidebar reloads (``GET /api/v1/chats/?page=1``
+    and ``/api/v1/chats/pinned``), and a new chat is loaded once
+    (``GET /api/v1/chats/<id>``). A real tab made 10 such requests in its first
+    turn (Open WebUI's log); off, only the chat itself is measured.
     """
 
     peer: Peer
     http: httpx.AsyncClient
     token: str = ""
+    refreshes: bool = True
     sio: socketio.AsyncClient = field(default_factory=socketio.AsyncClient)
+    user: dict[str, Any] = field(default_factory=dict)
+    """``{"id", "name"}`` of whose tab it is (``GET /api/v1/auths/``, as the page loads)."""
     chat_id: str | None = None
-    messages: list[dict[str, str]] = field(default_factory=list)
-    """The conversation so far, as the browser sends it."""
     parent_id: str | None = None
     """The last assistant message's id (the next user message's parent)."""
     _message_id: str = ""
     _seen: list[float] = field(default_factory=list)
     _final: dict[str, Any] = field(default_factory=dict)
     _done: asyncio.Event = field(default_factory=asyncio.Event)
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
 
     async def open(self, timeout_s: float = 30) -> None:
-        """Connect the socket with the token and join (``user-join``), as the page does.
+        """Load whose tab it is, connect the socket with the token and join (``user-join``).
 
         The join is awaited (its acknowledgement), where the page fires it and
-        goes on: so the room is joined before the first message is sent.
+        goes on: so the socket is in the user's room before the first message.
         """
         self.token = self.token or self.peer.token
+        me = await self.http.get(f"{self.peer.url}/api/v1/auths/", headers=self._auth)
+        me.raise_for_status()
+        self.user = {"id": me.json()["id"], "name": me.json()["name"]}
         self.sio.on("events", self._on_event)
         await self.sio.connect(
             self.peer.url,
@@ -452,9 +508,11 @@ class OpenWebUITab:
         await self.sio.call("user-join", {"auth": {"token": self.token}}, timeout=timeout_s)
 
     async def _on_event(self, event: dict[str, Any]) -> None:
+        kind, data = event["data"].get("type"), event["data"].get("data") or {}
+        if kind == "chat:list" and self.refreshes:
+            self._refresh("/api/v1/chats/?page=1", "/api/v1/chats/pinned")
         if event.get("message_id") != self._message_id or not self._message_id:
             return
-        kind, data = event["data"].get("type"), event["data"].get("data") or {}
         if kind not in ("chat:completion", "response:completion"):
             return
         if _visible(data):
@@ -463,27 +521,49 @@ class OpenWebUITab:
             self._final = data
             self._done.set()
 
+    def _refresh(self, *paths: str) -> None:
+        """GET ``paths`` in the background, as the page's stores reload."""
+
+        async def get() -> None:
+            for path in paths:
+                await self.http.get(f"{self.peer.url}{path}", headers=self._auth)
+
+        task = asyncio.create_task(get())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     def _body(self, text: str, user_id: str, assistant_id: str) -> dict[str, Any]:
-        """The ``/api/chat/completions`` body of the frontend's ``sendMessageSocket``."""
+        """The ``/api/chat/completions`` body a real tab sent (captured from Debian's
+        chromium on Open WebUI 0.12.4), less what only fills prompt templates.
+
+        No ``messages``: the page sends only a system prompt there (none is set)
+        and the server reads the conversation from the stored chat.
+        """
+        model = self.peer.model
         user_message = {
             "id": user_id,
             "parentId": self.parent_id,
             "childrenIds": [assistant_id],
             "role": "user",
+            "user": self.user,
+            "user_id": self.user["id"],
             "content": text,
             "timestamp": int(time.time()),
-            "models": [self.peer.model],
+            "models": [model],
         }
+        features = {"voice": False, "image_generation": False, "code_interpreter": False}
         body: dict[str, Any] = {
             "stream": True,
-            "model": self.peer.model,
-            "messages": [*self.messages, {"role": "user", "content": text}],
-            "params": {},
-            "features": {"voice": False, "image_generation": False, "web_search": False},
-            "variables": {},
+            "model": model,
+            "params": {"model_controls": {}},
+            "tool_ids": [],
+            "tool_servers": [],
+            "features": {**features, "web_search": False, "memory": True},
+            "variables": {"{{USER_NAME}}": self.user["name"], "{{USER_LANGUAGE}}": "en-US"},
             "model_item": self.peer.model_item,
             "session_id": self.sio.get_sid(),
             "id": assistant_id,
+            "message_ids": [{"model_id": model, "message_id": assistant_id, "modelIdx": 0}],
             "parent_id": self.parent_id,
             "user_message": user_message,
             "background_tasks": {"follow_up_generation": True},
@@ -491,6 +571,7 @@ class OpenWebUITab:
         if self.chat_id:
             body["chat_id"] = self.chat_id
         else:
+            body["chat_variables"] = {}
             body["background_tasks"] |= {"title_generation": True, "tags_generation": True}
         return body
 
@@ -498,7 +579,8 @@ class OpenWebUITab:
         """Send one message (Enter) and wait for the end of the answer (``done``).
 
         ``end``: the words a complete answer ends with ("" = any answer without
-        an error). Times are seconds from just before the POST.
+        an error). Times are seconds from just before the POST; ``text`` of the
+        result is the answer without its reasoning.
         """
         user_id, assistant_id = str(uuid.uuid4()), str(uuid.uuid4())
         self._message_id, self._final = assistant_id, {}
@@ -508,25 +590,20 @@ class OpenWebUITab:
         response = await self.http.post(
             f"{self.peer.url}/api/chat/completions",
             json=self._body(text, user_id, assistant_id),
-            headers={"Authorization": f"Bearer {self.token}"},
+            headers=self._auth,
             timeout=timeout_s,
         )
         error = "" if response.status_code == 200 else f"HTTP {response.status_code}"
         if not error:
-            self.chat_id = response.json().get("chat_id") or self.chat_id
+            await self._started(response.json().get("chat_id"))
             try:
                 await asyncio.wait_for(self._done.wait(), timeout_s)
             except TimeoutError:
                 error = f"no done within {timeout_s:.0f} s"
         end_at = time.perf_counter()
         error = error or str(self._final.get("error") or "")
-        answer = "".join(
-            _item_text(i) for i in self._final.get("output") or [] if i.get("type") == "message"
-        )
-        self.messages += [
-            {"role": "user", "content": text},
-            {"role": "assistant", "content": answer},
-        ]
+        output = self._final.get("output") or []
+        answer = "".join(_item_text(i) for i in output if i.get("type") == "message")
         self.parent_id = assistant_id
         seen = self._seen
         return Timing(
@@ -538,36 +615,49 @@ class OpenWebUITab:
             error=error,
         )
 
+    async def _started(self, chat_id: str | None) -> None:
+        """After the POST, as the page: a new chat is joined (``events:chat``) and loaded;
+        the model is reported in use (``usage``)."""
+        if chat_id and chat_id != self.chat_id:
+            self.chat_id = chat_id
+            await self.sio.emit("events:chat", {"chat_id": chat_id, "data": {"type": "join"}})
+            if self.refreshes:
+                self._refresh(f"/api/v1/chats/{chat_id}")
+        usage = {"action": "chat", "model": self.peer.model, "chat_id": ""}
+        await self.sio.emit("usage", usage)
+
     async def close(self) -> None:
-        """Close the socket, as closing the browser tab does."""
+        """Close the socket, as closing the browser tab does (page requests still
+        under way are awaited first)."""
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.sio.disconnect()
 
 
 # --------------------------------------------------------------------------- CLI
 
 
-async def _smoke(peer: Peer, question: str, end: str) -> Timing:
+async def _smoke(peer: Peer, question: str, end: str) -> list[Timing]:
     async with httpx.AsyncClient() as http:
         tab = OpenWebUITab(peer, http, token=await peer.add_user(http, "smoke"))
         await tab.open()
         try:
-            return await tab.ask(question, end)
+            return [await tab.ask(question, end), await tab.ask(question, end)]
         finally:
             await tab.close()
 
 
 def smoke() -> None:
-    """Start the scripted server and Open WebUI, ask once, print what happened."""
+    """Start the scripted server and Open WebUI, ask twice in one chat, print the timings."""
     from bench._common import PACED_END, question, running_server
 
     with running_server() as base_url, running_openwebui(base_url) as peer:
         print(f"Open WebUI {peer.url} pid {peer.pid} ready in {peer.ready_s:.1f} s, {peer.model}")
-        timing = asyncio.run(_smoke(peer, question("paced"), PACED_END))
-        print(
-            f"first visible {timing.first_s * 1000:.0f} ms, last {timing.last_s * 1000:.0f} ms, "
-            f"done {timing.end_s * 1000:.0f} ms, complete={timing.complete} {timing.error}"
-        )
-        print(f"answer ends: {timing.text[-60:]!r}")
+        for turn, timing in enumerate(asyncio.run(_smoke(peer, question("paced"), PACED_END))):
+            print(
+                f"turn {turn + 1}: first visible {timing.first_s * 1000:.0f} ms, "
+                f"last {timing.last_s * 1000:.0f} ms, done {timing.end_s * 1000:.0f} ms, "
+                f"complete={timing.complete} {timing.error} ...{timing.text[-30:]!r}"
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -576,7 +666,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("install", help=f"create {VENV.name} with open-webui=={VERSION}")
     p.add_argument("--force", action="store_true", help="make the environment anew")
-    sub.add_parser("smoke", help="start it against the scripted server and ask once")
+    sub.add_parser("smoke", help="start it against the scripted server and ask twice")
     args = parser.parse_args(argv)
     if args.command == "install":
         done = install(force=args.force)
