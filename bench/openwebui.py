@@ -292,8 +292,11 @@ def start_openwebui(
         )
 
 
-def _log_tail(log: Path, lines: int = 20) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+def _log_tail(log: Path | None, lines: int = 20) -> str:
+    """ ":" and the last ``lines`` lines of ``log``, for an error message ("" for None)."""
+    if log is None or not log.exists():
+        return ""
+    return ":\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def sign_in(url: str, password: str) -> str:
@@ -407,7 +410,7 @@ def running_openwebui(
         started = time.monotonic()
         process = start_openwebui(port, env, log, venv)
         exits.callback(stop, process)
-        _wait_ready(url, process, log, ready_timeout_s)
+        wait_until_ready(f"{url}/", process, ready_timeout_s, log)
         ready_s = time.monotonic() - started
         token = sign_in(url, password)
         seen_release_notes(url, token)
@@ -416,18 +419,26 @@ def running_openwebui(
         yield Peer(url, token, str(item["id"]), item, process, ready_s, log)
 
 
-def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
-    """Return at the first HTTP 200 of ``url/``, polling every 20 ms."""
+def wait_until_ready(
+    url: str, process: subprocess.Popen[bytes], timeout_s: float, log: Path | None = None
+) -> None:
+    """Return at the first HTTP 200 of ``url`` (polled every 20 ms) while ``process`` runs.
+
+    Raises:
+        RuntimeError: ``process`` exited first, or no 200 within ``timeout_s``
+            (with the end of ``log`` in the message).
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"Open WebUI exited ({process.returncode}):\n{_log_tail(log)}")
+            why = f"{process.args!r} exited ({process.returncode})"
+            raise RuntimeError(why + _log_tail(log))
         try:
-            wait_for_200(f"{url}/", min(5.0, deadline - time.monotonic()))
+            wait_for_200(url, min(5.0, deadline - time.monotonic()))
             return
         except RuntimeError:
             continue
-    raise RuntimeError(f"Open WebUI not ready after {timeout_s} s:\n{_log_tail(log)}")
+    raise RuntimeError(f"{url} not ready after {timeout_s} s" + _log_tail(log))
 
 
 # --------------------------------------------------------------------------- chat driver
