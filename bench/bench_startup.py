@@ -149,10 +149,12 @@ SIDES: dict[str, Side] = {
 
 @dataclass
 class Measured:
-    """One side's rounds: ready seconds and idle RSS (MB), round 1 first."""
+    """One side's rounds, round 1 first: ready seconds, idle RSS (MB), and the machine's
+    1-minute load average just before each start."""
 
     ready_s: list[float] = field(default_factory=list)
     idle_rss_mb: list[float] = field(default_factory=list)
+    load_1m: list[float] = field(default_factory=list)
 
 
 def run_rounds(
@@ -166,26 +168,35 @@ def run_rounds(
             state.mkdir()
         for r in range(rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
+                load = os.getloadavg()[0]
                 with SIDES[name](base_url, states[name]) as (ready_s, pid):
                     time.sleep(settle_s)
                     rss = tree_rss_mb(pid)
                 results[name].ready_s.append(ready_s)
                 results[name].idle_rss_mb.append(rss)
-                print(f"round {r + 1} {name}: ready {ready_s:.2f} s, idle RSS {rss:.0f} MB")
+                results[name].load_1m.append(load)
+                print(
+                    f"round {r + 1} {name}: ready {ready_s:.2f} s, idle RSS {rss:.0f} MB "
+                    f"(load {load:.1f} before)",
+                    flush=True,
+                )
     return results
 
 
 def table(results: dict[str, Measured]) -> str:
-    """The markdown table: first start, restarts (median, min, max), idle RSS (median)."""
+    """The markdown table: first start, restarts (median, min, max), idle RSS (median),
+    the 1-minute load average before the starts (lowest-highest)."""
     lines = [
-        "| UI | first start (s) | restart median (s) | min (s) | max (s) | idle RSS (MB) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| UI | first start (s) | restart median (s) | min (s) | max (s) | idle RSS (MB) "
+        "| load (1 min) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for name, m in results.items():
         first, restarts = m.ready_s[0], m.ready_s[1:] or m.ready_s
         lines.append(
             f"| {name} | {first:.2f} | {statistics.median(restarts):.2f} | "
-            f"{min(restarts):.2f} | {max(restarts):.2f} | {statistics.median(m.idle_rss_mb):.0f} |"
+            f"{min(restarts):.2f} | {max(restarts):.2f} | {statistics.median(m.idle_rss_mb):.0f} | "
+            f"{min(m.load_1m):.1f}-{max(m.load_1m):.1f} |"
         )
     return "\n".join(lines)
 
