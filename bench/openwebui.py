@@ -26,6 +26,10 @@ A real browser tab, signed in and ready to type (Playwright)::
 
     context = browser.new_context(storage_state=peer.storage_state())
     page = context.new_page(); page.goto(peer.url)
+    page.locator("#chat-input").click(); page.keyboard.type(text); page.keyboard.press("Enter")
+
+(the message box is ``#chat-input``; Enter sends. The page asks for nothing off
+this machine: a real tab requested no other host.)
 
 Try it by hand: ``.venv/bin/python -m bench.openwebui smoke`` starts the scripted
 server and Open WebUI, asks twice in one chat through the browser's path and prints
