@@ -448,7 +448,7 @@ def wait_until_ready(
 # --------------------------------------------------------------------------- chat driver
 
 
-def _visible(data: dict[str, Any]) -> bool:
+def shows_text(data: dict[str, Any]) -> bool:
     """Whether an ``events`` payload of a message shows text to a person.
 
     A delta with text, or an ``output`` snapshot with a reasoning item (the
@@ -457,11 +457,11 @@ def _visible(data: dict[str, Any]) -> bool:
     if isinstance(data.get("delta"), str):
         return bool(data["delta"])
     return any(
-        item.get("type") == "reasoning" or _item_text(item) for item in data.get("output") or []
+        item.get("type") == "reasoning" or item_text(item) for item in data.get("output") or []
     )
 
 
-def _item_text(item: dict[str, Any]) -> str:
+def item_text(item: dict[str, Any]) -> str:
     """The text of one ``output`` item (a message's or a reasoning's content parts)."""
     parts = item.get("content") or []
     return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
@@ -530,7 +530,7 @@ class OpenWebUITab:
             return
         if kind not in ("chat:completion", "response:completion"):
             return
-        if _visible(data):
+        if shows_text(data):
             self._seen.append(time.perf_counter())
         if data.get("done") or data.get("error"):
             self._final = data
@@ -618,7 +618,7 @@ class OpenWebUITab:
         end_at = time.perf_counter()
         error = error or str(self._final.get("error") or "")
         output = self._final.get("output") or []
-        answer = "".join(_item_text(i) for i in output if i.get("type") == "message")
+        answer = "".join(item_text(i) for i in output if i.get("type") == "message")
         self.parent_id = assistant_id
         seen = self._seen
         return Timing(
