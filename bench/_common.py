@@ -122,6 +122,24 @@ def cpu_s(pid: int) -> float:
     return float(times.user + times.system)
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by ``pid``, its live descendants and the children they
+    have waited for (``psutil`` ``cpu_times``: user, system and both ``children_*``)."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        t = process.cpu_times()
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, in MB (MiB)."""
+    root = psutil.Process(pid)
+    processes = [root, *root.children(recursive=True)]
+    return float(sum(p.memory_info().rss for p in processes)) / 2**20
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) of ``values``, linear between ranks (numpy's default)."""
     if not values:

@@ -3,9 +3,10 @@
 One scripted server (``tests/fakes/kimi_server.py``) runs for the whole run. Each
 round starts every side in turn (the order rotates from round to round, so a
 drift in the machine's load falls on all sides alike), times it from starting
-the process to the first HTTP 200 of ``GET /`` (polled every 20 ms), waits
-``--settle-s`` seconds and reads its idle RSS (the process and its children),
-then stops it. The sides:
+the process to the first HTTP 200 of ``GET /`` (polled every 20 ms), reads the
+CPU seconds its processes had used by then (on a shared 2-core machine wall time
+is mostly waiting for the CPU; CPU time much less so), waits ``--settle-s``
+seconds and reads its idle RSS (the process and its children), then stops it. The sides:
 
 ``launch.sh --ui-only``
     ``./launch.sh --ui-only`` against the scripted server: launch.sh's own checks
@@ -42,8 +43,6 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import psutil
-
 from bench._common import (
     ROOT,
     free_port,
@@ -51,22 +50,18 @@ from bench._common import (
     now_utc,
     running_server,
     stop,
+    tree_cpu_s,
+    tree_rss_mb,
     write_results,
 )
 from bench.openwebui import VERSION, running_openwebui, wait_until_ready
 from serving import runstate
 
-Started = tuple[float, int]
-"""(seconds from process start to the first 200 of ``/``, the pid whose RSS is the UI's)."""
+Started = tuple[float, float, int]
+"""(seconds from process start to the first 200 of ``/``, CPU seconds the UI's processes
+had used by then, the pid whose RSS is the UI's)."""
 Side = Callable[[str, Path], AbstractContextManager[Started]]
 """Starts one UI against a base URL with a data folder of its own; stops it on exit."""
-
-
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and all its descendants, in MB (MiB)."""
-    root = psutil.Process(pid)
-    processes = [root, *root.children(recursive=True)]
-    return float(sum(p.memory_info().rss for p in processes)) / 2**20
 
 
 def app_env(base_url: str, state: Path, **extra: str) -> dict[str, str]:
@@ -82,10 +77,13 @@ def app_env(base_url: str, state: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def _ready(url: str, process: subprocess.Popen[bytes], started: float, log: Path) -> float:
-    """Seconds from ``started`` to the first 200 of ``url`` (within 10 minutes)."""
+def _ready(
+    url: str, process: subprocess.Popen[bytes], started: float, log: Path
+) -> tuple[float, float]:
+    """Seconds from ``started`` to the first 200 of ``url`` (within 10 minutes), and the
+    CPU seconds ``process`` and its descendants had used by then."""
     wait_until_ready(url, process, 600, log)
-    return time.monotonic() - started
+    return time.monotonic() - started, tree_cpu_s(process.pid)
 
 
 @contextmanager
@@ -106,8 +104,8 @@ def through_launch_sh(base_url: str, state: Path) -> Iterator[Started]:
             ["./launch.sh", "--ui-only"], cwd=ROOT, env=env, stdout=out, stderr=out
         )
     try:
-        ready_s = _ready(f"http://127.0.0.1:{port}/", launch, started, log)
-        yield ready_s, int(runstate.read_state(run_dir)["ui_pid"])
+        ready_s, cpu = _ready(f"http://127.0.0.1:{port}/", launch, started, log)
+        yield ready_s, cpu, int(runstate.read_state(run_dir)["ui_pid"])
     finally:
         stop(launch)
 
@@ -128,7 +126,7 @@ def chainlit_run(base_url: str, state: Path) -> Iterator[Started]:
             stderr=out,
         )
     try:
-        yield _ready(f"http://127.0.0.1:{port}/", app, started, log), app.pid
+        yield *_ready(f"http://127.0.0.1:{port}/", app, started, log), app.pid
     finally:
         stop(app)
 
@@ -137,7 +135,7 @@ def chainlit_run(base_url: str, state: Path) -> Iterator[Started]:
 def open_webui(base_url: str, state: Path) -> Iterator[Started]:
     """Open WebUI offline (:func:`bench.openwebui.running_openwebui`), data in ``state``."""
     with running_openwebui(base_url, data_dir=state) as peer:
-        yield peer.ready_s, peer.pid
+        yield peer.ready_s, peer.ready_cpu_s, peer.pid
 
 
 SIDES: dict[str, Side] = {
@@ -149,10 +147,11 @@ SIDES: dict[str, Side] = {
 
 @dataclass
 class Measured:
-    """One side's rounds, round 1 first: ready seconds, idle RSS (MB), and the machine's
-    1-minute load average just before each start."""
+    """One side's rounds, round 1 first: ready seconds, CPU seconds to ready, idle RSS
+    (MB), and the machine's 1-minute load average just before each start."""
 
     ready_s: list[float] = field(default_factory=list)
+    ready_cpu_s: list[float] = field(default_factory=list)
     idle_rss_mb: list[float] = field(default_factory=list)
     load_1m: list[float] = field(default_factory=list)
 
@@ -169,14 +168,16 @@ def run_rounds(
         for r in range(rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 load = os.getloadavg()[0]
-                with SIDES[name](base_url, states[name]) as (ready_s, pid):
+                with SIDES[name](base_url, states[name]) as (ready_s, cpu, pid):
                     time.sleep(settle_s)
                     rss = tree_rss_mb(pid)
                 results[name].ready_s.append(ready_s)
+                results[name].ready_cpu_s.append(cpu)
                 results[name].idle_rss_mb.append(rss)
                 results[name].load_1m.append(load)
                 print(
-                    f"round {r + 1} {name}: ready {ready_s:.2f} s, idle RSS {rss:.0f} MB "
+                    f"round {r + 1} {name}: ready {ready_s:.2f} s ({cpu:.2f} s CPU), "
+                    f"idle RSS {rss:.0f} MB "
                     f"(load {load:.1f} before)",
                     flush=True,
                 )
@@ -184,18 +185,21 @@ def run_rounds(
 
 
 def table(results: dict[str, Measured]) -> str:
-    """The markdown table: first start, restarts (median, min, max), idle RSS (median),
+    """The markdown table: first start, restarts (median, min, max), CPU seconds to ready
+    of the restarts (median), idle RSS (median),
     the 1-minute load average before the starts (lowest-highest)."""
     lines = [
-        "| UI | first start (s) | restart median (s) | min (s) | max (s) | idle RSS (MB) "
-        "| load (1 min) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| UI | first start (s) | restart median (s) | min (s) | max (s) "
+        "| CPU to ready, restart median (s) | idle RSS (MB) | load (1 min) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for name, m in results.items():
         first, restarts = m.ready_s[0], m.ready_s[1:] or m.ready_s
+        cpu = statistics.median(m.ready_cpu_s[1:] or m.ready_cpu_s)
         lines.append(
             f"| {name} | {first:.2f} | {statistics.median(restarts):.2f} | "
-            f"{min(restarts):.2f} | {max(restarts):.2f} | {statistics.median(m.idle_rss_mb):.0f} | "
+            f"{min(restarts):.2f} | {max(restarts):.2f} | {cpu:.2f} | "
+            f"{statistics.median(m.idle_rss_mb):.0f} | "
             f"{min(m.load_1m):.1f}-{max(m.load_1m):.1f} |"
         )
     return "\n".join(lines)
@@ -216,7 +220,9 @@ def main(argv: list[str] | None = None) -> None:
     markdown = (
         f"# Start to ready\n\n{header}; load average {load} at the end.\n"
         f"{args.rounds} rounds, order rotated; ready = process start to the first HTTP 200 "
-        f"of `GET /`; idle RSS {args.settle_s:.0f} s after ready, process tree.\n\n"
+        f"of `GET /`; CPU to ready = user + system seconds of the process tree by then (what a "
+        f"busy machine distorts least); idle RSS {args.settle_s:.0f} s after ready, process "
+        f"tree.\n\n"
         f"{table(results)}\n"
     )
     print(markdown)

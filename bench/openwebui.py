@@ -102,7 +102,7 @@ from typing import Any
 import httpx
 import socketio
 
-from bench._common import ROOT, Timing, free_port, stop, wait_for_200
+from bench._common import ROOT, Timing, free_port, stop, tree_cpu_s, wait_for_200
 
 VERSION = "0.12.4"
 """The Open WebUI release the project measures itself against (the brief's peer)."""
@@ -190,6 +190,7 @@ class Peer:
         model_item: that model as ``/api/models`` lists it (the browser sends it along).
         process: the ``open-webui serve`` process (uvicorn in it, one worker).
         ready_s: seconds from starting the process to the first HTTP 200 of ``/``.
+        ready_cpu_s: CPU seconds the process (and any children) had used by then.
         log: the process's stdout and stderr.
     """
 
@@ -199,6 +200,7 @@ class Peer:
     model_item: dict[str, Any]
     process: subprocess.Popen[bytes]
     ready_s: float
+    ready_cpu_s: float
     log: Path
 
     @property
@@ -415,12 +417,12 @@ def running_openwebui(
         process = start_openwebui(port, env, log, venv)
         exits.callback(stop, process)
         wait_until_ready(f"{url}/", process, ready_timeout_s, log)
-        ready_s = time.monotonic() - started
+        ready_s, ready_cpu_s = time.monotonic() - started, tree_cpu_s(process.pid)
         token = sign_in(url, password)
         seen_release_notes(url, token)
         connect(url, token, base_url, api_key)
         item = listed_model(url, token)
-        yield Peer(url, token, str(item["id"]), item, process, ready_s, log)
+        yield Peer(url, token, str(item["id"]), item, process, ready_s, ready_cpu_s, log)
 
 
 def wait_until_ready(
