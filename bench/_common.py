@@ -196,6 +196,15 @@ class Timing:
     complete: bool = False
     error: str = ""
 
+    @classmethod
+    def observed(
+        cls, start: float, seen: Sequence[float], end: float, text: str, complete: bool, error: str
+    ) -> Timing:
+        """From ``time.perf_counter()`` readings: the question sent (``start``), each
+        update with visible text (``seen``; none: all count as at ``end``), the end."""
+        first, last = (seen[0], seen[-1]) if seen else (end, end)
+        return cls(first - start, last - start, end - start, text, complete, error)
+
 
 def question(scenario: str) -> str:
     """The question that makes the scripted server play ``scenario``."""
@@ -434,15 +443,8 @@ class Tab:
         answer = max(answers, key=len, default="")
         if notes and not error:
             error = notes[0][:200]
-        seen = self._seen
-        return Timing(
-            (seen[0] if seen else end) - start,
-            (seen[-1] if seen else end) - start,
-            end - start,
-            answer,
-            complete=bool(answer) or (not error and any(o.startswith(expected) for o in outputs)),
-            error=error,
-        )
+        cut_off = not error and any(o.startswith(expected) for o in outputs)
+        return Timing.observed(start, self._seen, end, answer, bool(answer) or cut_off, error)
 
     async def close(self) -> None:
         """Close the socket, as closing the browser tab does."""

@@ -622,15 +622,8 @@ class OpenWebUITab:
         output = self._final.get("output") or []
         answer = "".join(item_text(i) for i in output if i.get("type") == "message")
         self.parent_id = assistant_id
-        seen = self._seen
-        return Timing(
-            (seen[0] if seen else end_at) - start,
-            (seen[-1] if seen else end_at) - start,
-            end_at - start,
-            answer,
-            complete=not error and bool(answer) and answer.rstrip().endswith(end),
-            error=error,
-        )
+        complete = not error and bool(answer) and answer.rstrip().endswith(end)
+        return Timing.observed(start, self._seen, end_at, answer, complete, error)
 
     async def _started(self, chat_id: str | None) -> None:
         """After the POST, as the page: a new chat is joined (``events:chat``) and loaded;
