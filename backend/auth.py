@@ -70,7 +70,17 @@ FORGET_AFTER_S: Final = 900.0
 MAX_TRACKED: Final = 10_000
 """Names and addresses remembered at most; the least recently failed go first."""
 
+LOOPBACK_HOSTS: Final = ("localhost", "::1")
+ADD_USER: Final = ".venv/bin/python -m backend.cli user add NAME --password-stdin"
+"""The command that adds a user, as the refusals to run open beyond loopback name it."""
+
 _HASHER: Final = PasswordHasher()
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``127.x.y.z``, ``localhost`` and ``::1``: where the app may run without
+    sign-in (launch.sh and the app itself refuse anything else without a user)."""
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
 @functools.cache

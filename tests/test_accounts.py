@@ -12,6 +12,7 @@ is the app's on the real database. Rows are read back with plain SQL.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from argon2 import PasswordHasher
 from chainlit.context import init_http_context
 from chainlit.element import CustomElement
 from chainlit.step import StepDict
+from chainlit.types import Pagination, ThreadFilter
 from fastapi import FastAPI
 
 import backend.auth
@@ -397,14 +399,24 @@ async def test_an_ownerless_chats_files_are_served_to_nobody(app: App) -> None:
 async def test_a_giant_first_message_makes_a_readable_title(
     layer: KimiDataLayer, store: Store
 ) -> None:
+    user = await layer.create_user(cl.User(identifier="alice"))
+    assert user is not None
     thread_id = str(uuid.uuid4())
     init_http_context(thread_id=thread_id)
     first = "Describe\nthis   photo " + "in great detail " * 130_000  # about 2 MB
-    await layer.update_thread(thread_id, name=first)  # what Chainlit does on a first message
+    # What Chainlit does with a first message: the step, then the thread named after it.
+    step = {"id": str(uuid.uuid4()), "threadId": thread_id, "name": "alice", "output": first,
+            "type": "user_message", "streaming": False,
+            "createdAt": "2026-12-01T10:00:00Z"}  # fmt: skip
+    await layer.create_step(StepDict(**step))  # type: ignore[typeddict-item]
+    await layer.update_thread(thread_id, name=first, user_id=user.id)
     [stored] = await rows(store, 'SELECT "name" FROM threads WHERE "id" = :t', t=thread_id)
     title, whole = stored["name"], " ".join(first.split())
     assert len(title) <= TITLE_MAX_CHARS and title.endswith("…")
     assert whole.startswith(title[:-1]) and whole[len(title) - 1] == " "  # cut between words
+    listed = await layer.list_threads(Pagination(first=20), ThreadFilter(userId=user.id))
+    sidebar = json.dumps(listed.to_dict())
+    assert [t["name"] for t in listed.data] == [title] and len(sidebar) < 2_000
     assert readable_title("  short\n title ") == "short title"
     assert readable_title("x" * 500) == "x" * (TITLE_MAX_CHARS - 1) + "…"
 

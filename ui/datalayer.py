@@ -14,18 +14,19 @@ Chainlit 2.12's ``SQLAlchemyDataLayer`` (research-turn2.md, read in its source):
   row is in: a client that sends a message with the id of someone else's step
   (socket.io ``client_message``), or a custom element with someone else's
   element id (``PUT``/``DELETE /project/element``), moves or deletes it;
-* names a thread after its whole first message (megabytes, if that is what was sent).
+* names a thread after its whole first message (megabytes, if that is what was
+  sent), and sends every step of every listed thread to the sidebar.
 
-Here: a write or delete by id touches only rows of the writing session's own
-thread (Chainlit's ``context.session.thread_id``); anything else is refused and
-logged, and nothing of another chat changes. Thread titles are cut to
-:data:`TITLE_MAX_CHARS`. Lists and dicts are JSON-encoded before binding; writes of one step run
-one after the other in the order they were started (a FIFO lock per step id;
-tasks start in creation order, so the last ``update()`` lands last), and so do
-the element writes of one thread (uploads come back in upload order); JSON and
-booleans are decoded on read; a failed statement is logged as an error. The
-engine is the app's (:class:`backend.store.Store`), not a second one, and
-deleting a thread also deletes its stored turns and prepared images.
+Here: a write or delete by id touches only rows of the writing session's own thread
+(Chainlit's ``context.session.thread_id``); anything else is refused and logged, and
+nothing of another chat changes. Thread titles are cut to :data:`TITLE_MAX_CHARS`; the
+sidebar's pages carry no steps. Lists and dicts are JSON-encoded before binding; writes
+of one step run one after the other in the order they were started (a FIFO lock per step
+id; tasks start in creation order, so the last ``update()`` lands last), and so do the
+element writes of one thread (uploads come back in upload order); JSON and booleans are
+decoded on read; a failed statement is logged as an error. The engine is the app's
+(:class:`backend.store.Store`), not a second one, and deleting a thread also deletes its
+stored turns and prepared images.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from chainlit.data.storage_clients.base import BaseStorageClient
 from chainlit.data.utils import queue_until_user_message
 from chainlit.element import Element
 from chainlit.step import StepDict
-from chainlit.types import ThreadDict
+from chainlit.types import PaginatedResponse, Pagination, ThreadDict, ThreadFilter
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -265,6 +266,20 @@ class KimiDataLayer(SQLAlchemyDataLayer):
             for element in record.get("elements", []):
                 element["props"] = _decoded(element.get("props")) or {}
         return threads
+
+    async def list_threads(
+        self, pagination: Pagination, filters: ThreadFilter
+    ) -> PaginatedResponse[ThreadDict]:
+        """Chainlit's page of the sidebar's threads, without their steps and elements.
+
+        Chainlit reads every step to search them, then sends them all with the page
+        (megabytes for one long pasted message); the sidebar shows names and dates.
+        """
+        page = await super().list_threads(pagination, filters)
+        for thread in page.data:
+            record = cast(dict[str, Any], thread)
+            record["steps"], record["elements"] = [], []
+        return page
 
     async def delete_steps_after(self, thread_id: str, created_at: str, keep: set[str]) -> int:
         """Delete the steps of ``thread_id`` created after ``created_at``, except ``keep``.
