@@ -17,9 +17,9 @@ of the app:
   says so once.
 - **Throttling** (:class:`backend.auth.SignInThrottle`, per user name and per
   client address): an attempt made while it must wait is answered 429 with
-  ``Retry-After`` and the detail ``tooManyAttempts`` (a key of
-  ``.chainlit/translations``, which Chainlit's sign-in page shows), without
-  checking the password. Each failure is logged with the name and the address,
+  ``Retry-After`` and a sentence, without checking the password (Chainlit's
+  sign-in page shows the same sentence from ``.chainlit/translations``, keyed by
+  the status text). Each failure is logged with the name and the address,
   never the password. The client address is uvicorn's (a trusted proxy's
   ``X-Forwarded-For``: loopback by default, ``FORWARDED_ALLOW_IPS``).
 - **Feedback**: ``PUT /feedback`` and ``DELETE /feedback`` (Chainlit checks only
@@ -60,8 +60,11 @@ log = logging.getLogger(LOGGER_NAME)
 GENERATION: Final = "token_generation"
 """Key of the user's token generation in the token's ``metadata``."""
 NOT_YOURS: Final = msg("This message is not in your chats.")
-TOO_MANY: Final = "tooManyAttempts"
-"""Chainlit's sign-in page shows ``auth.login.errors.<detail>`` from .chainlit/translations."""
+TOO_MANY: Final = msg(
+    "Too many failed sign-ins: wait a little, then try again (each failure doubles the wait)."
+)
+"""The 429's ``detail``. Chainlit's sign-in page shows ``auth.login.errors.<status text>``
+instead (``too many requests`` in .chainlit/translations, the same sentence)."""
 
 
 @dataclass
@@ -230,8 +233,9 @@ class SignInGuard:
         finally:
             LOGIN.reset(token)
         if attempt.wait_s > 0:
+            tr = header_translator(Headers(scope=scope).get("accept-language"))
             wait = str(math.ceil(attempt.wait_s))
-            refusal = JSONResponse({"detail": TOO_MANY}, 429, headers={"Retry-After": wait})
+            refusal = JSONResponse({"detail": tr(TOO_MANY)}, 429, headers={"Retry-After": wait})
             await refusal(scope, receive, send)
 
     async def _check_feedback(

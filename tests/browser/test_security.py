@@ -572,6 +572,27 @@ def test_the_sign_in_cookie_is_secure_behind_tls(signed: SignedIn) -> None:
     assert "Secure" not in plain["access_token"] and "HttpOnly" in plain["access_token"]
 
 
+def test_a_sign_in_that_must_wait_says_so_on_the_sign_in_page(
+    chromium: Browser, signed: SignedIn
+) -> None:
+    away = {"X-Forwarded-For": "203.0.113.50"}  # a client of its own (uvicorn trusts loopback)
+    for _ in range(5):
+        assert signed.sign_in("grace", "wrong guess", **away).status_code == 401
+    context = new_context(chromium)
+    context.set_extra_http_headers(away)
+    page = context.new_page()
+    page.goto(signed.url)
+    for _ in range(2):  # the 6th failure, then at once a 7th try, which must wait
+        page.locator("#email").fill("grace")
+        page.locator("#password").fill("wrong guess")
+        with page.expect_response(lambda r: r.url.endswith("/login")) as tried:
+            page.locator('button[type="submit"]').click()
+    assert tried.value.status == 429
+    expect(page.get_by_role("alert")).to_contain_text("Too many failed sign-ins: wait a little")
+    screenshot(page, "sign-in-must-wait")
+    context.close()
+
+
 def stored_chat(signed: SignedIn, cookies: dict[str, str]) -> dict[str, object]:
     """The signed-in user's most recent chat, as Chainlit's thread route gives it."""
     listed = httpx.post(f"{signed.url}/project/threads", cookies=cookies,
