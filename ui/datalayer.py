@@ -204,14 +204,8 @@ class KimiDataLayer(SQLAlchemyDataLayer):
     async def delete_step(self, step_id: str) -> None:
         """Chainlit's delete of a step with its feedback and elements, only in the
         writing session's thread (a step of another chat stays)."""
-        params = {"id": step_id, "thread": _writer_thread()}
-        owned = await self.execute_sql(
-            'SELECT 1 FROM steps WHERE "id" = :id AND "threadId" = :thread', params
-        )
-        if not owned:
-            log.warning("refused to delete step %s: it is not in this chat", step_id)
-            return
-        await super().delete_step(step_id)
+        if await self._in_this_chat("steps", step_id):
+            await super().delete_step(step_id)
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
     async def create_element(self, element: Element) -> None:
@@ -238,14 +232,19 @@ class KimiDataLayer(SQLAlchemyDataLayer):
     async def delete_element(self, element_id: str, thread_id: str | None = None) -> None:
         """Chainlit's delete of an element and its file, only in the writing session's thread
         (``thread_id`` comes from the client for custom elements and is not trusted)."""
-        params = {"id": element_id, "thread": _writer_thread()}
-        owned = await self.execute_sql(
-            'SELECT 1 FROM elements WHERE "id" = :id AND "threadId" = :thread', params
+        if await self._in_this_chat("elements", element_id):
+            await super().delete_element(element_id, thread_id)
+
+    async def _in_this_chat(self, table: str, row_id: str) -> bool:
+        """True if row ``row_id`` of ``table`` (steps, elements) is in the writing session's
+        thread; else False, and the refused delete is logged."""
+        found = await self.execute_sql(
+            f'SELECT 1 FROM {table} WHERE "id" = :id AND "threadId" = :thread',
+            {"id": row_id, "thread": _writer_thread()},
         )
-        if not owned:
-            log.warning("refused to delete element %s: it is not in this chat", element_id)
-            return
-        await super().delete_element(element_id, thread_id)
+        if not found:
+            log.warning("refused to delete %s %s: it is not in this chat", table, row_id)
+        return bool(found)
 
     async def get_all_user_threads(
         self, user_id: str | None = None, thread_id: str | None = None

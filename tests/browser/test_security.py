@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -31,13 +30,14 @@ from playwright.sync_api import Browser, BrowserContext, Dialog, Page, expect
 
 from tests.browser.conftest import (
     ANSWERS,
-    APP_FILES,
     REASONING_STEP,
     ROOT,
     THINKING_MODEL,
     ask,
+    copy_app,
     new_context,
     screenshot,
+    signed_in_page,
     start_scripted_server,
     start_ui,
     wait_answer_done,
@@ -485,6 +485,7 @@ def test_a_message_over_a_megabyte_is_answered_with_its_token_count(
 
 # --- signed in: tokens, cookies, other users' chats, shared chats, titles ----------------
 
+ROCKET, CAT = DATA / "rocket.jpg", DATA / "chelsea.png"
 USERS = {name: f"{name}-password-{n}" for n, name in enumerate(
     ("alice", "bob", "dora", "erin", "frank"), start=1)}  # fmt: skip
 
@@ -603,27 +604,23 @@ def stored_chat(signed: SignedIn, cookies: dict[str, str]) -> dict[str, object]:
     return thread
 
 
-def signed_in_page(chromium: Browser, signed: SignedIn, name: str) -> tuple[BrowserContext, Page]:
-    """A browser (no CSP bypass) in which ``name`` signed in on Chainlit's page."""
-    context = new_context(chromium)
-    page = context.new_page()
-    page.goto(signed.url)
-    page.locator("#email").fill(name)
-    page.locator("#password").fill(USERS[name])
-    page.locator('button[type="submit"]').click()
-    expect(page.locator("#chat-settings-open-modal")).to_be_visible()
-    return context, page
+def asked(
+    chromium: Browser, signed: SignedIn, name: str, text: str, photo: Path
+) -> tuple[dict[str, object], dict[str, str]]:
+    """``name`` signs in, asks ``text`` with ``photo`` and waits for the answer; the stored
+    chat and a signed-in cookie jar of ``name``."""
+    context, page = signed_in_page(chromium, signed.url, name, USERS[name])
+    ask(page, text, photo)
+    wait_answer_done(page)
+    context.close()
+    cookies = signed.cookies(name)
+    return stored_chat(signed, cookies), cookies
 
 
 def test_messages_and_feedback_under_another_users_ids_change_nothing_of_theirs(
     chromium: Browser, signed: SignedIn
 ) -> None:
-    context, page = signed_in_page(chromium, signed, "alice")
-    ask(page, "What is this? #scenario=plain", DATA / "rocket.jpg")
-    wait_answer_done(page)
-    context.close()
-    alice = signed.cookies("alice")
-    before = stored_chat(signed, alice)
+    before, alice = asked(chromium, signed, "alice", "What is this? #scenario=plain", ROCKET)
     steps = {str(s["id"]): s for s in before["steps"]}  # type: ignore[attr-defined]
     mine = [i for i, s in steps.items() if s["type"] in ("user_message", "assistant_message")]
     bob = Socket(signed.url, str(uuid.uuid4()), signed.cookies("bob"))
@@ -651,14 +648,10 @@ def test_messages_and_feedback_under_another_users_ids_change_nothing_of_theirs(
 def test_a_share_link_is_a_public_page_and_signing_in_from_it_lands_on_the_chat(
     chromium: Browser, signed: SignedIn
 ) -> None:
-    context, page = signed_in_page(chromium, signed, "frank")
-    ask(page, "Which cat is this? #scenario=thinking", DATA / "chelsea.png")
-    wait_answer_done(page)
-    frank = signed.cookies("frank")
-    thread_id = str(stored_chat(signed, frank)["id"])
+    chat, frank = asked(chromium, signed, "frank", "Which cat is this? #scenario=thinking", CAT)
+    thread_id = str(chat["id"])
     share = {"threadId": thread_id, "isShared": True}
     assert httpx.put(f"{signed.url}/project/thread/share", json=share, cookies=frank).is_success
-    context.close()
 
     visitor = new_context(chromium)  # nobody signed in, the page's own policy
     page = visitor.new_page()
@@ -687,7 +680,7 @@ def test_a_share_link_is_a_public_page_and_signing_in_from_it_lands_on_the_chat(
 def test_the_sidebar_lists_a_giant_first_message_as_a_short_title(
     chromium: Browser, signed: SignedIn
 ) -> None:
-    context, page = signed_in_page(chromium, signed, "erin")
+    context, page = signed_in_page(chromium, signed.url, "erin", USERS["erin"])
     text = "Describe this " + "very long pasted text " * 95_000  # about 2 MB
     page.evaluate(TYPE_INTO_CHAT, text)
     page.locator("#chat-submit").click()
@@ -702,12 +695,7 @@ def test_the_sidebar_lists_a_giant_first_message_as_a_short_title(
 
 
 def test_chainlit_run_beyond_loopback_with_no_user_refuses_to_start(tmp_path: Path) -> None:
-    for name in APP_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, tmp_path / name)
+    copy_app(tmp_path)
     chainlit = str(Path(sys.executable).with_name("chainlit"))
     port = free_port()
     started = subprocess.run(
