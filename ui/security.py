@@ -56,6 +56,7 @@ tests/browser/test_security.py checks each protection.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import os
@@ -415,9 +416,12 @@ class Guard:
                 held.append(message)
                 if message.get("more_body", False):
                     return
-                html = b"".join(m.get("body", b"") for m in held[1:]).decode("utf-8", "replace")
-                host = Headers(scope=scope).get("host")
-                MutableHeaders(scope=held[0])["Content-Security-Policy"] = page_policy(html, host)
+                start = MutableHeaders(scope=held[0])
+                raw = b"".join(m.get("body", b"") for m in held[1:])
+                if start.get("content-encoding") == "gzip":  # Chainlit's GZipMiddleware
+                    raw = gzip.decompress(raw)
+                html, host = raw.decode("utf-8", "replace"), Headers(scope=scope).get("host")
+                start["Content-Security-Policy"] = page_policy(html, host)
                 for part in held:
                     await send(part)
                 held.clear()
