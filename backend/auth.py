@@ -69,6 +69,9 @@ FORGET_AFTER_S: Final = 900.0
 """Failures are forgotten this long (15 minutes) after the last one."""
 MAX_TRACKED: Final = 10_000
 """Names and addresses remembered at most; the least recently failed go first."""
+KEY_CHARS: Final = 128
+"""Characters of a name or address kept as its key (a real name has at most 64), so a
+megabyte of typed name costs no more memory than a short one."""
 
 LOOPBACK_HOSTS: Final = ("localhost", "::1")
 ADD_USER: Final = ".venv/bin/python -m backend.cli user add NAME --password-stdin"
@@ -286,17 +289,21 @@ class SignInThrottle:
             return None
         return found
 
+    @staticmethod
+    def _keys(name: str, client: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        return ("name", name[:KEY_CHARS]), ("client", client[:KEY_CHARS])
+
     def wait_s(self, name: str, client: str) -> float:
         """Seconds before an attempt for ``name`` from ``client`` may be checked (0: now)."""
         now = self.clock()
-        found = [self._get(k, now) for k in (("name", name), ("client", client))]
+        found = [self._get(k, now) for k in self._keys(name, client)]
         return max([f.until - now for f in found if f is not None] + [0.0])
 
     def failed(self, name: str, client: str) -> int:
         """Count a failed attempt; returns the longer run of failures (name or client)."""
         now = self.clock()
         runs = []
-        for key in (("name", name), ("client", client)):
+        for key in self._keys(name, client):
             found = self._get(key, now) or _Failures(0, now, now)
             found.count += 1
             found.last = now
@@ -312,7 +319,7 @@ class SignInThrottle:
 
     def succeeded(self, name: str) -> None:
         """Forget the failures of ``name`` (the client's run goes on until forgotten)."""
-        self._failures.pop(("name", name), None)
+        self._failures.pop(self._keys(name, "")[0], None)
 
 
 def may_read_thread(owner: str | None, viewer: str | None, *, shared: bool) -> bool:

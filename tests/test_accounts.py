@@ -460,5 +460,6 @@ def test_the_throttle_forgets_and_stays_bounded() -> None:
     clock.now += 61
     assert throttle.wait_s("eve", "10.0.0.1") == 0 and throttle.failed("eve", "10.0.0.1") == 1
     for n in range(10):
-        throttle.failed(f"name-{n}", "10.0.0.2")
+        throttle.failed(f"name-{n}" + "x" * 1_000_000, "10.0.0.2")  # a megabyte typed as name
     assert len(throttle._failures) == 4
+    assert max(len(key) for _, key in throttle._failures) < 200
