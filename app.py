@@ -46,6 +46,9 @@ _resources: AppResources | None = None
 # Sign-in and stored chats (ui/history.py): on once a user exists; None: the app runs
 # open and stores nothing.
 STORE = history.register(SETTINGS)
+security.refuse_open_beyond_loopback(  # also for `chainlit run app.py --host 0.0.0.0`
+    sign_in=STORE is not None, allow_anonymous=SETTINGS.allow_anonymous
+)
 
 
 def resources() -> AppResources:

@@ -1,4 +1,4 @@
-// Kimi-VL Chat (config.toml: custom_js): a link in a message (model or person text)
+// Kimi-VL Chat (config.toml: custom_js). A link in a message (model or person text)
 // opens in a new tab without handing that tab a reference to this one (noopener)
 // or this page's address (noreferrer). Chainlit renders them with target="_blank" only.
 (() => {
@@ -25,4 +25,26 @@
   };
   if (document.body) start();
   else document.addEventListener("DOMContentLoaded", start);
+})();
+
+// A sign-in that started on a shared chat's public page (ui/share.py links to
+// /login?next=/share/<id>) returns to that chat: Chainlit's sign-in page always
+// goes on to "/" (history.pushState), which is turned into the shared chat here.
+(() => {
+  const next = new URLSearchParams(location.search).get("next") || "";
+  const root = location.pathname.replace(/\/login\/?$/, "");
+  const id = next.slice(root.length + "/share/".length);
+  if (root === location.pathname || !next.startsWith(`${root}/share/`)) return;
+  if (!/^[A-Za-z0-9-]{1,64}$/.test(id)) return; // only a share link of this app
+  for (const name of ["pushState", "replaceState"]) {
+    const original = history[name];
+    history[name] = function (state, title, url) {
+      const target = url == null ? null : new URL(url, location.href);
+      if (target && target.pathname.replace(/\/$/, "") === root) {
+        location.replace(`${root}/share/${id}`);
+        return undefined;
+      }
+      return original.apply(this, [state, title, url]);
+    };
+  }
 })();

@@ -15,6 +15,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from backend.auth import ADD_USER as ADD_USER  # the sign-in rule's facts: the app's too
+from backend.auth import is_loopback as is_loopback
 from backend.images import MAX_SIDE, PATCH_SIZE, image_tokens
 
 
@@ -266,17 +268,6 @@ def needs_stream_interval_flag(installed: str | None) -> bool:
     """
     version = parse_version(installed or "")
     return version is None or version[:2] < STREAM_INTERVAL_FIELD_SINCE
-
-
-LOOPBACK_HOSTS = ("localhost", "::1")
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``127.x.y.z``, ``localhost`` and ``::1``."""
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
-
-
-ADD_USER = ".venv/bin/python -m backend.cli user add NAME --password-stdin"
 
 
 def check_ui_exposure(*, host: str, users: int, allow_anonymous: bool) -> list[Finding]:

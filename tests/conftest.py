@@ -1,5 +1,5 @@
 """Shared fixtures: hermetic settings, the scripted Kimi-VL stream server on a real socket,
-chat sessions with their borrowed resources."""
+chat sessions with their borrowed resources, the store on SQLite and on a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -24,6 +24,11 @@ from backend.client import ChatClient
 from backend.settings import Settings
 from backend.uploads import MediaWorkers
 from tests.fakes.kimi_server import KimiServer
+
+if TYPE_CHECKING:
+    from backend.store import Store
+    from tests.pg import PgServer
+    from ui.datalayer import KimiDataLayer
 
 DATA = Path(__file__).parent / "data"
 
@@ -163,3 +168,53 @@ def chainlit_files_folder() -> None:
     config = sys.modules.get("chainlit.config")
     if config is not None:
         config.FILES_DIRECTORY.mkdir(exist_ok=True)
+
+
+# --- the store, on SQLite and on a throwaway PostgreSQL (tests/pg.py) -------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PgServer]:
+    """A throwaway PostgreSQL cluster for the session (started on first use)."""
+    from tests.pg import start_postgres
+
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """Settings whose store is a SQLite file in ``tmp_path`` or a new PostgreSQL database."""
+    url = ""
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres").create_database()
+    return Settings(data_dir=str(tmp_path / "data"), database_url=url)
+
+
+@pytest.fixture
+async def store(settings: Settings) -> AsyncIterator[Store]:
+    """The store of ``settings``, checked and migrated; closed after the test."""
+    from backend.store import Store
+
+    opened = Store(settings)
+    await opened.check()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def layer(store: Store) -> KimiDataLayer:
+    """Chainlit's data layer on ``store``, files in its file store."""
+    from ui.datalayer import KimiDataLayer
+    from ui.files import LocalStorageClient
+
+    return KimiDataLayer(store, LocalStorageClient(store.files))
+
+
+async def rows(store: Store, sql: str, **params: Any) -> list[dict[str, Any]]:
+    """The rows ``sql`` returns, as dicts (read with plain SQL, not through Chainlit)."""
+    from sqlalchemy import text
+
+    async with store.engine.connect() as db:
+        return [dict(r) for r in (await db.execute(text(sql), params)).mappings().all()]

@@ -212,7 +212,7 @@ def test_the_server_panel_table_is_in_the_readers_language() -> None:
 
 async def test_a_refusal_before_any_chat_speaks_the_requests_language() -> None:
     from ui.language import header_translator
-    from ui.security import _refuse
+    from ui.security import refuse
 
     assert header_translator("zh-CN,zh;q=0.9,en;q=0.8").locale == "zh-CN"
     assert header_translator("en-GB,zh-CN;q=0.5").locale == "en"
@@ -227,7 +227,7 @@ async def test_a_refusal_before_any_chat_speaks_the_requests_language() -> None:
         sent.append(message)
 
     scope = {"type": "http", "headers": [(b"accept-language", b"zh-CN,zh;q=0.9")]}
-    await _refuse(scope, receive, send, 413, msg("This request is too large."))
+    await refuse(scope, receive, send, 413, msg("This request is too large."))
     assert sent[0]["status"] == 413
     body = sent[1]["body"]
     assert isinstance(body, bytes)

@@ -6,18 +6,30 @@ Starlette app through httpx's ASGI transport (no server, no browser).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import tomllib
 from pathlib import Path
 
 import httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from backend.safety import link_remote_images
-from ui.security import BROWSER_COOKIE, Guard, Owners, browser_key, origin_allowed, page_policy
+from ui.security import (
+    BROWSER_COOKIE,
+    Guard,
+    Owners,
+    browser_key,
+    named_session,
+    origin_allowed,
+    page_policy,
+)
 
 
 @pytest.mark.parametrize(
@@ -105,19 +117,64 @@ def test_browser_key_is_read_from_the_cookie_header() -> None:
     assert browser_key("a=1") is None
     assert browser_key(None) is None
     assert browser_key('bad="') is None
+    # Another app's cookie that is not RFC 6265 costs only that cookie (Starlette's parser).
+    assert browser_key(f'prefs={{"theme": "dark"}}; {BROWSER_COOKIE}=k3y') == "k3y"
+
+
+def test_the_session_a_query_names_is_read_as_starlette_reads_it() -> None:
+    def named(query: bytes) -> tuple[str | None, bool]:
+        return named_session({"query_string": query})
+
+    assert named(b"session_id=a") == ("a", True)
+    assert named(b"session_id=a&session_id=b") == ("b", False)  # FastAPI takes the last
+    assert named(b"session_id=a&session%5Fid=b") == ("b", False)  # however it is spelt
+    assert named(b"other=1") == (None, True)
+
+
+PAGE = "<html><head><script>window.theme = 'dark';</script></head><body>" + "x" * 2000 + "</body>"
 
 
 async def _echo(request: Request) -> Response:
+    if request.url.path == "/page":
+        return HTMLResponse(PAGE)
+    if request.url.path == "/login":
+        answer = JSONResponse({"success": True})
+        answer.set_cookie("access_token", "t0ken", httponly=True)
+        answer.set_cookie("access_token_0", "chunk", httponly=True)
+        return answer
     body = await request.body()
     return JSONResponse({"method": request.method, "bytes": len(body)})
 
 
-def _client(upload_limit_mb: float = 1.0) -> httpx.AsyncClient:
-    app = Starlette(routes=[Route("/{path:path}", _echo, methods=["GET", "POST", "PUT"])])
+def _client(upload_limit_mb: float = 1.0, base_url: str = "http://ui:8300") -> httpx.AsyncClient:
+    app = Starlette(
+        routes=[Route("/{path:path}", _echo, methods=["GET", "POST", "PUT"])],
+        middleware=[Middleware(GZipMiddleware)],  # as Chainlit's app has
+    )
     guard = Guard(
         app, allowed_origins=("https://proxy.example",), upload_limit_mb=lambda: upload_limit_mb
     )
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=guard), base_url="http://ui:8300")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=guard), base_url=base_url)
+
+
+async def test_a_pages_policy_names_the_inline_scripts_it_was_sent_with() -> None:
+    digest = base64.b64encode(hashlib.sha256(b"window.theme = 'dark';").digest()).decode()
+    for encoding in ("identity", "gzip"):  # Chainlit compresses its page (GZipMiddleware)
+        async with _client() as client:
+            page = await client.get("/page", headers={"Accept-Encoding": encoding})
+        assert page.text == PAGE
+        assert page.headers.get("content-encoding", "identity") == encoding
+        policy = dict(p.split(" ", 1) for p in page.headers["content-security-policy"].split("; "))
+        assert policy["script-src"] == f"'self' 'sha256-{digest}'"
+
+
+async def test_sign_in_cookies_are_secure_over_https_only() -> None:
+    for base_url, secure in (("https://ui", True), ("http://ui", False)):
+        async with _client(base_url=base_url) as client:
+            answer = await client.post("/login")
+        cookies = [v for k, v in answer.headers.multi_items() if k == "set-cookie"]
+        assert len(cookies) == 3  # two of Chainlit's, the browser cookie
+        assert all(("; Secure" in c) == secure for c in cookies), cookies
 
 
 async def test_state_changing_requests_from_other_sites_are_refused() -> None:

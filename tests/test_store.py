@@ -2,7 +2,8 @@
 resume, the file route's ownership checks, users, start-up errors.
 
 Every test that touches the database runs on both backends (the ``settings``
-fixture); PostgreSQL is a throwaway cluster this session starts (``tests/pg.py``).
+fixture of tests/conftest.py); PostgreSQL is a throwaway cluster this session
+starts (``tests/pg.py``).
 Rows are read back with plain SQL: Chainlit's data layer only logs failed writes.
 """
 
@@ -15,7 +16,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,46 +40,12 @@ from backend.store.db import create_engine
 from backend.store.resume import restore, restored_options
 from backend.store.schema import LATEST, migrate
 from backend.store.turns import TurnRecord
-from tests.conftest import DATA
-from tests.pg import PgServer, start_postgres
+from tests.conftest import DATA, rows
 from ui import history
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PgServer]:
-    server = start_postgres()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    url = ""
-    if request.param == "postgresql":
-        url = request.getfixturevalue("postgres").create_database()
-    return Settings(data_dir=str(tmp_path / "data"), database_url=url)
-
-
-@pytest.fixture
-async def store(settings: Settings) -> AsyncIterator[Store]:
-    opened = Store(settings)
-    await opened.check()
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-async def layer(store: Store) -> KimiDataLayer:
-    return KimiDataLayer(store, LocalStorageClient(store.files))
-
-
-async def rows(store: Store, sql: str, **params: Any) -> list[dict[str, Any]]:
-    async with store.engine.connect() as db:
-        return [dict(r) for r in (await db.execute(text(sql), params)).mappings().all()]
 
 
 def photo(name: str = "rocket.jpg") -> Any:
@@ -91,7 +58,7 @@ def photo(name: str = "rocket.jpg") -> Any:
 async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
     assert await migrate(store.engine) == []  # check() applied them; again: nothing
     versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
-    assert [r["version"] for r in versions] == [1, 2, 3]
+    assert [r["version"] for r in versions] == [1, 2, 3, 4]
 
     def columns(sync: Any) -> set[str]:
         return {c["name"] for c in inspect(sync).get_columns("steps")}
@@ -117,11 +84,11 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
             "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
         )
     try:
-        assert await migrate(engine) == [1, 2, 3]
+        assert await migrate(engine) == [1, 2, 3, 4]
         async with engine.connect() as db:
             row = (await db.execute(text('SELECT output, "autoCollapse" FROM steps'))).one()
         assert tuple(row) == ("kept", None)
-        assert LATEST == 3
+        assert LATEST == 4
     finally:
         await engine.dispose()
 
@@ -436,24 +403,8 @@ async def test_passwords_are_stored_as_argon2_hashes_and_checked(store: Store) -
     assert await users.names() == []
 
 
-async def test_a_removed_users_sign_in_cookie_stops_working_at_once(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import chainlit.auth as chainlit_auth
-    from fastapi import HTTPException
-
-    monkeypatch.setenv("CHAINLIT_AUTH_SECRET", "test-secret-" + "x" * 40)
-    monkeypatch.setattr(chainlit_auth, "authenticate_user", chainlit_auth.authenticate_user)
-    monkeypatch.setattr(chainlit_auth, "require_login", lambda: True)
-    history.refuse_removed_users(store)
-    await store.users.add("dave", "dave-password")
-    token = chainlit_auth.create_jwt(cl.User(identifier="dave"))
-    user = await chainlit_auth.get_current_user(token)
-    assert user is not None and user.identifier == "dave"
-    await store.users.remove("dave")
-    with pytest.raises(HTTPException) as refused:
-        await chainlit_auth.get_current_user(token)
-    assert refused.value.status_code == 401
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
 
 
 def test_cli_manages_users_with_the_password_on_stdin(
@@ -465,6 +416,8 @@ def test_cli_manages_users_with_the_password_on_stdin(
         input="s3cret-pass\n", text=True, capture_output=True, env=env, cwd=ROOT, timeout=60,
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
+    assert mode(tmp_path / "data") == 0o700  # the database the CLI made is private
+    assert mode(tmp_path / "data" / "chat.db") == 0o600
     monkeypatch.setenv("KIMI_DATA_DIR", env["KIMI_DATA_DIR"])
 
     def cli(*args: str, stdin: str = "") -> tuple[int, str, str]:
@@ -482,6 +435,32 @@ def test_cli_manages_users_with_the_password_on_stdin(
     assert cli("remove", "bob")[0] == 0
     assert cli("list")[1] == "alice\n"
     assert b"s3cret-pass" not in (tmp_path / "data" / "chat.db").read_bytes()
+
+
+async def test_the_database_and_the_stored_files_are_private_to_the_apps_account(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    (data / "chat.db").touch(mode=0o644)  # an install from before: readable by all
+    opened = Store(Settings(data_dir=str(data), database_url=""))
+    await opened.check()
+    try:
+        layer = KimiDataLayer(opened, LocalStorageClient(opened.files))
+        await opened.users.add("alice", "correct horse")
+        url = await owned_file(layer, "alice")
+        thread_id = str(uuid.uuid4())
+        await opened.turns.save(thread_id, record(0, "m", Turn(text="q", images=[photo()])))
+        database = [data / "chat.db", data / "chat.db-wal", data / "chat.db-shm"]
+        assert [mode(p) for p in database] == [0o600] * 3
+        stored = [p for p in opened.files.root.rglob("*")]
+        upload = opened.files.path(url.removeprefix("/kimi/files/"))
+        prepared = next((opened.files.root / "prepared" / thread_id).iterdir())
+        assert upload in stored and prepared in stored
+        assert {mode(p) for p in stored if p.is_file()} == {0o600}
+        assert {mode(p) for p in [data, *stored] if p.is_dir()} == {0o700}
+    finally:
+        await opened.close()
 
 
 # --- start-up errors --------------------------------------------------------------------

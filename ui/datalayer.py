@@ -9,15 +9,24 @@ Chainlit 2.12's ``SQLAlchemyDataLayer`` (research-turn2.md, read in its source):
 * runs ``send()`` and the later ``update()`` of a step as two tasks that race;
   the empty first write can land last and blank the step (#2789);
 * returns JSON columns as strings and booleans as 0/1 from SQLite;
-* logs write errors as warnings and carries on.
+* logs write errors as warnings and carries on;
+* upserts steps and elements by id, and deletes them by id, whatever thread the
+  row is in: a client that sends a message with the id of someone else's step
+  (socket.io ``client_message``), or a custom element with someone else's
+  element id (``PUT``/``DELETE /project/element``), moves or deletes it;
+* names a thread after its whole first message (megabytes, if that is what was
+  sent), and sends every step of every listed thread to the sidebar.
 
-Here: lists and dicts are JSON-encoded before binding; writes of one step run
-one after the other in the order they were started (a FIFO lock per step id;
-tasks start in creation order, so the last ``update()`` lands last), and so do
-the element writes of one thread (uploads come back in upload order); JSON and
-booleans are decoded on read; a failed statement is logged as an error. The
-engine is the app's (:class:`backend.store.Store`), not a second one, and
-deleting a thread also deletes its stored turns and prepared images.
+Here: a write or delete by id touches only rows of the writing session's own thread
+(Chainlit's ``context.session.thread_id``); anything else is refused and logged, and
+nothing of another chat changes. Thread titles are cut to :data:`TITLE_MAX_CHARS`; the
+sidebar's pages carry no steps. Lists and dicts are JSON-encoded before binding; writes
+of one step run one after the other in the order they were started (a FIFO lock per step
+id; tasks start in creation order, so the last ``update()`` lands last), and so do the
+element writes of one thread (uploads come back in upload order); JSON and booleans are
+decoded on read; a failed statement is logged as an error. The engine is the app's
+(:class:`backend.store.Store`), not a second one, and deleting a thread also deletes its
+stored turns and prepared images.
 """
 
 from __future__ import annotations
@@ -27,14 +36,15 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, Final, cast
 
+from chainlit.context import context
 from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
 from chainlit.data.storage_clients.base import BaseStorageClient
 from chainlit.data.utils import queue_until_user_message
 from chainlit.element import Element
 from chainlit.step import StepDict
-from chainlit.types import ThreadDict
+from chainlit.types import PaginatedResponse, Pagination, ThreadDict, ThreadFilter
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -46,6 +56,30 @@ log = logging.getLogger(LOGGER_NAME)
 
 _STEP_JSON = ("metadata", "tags", "generation", "modes")
 _STEP_BOOLS = ("streaming", "waitForAnswer", "isError")
+
+TITLE_MAX_CHARS: Final = 100
+"""Longest thread title stored: about what the sidebar shows on one line, and far
+below the megabytes a pasted first message can hold."""
+
+
+def readable_title(text: str) -> str:
+    """``text`` as a one-line title of at most :data:`TITLE_MAX_CHARS` characters.
+
+    Runs of whitespace (newlines too) become one space; a longer text is cut at
+    its last space in the limit (at the limit if there is none near) and ends
+    with an ellipsis, e.g. ``"What is in this photo…"``.
+    """
+    line = " ".join(text[: TITLE_MAX_CHARS * 8].split())
+    if len(line) <= TITLE_MAX_CHARS:
+        return line
+    cut = line[: TITLE_MAX_CHARS - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > TITLE_MAX_CHARS // 2 else cut).rstrip() + "…"
+
+
+def _writer_thread() -> str | None:
+    """The thread of the session making the current data-layer call."""
+    return context.session.thread_id
 
 
 def _decoded(value: Any) -> Any:
@@ -105,9 +139,18 @@ class KimiDataLayer(SQLAlchemyDataLayer):
         metadata: dict[str, Any] | None = None,
         tags: list[str] | None = None,
     ) -> None:
-        """Chainlit's upsert of a thread, with ``tags`` JSON-encoded."""
+        """Chainlit's upsert of a thread: ``tags`` JSON-encoded, ``name`` cut to a title;
+        refused (logged) when ``user_id`` would take over a thread of another user."""
+        if user_id is not None:
+            rows = await self.execute_sql(
+                'SELECT "userId" FROM threads WHERE "id" = :id', {"id": thread_id}
+            )
+            if isinstance(rows, list) and rows and rows[0]["userId"] not in (None, user_id):
+                log.warning("refused to give chat %s to another user", thread_id)
+                return
         encoded = json.dumps(tags) if tags is not None else None
-        await super().update_thread(thread_id, name, user_id, metadata, cast(Any, encoded))
+        title = readable_title(name) if name is not None else None
+        await super().update_thread(thread_id, title, user_id, metadata, cast(Any, encoded))
 
     @asynccontextmanager
     async def _step_lock(self, step_id: str) -> AsyncIterator[None]:
@@ -125,23 +168,83 @@ class KimiDataLayer(SQLAlchemyDataLayer):
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
     async def create_step(self, step_dict: StepDict) -> None:
-        """Chainlit's upsert of a step: lists and dicts encoded, one write per step at a time."""
+        """Chainlit's upsert of a step (``SQLAlchemyDataLayer.create_step`` of 2.12, the
+        same columns and values), except that a step of another thread is never changed.
+
+        Lists and dicts are JSON-encoded; writes of one step run one at a time. The
+        update happens only ``WHERE steps."threadId" = excluded."threadId"`` (one
+        statement, no race): a client that sends a message under the id of another
+        chat's step has its write refused and logged.
+        """
         step: dict[str, Any] = dict(step_dict)
         for key in ("tags", "modes"):
             if isinstance(step.get(key), list | dict):
                 step[key] = json.dumps(step[key])
+        step["showInput"] = str(step.get("showInput", "")).lower() if "showInput" in step else None
+        parameters = {
+            key: value
+            for key, value in step.items()
+            if value is not None and not (isinstance(value, dict) and not value)
+        }
+        parameters["metadata"] = json.dumps(step.get("metadata", {}))
+        parameters["generation"] = json.dumps(step.get("generation", {}))
+        columns = ", ".join(f'"{key}"' for key in parameters)
+        values = ", ".join(f":{key}" for key in parameters)
+        updates = ", ".join(f'"{key}" = :{key}' for key in parameters if key != "id")
+        query = (
+            f"INSERT INTO steps ({columns}) VALUES ({values}) ON CONFLICT (id) DO UPDATE "
+            f'SET {updates} WHERE steps."threadId" = excluded."threadId"'
+        )
         async with self._step_lock(str(step.get("id"))):
-            await super().create_step(cast(StepDict, step))
+            await self.update_thread(str(step["threadId"]))
+            if await self.execute_sql(query, parameters) == 0:
+                log.warning("refused a write to step %s: it is in another chat", step.get("id"))
+
+    @queue_until_user_message()  # type: ignore[untyped-decorator]
+    async def delete_step(self, step_id: str) -> None:
+        """Chainlit's delete of a step with its feedback and elements, only in the
+        writing session's thread (a step of another chat stays)."""
+        if await self._in_this_chat("steps", step_id):
+            await super().delete_step(step_id)
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
     async def create_element(self, element: Element) -> None:
-        """Chainlit's element write, one at a time per thread, in the order they were sent.
+        """Chainlit's element write, one at a time per thread, in the order they were sent,
+        for the writing session's thread only, and never over another thread's element.
 
         Chainlit sends a message's uploads as one task each; unordered, they would
-        come back from the database in whatever order the writes finished.
+        come back from the database in whatever order the writes finished. A custom
+        element from the client (``PUT /project/element``) names its own thread and
+        id; one naming another thread, or the id of another thread's element, is
+        refused and logged before its file is written.
         """
         async with self._step_lock(f"elements:{element.thread_id}"):
+            found = await self.execute_sql(
+                'SELECT "threadId" FROM elements WHERE "id" = :id', {"id": element.id}
+            )
+            theirs = isinstance(found, list) and found and found[0]["threadId"] != element.thread_id
+            if element.thread_id != _writer_thread() or theirs:
+                log.warning("refused a write to element %s: it is in another chat", element.id)
+                return
             await super().create_element(element)
+
+    @queue_until_user_message()  # type: ignore[untyped-decorator]
+    async def delete_element(self, element_id: str, thread_id: str | None = None) -> None:
+        """Chainlit's delete of an element and its file, only in the writing session's thread
+        (``thread_id`` comes from the client for custom elements and is not trusted)."""
+        if await self._in_this_chat("elements", element_id):
+            await super().delete_element(element_id, thread_id)
+
+    async def _in_this_chat(self, table: str, row_id: str) -> bool:
+        """True if row ``row_id`` of ``table`` (steps, elements) is in the writing session's
+        thread; else False, and the refused delete is logged."""
+        found = await self.execute_sql(
+            f'SELECT 1 FROM {table} WHERE "id" = :id AND "threadId" = :thread',
+            {"id": row_id, "thread": _writer_thread()},
+        )
+        if not found:
+            log.warning("refused to delete %s %s: it is not in this chat", table, row_id)
+        return bool(found)
 
     async def get_all_user_threads(
         self, user_id: str | None = None, thread_id: str | None = None
@@ -162,6 +265,20 @@ class KimiDataLayer(SQLAlchemyDataLayer):
             for element in record.get("elements", []):
                 element["props"] = _decoded(element.get("props")) or {}
         return threads
+
+    async def list_threads(
+        self, pagination: Pagination, filters: ThreadFilter
+    ) -> PaginatedResponse[ThreadDict]:
+        """Chainlit's page of the sidebar's threads, without their steps and elements.
+
+        Chainlit reads every step to search them, then sends them all with the page
+        (megabytes for one long pasted message); the sidebar shows names and dates.
+        """
+        page = await super().list_threads(pagination, filters)
+        for thread in page.data:
+            record = cast(dict[str, Any], thread)
+            record["steps"], record["elements"] = [], []
+        return page
 
     async def delete_steps_after(self, thread_id: str, created_at: str, keep: set[str]) -> int:
         """Delete the steps of ``thread_id`` created after ``created_at``, except ``keep``.

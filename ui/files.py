@@ -15,7 +15,6 @@ inline, anything else as a download.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, Final, cast
 from urllib.parse import quote
 
@@ -23,11 +22,11 @@ from chainlit.auth import get_current_user, reuseable_oauth
 from chainlit.data.storage_clients.base import BaseStorageClient
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import Response
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from backend.auth import may_read_thread
+from backend.auth import Ownership, may_read_thread
 from backend.store.files import FileStore, safe_key
+from ui.chainlit_patches import include_first
 
 ROUTE_PREFIX: Final = "/kimi/files"
 
@@ -85,50 +84,22 @@ async def _viewer(request: Request) -> str | None:
     return None if user is None else str(user.identifier)
 
 
-async def file_owner(engine: AsyncEngine, key: str) -> tuple[str | None, bool, str] | None:
-    """Who owns the element stored under ``key``: (owner, shared, mime), or None if no element.
-
-    Raises:
-        sqlalchemy.exc.SQLAlchemyError: the database failed.
-    """
-    async with engine.connect() as db:
-        row = (
-            await db.execute(
-                text(
-                    'SELECT t."userIdentifier", t."metadata", e."mime" FROM elements e '
-                    'JOIN threads t ON t."id" = e."threadId" WHERE e."objectKey" = :key LIMIT 1'
-                ),
-                {"key": key},
-            )
-        ).first()
-    if row is None:
-        return None
-    try:
-        metadata = json.loads(row[1]) if isinstance(row[1], str) else (row[1] or {})
-    except json.JSONDecodeError:
-        metadata = {}
-    shared = bool(isinstance(metadata, dict) and metadata.get("is_shared"))
-    return row[0], shared, str(row[2] or "application/octet-stream")
-
-
 def mount_file_route(app: FastAPI, engine: AsyncEngine, files: FileStore, root: str = "") -> None:
-    """Add ``GET {root}/kimi/files/{key}`` to Chainlit's app, ahead of its catch-all route.
-
-    Chainlit's last route (``/{full_path:path}``) answers every path with the page,
-    so a router included after it would never be reached: ours is moved in front.
-    """
+    """Add ``GET {root}/kimi/files/{key}`` to Chainlit's app, ahead of its catch-all route
+    (:func:`ui.chainlit_patches.include_first`)."""
     router = APIRouter(prefix=root.rstrip("/"))
+    ownership = Ownership(engine)
 
     @router.get(ROUTE_PREFIX + "/{key:path}")
     async def serve_file(key: str, request: Request) -> Response:
         not_found = HTTPException(status_code=404, detail="File not found")
         if safe_key(key) != key:
             raise not_found
-        owner = await file_owner(engine, key)
-        if owner is None:
+        found = await ownership.file(key)
+        if found is None:
             raise not_found
-        thread_owner, shared, mime = owner
-        if not may_read_thread(thread_owner, await _viewer(request), shared=shared):
+        thread, mime = found
+        if not may_read_thread(thread.owner, await _viewer(request), shared=thread.shared):
             raise not_found
         try:
             data = await asyncio.to_thread(files.read, key)
@@ -139,15 +110,12 @@ def mount_file_route(app: FastAPI, engine: AsyncEngine, files: FileStore, root: 
             content=data,
             media_type=mime if inline else "application/octet-stream",
             headers={
-                "Cache-Control": "private, max-age=86400",
+                # A shared chat's files are asked for again each time: unsharing ends them.
+                "Cache-Control": "private, no-cache" if thread.shared else "private, max-age=86400",
                 "X-Content-Type-Options": "nosniff",
                 "Content-Security-Policy": "default-src 'none'; sandbox",
                 "Content-Disposition": "inline" if inline else "attachment",
             },
         )
 
-    app.include_router(router)
-    added = len(router.routes)
-    ours = app.router.routes[-added:]
-    del app.router.routes[-added:]
-    app.router.routes[0:0] = ours
+    include_first(app, router)

@@ -42,6 +42,7 @@ from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html
 from backend.store.resume import Restored, restore, restored_options
 from backend.store.turns import TurnRecord
 from backend.uploads import MediaWorkers
+from ui import signin
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
 from ui.language import session_translator
@@ -90,35 +91,9 @@ def setup(settings: Settings) -> Store | None:
     from chainlit.server import app as server
 
     mount_file_route(server, store.engine, store.files, config.run.root_path)
-    refuse_removed_users(store)
     _store = store
     log.info("chats are stored in %s; sign-in is on (%d users)", store.where, users)
     return store
-
-
-def refuse_removed_users(opened: Store) -> None:
-    """Make a removed user's sign-in cookie worthless at once, not when it expires.
-
-    Chainlit checks the cookie (a JWT, valid for ``user_session_timeout``) in
-    ``chainlit.auth.authenticate_user``, which every HTTP route and the websocket
-    reach through ``get_current_user`` by its module-level name; it is wrapped
-    here to refuse, with 401, a user no longer in ``kimi_users``. One primary-key
-    lookup per authenticated request.
-    """
-    import chainlit.auth as chainlit_auth
-    from fastapi import HTTPException
-
-    checked = getattr(chainlit_auth.authenticate_user, "__wrapped__", None)
-    original = checked or chainlit_auth.authenticate_user
-
-    async def authenticate_existing_user(token: str = "") -> Any:
-        user = await original(token)
-        if user is not None and not await opened.users.exists(str(user.identifier)):
-            raise HTTPException(status_code=401, detail="This account was removed.")
-        return user
-
-    authenticate_existing_user.__wrapped__ = original  # type: ignore[attr-defined]
-    chainlit_auth.authenticate_user = authenticate_existing_user
 
 
 def store() -> Store:
@@ -131,13 +106,6 @@ def data_layer() -> KimiDataLayer:
     """Chainlit's data layer on the open store."""
     opened = store()
     return KimiDataLayer(opened, LocalStorageClient(opened.files, config.run.root_path))
-
-
-async def sign_in(name: str, password: str) -> cl.User | None:
-    """The user if ``password`` is theirs, else None (Chainlit then says the login failed)."""
-    if await store().users.verify(name, password):
-        return cl.User(identifier=name, metadata={"provider": "credentials"})
-    return None
 
 
 def _owner() -> str | None:
@@ -323,10 +291,11 @@ async def send_export(session: ChatSession) -> None:
 
 def register(settings: Settings) -> Store | None:
     """:func:`setup`, then, when sign-in is on, register Chainlit's callbacks for it:
-    the password check, the SQL data layer and who may view a shared chat."""
+    sign-in and sign-out (:func:`ui.signin.install`), the SQL data layer and who may
+    view a shared chat."""
     opened = setup(settings)
     if opened is not None:
-        cl.password_auth_callback(sign_in)
+        signin.install(opened)
         cl.data_layer(data_layer)
         cl.on_shared_thread_view(may_view_shared)
     return opened

@@ -19,6 +19,10 @@ Chainlit's socket.io ``connect`` handler:
   A session opened without the cookie (a script that never loaded the page) is
   bound to no browser, but no second socket may join it while its socket is
   connected. Chainlit itself checks the signed-in user when sign-in is on.
+  Requests are read with the parsers Chainlit's routes use, on the same scope
+  (Starlette's ``QueryParams`` and ``cookie_parser``, ``json.loads`` for bodies),
+  so the guard and Chainlit always agree on which session a request names; a
+  request naming ``session_id`` more than once is refused as ambiguous.
 - **Upload size**: ``POST /project/file`` over Chainlit's ``max_size_mb`` (plus
   form overhead) is refused from its ``Content-Length``, before a byte is read
   (Chainlit reads a whole upload into memory before it checks its size); one
@@ -29,35 +33,50 @@ Chainlit's socket.io ``connect`` handler:
   so the app sees the message and says how many tokens it is.
 - **Content-Security-Policy** on the app's pages: images only from the app
   itself, ``data:`` and ``blob:`` (a markdown image in model output fetches
-  nothing elsewhere); scripts only from the app and Chainlit's own inline
-  scripts (by hash); no framing by other sites. ``Referrer-Policy: no-referrer``
-  so a link the person follows does not tell the site where they came from.
+  nothing elsewhere); scripts only from the app and the page's own inline
+  scripts (by hash, taken from the HTML as it is sent); no framing by other
+  sites. ``Referrer-Policy: no-referrer`` so a link the person follows does not
+  tell the site where they came from.
   Files served from ``/project/file`` get a policy that runs nothing.
+- **Secure cookies behind TLS**: when the request came over https (uvicorn sets
+  the scheme from a trusted proxy's ``X-Forwarded-Proto``), Chainlit's sign-in
+  cookie gets ``Secure`` like the browser cookie (Chainlit sets it only with
+  ``CHAINLIT_COOKIE_SAMESITE=none``).
+- **Private files**: Chainlit's folder of session uploads (``.files``) is made
+  ``0700`` at start, so no other account on the machine reads them.
+- **Open mode stays on loopback**: :func:`refuse_open_beyond_loopback` stops the
+  app at start when it would listen beyond loopback with no user to sign in.
 
-Chainlit internals used (2.12): ``chainlit.server.app``, ``sio`` and
-``get_html_template``; ``WebsocketSession.get_by_id``; the ``connect`` handler
-in ``sio.handlers``. tests/browser/test_security.py checks each protection.
+Chainlit objects used: ``chainlit.server.app`` (its documented place for custom
+routes and middleware), ``WebsocketSession.get_by_id``, and through
+:mod:`ui.chainlit_patches` the socket.io ``connect`` handler and frame limit.
+tests/browser/test_security.py checks each protection.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import os
 import re
 import secrets
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from http.cookies import SimpleCookie
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
-from starlette.datastructures import Headers, MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders, QueryParams
+from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backend.auth import ADD_USER, is_loopback
 from backend.i18n import msg
+from backend.store.files import private_folder
+from ui import chainlit_patches
+from ui.chainlit_patches import ConnectHandler
 from ui.language import header_translator
 
 BROWSER_COOKIE: Final = "kimi_browser"
@@ -181,16 +200,26 @@ OWNERS: Final = Owners()
 
 
 def browser_key(cookie_header: str | None) -> str | None:
-    """The :data:`BROWSER_COOKIE` value in a ``Cookie`` header, or None."""
+    """The :data:`BROWSER_COOKIE` value in a ``Cookie`` header, or None.
+
+    Parsed by Starlette's ``cookie_parser``, which Chainlit's routes and socket use:
+    another site's cookie that is not RFC 6265 (``prefs={"a": 1}``, set by any app
+    on this host: cookies ignore ports) costs only that cookie, never this one.
+    """
     if not cookie_header:
         return None
-    cookies: SimpleCookie = SimpleCookie()
-    try:
-        cookies.load(cookie_header)
-    except Exception:  # a malformed header is no cookie
-        return None
-    morsel = cookies.get(BROWSER_COOKIE)
-    return morsel.value if morsel is not None and morsel.value else None
+    return cookie_parser(cookie_header).get(BROWSER_COOKIE) or None
+
+
+def named_session(scope: Scope) -> tuple[str | None, bool]:
+    """The ``session_id`` a request's query names, and whether it names just one.
+
+    Read with Starlette's ``QueryParams`` on the request's own query string, as
+    Chainlit's routes read it (FastAPI takes the last value of a repeated
+    parameter); a repeated ``session_id`` is ambiguous: ``(last value, False)``.
+    """
+    values = QueryParams(scope.get("query_string", b"")).getlist("session_id")
+    return (values[-1] if values else None), len(values) <= 1
 
 
 def _session(session_id: str | None) -> Any:
@@ -201,9 +230,10 @@ def _session(session_id: str | None) -> Any:
 
 
 NOT_OPEN_HERE: Final = msg("This chat is not open here.")
+AMBIGUOUS: Final = msg("This request names more than one chat; it is refused.")
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, text: str) -> None:
+async def refuse(scope: Scope, receive: Receive, send: Send, status: int, text: str) -> None:
     """Answer with ``status`` and a one-sentence ``detail`` (a websocket: close, 403),
     in the language of the request's ``Accept-Language``."""
     text = header_translator(Headers(scope=scope).get("accept-language")).text(text)
@@ -211,6 +241,49 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, text:
         await send({"type": "websocket.close", "code": 1008, "reason": text})
         return
     await JSONResponse({"detail": text}, status_code=status)(scope, receive, send)
+
+
+async def read_body(scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    """A request's whole body, up to :data:`JSON_BODY_LIMIT` bytes; None once a longer
+    one was refused (413, said in one sentence)."""
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > JSON_BODY_LIMIT:
+            await refuse(scope, receive, send, 413, msg("This request is too large."))
+            return None
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def json_field(body: bytes, name: str) -> Any:
+    """Field ``name`` of a JSON object ``body``, read with ``json.loads`` as FastAPI reads
+    bodies (a repeated key: the last); None when absent or ``body`` is not a JSON object."""
+    try:
+        return json.loads(body or b"{}").get(name)
+    except (ValueError, AttributeError):
+        return None
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` first (as one message), then what ``receive`` gives."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 class Guard:
@@ -235,16 +308,6 @@ class Guard:
         self.allowed_origins = tuple(allowed_origins)
         self.upload_limit_mb = upload_limit_mb
         self.root_path = root_path.rstrip("/")
-        self._html: str | None = None
-
-    def policy(self, host: str | None) -> str:
-        """The pages' policy, from the HTML Chainlit serves (read once)."""
-        if self._html is None:
-            from chainlit.server import get_html_template
-
-            root = os.getenv("CHAINLIT_PARENT_ROOT_PATH", "") + os.getenv("CHAINLIT_ROOT_PATH", "")
-            self._html = get_html_template(root)
-        return page_policy(self._html, host)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in {"http", "websocket"}:
@@ -259,7 +322,7 @@ class Guard:
         if (acts or method not in SAFE_METHODS) and not origin_allowed(
             headers.get("origin"), headers.get("host"), self.allowed_origins
         ):
-            await _refuse(
+            await refuse(
                 scope, receive, send, 403, msg("Requests from other web sites are refused.")
             )
             return
@@ -274,11 +337,14 @@ class Guard:
         ):
             return
         if path == "/project/file" or path.startswith("/project/file/"):
-            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            session = _session((query.get("session_id") or [None])[0])
+            session_id, unambiguous = named_session(scope)
+            if not unambiguous:
+                await refuse(scope, receive, send, 400, AMBIGUOUS)
+                return
+            session = _session(session_id)
             if session is None or not OWNERS.owns(session, key):
                 text = msg("File not found.") if method == "GET" else NOT_OPEN_HERE
-                await _refuse(scope, receive, send, 404, text)
+                await refuse(scope, receive, send, 404, text)
                 return
         elif path in BODY_SESSION_ROUTES and method not in SAFE_METHODS:
             replay = await self._check_body_session(scope, receive, send, key)
@@ -294,11 +360,11 @@ class Guard:
         limit_mb = self.upload_limit_mb()
         declared = headers.get("content-length")
         if declared is None or not declared.isdigit():
-            await _refuse(scope, receive, send, 411, msg("An upload must say its size."))
+            await refuse(scope, receive, send, 411, msg("An upload must say its size."))
             return False
         if int(declared) > limit_mb * 1024 * 1024 + FORM_OVERHEAD_BYTES:
             text = msg("This file is larger than the {limit:g} MB the app accepts.", limit=limit_mb)
-            await _refuse(scope, receive, send, 413, text)
+            await refuse(scope, receive, send, 413, text)
             return False
         return True
 
@@ -309,80 +375,90 @@ class Guard:
 
         Returns a ``receive`` that replays the body, or None once refused.
         """
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > JSON_BODY_LIMIT:
-                await _refuse(scope, receive, send, 413, msg("This request is too large."))
-                return None
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        try:
-            session_id = json.loads(body or b"{}").get("sessionId")
-        except (ValueError, AttributeError):
-            session_id = None
+        body = await read_body(scope, receive, send)
+        if body is None:
+            return None
+        session_id = json_field(body, "sessionId")
         session = _session(session_id if isinstance(session_id, str) else None)
         if session is None or not OWNERS.owns(session, key):
-            await _refuse(scope, receive, send, 404, NOT_OPEN_HERE)
+            await refuse(scope, receive, send, 404, NOT_OPEN_HERE)
             return None
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return replay
+        return replaying(body, receive)
 
     def _sender(self, send: Send, scope: Scope, path: str, key: str | None) -> Send:
-        """``send`` that adds the security headers and, if missing, the browser cookie."""
+        """``send`` that adds the security headers and, if missing, the browser cookie.
+
+        An HTML page's start is held back until its body is complete, so that its
+        policy names the hashes of the inline scripts it really holds.
+        """
+        https = scope.get("scheme") == "https"
+        held: list[Message] = []
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 headers["Referrer-Policy"] = "no-referrer"
                 headers["X-Content-Type-Options"] = "nosniff"
-                if path.startswith("/project/file/"):
-                    headers["Content-Security-Policy"] = FILE_POLICY
-                elif headers.get("content-type", "").startswith("text/html"):
-                    host = Headers(scope=scope).get("host")
-                    headers["Content-Security-Policy"] = self.policy(host)
+                if https:
+                    secure_auth_cookies(message)
                 if key is None:
-                    secure = "; Secure" if scope.get("scheme") == "https" else ""
                     headers.append(
                         "Set-Cookie",
                         f"{BROWSER_COOKIE}={secrets.token_urlsafe(32)}; Path=/; "
-                        f"HttpOnly; SameSite=Lax{secure}",
+                        f"HttpOnly; SameSite=Lax{'; Secure' if https else ''}",
                     )
+                if path.startswith("/project/file/"):
+                    headers["Content-Security-Policy"] = FILE_POLICY
+                elif headers.get("content-type", "").startswith("text/html"):
+                    held.append(message)
+                    return
+            elif held and message["type"] == "http.response.body":
+                held.append(message)
+                if message.get("more_body", False):
+                    return
+                start = MutableHeaders(scope=held[0])
+                raw = b"".join(m.get("body", b"") for m in held[1:])
+                if start.get("content-encoding") == "gzip":  # Chainlit's GZipMiddleware
+                    raw = gzip.decompress(raw)
+                html, host = raw.decode("utf-8", "replace"), Headers(scope=scope).get("host")
+                start["Content-Security-Policy"] = page_policy(html, host)
+                for part in held:
+                    await send(part)
+                held.clear()
+                return
             await send(message)
 
         return sending
 
 
-ConnectHandler = Callable[[str, MutableMapping[str, Any], Any], Awaitable[Any]]
+AUTH_COOKIE: Final = os.environ.get("CHAINLIT_AUTH_COOKIE_NAME", "access_token")
+"""Chainlit's sign-in cookie (chainlit/auth/cookie.py reads the same variable); a long
+token is split over ``<name>_0``, ``<name>_1``, ..."""
 
 
-def guard_connect(sio: Any) -> None:
-    """Put the ownership check in front of Chainlit's socket.io ``connect`` handler.
+def secure_auth_cookies(start: Message) -> None:
+    """Add ``Secure`` to each of Chainlit's sign-in cookies set by this response start."""
+    headers: list[tuple[bytes, bytes]] = start["headers"]
+    prefix = AUTH_COOKIE.encode("latin-1")
+    for index, (name, value) in enumerate(headers):
+        if name.lower() != b"set-cookie" or not value.startswith(prefix):
+            continue
+        attributes = {part.strip().lower() for part in value.split(b";")[1:]}
+        if b"secure" not in attributes:
+            headers[index] = (name, value + b"; Secure")
+
+
+def guarded_connect(original: ConnectHandler) -> ConnectHandler:
+    """Chainlit's socket.io ``connect`` handler with the ownership check in front.
 
     Refuses (socket.io's ``ConnectionRefusedError``: a ``connect_error`` with the
     sentence; no socket is opened) a socket that names a live session opened by
     another browser, and any second socket for a session bound to no browser while
     its socket is connected; records the owner of each new session.
     """
+    from chainlit.server import sio
     from chainlit.session import WebsocketSession
     from socketio.exceptions import ConnectionRefusedError as Refused
-
-    original: ConnectHandler = sio.handlers["/"]["connect"]
 
     async def connect(sid: str, environ: MutableMapping[str, Any], auth: Any) -> Any:
         session_id = auth.get("sessionId") if isinstance(auth, dict) else None
@@ -398,7 +474,38 @@ def guard_connect(sio: Any) -> None:
             OWNERS.claim(created, key)
         return accepted
 
-    sio.handlers["/"]["connect"] = connect
+    return connect
+
+
+def refuse_open_beyond_loopback(
+    *, sign_in: bool, allow_anonymous: bool, host: str | None = None
+) -> None:
+    """Stop the app at start if it would listen on ``host`` beyond loopback, open to all.
+
+    launch.sh refuses the same before it starts anything
+    (:func:`serving.preflight.check_ui_exposure`); this catches a
+    ``chainlit run app.py --host 0.0.0.0`` that never went through it.
+
+    Args:
+        sign_in: a user exists, so everyone must sign in.
+        allow_anonymous: ``KIMI_ALLOW_ANONYMOUS``: open anyway.
+        host: where Chainlit listens, e.g. ``"0.0.0.0"``; by default
+            ``config.run.host`` (``--host`` or ``CHAINLIT_HOST``, set by
+            ``chainlit run`` before it imports the app).
+
+    Raises:
+        SystemExit: one sentence naming the command that adds a user.
+    """
+    if host is None:
+        from chainlit.config import config
+
+        host = config.run.host
+    if sign_in or allow_anonymous or is_loopback(host):
+        return
+    raise SystemExit(
+        f"Kimi-VL Chat cannot start: it would listen on {host} with no user to sign in; "
+        f"add one with `{ADD_USER}`, or listen on 127.0.0.1."
+    )
 
 
 def install(allowed_origins: str = "") -> None:
@@ -408,15 +515,16 @@ def install(allowed_origins: str = "") -> None:
         allowed_origins: origins accepted besides the app's own, separated by
             commas (``Settings.allowed_origins``), e.g. ``"https://chat.example.com"``.
     """
-    from chainlit.config import config
-    from chainlit.server import app, sio
+    from chainlit.config import FILES_DIRECTORY, config
+    from chainlit.server import app
 
     def upload_limit_mb() -> float:
         spec = config.features.spontaneous_file_upload
         return float(spec.max_size_mb) if spec and spec.max_size_mb else float("inf")
 
-    sio.eio.max_http_buffer_size = MESSAGE_LIMIT_BYTES
-    guard_connect(sio)
+    private_folder(FILES_DIRECTORY)  # Chainlit's session uploads: nobody else enters
+    chainlit_patches.raise_socket_message_limit(MESSAGE_LIMIT_BYTES)
+    chainlit_patches.wrap_socket_connect(guarded_connect)
     app.add_middleware(
         Guard,
         allowed_origins=tuple(o for o in allowed_origins.split(",") if o.strip()),

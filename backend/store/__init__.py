@@ -11,6 +11,10 @@ What is stored where (``KIMI_DATA_DIR``, default ``data/``):
 * ``files/prepared/<thread id>/<sha256>.jpg|png``: the prepared copies sent to
   the model.
 
+The data folder and everything the store writes in it are private to the app's
+account (folders ``0700``, files ``0600``: :mod:`backend.store.files`,
+:mod:`backend.store.db`).
+
 :class:`Store` owns the engine and the file store; everything else borrows them.
 """
 
@@ -27,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from backend.auth import Users
 from backend.settings import Settings
 from backend.store.db import StoreError, create_engine, database_url, is_sqlite
-from backend.store.files import FileStore
+from backend.store.files import FileStore, private_folder
 from backend.store.schema import migrate
 from backend.store.turns import TurnStore
 
@@ -64,7 +68,7 @@ class Store:
             StoreError: one sentence naming the folder or database and what is wrong.
         """
         try:
-            self.files.root.mkdir(parents=True, exist_ok=True)
+            private_folder(self.files.root, self.data_dir)
             self.files.write("probe", b"ok")
             self.files.delete("probe")
         except OSError as exc:

@@ -14,6 +14,10 @@ aiosqlite with:
   This is SQLAlchemy's documented recipe for aiosqlite (``isolation_level = None``
   plus a ``begin`` listener), with IMMEDIATE instead of plain BEGIN.
 
+The database file and its ``-wal``/``-shm`` companions are made ``0600`` on every
+connection, before WAL mode creates the companions (SQLite gives them the
+database file's mode): the database holds every chat and the password hashes.
+
 PostgreSQL (``postgresql+asyncpg://...``) needs none of this.
 """
 
@@ -25,6 +29,8 @@ from typing import Any, Final
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from backend.store.files import FILE_MODE
 
 BUSY_TIMEOUT_S: Final = 30.0
 """Seconds a SQLite writer waits for the lock before giving up."""
@@ -57,6 +63,24 @@ def database_url(data_dir: Path, configured: str) -> str:
     return configured
 
 
+def make_private(database: Path) -> None:
+    """Make a SQLite ``database`` file and its ``-wal``, ``-shm`` and ``-journal``
+    companions (those that exist) :data:`~backend.store.files.FILE_MODE`.
+
+    Raises:
+        OSError: a mode cannot be set.
+    """
+    for path in (database, *(database.with_name(database.name + s) for s in _COMPANIONS)):
+        try:
+            if path.stat().st_mode & 0o777 != FILE_MODE:
+                path.chmod(FILE_MODE)
+        except FileNotFoundError:
+            continue
+
+
+_COMPANIONS: Final = ("-wal", "-shm", "-journal")
+
+
 def is_sqlite(engine: AsyncEngine) -> bool:
     """True if ``engine`` talks to SQLite."""
     return engine.dialect.name == "sqlite"
@@ -70,10 +94,13 @@ def create_engine(url: str) -> AsyncEngine:
     if not url.startswith("sqlite"):
         return create_async_engine(url, pool_pre_ping=True)
     engine = create_async_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+    database = make_url(url).database
 
     @event.listens_for(engine.sync_engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        if database and database != ":memory:":
+            make_private(Path(database))  # connecting created it; WAL files follow its mode
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         cursor.execute("PRAGMA journal_mode = WAL")

@@ -61,6 +61,9 @@ class ChatExport:
         options: sampling options of the last turn (temperature, top_p, max_tokens, ...).
         records: the stored turns, oldest first.
         exported_at: when, as text (e.g. ISO 8601).
+        sign_in_url: set for a shared chat's public page (``ui/share.py``): the
+            time is labelled "Shared" and the page ends with a link to sign in
+            (a relative URL of the app, e.g. ``"/login?next=/share/<id>"``).
     """
 
     title: str
@@ -68,6 +71,7 @@ class ChatExport:
     options: dict[str, Any]
     records: Sequence[TurnRecord]
     exported_at: str
+    sign_in_url: str | None = None
 
 
 def _e(value: object) -> str:
@@ -106,7 +110,13 @@ def _turn(record: TurnRecord, tr: Translator) -> str:
 def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
     """The whole chat as one HTML document (UTF-8 text) in ``tr``'s language; see the
     module docstring. (Stored stats lines stay in the language they were shown in.)"""
-    model, exported = _e(tr("Model")), _e(tr("Exported"))
+    model = _e(tr("Model"))
+    exported = _e(tr("Shared") if chat.sign_in_url is not None else tr("Exported"))
+    sign_in = ""
+    if chat.sign_in_url is not None:
+        link = _e(tr("Sign in"))
+        sign_in = f'<p class="note"><a href="{_e(chat.sign_in_url)}">{link}</a></p>'
+
     settings = "".join(
         f"<dt>{_e(name)}</dt><dd>{_e(value)}</dd>" for name, value in chat.options.items()
     )
@@ -120,6 +130,7 @@ def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
             f"<header><h1>{_e(chat.title)}</h1><dl><dt>{model}</dt><dd>{_e(chat.model)}</dd>",
             f"{settings}<dt>{exported}</dt><dd>{_e(chat.exported_at)}</dd></dl></header>",
             *(_turn(record, tr) for record in chat.records),
+            sign_in,
             "</body></html>",
             "",
         ]

@@ -5,7 +5,9 @@ An object key is a relative path of safe segments (``user/element/photo.jpg``).
 digits, ``.``, ``-`` and ``_`` become ``_``, and no segment may be empty, ``.``
 or ``..``, so a key can never point outside the folder. Writes go to a temporary
 file that is then renamed over the target (atomic on POSIX), so a crash never
-leaves half a file under a key.
+leaves half a file under a key. Files are made ``0600`` and folders ``0700``
+(:data:`FILE_MODE`, :data:`FOLDER_MODE`): uploads are private to the account the
+app runs as, even on a machine shared with others.
 
 Who may read a file is not decided here (see :mod:`backend.auth` and the file
 route in ``ui/files.py``).
@@ -21,6 +23,30 @@ from pathlib import Path
 from typing import Final
 
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
+FILE_MODE: Final = 0o600
+"""Stored files: read and written by the app's own account only."""
+FOLDER_MODE: Final = 0o700
+"""Folders of stored data: entered by the app's own account only."""
+
+
+def private_folder(path: Path, top: Path | None = None) -> None:
+    """Create folder ``path`` (and missing parents) with :data:`FOLDER_MODE`.
+
+    ``top``, an existing or created ancestor of ``path`` (or ``path`` itself), and
+    every folder below it down to ``path`` are set to :data:`FOLDER_MODE` even if
+    they existed with a wider mode; folders above ``top`` are created if missing
+    but left as they are.
+
+    Raises:
+        OSError: a folder cannot be created or its mode set.
+    """
+    path.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+    top = top or path
+    for folder in [path, *path.parents]:
+        if folder.stat().st_mode & 0o777 != FOLDER_MODE:
+            folder.chmod(FOLDER_MODE)
+        if folder == top:
+            break
 
 
 def safe_key(key: str) -> str:
@@ -58,9 +84,13 @@ class FileStore:
         return self.root / key
 
     def write(self, key: str, data: bytes) -> int:
-        """Store ``data`` under ``key`` (replacing what was there); returns bytes written."""
+        """Store ``data`` under ``key`` (replacing what was there); returns bytes written.
+
+        The file is :data:`FILE_MODE` (``mkstemp`` makes it so), its folders
+        :data:`FOLDER_MODE` from the store's root down.
+        """
         target = self.path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(target.parent, self.root)
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as out:

@@ -14,7 +14,7 @@ TEXT on both; the data layer (``ui/datalayer.py``) encodes JSON on write and
 decodes it on read, which Chainlit 2.12 does not do for SQLite.
 
 Our own tables: ``kimi_schema`` (the version applied), ``kimi_users`` (sign-in
-names and password hashes, :mod:`backend.auth`), ``kimi_turns`` and
+names, password hashes and token generations, :mod:`backend.auth`), ``kimi_turns`` and
 ``kimi_images`` (the conversation as the model saw it, :mod:`backend.store.turns`).
 
 :func:`migrate` applies what is missing, each migration in one transaction that
@@ -153,6 +153,12 @@ _OUR_TABLES: Final = (
 )
 
 
+_TOKEN_GENERATION: Final = (
+    "ALTER TABLE kimi_users ADD COLUMN token_generation INTEGER NOT NULL DEFAULT 0",
+)
+"""The generation a user's sign-in tokens must carry (:mod:`backend.auth`)."""
+
+
 def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
     def apply(connection: Connection) -> None:
         for statement in statements:
@@ -181,6 +187,7 @@ MIGRATIONS: Final = (
     Migration(1, "Chainlit's documented tables", _run(_CHAINLIT_TABLES)),
     Migration(2, "columns Chainlit 2.12 writes that its DDL lacks", _add_later_columns),
     Migration(3, "users, turns and prepared images of Kimi-VL Chat", _run(_OUR_TABLES)),
+    Migration(4, "a token generation per user (sign-out revokes tokens)", _run(_TOKEN_GENERATION)),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 

@@ -109,6 +109,16 @@ APP_FILES = ("app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "c
 """What ``chainlit run`` needs from the repository, copied into a UI's own directory."""
 
 
+def copy_app(workdir: Path) -> None:
+    """Copy :data:`APP_FILES` into ``workdir`` (the folder a ``chainlit run`` runs in)."""
+    for name in APP_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, workdir / name)
+
+
 def start_ui(
     port: int,
     base_url: str,
@@ -125,12 +135,7 @@ def start_ui(
     ``edit_config`` rewrites the copy's ``.chainlit/config.toml`` text (a test's
     own limits, e.g. a short ``session_timeout``).
     """
-    for name in APP_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, workdir / name)
+    copy_app(workdir)
     if edit_config is not None:
         config = workdir / ".chainlit" / "config.toml"
         config.write_text(edit_config(config.read_text()))
@@ -221,6 +226,20 @@ def page(chromium: Browser, stack: Stack) -> Iterator[Page]:
     expect(page.locator("#chat-settings-open-modal")).to_be_visible()
     yield page
     context.close()
+
+
+def signed_in_page(
+    chromium: Browser, url: str, name: str, password: str
+) -> tuple[BrowserContext, Page]:
+    """A fresh browser context in which ``name`` signed in on Chainlit's page at ``url``."""
+    context = new_context(chromium)
+    page = context.new_page()
+    page.goto(url)
+    page.locator("#email").fill(name)
+    page.locator("#password").fill(password)
+    page.locator('button[type="submit"]').click()
+    expect(page.locator("#chat-settings-open-modal")).to_be_visible()
+    return context, page
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -34,8 +34,8 @@ from tests.browser.conftest import (
     THINKING_MODEL,
     Process,
     ask,
-    new_context,
     screenshot,
+    signed_in_page,
     spawn,
     start_scripted_server,
     wait_answer_done,
@@ -142,14 +142,7 @@ def app(request: pytest.FixtureRequest, tmp_path: Path, scripted: str) -> Iterat
 
 
 def sign_in(chromium: Browser, app: App, name: str) -> tuple[BrowserContext, Page]:
-    context = new_context(chromium)
-    page = context.new_page()
-    page.goto(app.url)
-    page.locator("#email").fill(name)
-    page.locator("#password").fill(PASSWORDS[name])
-    page.locator('button[type="submit"]').click()
-    expect(page.locator("#chat-settings-open-modal")).to_be_visible()
-    return context, page
+    return signed_in_page(chromium, app.url, name, PASSWORDS[name])
 
 
 def requests(server_url: str) -> list[dict[str, object]]:

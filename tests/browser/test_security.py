@@ -8,8 +8,11 @@ server that a prompt injection wants the browser to call.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -28,10 +31,13 @@ from playwright.sync_api import Browser, BrowserContext, Dialog, Page, expect
 from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
+    ROOT,
     THINKING_MODEL,
     ask,
+    copy_app,
     new_context,
     screenshot,
+    signed_in_page,
     start_scripted_server,
     start_ui,
     wait_answer_done,
@@ -257,16 +263,107 @@ def test_other_web_sites_cannot_drive_the_app(guarded: Guarded) -> None:
     assert "access-control-allow-origin" not in preflight.headers
 
 
-def socket_connect(guarded: Guarded, session_id: str, cookies: dict[str, str]) -> str:
-    """Open socket.io (HTTP polling) naming ``session_id``; the server's first reply packet."""
-    with httpx.Client(base_url=guarded.url, cookies=cookies, timeout=10) as client:
+class Socket:
+    """A socket.io client over engine.io's HTTP long-polling, raw, as a script would be.
+
+    ``reply`` is the server's answer to the connect: ``40...`` accepted, ``44...`` refused.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        session_id: str,
+        cookies: dict[str, str],
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.client = httpx.Client(base_url=url, cookies=cookies, headers=headers, timeout=30)
         path = "/ws/socket.io/?EIO=4&transport=polling"
-        handshake = client.get(path).text
-        sid = json.loads(handshake[1:])["sid"]
+        handshake = self.client.get(path).text
+        self.path = f"{path}&sid={json.loads(handshake[1:])['sid']}"
         auth = {"sessionId": session_id, "clientType": "webapp", "userEnv": "{}",
                 "chatProfile": "", "threadId": ""}  # fmt: skip
-        client.post(f"{path}&sid={sid}", content=f"40{json.dumps(auth)}")
-        return client.get(f"{path}&sid={sid}").text
+        self.client.post(self.path, content=f"40{json.dumps(auth)}")
+        self.reply = self.client.get(self.path).text
+
+    def emit(self, event: str, data: object) -> None:
+        """Send socket.io event ``event`` with ``data``."""
+        self.client.post(self.path, content="42" + json.dumps([event, data]))
+
+    def listen(self, seconds: float) -> str:
+        """Everything the server sends for ``seconds`` (answering its pings)."""
+        received = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            packets = self.client.get(self.path).text.split("\x1e")
+            received += packets
+            if "2" in packets:
+                self.client.post(self.path, content="3")
+        return "\x1e".join(received)
+
+    def close(self) -> None:
+        """Leave (engine.io close packet) and close the HTTP client."""
+        self.client.post(self.path, content="1")
+        self.client.close()
+
+
+def socket_connect(guarded: Guarded, session_id: str, cookies: dict[str, str]) -> str:
+    """Open socket.io (HTTP polling) naming ``session_id``; the server's first reply packet."""
+    socket = Socket(guarded.url, session_id, cookies)
+    socket.client.close()
+    return socket.reply
+
+
+def upload(url: str, session_id: str, cookies: dict[str, str], name: str = "rocket.jpg") -> str:
+    """``POST /project/file`` of a photo into ``session_id``; the file's id."""
+    answer = httpx.post(
+        f"{url}/project/file?session_id={session_id}", cookies=cookies,
+        files={"file": (name, (DATA / name).read_bytes(), "image/jpeg")},
+    )  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    file_id: str = answer.json()["id"]
+    return file_id
+
+
+def test_a_repeated_session_id_reads_and_writes_nothing_of_another_browser(
+    guarded: Guarded,
+) -> None:
+    victim, attacker = {"kimi_browser": "victim-" + "v" * 30}, {"kimi_browser": "att-" + "a" * 30}
+    victim_session, own_session = str(uuid.uuid4()), str(uuid.uuid4())
+    victim_socket = Socket(guarded.url, victim_session, victim)
+    attacker_socket = Socket(guarded.url, own_session, attacker)
+    assert victim_socket.reply.startswith("40") and attacker_socket.reply.startswith("40")
+    photo = upload(guarded.url, victim_session, victim)
+    assert httpx.get(f"{guarded.url}/project/file/{photo}?session_id={victim_session}",
+                     cookies=victim).content == (DATA / "rocket.jpg").read_bytes()  # fmt: skip
+    both = f"session_id={own_session}&session_id={victim_session}"
+    read = httpx.get(f"{guarded.url}/project/file/{photo}?{both}", cookies=attacker)
+    assert read.status_code == 400
+    assert read.json() == {"detail": "This request names more than one chat; it is refused."}
+    written = httpx.post(f"{guarded.url}/project/file?{both}", cookies=attacker,
+                         files={"file": ("x.jpg", b"\xff\xd8\xff", "image/jpeg")})  # fmt: skip
+    assert written.status_code == 400
+    assert httpx.get(f"{guarded.url}/project/file/{photo}?session_id={victim_session}",
+                     cookies=attacker).status_code == 404  # fmt: skip
+    victim_socket.close()
+    attacker_socket.close()
+
+
+def test_another_apps_malformed_cookie_leaves_the_uploads_private(guarded: Guarded) -> None:
+    # Any app on this host (another port: cookies ignore ports) may set such a cookie.
+    header = {"Cookie": 'prefs={"theme": "dark"}; kimi_browser=victim-' + "m" * 30}
+    session_id = str(uuid.uuid4())
+    with httpx.Client(base_url=guarded.url, headers=header) as victim:
+        opened = Socket(guarded.url, session_id, {}, headers=header)
+        assert opened.reply.startswith("40")
+        answer = victim.post(f"/project/file?session_id={session_id}",
+                             files={"file": ("rocket.jpg", (DATA / "rocket.jpg").read_bytes(),
+                                             "image/jpeg")})  # fmt: skip
+        url = f"/project/file/{answer.json()['id']}?session_id={session_id}"
+        assert victim.get(url).content == (DATA / "rocket.jpg").read_bytes()
+    assert httpx.get(f"{guarded.url}{url}").status_code == 404  # the URL alone
+    assert httpx.get(f"{guarded.url}{url}", cookies={"prefs": "x"}).status_code == 404
+    assert "This chat is open in another browser." in socket_connect(guarded, session_id, {})
+    opened.close()
 
 
 def test_a_session_id_opens_nothing_in_another_browser(chromium: Browser, guarded: Guarded) -> None:
@@ -384,3 +481,233 @@ def test_a_message_over_a_megabyte_is_answered_with_its_token_count(
     user = page.locator('[data-step-type="user_message"]').last
     expect(user).to_contain_text("lorem ipsum dolor sit amet lorem")  # the text is still there
     context.close()
+
+
+# --- signed in: tokens, cookies, other users' chats, shared chats, titles ----------------
+
+ROCKET, CAT = DATA / "rocket.jpg", DATA / "chelsea.png"
+USERS = {name: f"{name}-password-{n}" for n, name in enumerate(
+    ("alice", "bob", "dora", "erin", "frank"), start=1)}  # fmt: skip
+
+
+@dataclass
+class SignedIn:
+    """A UI with sign-in on (SQLite in ``workdir/data``) in front of the scripted server."""
+
+    url: str
+    env: dict[str, str]
+    workdir: Path
+
+    def cli(self, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        """``python -m backend.cli`` on this UI's data."""
+        return subprocess.run(
+            [sys.executable, "-m", "backend.cli", *args], input=stdin, text=True, cwd=ROOT,
+            env={**self.env, "PATH": "/usr/bin:/bin"}, capture_output=True, timeout=120,
+        )  # fmt: skip
+
+    def sign_in(self, name: str, password: str = "", **headers: str) -> httpx.Response:
+        """Chainlit's sign-in form, posted as its page posts it."""
+        form = {"username": name, "password": password or USERS[name]}
+        return httpx.post(f"{self.url}/login", data=form, headers=headers)
+
+    def cookies(self, name: str) -> dict[str, str]:
+        """The cookies of a fresh sign-in of ``name``."""
+        answer = self.sign_in(name)
+        assert answer.status_code == 200, answer.text
+        return dict(answer.cookies)
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SignedIn]:
+    server_port, ui_port = free_port(), free_port()
+    server = start_scripted_server(server_port, THINKING_MODEL)
+    workdir = tmp_path_factory.mktemp("signed-ui")
+    env = {"KIMI_DATA_DIR": str(workdir / "data"), "CHAINLIT_AUTH_SECRET": "s" * 64}
+    running = SignedIn(f"http://127.0.0.1:{ui_port}", env, workdir)
+    for name, password in USERS.items():
+        made = running.cli("user", "add", name, "--password-stdin", stdin=password + "\n")
+        assert made.returncode == 0, made.stderr
+    try:
+        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", workdir, None, **env)
+    except BaseException:
+        server.stop()
+        raise
+    yield running
+    ui.stop()
+    server.stop()
+
+
+def test_signing_out_or_a_new_password_ends_the_token_everywhere(signed: SignedIn) -> None:
+    threads = {"pagination": {"first": 5}, "filter": {}}
+
+    def works(cookies: dict[str, str]) -> list[bool]:
+        user = httpx.get(f"{signed.url}/user", cookies=cookies)
+        listed = httpx.post(f"{signed.url}/project/threads", json=threads, cookies=cookies)
+        socket = Socket(signed.url, str(uuid.uuid4()), cookies)
+        socket.close()
+        return [user.status_code == 200, listed.status_code == 200, socket.reply.startswith("40")]
+
+    first = signed.cookies("dora")
+    assert works(first) == [True, True, True]
+    out = httpx.post(f"{signed.url}/logout", json={}, cookies=first)
+    assert out.json() == {"success": True}
+    assert works(first) == [False, False, False]  # the old cookie, replayed
+    second = signed.cookies("dora")
+    assert works(second) == [True, True, True]
+    changed = signed.cli("user", "passwd", "dora", "--password-stdin", stdin="a fresh passphrase\n")
+    assert changed.returncode == 0, changed.stderr
+    assert works(second) == [False, False, False]
+    assert signed.sign_in("dora", "a fresh passphrase").status_code == 200
+
+
+def test_the_sign_in_cookie_is_secure_behind_tls(signed: SignedIn) -> None:
+    def set_cookies(answer: httpx.Response) -> dict[str, str]:
+        found = [v for k, v in answer.headers.multi_items() if k == "set-cookie"]
+        return {value.split("=", 1)[0]: value for value in found}
+
+    behind_tls = set_cookies(signed.sign_in("erin", **{"X-Forwarded-Proto": "https"}))
+    assert {"access_token", "kimi_browser"} <= set(behind_tls)
+    for cookie in behind_tls.values():
+        assert "Secure" in [part.strip() for part in cookie.split(";")], cookie
+    plain = set_cookies(signed.sign_in("erin"))
+    assert "Secure" not in plain["access_token"] and "HttpOnly" in plain["access_token"]
+
+
+def test_a_sign_in_that_must_wait_says_so_on_the_sign_in_page(
+    chromium: Browser, signed: SignedIn
+) -> None:
+    away = {"X-Forwarded-For": "203.0.113.50"}  # a client of its own (uvicorn trusts loopback)
+    for _ in range(5):
+        assert signed.sign_in("grace", "wrong guess", **away).status_code == 401
+    context = new_context(chromium)
+    context.set_extra_http_headers(away)
+    page = context.new_page()
+    page.goto(signed.url)
+    for _ in range(2):  # the 6th failure, then at once a 7th try, which must wait
+        page.locator("#email").fill("grace")
+        page.locator("#password").fill("wrong guess")
+        with page.expect_response(lambda r: r.url.endswith("/login")) as tried:
+            page.locator('button[type="submit"]').click()
+    assert tried.value.status == 429
+    expect(page.get_by_role("alert")).to_contain_text("Too many failed sign-ins: wait a little")
+    screenshot(page, "sign-in-must-wait")
+    context.close()
+
+
+def stored_chat(signed: SignedIn, cookies: dict[str, str]) -> dict[str, object]:
+    """The signed-in user's most recent chat, as Chainlit's thread route gives it."""
+    listed = httpx.post(f"{signed.url}/project/threads", cookies=cookies,
+                        json={"pagination": {"first": 1}, "filter": {}}).json()  # fmt: skip
+    thread: dict[str, object] = httpx.get(
+        f"{signed.url}/project/thread/{listed['data'][0]['id']}", cookies=cookies
+    ).json()
+    return thread
+
+
+def asked(
+    chromium: Browser, signed: SignedIn, name: str, text: str, photo: Path
+) -> tuple[dict[str, object], dict[str, str]]:
+    """``name`` signs in, asks ``text`` with ``photo`` and waits for the answer; the stored
+    chat and a signed-in cookie jar of ``name``."""
+    context, page = signed_in_page(chromium, signed.url, name, USERS[name])
+    ask(page, text, photo)
+    wait_answer_done(page)
+    context.close()
+    cookies = signed.cookies(name)
+    return stored_chat(signed, cookies), cookies
+
+
+def test_messages_and_feedback_under_another_users_ids_change_nothing_of_theirs(
+    chromium: Browser, signed: SignedIn
+) -> None:
+    before, alice = asked(chromium, signed, "alice", "What is this? #scenario=plain", ROCKET)
+    steps = {str(s["id"]): s for s in before["steps"]}  # type: ignore[attr-defined]
+    mine = [i for i, s in steps.items() if s["type"] in ("user_message", "assistant_message")]
+    bob = Socket(signed.url, str(uuid.uuid4()), signed.cookies("bob"))
+    assert bob.reply.startswith("40")
+    for step_id in mine:  # Bob learnt the ids (from a share link, say)
+        message = {"id": step_id, "threadId": "", "output": "bob was here", "name": "bob",
+                   "type": "user_message", "createdAt": "2026-12-01T10:00:00Z"}  # fmt: skip
+        bob.emit("client_message", {"message": message, "fileReferences": []})
+    bob.listen(4)
+    bob.close()
+    answer = next(i for i in mine if steps[i]["type"] == "assistant_message")
+    attack = {"feedback": {"forId": answer, "threadId": before["id"], "value": 0,
+                           "comment": "bob was here"}, "sessionId": "x"}  # fmt: skip
+    refused = httpx.put(f"{signed.url}/feedback", json=attack, cookies=signed.cookies("bob"))
+    assert refused.status_code == 404
+    after = stored_chat(signed, alice)
+    assert after["id"] == before["id"]
+    assert [(s["id"], s["output"]) for s in after["steps"]] == [  # type: ignore[attr-defined]
+        (s["id"], s["output"])
+        for s in before["steps"]  # type: ignore[attr-defined]
+    ]
+    assert not any(s.get("feedback") for s in after["steps"])  # type: ignore[attr-defined]
+
+
+def test_a_share_link_is_a_public_page_and_signing_in_from_it_lands_on_the_chat(
+    chromium: Browser, signed: SignedIn
+) -> None:
+    chat, frank = asked(chromium, signed, "frank", "Which cat is this? #scenario=thinking", CAT)
+    thread_id = str(chat["id"])
+    share = {"threadId": thread_id, "isShared": True}
+    assert httpx.put(f"{signed.url}/project/thread/share", json=share, cookies=frank).is_success
+
+    visitor = new_context(chromium)  # nobody signed in, the page's own policy
+    page = visitor.new_page()
+    page.goto(f"{signed.url}/share/{thread_id}")
+    expect(page.locator(".user .text")).to_have_text("Which cat is this? #scenario=thinking")
+    expect(page.locator("details summary")).to_contain_text("Thought for")
+    photo = page.locator('img[alt="chelsea.png"]')
+    expect(photo).to_have_attribute("src", re.compile(r"^data:image/"))
+    assert photo.evaluate("img => img.complete && img.naturalWidth > 0")
+    screenshot(page, "shared-public-page")
+    page.get_by_role("link", name="Sign in").click()
+    page.locator("#email").fill("bob")
+    page.locator("#password").fill(USERS["bob"])
+    page.locator('button[type="submit"]').click()
+    expect(page).to_have_url(f"{signed.url}/share/{thread_id}")
+    shown = page.locator('[data-step-type="user_message"]').first
+    expect(shown).to_contain_text("Which cat is this?")  # Chainlit's shared view, signed in
+    visitor.close()
+
+    share["isShared"] = False
+    assert httpx.put(f"{signed.url}/project/thread/share", json=share, cookies=frank).is_success
+    gone = httpx.get(f"{signed.url}/share/{thread_id}")
+    assert gone.status_code == 404 and "This chat is not shared." in gone.text
+
+
+def test_the_sidebar_lists_a_giant_first_message_as_a_short_title(
+    chromium: Browser, signed: SignedIn
+) -> None:
+    context, page = signed_in_page(chromium, signed.url, "erin", USERS["erin"])
+    text = "Describe this " + "very long pasted text " * 95_000  # about 2 MB
+    page.evaluate(TYPE_INTO_CHAT, text)
+    page.locator("#chat-submit").click()
+    expect(page.locator(ANSWERS).last).to_contain_text("This message needs about")
+    with page.expect_response(lambda r: r.url.endswith("/project/threads")) as listing:
+        page.reload()
+    assert len(listing.value.body()) < 20_000  # not megabytes of title
+    entry = page.locator("#thread-history").get_by_text("Describe this very long")
+    expect(entry).to_be_visible()
+    assert len(entry.inner_text()) <= 100
+    context.close()
+
+
+def test_chainlit_run_beyond_loopback_with_no_user_refuses_to_start(tmp_path: Path) -> None:
+    copy_app(tmp_path)
+    chainlit = str(Path(sys.executable).with_name("chainlit"))
+    port = free_port()
+    started = subprocess.run(
+        [chainlit, "run", "app.py", "--headless", "--host", "0.0.0.0", "--port", str(port)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "KIMI_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    assert started.returncode != 0
+    said = [line for line in started.stderr.splitlines() if "cannot start" in line]
+    assert said == [
+        "Kimi-VL Chat cannot start: it would listen on 0.0.0.0 with no user to sign in; add one "
+        "with `.venv/bin/python -m backend.cli user add NAME --password-stdin`, or listen on "
+        "127.0.0.1."
+    ]
+    assert "Traceback" not in started.stderr
