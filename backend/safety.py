@@ -51,6 +51,23 @@ def _parser() -> MarkdownIt:
 _MD: Final = _parser()
 
 
+_MARKDOWN_PUNCTUATION: Final = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~$:&^@])")
+"""ASCII punctuation with a meaning in the page's markdown: CommonMark's, GFM's (tables,
+strikethrough, autolinks), remark-math's ``$`` and remark-directive's ``:`` (Chainlit's
+``Markdown.tsx``); CommonMark lets a backslash make any of them literal."""
+_LINE_BREAK: Final = re.compile(r"\r\n?|\n")
+
+
+def escape_markdown(text: str) -> str:
+    """``text`` (a file name, a label, model or user text) to put inside a line of markdown,
+    where it renders as written: markdown's punctuation backslash-escaped, line breaks as
+    spaces (a break could start a new block: a list, a heading, a link definition).
+
+    E.g. ``escape_markdown("![x](http://h/a).png")`` is ``"\\!\\[x\\]\\(http\\://h/a\\)\\.png"``.
+    """
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", _LINE_BREAK.sub(" ", text))
+
+
 def is_remote(src: str) -> bool:
     """True for an image address the browser would fetch: anything but ``data:``."""
     return not src.strip().lower().startswith("data:")

@@ -4,7 +4,9 @@ For each image of the turn that the finished answer points at
 (:func:`backend.grounding.overlays`), one message from the app with a caption naming
 the image and the annotated copy as an inline ``cl.Image``; the person's upload and
 the image sent to the model stay as they were. Coordinates given in an explicit
-format but not drawn (several images and no name, outside the image) get one note.
+format but not drawn (several images and no name, outside the image) get one note, which
+also counts the marks beyond :data:`backend.grounding.MAX_MARKS` (drawing is bounded: an
+answer with 10,000 boxes draws 50 of them and says so).
 """
 
 from __future__ import annotations
@@ -63,5 +65,5 @@ async def show_marks(
         )
         text = caption(images[overlay.image].name, overlay.marks, tr)  # in the chat's language
         await cl.Message(content=text, author=AUTHOR, elements=[picture]).send()
-    if grounding.not_drawn:
-        await cl.Message(content=not_drawn_note(grounding.not_drawn, tr), author=AUTHOR).send()
+    if grounding.has_note:
+        await cl.Message(content=not_drawn_note(grounding, tr), author=AUTHOR).send()
