@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -31,7 +31,7 @@ from backend.errors import (
     StreamBroken,
     TooManyImages,
 )
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
+from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, TextPart, Usage
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.metrics import fetch_metrics, queue_length
@@ -99,10 +99,40 @@ PROBE_TIMEOUT_S = 5.0
 """Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
 a connection but never answers them must not hold a page or a chat start for long."""
 
+MAX_OUTPUT_CHARS = 1_000_000
+"""Characters of reasoning and answer together that one stream may bring; at this many
+the app stops reading and closes the stream, which makes vLLM abort the request. A
+real answer at Kimi-VL's max tokens (32,768) is about 130,000 characters (4 a token):
+this is far above it, and only a broken or hostile stream reaches it (a 5 MB answer
+froze the page for minutes)."""
+
 CLOSED_MESSAGE = msg(
     "The app is shutting down and no longer talks to the model server. "
     "Reload the page once it is back."
 )
+
+
+class OutputLimit:
+    """Counts the characters of a stream's text parts and cuts them at ``chars``.
+
+    Once :attr:`reached`, the last part has been cut to fit and nothing more passes.
+    """
+
+    def __init__(self, chars: int = MAX_OUTPUT_CHARS) -> None:
+        self.chars = chars
+        self._left = chars
+        self.reached = False
+
+    def cut(self, parts: Iterable[TextPart]) -> Iterator[TextPart]:
+        """``parts`` as long as they fit; the one that does not, cut to what is left."""
+        for part in parts:
+            if self.reached:
+                return
+            if len(part.text) > self._left:
+                part = type(part)(part.text[: self._left])
+                self.reached = True
+            self._left -= len(part.text)
+            yield part
 
 
 def broken_stream(exc: Exception) -> StreamBroken:
@@ -295,6 +325,8 @@ class ChatClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.stream_interval = stream_interval
+        self.max_output_chars = MAX_OUTPUT_CHARS
+        """Where a stream's text is cut (:class:`OutputLimit`)."""
         self.pace = StreamPace()
         """This server's decode speed per chat, learnt from finished answers."""
         self._openai = openai.AsyncOpenAI(
@@ -432,6 +464,8 @@ class ChatClient:
 
         Closing the generator early (``aclose()``, or cancellation as Chainlit's
         Stop does) closes the HTTP response, which makes vLLM abort the request.
+        So does a stream whose text reaches :attr:`max_output_chars`: it is cut
+        there and its :class:`Done` has ``cut_at_chars`` set.
 
         Raises:
             StreamBroken: the stream broke after its first chunk (connection
@@ -457,6 +491,7 @@ class ChatClient:
         usage: Usage | None = None
         server_splits = False
         started_streaming = False
+        limit = OutputLimit(self.max_output_chars)
         try:
             async with self._openai.chat.completions.with_streaming_response.create(
                 model=request.model,
@@ -483,7 +518,7 @@ class ChatClient:
                     # vLLM's reasoning field: `reasoning` now, `reasoning_content` before 2026.
                     reasoning = delta.get("reasoning") or delta.get("reasoning_content")
                     content = delta.get("content")
-                    parts: list[StreamEvent] = []
+                    parts: list[TextPart] = []
                     if reasoning:
                         server_splits = True
                         parts.append(ReasoningDelta(reasoning))
@@ -500,7 +535,7 @@ class ChatClient:
                     if reasoning or content:
                         last_chunk = time.perf_counter()
                         first_chunk = first_chunk or last_chunk
-                    for part in parts:
+                    for part in limit.cut(parts):
                         now = time.perf_counter()
                         if first_token is None:
                             first_token = now
@@ -509,6 +544,8 @@ class ChatClient:
                         elif first_answer is None:
                             first_answer = now
                         yield part
+                    if limit.reached:
+                        break  # leaving the block closes the response: vLLM aborts
         except Exception as exc:
             if (
                 started_streaming
@@ -519,14 +556,14 @@ class ChatClient:
             raise map_error(exc, base_url=self.base_url, model=request.model) from exc
         if finish_reason is not None and usage is not None and first_chunk and last_chunk:
             self.pace.observe(usage.completion_tokens - 1, last_chunk - first_chunk)
-        if finish_reason is None:
+        if finish_reason is None and not limit.reached:
             raise StreamBroken(
                 msg(
                     "The model server's reply was cut off before the answer ended (the "
                     "stream closed without a finish reason). What arrived is kept; try again."
                 )
             )
-        for part in splitter.flush():
+        for part in limit.cut(splitter.flush()):
             if isinstance(part, AnswerDelta) and first_answer is None:
                 first_answer = time.perf_counter()
             yield part
@@ -550,4 +587,5 @@ class ChatClient:
             and first_answer is None
             and not unmarked,
             answer_in_reasoning=unmarked,
+            cut_at_chars=limit.chars if limit.reached else None,
         )

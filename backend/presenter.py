@@ -77,6 +77,15 @@ def cut_off_note(max_tokens: int, *, in_reasoning: bool, tr: Translator = ENGLIS
     )
 
 
+def too_long_note(chars: int, tr: Translator = ENGLISH) -> str:
+    """Say that the app cut a stream at ``chars`` characters (``Done.cut_at_chars``)."""
+    return tr(
+        "The answer was cut here, at {chars:,} characters, far longer than any real answer: "
+        "the app stopped reading it and the model server stopped writing it.",
+        chars=chars,
+    )
+
+
 def stopped_note(partial_answer: str, tr: Translator = ENGLISH) -> str:
     """The message left by Stop: the partial answer, if any, marked as stopped."""
     if partial_answer:
