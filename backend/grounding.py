@@ -51,7 +51,7 @@ import io
 import math
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, product
@@ -62,7 +62,7 @@ from PIL import Image, ImageDraw, ImageFont
 from backend.i18n import ENGLISH, Message, Translator, msg
 from backend.images import PNG_COMPRESS_LEVEL, decode_data_url
 from backend.reasoning import strip_reasoning
-from backend.safety import escape_markdown
+from backend.safety import collector_paused, escape_markdown
 
 Source = Literal["click", "bbox_2d", "tuple"]
 """Which format a mark was read from (see the module docstring)."""
@@ -254,6 +254,37 @@ class _Found:
     """How many numbers the format holds: 2 for a point, 4 for a box."""
 
 
+SCAN_CHARS: Final = 5_000
+"""Characters one regular-expression call reads at most (:func:`_finditer`). Python's
+``re`` holds the GIL for a whole call: one pattern over a 450,000-character answer with
+no match takes 0.1-0.4 s, for which the event loop's thread waits."""
+
+LONGEST_MATCH: Final = 2_000
+"""Characters a coordinate's text may take; longer matches are not read (:func:`_finditer`)."""
+
+
+def _finditer(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """``pattern.finditer(text)``, read in windows of :data:`SCAN_CHARS` (each overlapping
+    the next by :data:`LONGEST_MATCH`), so that no single call holds the GIL for long.
+
+    The same matches, in order, as long as none is longer than :data:`LONGEST_MATCH`
+    (those are left out).
+    """
+    at = 0
+    while at < len(text):
+        edge = at + SCAN_CHARS
+        last = at
+        for match in pattern.finditer(text, at, edge + LONGEST_MATCH):
+            if match.start() >= edge:
+                break
+            last = match.end()
+            if last - match.start() <= LONGEST_MATCH and last <= edge + LONGEST_MATCH:
+                yield match
+            if last == match.start():  # an empty match: move past it
+                last += 1
+        at = max(edge, last)
+
+
 def _last_within(matches: list[re.Match[str]], ends: list[int], low: int, high: int) -> str | None:
     """The text of the last of ``matches`` (in order, not overlapping, ``ends`` their ends)
     that lies within ``[low, high)``, or None."""
@@ -292,7 +323,7 @@ class _Index:
     def last_on_line(self, pattern: re.Pattern[str], pos: int) -> str | None:
         """The last match of ``pattern`` on the line of ``pos`` that ends by ``pos``."""
         if pattern not in self._found:
-            matches = list(pattern.finditer(self.text))
+            matches = list(_finditer(pattern, self.text))
             self._found[pattern] = matches, [m.end() for m in matches]
         matches, ends = self._found[pattern]
         return _last_within(matches, ends, self.line_start(pos), pos)
@@ -334,6 +365,8 @@ class _Index:
             return ""  # a "}" between the "{" and the coordinates: not around them
         if opened_after < len(self._opens) and self._opens[opened_after] < last:
             return ""
+        if last - first > LONGEST_MATCH:
+            return ""  # no flat object of a box and its label is that long
         if first not in self._labels:
             named = _LABEL_KEY.search(self.text, first, last + 1)
             self._labels[first] = named.group(1).strip() if named else ""
@@ -344,12 +377,12 @@ def _explicit(index: _Index) -> list[_Found]:
     """Coordinates in the click and bbox_2d formats."""
     answer, found = index.text, []
     for pattern in (_KEYWORD_POINT, _POSITIONAL_CLICK):
-        for match in pattern.finditer(answer):
+        for match in _finditer(pattern, answer):
             comment = _COMMENT.match(answer, match.end(), index.line_end(match.end()))
             label = comment.group(1) if comment else index.bold_label(match.start())
             point = (_number(match.group(1)), _number(match.group(2)))
             found.append(_Found(match.start(), match.end(), point, "click", label, match[0], 2))
-    for match in _KEYED.finditer(answer):
+    for match in _finditer(_KEYED, answer):
         label = index.object_label(match.start(), match.end()) or index.bold_label(match.start())
         values = tuple(_number(n) for n in re.findall(_NUM, match.group(2)))
         wanted = 2 if "point" in match.group(1).lower() else 4
@@ -374,7 +407,7 @@ class _Taken:
 def _bare(index: _Index, taken: Sequence[_Found]) -> list[_Found]:
     """Bare ``(x, y)`` / ``[x1, y1, x2, y2]`` that read unambiguously as coordinates."""
     answer, found, spans = index.text, [], _Taken(taken)
-    for match in _TUPLE.finditer(answer):
+    for match in _finditer(_TUPLE, answer):
         start, end = match.span()
         if spans.overlaps(start, end):
             continue
@@ -416,6 +449,7 @@ def _corner_pairs(index: _Index, found: list[_Found]) -> list[_Found]:
             and len(previous.values) == len(item.values) == 2
             and answer.find("\n", previous.end, item.start) < 0
             and index.last_on_line(_TOP_LEFT, previous.start) is not None
+            and item.start - previous.end <= LONGEST_MATCH
             and _BOTTOM_RIGHT.search(answer, previous.end, item.start)
         ):
             text = answer[previous.start : item.end]
@@ -433,9 +467,9 @@ class _References:
         refs = []
         for number, image in enumerate(images, start=1):
             if image.name:
-                pattern = re.escape(image.name)
-                refs += [(m.start(), number) for m in re.finditer(pattern, answer, re.I)]
-        for match in _NUMBERED_IMAGE.finditer(answer):
+                pattern = re.compile(re.escape(image.name), re.IGNORECASE)
+                refs += [(m.start(), number) for m in _finditer(pattern, answer)]
+        for match in _finditer(_NUMBERED_IMAGE, answer):
             digits, ordinal, nth, figure = match.groups()
             word = (digits or nth or figure or "").strip()
             if ordinal:
@@ -583,7 +617,13 @@ def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
     """
     if not images:
         return Grounding()
-    index = _Index(strip_reasoning(answer))
+    with collector_paused():
+        return _read(strip_reasoning(answer), images)
+
+
+def _read(answer: str, images: Sequence[SeenImage]) -> Grounding:
+    """:func:`read_marks` of an answer without its reasoning."""
+    index = _Index(answer)
     explicit = _explicit(index)
     found = _corner_pairs(index, sorted(explicit + _bare(index, explicit), key=lambda f: f.start))
     refs, places = _References(index.text, images), _Places()

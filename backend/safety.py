@@ -29,8 +29,12 @@ answer's parse takes seconds: call :func:`link_remote_images_off_loop` on the ev
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
+import threading
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import accumulate
 from typing import Any, Final
 
@@ -52,6 +56,38 @@ PARSE_CHARS: Final = 300_000
 """Texts longer than this are not parsed: every ``![`` is rewritten, code included. A
 real answer at Kimi-VL's 32,768 max tokens is about 130,000 characters (4 a token);
 markdown-it takes seconds for 300,000 characters of dense links."""
+
+
+_pause_lock = threading.Lock()
+_pauses = [0, False]
+"""How many :func:`collector_paused` blocks run now (all threads), and whether the first
+of them turned collection off (so the last turns it back on)."""
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic garbage collection, in any thread, while the block runs.
+
+    Reading a long answer makes tens of thousands of objects that live until it ends
+    (markdown-it's tokens, the grounding reader's matches), which sets off full
+    collections: each walks every object of the process holding the GIL, so the event
+    loop waits for all of it (measured on the 10,000-link answer: 0.1-0.3 s a pass with
+    the app's start-up objects frozen, app.py; 1.2 s without). What those readers make is
+    freed by reference counting (a collection after them finds no garbage), so nothing
+    piles up meanwhile; collections resume when the last such block ends.
+    """
+    with _pause_lock:
+        if _pauses[0] == 0:
+            _pauses[1] = gc.isenabled()
+            gc.disable()
+        _pauses[0] += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses[0] -= 1
+            if _pauses[0] == 0 and _pauses[1]:
+                gc.enable()
 
 
 def _anything(url: str) -> bool:
@@ -209,6 +245,12 @@ def link_remote_images(text: str) -> str:
     """
     if "![" not in text:
         return text
+    with collector_paused():
+        return _rewritten(text)
+
+
+def _rewritten(text: str) -> str:
+    """:func:`link_remote_images` of a text that holds ``![``."""
     for _ in range(_PASSES if len(text) <= PARSE_CHARS else 0):
         found = _image_starts(text)
         if found is None:

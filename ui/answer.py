@@ -34,9 +34,10 @@ from backend.presenter import (
     rerun_note,
     stats_line,
     stopped_note,
+    too_long_note,
     unusable_files_note,
 )
-from backend.safety import link_remote_images
+from backend.safety import link_remote_images_off_loop
 from backend.settings import profile_for
 from ui import history
 from ui.grounding_view import show_marks
@@ -234,7 +235,7 @@ async def stream_answer(
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
         answer = answer or cl.Message(content="")
-        answer.content = stopped_note(link_remote_images(turn.answer), tr)
+        answer.content = stopped_note(await link_remote_images_off_loop(turn.answer), tr)
         answer.actions = [retry_action(message_id, tr)]
         await answer.send()
         raise
@@ -243,7 +244,7 @@ async def stream_answer(
         await waiting.remove()
         await reasoning.close("failed")
         if answer is not None:
-            answer.content = incomplete_note(link_remote_images(turn.answer), tr)
+            answer.content = incomplete_note(await link_remote_images_off_loop(turn.answer), tr)
             await answer.send()
         retry = [retry_action(message_id, tr)] if can_retry(exc) else None
         await say("⚠️ " + tr.text(exc.message), retry)
@@ -287,7 +288,7 @@ async def finish_answer(
     ``compared``: the label of the other model a Compare asked; its answer says
     so first and has no buttons.
     """
-    lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
+    lines = [await link_remote_images_off_loop(turn.answer)] if turn.answer else []  # no fetches
     tr = session.tr
     if compared:
         lines.insert(0, tr("**{model}** (compare):", model=compared))
@@ -303,6 +304,8 @@ async def finish_answer(
             actions.insert(0, more)
         else:
             lines.append(f"ℹ️ {no_more_tokens_note(max_tokens, session.max_model_len, tr)}")
+    if done.cut_at_chars:
+        lines.append(f"⚠️ {too_long_note(done.cut_at_chars, tr)}")
     stats = stats_line(done, tr)
     if session.settings.dev_mode:
         stats += " · " + tr(DEV_STATS_SUFFIX)

@@ -74,6 +74,19 @@ BBOX_ANSWER = (
 )
 
 
+HOSTILE_LINKS = "".join(f"[{i}](/s/{i}) " for i in range(10_000))
+"""10,000 markdown links (140,000 characters), for answers that must not stall the app."""
+HOSTILE_BOXES = "".join(
+    f'{{"bbox_2d": [{x:.3f}, {y:.3f}, {x + w:.3f}, {y + w:.3f}]}}\n'
+    for x in (0.011 * i for i in range(50))
+    for y in (0.011 * i for i in range(50))
+    for w in (0.1, 0.12, 0.14, 0.16)
+)
+"""10,000 boxes (fractions of the image), no two in the same place."""
+HUGE_ANSWER = "All work and no play. " * 230_000
+"""5 MB of answer (5,060,000 characters)."""
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One scripted response.
@@ -197,6 +210,18 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         delay_s=0.01,
     ),
+    # Hostile answers (tests/test_hostile_answers.py), in big chunks at once: 10,000 links
+    # with an image in the reasoning and again in the answer; 10,000 boxes; 5 MB of text.
+    "links": Scenario(
+        pieces=tokens(
+            f"◁think▷{HOSTILE_LINKS}![x](http://h/r.png)◁/think▷"
+            f"{HOSTILE_LINKS}![y](http://h/a.png)",
+            20_000,
+        ),
+        delay_s=0.0,
+    ),
+    "boxes": Scenario(pieces=tokens(f"◁think▷Boxes.◁/think▷{HOSTILE_BOXES}", 20_000), delay_s=0),
+    "huge": Scenario(pieces=tokens(f"◁think▷Long.◁/think▷{HUGE_ANSWER}", 2_000), delay_s=0.001),
 }
 URL_TAG = re.compile(r"#url=(\S+)")
 """``#url=ADDRESS`` in the message fills ``{url}`` in a scenario's pieces."""
