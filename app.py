@@ -18,7 +18,7 @@ from chainlit.types import ThreadDict
 from backend.chat import ChatSession, Upload
 from backend.i18n import in_any_language
 from backend.logs import configure as configure_logging
-from backend.panel import option_changes, profile_choices
+from backend.panel import SettingsRefused, option_changes, panel_fields, profile_choices
 from backend.presenter import DEV_MODE_BANNER, REGENERATE_LABEL
 from backend.resources import AppResources
 from backend.settings import Settings
@@ -33,7 +33,7 @@ from ui.answer import (
     say,
     send_draft,
 )
-from ui.connection import connect_or_wait, stop_waiting
+from ui.connection import connect_or_wait, send_settings, stop_waiting
 from ui.language import session_translator, translator_for_language
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers
 
@@ -112,10 +112,18 @@ async def starters(user: cl.User | None, language: str | None = None) -> list[cl
 
 @cl.on_settings_update
 async def on_settings_update(values: dict[str, Any]) -> None:
-    """Apply the settings panel to the next answers."""
+    """Apply the settings panel to the next answers; refuse, in one sentence, values its
+    controls cannot give (they come over the socket), keeping the previous ones."""
     session = chat()
-    if session.options is not None:
-        session.with_options(**option_changes(values))
+    if session.options is None:  # no panel is shown yet: nothing to change
+        cl.context.session.chat_settings = {}  # nor to store with the thread
+        return
+    fields = panel_fields(session.profile, session.options, session.max_model_len, session.tr)
+    try:
+        session.with_options(**option_changes(values, fields))
+    except SettingsRefused as exc:
+        await say("⚠️ " + session.tr.text(exc.message))
+        await send_settings(session)  # the panel, and Chainlit's stored copy, as they were
 
 
 @cl.on_chat_start
