@@ -19,8 +19,9 @@ from backend.chat import ChatSession, Upload
 from backend.i18n import in_any_language
 from backend.logs import configure as configure_logging
 from backend.panel import SettingsRefused, option_changes, panel_fields, profile_choices
-from backend.presenter import DEV_MODE_BANNER, REGENERATE_LABEL
+from backend.presenter import DEV_MODE_BANNER, REGENERATE_LABEL, in_markdown
 from backend.resources import AppResources
+from backend.safety import escape_markdown
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from ui import clock, history, prefetch, security, server_panel, status
@@ -122,7 +123,7 @@ async def on_settings_update(values: dict[str, Any]) -> None:
     try:
         session.with_options(**option_changes(values, fields))
     except SettingsRefused as exc:
-        await say("⚠️ " + session.tr.text(exc.message))
+        await say("⚠️ " + in_markdown(exc.message, session.tr))
         await send_settings(session)  # the panel, and Chainlit's stored copy, as they were
 
 
@@ -182,7 +183,7 @@ async def on_message(message: cl.Message) -> None:
             await hold_draft(session, message.id, text, prepared, typed=message.content)
             return
         for notice in prepared.notices:
-            await say("ℹ️ " + session.tr.text(notice))
+            await say("ℹ️ " + in_markdown(notice, session.tr))
         if message.id in session.message_turns:  # an edit: what followed it is gone
             await history.forget_after(message)
         turn = session.start_turn(message.id, text, prepared.images)
@@ -217,7 +218,8 @@ async def on_compare(action: cl.Action) -> None:
     wanted = str(action.payload.get("model", ""))
     other = next((m for m in session.others if m.id == wanted), None)
     if other is None:
-        await say("ℹ️ " + session.tr("{model} is not served any more.", model=wanted))
+        gone = session.tr("{model} is not served any more.", model=escape_markdown(wanted))
+        await say("ℹ️ " + gone)
         return
     server = await resources().server_for(other.id)
     start_answer_task(lambda: run_compare(session, message_id, other, server.client))

@@ -21,6 +21,7 @@ from backend.chat import SamplingOptions
 from backend.client import ServedModel
 from backend.errors import ChatError
 from backend.i18n import ENGLISH, Message, Translator, msg
+from backend.safety import escape_markdown
 from backend.settings import ModelProfile, profile_for
 
 MIN_MAX_TOKENS = 256
@@ -220,5 +221,6 @@ def profile_choices(models: Sequence[ServedModel], tr: Translator = ENGLISH) -> 
             else tr("Answers at once, without a reasoning step.")
         )
         label = tr.text(profile.label)
-        choices.append(ProfileChoice(model.id, label, f"**{label}** · {kind}", index == 0))
+        described = f"**{escape_markdown(label)}** · {kind}"  # a served name is the server's
+        choices.append(ProfileChoice(model.id, label, described, index == 0))
     return choices

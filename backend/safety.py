@@ -121,21 +121,37 @@ _MD: Final = _parser()
 _MD_NO_CODE_SPANS: Final = _parser(code_spans=False)
 
 
-_MARKDOWN_PUNCTUATION: Final = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~$:&^@])")
-"""ASCII punctuation with a meaning in the page's markdown: CommonMark's, GFM's (tables,
-strikethrough, autolinks), remark-math's ``$`` and remark-directive's ``:`` (Chainlit's
-``Markdown.tsx``); CommonMark lets a backslash make any of them literal."""
+_MARKUP: Final = re.compile(r"[\\`*_\[\]<>~$&|]")
+"""Characters that are markup anywhere in a line of the page's markdown: CommonMark's
+escapes, code, emphasis, links and images, autolinks and HTML, entities; GFM's
+strikethrough and tables; remark-math's ``$`` (Chainlit's ``Markdown.tsx``)."""
+_COLON: Final = re.compile(r":(?=[A-Za-z/:])")
+"""A colon that starts a remark-directive (``:name``) or a GFM autolink (``http://``)."""
+_WWW_DOT: Final = re.compile(r"(?<![\w.])(www)\.", re.IGNORECASE)
+"""The dot of a GFM ``www.`` autolink."""
+_BLOCK_START: Final = re.compile(r"^(\s*)(?:([#+=-])|(\d+)([.)]))")
+"""What starts a heading, a list or a rule at the start of a line."""
 _LINE_BREAK: Final = re.compile(r"\r\n?|\n")
 
 
 def escape_markdown(text: str) -> str:
     """``text`` (a file name, a label, model or user text) to put inside a line of markdown,
-    where it renders as written: markdown's punctuation backslash-escaped, line breaks as
-    spaces (a break could start a new block: a list, a heading, a link definition).
+    where it renders as written: what would be markup there backslash-escaped (CommonMark
+    lets a backslash make any ASCII punctuation literal), line breaks as spaces (a break
+    could start a new block: a list, a heading, a link definition). Punctuation that is
+    markup only elsewhere (a ``.`` mid-line, a ``-`` between words) stays as it is.
 
-    E.g. ``escape_markdown("![x](http://h/a).png")`` is ``"\\!\\[x\\]\\(http\\://h/a\\)\\.png"``.
+    E.g. ``escape_markdown("![x](http://h/a).png")`` is ``"!\\[x\\](http\\://h/a).png"``.
     """
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", _LINE_BREAK.sub(" ", text))
+    line = _MARKUP.sub(r"\\\g<0>", _LINE_BREAK.sub(" ", text))
+    line = _WWW_DOT.sub(r"\1\\.", _COLON.sub(r"\\:", line))
+    return _BLOCK_START.sub(_block, line)
+
+
+def _block(match: re.Match[str]) -> str:
+    """The start of a line with its block marker escaped (``# `` ``- `` ``1. ``)."""
+    indent, marker, digits, dot = match.groups()
+    return f"{indent}\\{marker}" if marker else f"{indent}{digits}\\{dot}"
 
 
 def is_remote(src: str) -> bool:

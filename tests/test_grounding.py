@@ -407,7 +407,7 @@ def test_overlays_decode_the_prepared_image_and_keep_its_format() -> None:
     red = drawn.getpixel((324, 200))
     assert isinstance(red, tuple) and red[0] > 180 and red[1] < 90 and red[2] < 110
     assert drawn.getpixel((100, 380)) == pytest.approx(original.getpixel((100, 380)), abs=12)
-    assert "**coffee\\.png**" in on_photo.caption and "box 1, spoon." in on_photo.caption
+    assert "**coffee.png**" in on_photo.caption and "box 1, spoon." in on_photo.caption
 
 
 def test_overlays_without_marks() -> None:
@@ -421,7 +421,7 @@ def test_caption_names_the_image_and_escapes_markdown() -> None:
         Mark(2, Box(0.1, 0.1, 0.2, 0.2), 0, "*big* cup", "bbox_2d", ""),
     ]
     assert caption("my_shot.png", marks) == (
-        "Marked on **my\\_shot\\.png** (a copy; the original is unchanged): "
+        "Marked on **my\\_shot.png** (a copy; the original is unchanged): "
         "point 1; box 2, \\*big\\* cup."
     )
 
@@ -429,8 +429,8 @@ def test_caption_names_the_image_and_escapes_markdown() -> None:
 def test_not_drawn_note_escapes_the_model_text() -> None:
     grounding = read_marks('"bbox_2d": [0.1, 0.2, 0.3] and "point_2d": [5]', [PHOTO])
     assert not_drawn_note(grounding) == (
-        'ℹ️ Not drawn: “"bbox\\_2d"\\: \\[0\\.1, 0\\.2, 0\\.3\\]” has 3 numbers, not 4\\. '
-        '“"point\\_2d"\\: \\[5\\]” has 1 number, not 2\\.'
+        'ℹ️ Not drawn: “"bbox\\_2d": \\[0.1, 0.2, 0.3\\]” has 3 numbers, not 4. '
+        '“"point\\_2d": \\[5\\]” has 1 number, not 2.'
     )
 
 
@@ -463,7 +463,7 @@ def test_at_most_max_marks_are_drawn_and_the_others_are_counted() -> None:
     assert len(overlay.marks) == MAX_MARKS == 50
     assert [m.number for m in overlay.marks] == list(range(1, 51))
     assert grounding.marks_left_out == 550
-    assert "550 more points and boxes are not drawn\\: at most 50" in not_drawn_note(grounding)
+    assert "550 more points and boxes are not drawn: at most 50" in not_drawn_note(grounding)
 
 
 def test_at_most_max_reasons_are_said_and_the_others_are_counted() -> None:
@@ -472,4 +472,4 @@ def test_at_most_max_reasons_are_said_and_the_others_are_counted() -> None:
     assert len(grounding.not_drawn) == MAX_REASONS == 10
     assert grounding.not_drawn[0] == '“"bbox_2d": [0.1, 0.2, 0.3]” has 3 numbers, not 4.'
     assert grounding.reasons_left_out == 15
-    assert "15 more coordinates cannot be drawn either\\." in not_drawn_note(grounding)
+    assert "15 more coordinates cannot be drawn either." in not_drawn_note(grounding)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import math
 
 import httpx
 import pytest
+from markdown_it import MarkdownIt
 
 from backend.chat import SamplingOptions
 from backend.client import ServedModel
+from backend.i18n import msg, translator
 from backend.panel import (
     PanelField,
     SettingsRefused,
@@ -18,7 +21,13 @@ from backend.panel import (
     profile_choices,
     sane_options,
 )
-from backend.presenter import ready_note, stopped_note, unusable_files_note, waiting_note
+from backend.presenter import (
+    ready_note,
+    rerun_note,
+    stopped_note,
+    unusable_files_note,
+    waiting_note,
+)
 from backend.settings import DEV, INSTRUCT, THINKING_2506
 from backend.starters import sample_for, starters_for
 from bench._common import Tab, question, running_stack
@@ -116,17 +125,54 @@ def test_notes_read_well() -> None:
     assert stopped_note("") == "*■ Stopped while thinking: the reasoning so far is kept above.*"
     assert stopped_note("Half an").startswith("Half an\n\n*■ Stopped before the end")
     assert waiting_note("Cannot reach it.").startswith("**Waiting for the model server.** Cannot")
-    assert (
-        ready_note("Kimi-VL Instruct")
-        == "✓ **The model server is ready** (Kimi-VL Instruct). Ask away."
+    assert rendered(ready_note("Kimi-VL Instruct")) == (
+        "<p>✓ <strong>The model server is ready</strong> (Kimi-VL Instruct). Ask away.</p>\n"
     )
 
 
 def test_unusable_files_note_names_each_file_and_offers_what_is_possible() -> None:
     note = unusable_files_note(["a.jpg: empty file", "b.png: not an image"], can_send=True)
-    assert "- a.jpg: empty file\n- b.png: not an image" in note
+    assert "<li>a.jpg: empty file</li>\n<li>b.png: not an image</li>" in rendered(note)
     assert note.endswith("or send it without them.")
     assert unusable_files_note(["a.jpg: empty file"], can_send=False).endswith("send again.")
+
+
+ZH = translator("zh-CN")
+HOSTILE_NAME = "![x](http://h/a).png"
+"""A file name that is markdown for an image of another site."""
+
+
+def rendered(markdown: str) -> str:
+    """The HTML of ``markdown`` (CommonMark, as the page renders it), entities decoded."""
+    return html.unescape(MarkdownIt("commonmark").render(markdown))
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        unusable_files_note([msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True),
+        unusable_files_note(
+            [msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True, ZH
+        ),
+        waiting_note(
+            msg(
+                "The model server does not serve '{wanted}'; it serves nothing.",
+                wanted=HOSTILE_NAME,
+            )
+        ),
+        waiting_note(HOSTILE_NAME),  # a server's own words
+        ready_note(HOSTILE_NAME),  # a served model's name
+        rerun_note(HOSTILE_NAME, 0),
+        rerun_note(HOSTILE_NAME, 2),
+        profile_choices([ServedModel(HOSTILE_NAME, None), ServedModel("kimi-vl", None)])[
+            0
+        ].description,
+    ],
+)
+def test_names_in_the_apps_notes_show_as_written_never_as_markup(note: str) -> None:
+    shown = rendered(note)
+    assert "<img" not in shown and "<a " not in shown
+    assert HOSTILE_NAME in shown
 
 
 # --- the panel's values as they come over the socket, to the real app -------------------

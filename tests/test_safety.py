@@ -90,10 +90,13 @@ def test_code_keeps_its_images_while_prose_loses_them() -> None:
 @pytest.mark.parametrize(
     ("name", "escaped"),
     [
-        ("![x](http://h/a).png", "\\!\\[x\\]\\(http\\://h/a\\)\\.png"),
-        ("[1]: javascript:x", "\\[1\\]\\: javascript\\:x"),
-        ("$x$ :d[y] a_b*c*", "\\$x\\$ \\:d\\[y\\] a\\_b\\*c\\*"),
-        ("two\nlines\r\n# head", "two lines \\# head"),  # no new block
+        ("![x](http://h/a).png", "!\\[x\\](http\\://h/a).png"),  # no image, no autolink
+        ("[1]: javascript:x", "\\[1\\]: javascript\\:x"),
+        ("$x$ :d[y] a_b*c* www.h.com", "\\$x\\$ \\:d\\[y\\] a\\_b\\*c\\* www\\.h.com"),
+        ("two\nlines\r\n# head", "two lines # head"),  # no new block
+        ("# 1", "\\# 1"),  # a heading at the start of a line, a list below
+        ("12. x", "12\\. x"),
+        ("Kimi-VL 12:30 report.pdf", "Kimi-VL 12:30 report.pdf"),  # nothing to escape
         ("照片 1", "照片 1"),
     ],
 )

@@ -28,6 +28,7 @@ from backend.presenter import (
     SEND_ANYWAY_LABEL,
     TURN_GONE_NOTE,
     cut_off_note,
+    in_markdown,
     incomplete_note,
     no_more_tokens_note,
     not_started_note,
@@ -37,7 +38,7 @@ from backend.presenter import (
     too_long_note,
     unusable_files_note,
 )
-from backend.safety import link_remote_images_off_loop
+from backend.safety import escape_markdown, link_remote_images_off_loop
 from backend.settings import profile_for
 from ui import history
 from ui.grounding_view import show_marks
@@ -103,7 +104,7 @@ async def run_turn(
     except ChatError as exc:
         turn.status = "failed"
         retry = [retry_action(message_id, tr)] if can_retry(exc) else None
-        await say("⚠️ " + tr.text(exc.message), retry)
+        await say("⚠️ " + in_markdown(exc.message, tr), retry)
         return
     await stream_answer(session, message_id, turn, planned)
 
@@ -163,7 +164,7 @@ async def run_compare(
     try:
         found = session.compare_plan(message_id, other)
     except ChatError as exc:
-        await say("⚠️ " + tr.text(exc.message))
+        await say("⚠️ " + in_markdown(exc.message, tr))
         return
     if found is None:
         await say("ℹ️ " + tr(TURN_GONE_NOTE))
@@ -188,7 +189,7 @@ async def stream_answer(
     """
     tr = session.tr
     for notice in planned.notices:
-        await say("ℹ️ " + tr.text(notice))
+        await say("ℹ️ " + in_markdown(notice, tr))
     show_reasoning = session.options is None or session.options.show_reasoning
     answer: cl.Message | None = None
     reasoning = ReasoningView(tr=tr)
@@ -247,7 +248,7 @@ async def stream_answer(
             answer.content = incomplete_note(await link_remote_images_off_loop(turn.answer), tr)
             await answer.send()
         retry = [retry_action(message_id, tr)] if can_retry(exc) else None
-        await say("⚠️ " + tr.text(exc.message), retry)
+        await say("⚠️ " + in_markdown(exc.message, tr), retry)
     finally:
         await history.save_turn(session, turn, done, answer.id if answer else None)
 
@@ -291,7 +292,7 @@ async def finish_answer(
     lines = [await link_remote_images_off_loop(turn.answer)] if turn.answer else []  # no fetches
     tr = session.tr
     if compared:
-        lines.insert(0, tr("**{model}** (compare):", model=compared))
+        lines.insert(0, tr("**{model}** (compare):", model=escape_markdown(compared)))
     actions = [retry_action(message_id, tr, REGENERATE_LABEL)]
     actions += [compare_action(message_id, other, tr) for other in session.others]
     if done.finish_reason == "length":
