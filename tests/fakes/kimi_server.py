@@ -210,6 +210,20 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         delay_s=0.01,
     ),
+    # Markdown the page's renderer reads as an image where markdown-it alone did not: a
+    # reference after a javascript: definition, and code spans that the page's math,
+    # directives and autolinks end early (security tests).
+    "markdown-paths": Scenario(
+        pieces=tokens(
+            "◁think▷Thinking about ![r][2].\n\n[1]: javascript:alert(1)\n"
+            "[2]: {url}?from=reasoning\n◁/think▷"
+            "[1]: javascript:alert(document.cookie)\n[2]: {url}?from=reference\n\n"
+            "The chart: ![chart][2]. Run [it][1].\n\n"
+            "Math $`$ ![m]({url}?from=math) `$`$ and :d[`] ![d]({url}?from=directive) `\n\n"
+            "See www.h.example/` ![w]({url}?from=autolink) ` too."
+        ),
+        delay_s=0.01,
+    ),
     # Hostile answers (tests/test_hostile_answers.py), in big chunks at once: 10,000 links
     # with an image in the reasoning and again in the answer; 10,000 boxes; 5 MB of text.
     "links": Scenario(
