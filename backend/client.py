@@ -99,12 +99,24 @@ PROBE_TIMEOUT_S = 5.0
 """Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
 a connection but never answers them must not hold a page or a chat start for long."""
 
+CHARS_PER_TOKEN_LIMIT = 10
+"""Characters of reasoning and answer together that a stream may bring per token of its
+request's ``max_tokens``; past that the app stops reading and closes the stream, which
+makes vLLM abort the request. A real answer averages about 4 characters a token (English;
+Chinese about 1.5), so at 32,768 max tokens one is about 130,000 characters and the limit
+327,680: only a broken or hostile stream reaches it. The page's cost grows with the
+square of an answer's length (measured in Chromium: 250,000 characters froze it 6 s,
+500,000 27 s; a 5 MB answer, minutes)."""
+
 MAX_OUTPUT_CHARS = 1_000_000
-"""Characters of reasoning and answer together that one stream may bring; at this many
-the app stops reading and closes the stream, which makes vLLM abort the request. A
-real answer at Kimi-VL's max tokens (32,768) is about 130,000 characters (4 a token):
-this is far above it, and only a broken or hostile stream reaches it (a 5 MB answer
-froze the page for minutes)."""
+"""The limit whatever ``max_tokens`` says (:func:`output_limit`)."""
+
+
+def output_limit(max_tokens: int) -> int:
+    """Characters a stream asked for ``max_tokens`` may bring (:data:`CHARS_PER_TOKEN_LIMIT`,
+    at most :data:`MAX_OUTPUT_CHARS`)."""
+    return min(MAX_OUTPUT_CHARS, max(1, max_tokens) * CHARS_PER_TOKEN_LIMIT)
+
 
 CLOSED_MESSAGE = msg(
     "The app is shutting down and no longer talks to the model server. "
@@ -118,7 +130,7 @@ class OutputLimit:
     Once :attr:`reached`, the last part has been cut to fit and nothing more passes.
     """
 
-    def __init__(self, chars: int = MAX_OUTPUT_CHARS) -> None:
+    def __init__(self, chars: int) -> None:
         self.chars = chars
         self._left = chars
         self.reached = False
@@ -325,8 +337,6 @@ class ChatClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.stream_interval = stream_interval
-        self.max_output_chars = MAX_OUTPUT_CHARS
-        """Where a stream's text is cut (:class:`OutputLimit`)."""
         self.pace = StreamPace()
         """This server's decode speed per chat, learnt from finished answers."""
         self._openai = openai.AsyncOpenAI(
@@ -464,8 +474,8 @@ class ChatClient:
 
         Closing the generator early (``aclose()``, or cancellation as Chainlit's
         Stop does) closes the HTTP response, which makes vLLM abort the request.
-        So does a stream whose text reaches :attr:`max_output_chars`: it is cut
-        there and its :class:`Done` has ``cut_at_chars`` set.
+        So does a stream whose text reaches :func:`output_limit` of its
+        ``max_tokens``: it is cut there and its :class:`Done` has ``cut_at_chars`` set.
 
         Raises:
             StreamBroken: the stream broke after its first chunk (connection
@@ -491,7 +501,7 @@ class ChatClient:
         usage: Usage | None = None
         server_splits = False
         started_streaming = False
-        limit = OutputLimit(self.max_output_chars)
+        limit = OutputLimit(output_limit(request.max_tokens))
         try:
             async with self._openai.chat.completions.with_streaming_response.create(
                 model=request.model,

@@ -57,7 +57,7 @@ class Done:
             and front ends should show it as such.
         cut_at_chars: the app stopped reading the stream after this many characters
             of reasoning and answer together and closed it, so the server stopped
-            generating (:data:`backend.client.MAX_OUTPUT_CHARS`); ``finish_reason``
+            generating (:func:`backend.client.output_limit`); ``finish_reason``
             is then ``None``. ``None`` when the stream ended by itself.
     """
 
