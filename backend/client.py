@@ -108,14 +108,18 @@ Chinese about 1.5), so at 32,768 max tokens one is about 130,000 characters and 
 square of an answer's length (measured in Chromium: 250,000 characters froze it 6 s,
 500,000 27 s; a 5 MB answer, minutes)."""
 
+MIN_OUTPUT_CHARS = 100_000
 MAX_OUTPUT_CHARS = 1_000_000
-"""The limit whatever ``max_tokens`` says (:func:`output_limit`)."""
+"""The limit whatever ``max_tokens`` says (:func:`output_limit`): a small budget still
+allows 100,000 characters (the page shows them in about a second), a huge one no more
+than 1,000,000."""
 
 
 def output_limit(max_tokens: int) -> int:
-    """Characters a stream asked for ``max_tokens`` may bring (:data:`CHARS_PER_TOKEN_LIMIT`,
-    at most :data:`MAX_OUTPUT_CHARS`)."""
-    return min(MAX_OUTPUT_CHARS, max(1, max_tokens) * CHARS_PER_TOKEN_LIMIT)
+    """Characters a stream asked for ``max_tokens`` may bring: :data:`CHARS_PER_TOKEN_LIMIT`
+    a token, from :data:`MIN_OUTPUT_CHARS` to :data:`MAX_OUTPUT_CHARS`."""
+    per_token = max_tokens * CHARS_PER_TOKEN_LIMIT
+    return min(MAX_OUTPUT_CHARS, max(MIN_OUTPUT_CHARS, per_token))
 
 
 CLOSED_MESSAGE = msg(

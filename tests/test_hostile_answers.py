@@ -154,10 +154,10 @@ async def test_a_huge_answer_is_cut_stored_and_said_and_the_server_told_to_stop(
         await app.on_message(cl.Message(content="#scenario=huge", type="user_message"))
     answers = [d for e, d in page.frames if e in ("new_message", "update_message")]
     shown = max((str(d.get("output") or "") for d in answers), key=len)
-    limit = output_limit(fake.requests[-1]["max_tokens"])  # 10 characters a token
-    assert limit == 40_960
+    limit = output_limit(fake.requests[-1]["max_tokens"])  # 4,096 tokens: the least, 100,000
+    assert limit == 100_000
     assert shown.startswith(HUGE_ANSWER[:1000])
-    assert "The answer was cut here, at 40,960 characters" in shown
+    assert "The answer was cut here, at 100,000 characters" in shown
     assert len(shown) < limit + 1000
     assert fake.server.aborted  # the stream was closed: vLLM stops generating
     (_, record) = await store.turns.load(thread_id)
