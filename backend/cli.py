@@ -42,6 +42,7 @@ from backend.chat import ChatSession
 from backend.client import ChatClient
 from backend.errors import ChatError, ImageError
 from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.panel import option_changes, panel_fields
 from backend.settings import Settings
 from backend.store import Store, StoreError, open_store
 from backend.uploads import MediaWorkers, Upload
@@ -136,8 +137,10 @@ async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
             raise ImageError(" ".join(prepared.problems))
         for notice in prepared.notices:
             err.write(f"note: {notice}\n")
-        if args.temperature is not None:
-            session.with_options(temperature=args.temperature)
+        if args.temperature is not None:  # checked as the settings panel's value is
+            assert session.options is not None  # connect() set them
+            fields = panel_fields(session.profile, session.options, session.max_model_len)
+            session.with_options(**option_changes({"temperature": args.temperature}, fields))
         turn = session.start_turn("cli", args.question, prepared.images)
         planned = await session.plan_request(turn, args.max_tokens)
         request = planned.request

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -31,7 +31,7 @@ from backend.errors import (
     StreamBroken,
     TooManyImages,
 )
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Usage
+from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, TextPart, Usage
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.metrics import fetch_metrics, queue_length
@@ -99,10 +99,56 @@ PROBE_TIMEOUT_S = 5.0
 """Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
 a connection but never answers them must not hold a page or a chat start for long."""
 
+CHARS_PER_TOKEN_LIMIT = 10
+"""Characters of reasoning and answer together that a stream may bring per token of its
+request's ``max_tokens``; past that the app stops reading and closes the stream, which
+makes vLLM abort the request. A real answer averages about 4 characters a token (English;
+Chinese about 1.5), so at 32,768 max tokens one is about 130,000 characters and the limit
+327,680: only a broken or hostile stream reaches it. The page's cost grows with the
+square of an answer's length (measured in Chromium: 250,000 characters froze it 6 s,
+500,000 27 s; a 5 MB answer, minutes)."""
+
+MIN_OUTPUT_CHARS = 100_000
+MAX_OUTPUT_CHARS = 1_000_000
+"""The limit whatever ``max_tokens`` says (:func:`output_limit`): a small budget still
+allows 100,000 characters (the page shows them in about a second), a huge one no more
+than 1,000,000."""
+
+
+def output_limit(max_tokens: int) -> int:
+    """Characters a stream asked for ``max_tokens`` may bring: :data:`CHARS_PER_TOKEN_LIMIT`
+    a token, from :data:`MIN_OUTPUT_CHARS` to :data:`MAX_OUTPUT_CHARS`."""
+    per_token = max_tokens * CHARS_PER_TOKEN_LIMIT
+    return min(MAX_OUTPUT_CHARS, max(MIN_OUTPUT_CHARS, per_token))
+
+
 CLOSED_MESSAGE = msg(
     "The app is shutting down and no longer talks to the model server. "
     "Reload the page once it is back."
 )
+
+
+class OutputLimit:
+    """Counts the characters of a stream's text parts and cuts them at ``chars``.
+
+    Once :attr:`reached`, the last part has been cut to fit and nothing more passes.
+    """
+
+    def __init__(self, chars: int) -> None:
+        self.chars = chars
+        self._left = chars
+        self.reached = False
+
+    def cut(self, parts: Iterable[TextPart]) -> Iterator[TextPart]:
+        """``parts`` as long as they fit; the one that does not, cut to what is left."""
+        for part in parts:
+            if self.reached:
+                return
+            if len(part.text) > self._left:
+                part = type(part)(part.text[: self._left])
+                self.reached = True
+            self._left -= len(part.text)
+            yield part
 
 
 def broken_stream(exc: Exception) -> StreamBroken:
@@ -432,6 +478,8 @@ class ChatClient:
 
         Closing the generator early (``aclose()``, or cancellation as Chainlit's
         Stop does) closes the HTTP response, which makes vLLM abort the request.
+        So does a stream whose text reaches :func:`output_limit` of its
+        ``max_tokens``: it is cut there and its :class:`Done` has ``cut_at_chars`` set.
 
         Raises:
             StreamBroken: the stream broke after its first chunk (connection
@@ -457,6 +505,7 @@ class ChatClient:
         usage: Usage | None = None
         server_splits = False
         started_streaming = False
+        limit = OutputLimit(output_limit(request.max_tokens))
         try:
             async with self._openai.chat.completions.with_streaming_response.create(
                 model=request.model,
@@ -483,7 +532,7 @@ class ChatClient:
                     # vLLM's reasoning field: `reasoning` now, `reasoning_content` before 2026.
                     reasoning = delta.get("reasoning") or delta.get("reasoning_content")
                     content = delta.get("content")
-                    parts: list[StreamEvent] = []
+                    parts: list[TextPart] = []
                     if reasoning:
                         server_splits = True
                         parts.append(ReasoningDelta(reasoning))
@@ -500,7 +549,7 @@ class ChatClient:
                     if reasoning or content:
                         last_chunk = time.perf_counter()
                         first_chunk = first_chunk or last_chunk
-                    for part in parts:
+                    for part in limit.cut(parts):
                         now = time.perf_counter()
                         if first_token is None:
                             first_token = now
@@ -509,6 +558,8 @@ class ChatClient:
                         elif first_answer is None:
                             first_answer = now
                         yield part
+                    if limit.reached:
+                        break  # leaving the block closes the response: vLLM aborts
         except Exception as exc:
             if (
                 started_streaming
@@ -519,14 +570,14 @@ class ChatClient:
             raise map_error(exc, base_url=self.base_url, model=request.model) from exc
         if finish_reason is not None and usage is not None and first_chunk and last_chunk:
             self.pace.observe(usage.completion_tokens - 1, last_chunk - first_chunk)
-        if finish_reason is None:
+        if finish_reason is None and not limit.reached:
             raise StreamBroken(
                 msg(
                     "The model server's reply was cut off before the answer ended (the "
                     "stream closed without a finish reason). What arrived is kept; try again."
                 )
             )
-        for part in splitter.flush():
+        for part in limit.cut(splitter.flush()):
             if isinstance(part, AnswerDelta) and first_answer is None:
                 first_answer = time.perf_counter()
             yield part
@@ -550,4 +601,5 @@ class ChatClient:
             and first_answer is None
             and not unmarked,
             answer_in_reasoning=unmarked,
+            cut_at_chars=limit.chars if limit.reached else None,
         )

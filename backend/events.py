@@ -55,6 +55,10 @@ class Done:
             no marker at all and ended normally: what was streamed as reasoning
             (text before any marker counts as reasoning) was really the answer,
             and front ends should show it as such.
+        cut_at_chars: the app stopped reading the stream after this many characters
+            of reasoning and answer together and closed it, so the server stopped
+            generating (:func:`backend.client.output_limit`); ``finish_reason``
+            is then ``None``. ``None`` when the stream ended by itself.
     """
 
     finish_reason: str | None
@@ -64,6 +68,7 @@ class Done:
     elapsed_s: float
     reasoning_unclosed: bool = False
     answer_in_reasoning: bool = False
+    cut_at_chars: int | None = None
 
     @property
     def tokens_per_s(self) -> float | None:

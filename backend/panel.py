@@ -3,24 +3,39 @@
 :func:`panel_fields` says which controls the settings panel shows for a model
 (sampling defaults come from :class:`backend.chat.SamplingOptions`, i.e. from the
 model's profile); :func:`option_changes` turns the panel's values back into
-:meth:`backend.chat.ChatSession.with_options` keywords. :func:`profile_choices`
-builds one chat profile per served model (from
+:meth:`backend.chat.ChatSession.with_options` keywords, refusing (:class:`SettingsRefused`)
+any the panel's controls cannot give: the values come over the socket, from the browser or
+from anyone who speaks its protocol; :func:`sane_options` does the same for stored ones.
+:func:`profile_choices` builds one chat profile per served model (from
 :class:`backend.models.ModelDirectory`) when the server serves several.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal, cast
 
 from backend.chat import SamplingOptions
 from backend.client import ServedModel
-from backend.i18n import ENGLISH, Translator
+from backend.errors import ChatError
+from backend.i18n import ENGLISH, Message, Translator, msg
+from backend.safety import escape_markdown
 from backend.settings import ModelProfile, profile_for
 
 MIN_MAX_TOKENS = 256
 """The smallest answer budget the panel offers (and its step)."""
+
+TEMPERATURE_RANGE: Final = (0.0, 2.0)
+TOP_P_RANGE: Final = (0.05, 1.0)
+"""What the panel's sliders offer, and all the app accepts: vLLM takes any temperature
+from 0 and top p in (0, 1], but a value from the socket is not checked by the browser."""
+
+
+class SettingsRefused(ChatError):
+    """A value from the settings panel is not one its control can give (NaN, Infinity,
+    1e308, top p -1, a string, ...): nothing of that change is applied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +74,8 @@ def panel_fields(
                 model=tr.text(profile.label),
                 temperature=profile.temperature,
             ),
-            min=0,
-            max=2,
+            min=TEMPERATURE_RANGE[0],
+            max=TEMPERATURE_RANGE[1],
             step=0.05,
         ),
         PanelField(
@@ -69,8 +84,8 @@ def panel_fields(
             "slider",
             options.top_p,
             tr("Sample only from the most likely tokens that add up to this share."),
-            min=0.05,
-            max=1,
+            min=TOP_P_RANGE[0],
+            max=TOP_P_RANGE[1],
             step=0.05,
         ),
         PanelField(
@@ -97,23 +112,87 @@ def panel_fields(
     return fields
 
 
-def option_changes(values: Mapping[str, object]) -> dict[str, float | int | bool]:
+def option_changes(
+    values: Mapping[str, object], fields: Sequence[PanelField]
+) -> dict[str, float | int | bool]:
     """Keyword changes for :meth:`ChatSession.with_options` from the panel's values.
 
-    Unknown keys are ignored; the switch "hide reasoning" becomes ``show_reasoning``.
+    Each value is checked against its control in ``fields`` (:func:`panel_fields` for the
+    chat's model and options): a finite number within a slider's range, a whole number of
+    max tokens, true or false for a switch. Unknown keys are ignored; the switch "hide
+    reasoning" becomes ``show_reasoning``; temperature and top p are rounded to 2 places.
+
+    Raises:
+        SettingsRefused: a value its control cannot give; the sentence names the first
+            such setting and what it must be. Nothing is applied then.
     """
     changes: dict[str, float | int | bool] = {}
-    for key in ("temperature", "top_p"):
-        value = values.get(key)
-        if isinstance(value, int | float):
-            changes[key] = round(float(value), 2)
-    tokens = values.get("max_tokens")
-    if isinstance(tokens, int | float):
-        changes["max_tokens"] = int(tokens)
-    hide = values.get("hide_reasoning")
-    if isinstance(hide, bool):
-        changes["show_reasoning"] = not hide
+    for field in fields:
+        if field.id not in values:
+            continue
+        value = values[field.id]
+        if not _fits(field, value):
+            raise SettingsRefused(_rule(field))
+        if field.id == "hide_reasoning":
+            changes["show_reasoning"] = not value
+        elif field.id == "max_tokens":
+            changes["max_tokens"] = int(cast(float, value))
+        else:
+            changes[field.id] = round(float(cast(float, value)), 2)
     return changes
+
+
+def _fits(field: PanelField, value: object) -> bool:
+    """True if ``value`` is one that ``field``'s control can give."""
+    if field.kind == "switch":
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    number = float(value)
+    whole = field.id != "max_tokens" or number.is_integer()
+    return math.isfinite(number) and field.min <= number <= field.max and whole
+
+
+def _rule(field: PanelField) -> Message:
+    """The sentence that refuses a value of ``field``, saying what it must be."""
+    if field.kind == "switch":
+        return msg(
+            "The settings were not changed: {setting} must be on or off.", setting=field.label
+        )
+    if field.id == "max_tokens":
+        return msg(
+            "The settings were not changed: {setting} must be a whole number from {low} to {high}.",
+            setting=field.label,
+            low=int(field.min),
+            high=int(field.max),
+        )
+    return msg(
+        "The settings were not changed: {setting} must be a number from {low:g} to {high:g}.",
+        setting=field.label,
+        low=field.min,
+        high=field.max,
+    )
+
+
+def sane_options(stored: Mapping[str, object], max_model_len: int) -> dict[str, object]:
+    """The sampling options of ``stored`` (a stored turn's, by :class:`SamplingOptions` field
+    name) that the panel could have given; anything else is left out (NaN, Infinity or
+    1e308 from before values were checked, another type). ``max_tokens``: from 1 to
+    ``max_model_len``."""
+    ranges = {
+        "temperature": TEMPERATURE_RANGE,
+        "top_p": TOP_P_RANGE,
+        "max_tokens": (1, max_model_len),
+    }
+    kept: dict[str, object] = {}
+    for key, value in stored.items():
+        if key == "show_reasoning" and isinstance(value, bool):
+            kept[key] = value
+        elif key in ranges and isinstance(value, int | float) and not isinstance(value, bool):
+            low, high = ranges[key]
+            if math.isfinite(value) and low <= value <= high:
+                kept[key] = int(value) if key == "max_tokens" else float(value)
+    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,5 +221,6 @@ def profile_choices(models: Sequence[ServedModel], tr: Translator = ENGLISH) -> 
             else tr("Answers at once, without a reasoning step.")
         )
         label = tr.text(profile.label)
-        choices.append(ProfileChoice(model.id, label, f"**{label}** · {kind}", index == 0))
+        described = f"**{escape_markdown(label)}** · {kind}"  # a served name is the server's
+        choices.append(ProfileChoice(model.id, label, described, index == 0))
     return choices

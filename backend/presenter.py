@@ -10,7 +10,23 @@ from __future__ import annotations
 from typing import Literal
 
 from backend.events import Done
-from backend.i18n import ENGLISH, Translator, msg
+from backend.i18n import ENGLISH, Message, Translator, msg
+from backend.safety import escape_markdown
+
+
+def in_markdown(value: str, tr: Translator = ENGLISH) -> str:
+    """``value`` in ``tr``'s language for a line of markdown, with what is not the app's
+    escaped (:func:`backend.safety.escape_markdown`): a :class:`backend.i18n.Message`
+    keeps its own words and markup, its parameters (file names, a server's detail, model
+    text) are escaped, a nested message's likewise; any other text is escaped whole.
+
+    E.g. the note for a file named ``![x](http://h/a).png`` shows that name, not an image.
+    """
+    if not isinstance(value, Message):
+        return escape_markdown(value)
+    params = {k: in_markdown(v, tr) if isinstance(v, str) else v for k, v in value.params.items()}
+    return tr(value.msgid, **params)
+
 
 THINKING_LABEL = msg("Thinking…")
 """Title of a reasoning step while it streams (render with the chat's translator)."""
@@ -77,6 +93,15 @@ def cut_off_note(max_tokens: int, *, in_reasoning: bool, tr: Translator = ENGLIS
     )
 
 
+def too_long_note(chars: int, tr: Translator = ENGLISH) -> str:
+    """Say that the app cut a stream at ``chars`` characters (``Done.cut_at_chars``)."""
+    return tr(
+        "The answer was cut here, at {chars:,} characters, far longer than any real answer: "
+        "the app stopped reading it and the model server stopped writing it.",
+        chars=chars,
+    )
+
+
 def stopped_note(partial_answer: str, tr: Translator = ENGLISH) -> str:
     """The message left by Stop: the partial answer, if any, marked as stopped."""
     if partial_answer:
@@ -116,13 +141,15 @@ def waiting_note(problem: str, tr: Translator = ENGLISH) -> str:
     return tr(
         "**Waiting for the model server.** {problem}\n\n"
         "*This message changes when the server is ready.*",
-        problem=tr.text(problem),
+        problem=in_markdown(problem, tr),
     )
 
 
 def ready_note(label: str, tr: Translator = ENGLISH) -> str:
     """Said once the model server answers."""
-    return "✓ " + tr("**The model server is ready** ({label}). Ask away.", label=label)
+    return "✓ " + tr(
+        "**The model server is ready** ({label}). Ask away.", label=escape_markdown(label)
+    )
 
 
 DEV_MODE_BANNER = msg(
@@ -143,10 +170,10 @@ def rerun_note(text: str, later_turns: int, tr: Translator = ENGLISH) -> str:
         return "↻ " + tr(
             "Answering again: “{quoted}”. The {later_turns} later turn(s) above are no "
             "longer part of what the model sees.",
-            quoted=quoted,
+            quoted=escape_markdown(quoted),
             later_turns=later_turns,
         )
-    return "↻ " + tr("Answering again: “{quoted}”.", quoted=quoted)
+    return "↻ " + tr("Answering again: “{quoted}”.", quoted=escape_markdown(quoted))
 
 
 def no_more_tokens_note(max_tokens: int, max_model_len: int, tr: Translator = ENGLISH) -> str:
@@ -166,7 +193,7 @@ def unusable_files_note(problems: list[str], can_send: bool, tr: Translator = EN
     ``can_send``: something is left to send (text or usable files), so the note
     offers to send it without the refused files.
     """
-    lines = "\n".join(f"- {tr.text(problem)}" for problem in problems)
+    lines = "\n".join(f"- {in_markdown(problem, tr)}" for problem in problems)
     how = (
         tr("Your message is kept: attach other files and send again, or send it without them.")
         if can_send

@@ -390,6 +390,10 @@ class Tab:
         file_id: str = response.json()["id"]
         return file_id
 
+    def texts(self) -> list[str]:
+        """The text of every message and step shown since the last :meth:`ask` (latest state)."""
+        return [str(step.get("output") or "") for step in self._messages.values()]
+
     async def apply_settings(self, values: dict[str, Any]) -> None:
         """Change the settings panel (``chat_settings_change``), as moving a slider does."""
         await self.sio.emit("chat_settings_change", values)

@@ -52,6 +52,15 @@ def test_jsonl_events(fake: RunningFake) -> None:
     assert fake.requests[-1]["max_tokens"] == 77 and fake.requests[-1]["temperature"] == 0.3
 
 
+def test_a_temperature_the_panel_cannot_give_is_refused(fake: RunningFake) -> None:
+    result = cli("--base-url", fake.base_url, "--temperature", "nan", "hi")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: The settings were not changed: Temperature must be a number from 0 to 2."
+    )
+    assert fake.requests == []  # nothing was sent
+
+
 def test_cut_off_is_said(fake: RunningFake) -> None:
     result = cli("--base-url", fake.base_url, "#scenario=cutoff")
     assert result.returncode == 0

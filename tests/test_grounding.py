@@ -16,6 +16,8 @@ import pytest
 from PIL import Image
 
 from backend.grounding import (
+    MAX_MARKS,
+    MAX_REASONS,
     PALETTE,
     Box,
     Mark,
@@ -405,7 +407,7 @@ def test_overlays_decode_the_prepared_image_and_keep_its_format() -> None:
     red = drawn.getpixel((324, 200))
     assert isinstance(red, tuple) and red[0] > 180 and red[1] < 90 and red[2] < 110
     assert drawn.getpixel((100, 380)) == pytest.approx(original.getpixel((100, 380)), abs=12)
-    assert "**coffee\\.png**" in on_photo.caption and "box 1, spoon." in on_photo.caption
+    assert "**coffee.png**" in on_photo.caption and "box 1, spoon." in on_photo.caption
 
 
 def test_overlays_without_marks() -> None:
@@ -419,14 +421,55 @@ def test_caption_names_the_image_and_escapes_markdown() -> None:
         Mark(2, Box(0.1, 0.1, 0.2, 0.2), 0, "*big* cup", "bbox_2d", ""),
     ]
     assert caption("my_shot.png", marks) == (
-        "Marked on **my\\_shot\\.png** (a copy; the original is unchanged): "
+        "Marked on **my\\_shot.png** (a copy; the original is unchanged): "
         "point 1; box 2, \\*big\\* cup."
     )
 
 
 def test_not_drawn_note_escapes_the_model_text() -> None:
-    reasons = read_marks('"bbox_2d": [0.1, 0.2, 0.3] and "point_2d": [5]', [PHOTO]).not_drawn
-    assert not_drawn_note(reasons) == (
-        'ℹ️ Not drawn: “"bbox\\_2d": \\[0\\.1, 0\\.2, 0\\.3\\]” has 3 numbers, not 4\\. '
-        '“"point\\_2d": \\[5\\]” has 1 number, not 2\\.'
+    grounding = read_marks('"bbox_2d": [0.1, 0.2, 0.3] and "point_2d": [5]', [PHOTO])
+    assert not_drawn_note(grounding) == (
+        'ℹ️ Not drawn: “"bbox\\_2d": \\[0.1, 0.2, 0.3\\]” has 3 numbers, not 4. '
+        '“"point\\_2d": \\[5\\]” has 1 number, not 2.'
     )
+
+
+# --- hostile answers: bounded work, bounded drawing ---------------------------------------
+
+
+def test_a_number_too_long_to_read_is_skipped_and_the_valid_box_drawn() -> None:
+    photo = prepare_image(DATA / "coffee.png", 16384)
+    huge = "9" * 5000  # int() refuses more than 4,300 digits
+    answer = (
+        '{"bbox_2d": [0.54, 0.16, 0.71, 0.82], "label": "spoon"}\n'
+        f"Also at ({huge}, {huge}), as image {huge} shows.\n"
+        f"pyautogui.click(x={huge[:1000]}, y=5)"  # read: outside any image, and said
+    )
+    (overlay,), grounding = overlays(answer, [photo])
+    assert [(m.shape, m.label) for m in overlay.marks] == [(Box(0.54, 0.16, 0.71, 0.82), "spoon")]
+    (reason,) = grounding.not_drawn
+    assert reason.startswith("“pyautogui.click(x=9999") and len(reason) < 150
+    assert reason.endswith("…” is outside the 600x400 image.")
+
+
+def test_at_most_max_marks_are_drawn_and_the_others_are_counted() -> None:
+    photo = prepare_image(DATA / "coffee.png", 16384)
+    boxes = "\n".join(
+        f'{{"bbox_2d": [{x}, {y}, {x + 5}, {y + 5}]}}'
+        for x in range(0, 600, 20)
+        for y in range(0, 400, 20)
+    )  # 30 x 20 = 600 boxes, all in different places
+    (overlay,), grounding = overlays(boxes, [photo])
+    assert len(overlay.marks) == MAX_MARKS == 50
+    assert [m.number for m in overlay.marks] == list(range(1, 51))
+    assert grounding.marks_left_out == 550
+    assert "550 more points and boxes are not drawn: at most 50" in not_drawn_note(grounding)
+
+
+def test_at_most_max_reasons_are_said_and_the_others_are_counted() -> None:
+    answer = "\n".join(f'"bbox_2d": [0.{i}, 0.2, 0.3]' for i in range(1, 26))
+    grounding = read_marks(answer, [PHOTO])
+    assert len(grounding.not_drawn) == MAX_REASONS == 10
+    assert grounding.not_drawn[0] == '“"bbox_2d": [0.1, 0.2, 0.3]” has 3 numbers, not 4.'
+    assert grounding.reasons_left_out == 15
+    assert "15 more coordinates cannot be drawn either." in not_drawn_note(grounding)

@@ -268,9 +268,9 @@ def test_the_waiting_note_translates_the_problem_it_quotes() -> None:
     from backend.presenter import waiting_note
 
     error = map_error(httpx.ConnectError("refused"), base_url="http://h:1/v1", model="m")
-    note = waiting_note(error.message, ZH)
-    assert note.startswith("**正在等待模型服务器。** 无法连接位于 http://h:1/v1 的模型服务器。")
+    note = waiting_note(error.message, ZH)  # the address is escaped: no link of it
+    assert note.startswith("**正在等待模型服务器。** 无法连接位于 http\\://h:1/v1 的模型服务器。")
     assert note.endswith("*服务器就绪后这条消息会更新。*")
     assert waiting_note(error.message).startswith(
-        "**Waiting for the model server.** Cannot reach the model server at http://h:1/v1."
+        "**Waiting for the model server.** Cannot reach the model server at http\\://h:1/v1."
     )

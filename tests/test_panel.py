@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
+import html
+import math
+
+import httpx
+import pytest
+from markdown_it import MarkdownIt
+
 from backend.chat import SamplingOptions
 from backend.client import ServedModel
-from backend.panel import option_changes, panel_fields, profile_choices
-from backend.presenter import ready_note, stopped_note, unusable_files_note, waiting_note
+from backend.i18n import msg, translator
+from backend.panel import (
+    PanelField,
+    SettingsRefused,
+    option_changes,
+    panel_fields,
+    profile_choices,
+    sane_options,
+)
+from backend.presenter import (
+    ready_note,
+    rerun_note,
+    stopped_note,
+    unusable_files_note,
+    waiting_note,
+)
 from backend.settings import DEV, INSTRUCT, THINKING_2506
 from backend.starters import sample_for, starters_for
-from tests.conftest import DATA
+from bench._common import Tab, question, running_stack
+from tests.conftest import DATA, RunningFake
 
 
 def test_thinking_panel_has_model_card_defaults_and_a_hide_switch() -> None:
@@ -32,15 +55,49 @@ def test_max_tokens_range_never_hides_the_current_value() -> None:
     assert tokens.min == 256 and tokens.max == 3000 and tokens.step == 256
 
 
+def thinking_fields() -> list[PanelField]:
+    options = SamplingOptions(temperature=0.8, top_p=1.0, max_tokens=4096)
+    return panel_fields(THINKING_2506, options, 32768)
+
+
 def test_option_changes_maps_the_panel_values() -> None:
     values = {"temperature": 0.6000001, "top_p": 1, "max_tokens": 4096.0, "hide_reasoning": True}
-    assert option_changes(values) == {
+    assert option_changes(values, thinking_fields()) == {
         "temperature": 0.6,
         "top_p": 1.0,
         "max_tokens": 4096,
         "show_reasoning": False,
     }
-    assert option_changes({"other": 1}) == {}
+    assert option_changes({"other": 1}, thinking_fields()) == {}
+
+
+@pytest.mark.parametrize(
+    ("values", "sentence"),
+    [
+        ({"temperature": math.nan}, "Temperature must be a number from 0 to 2."),
+        ({"temperature": math.inf}, "Temperature must be a number from 0 to 2."),
+        ({"temperature": 1e308}, "Temperature must be a number from 0 to 2."),
+        ({"temperature": True}, "Temperature must be a number from 0 to 2."),
+        ({"temperature": "0.5"}, "Temperature must be a number from 0 to 2."),
+        ({"temperature": 0.5, "top_p": -1}, "Top p must be a number from 0.05 to 1."),
+        ({"max_tokens": 1000.5}, "Max tokens must be a whole number from 256 to 16384."),
+        ({"max_tokens": -math.inf}, "Max tokens must be a whole number from 256 to 16384."),
+        ({"hide_reasoning": 1}, "Hide reasoning must be on or off."),
+    ],
+)
+def test_values_the_panel_cannot_give_are_refused_in_one_sentence(
+    values: dict[str, object], sentence: str
+) -> None:
+    with pytest.raises(SettingsRefused) as refused:
+        option_changes(values, thinking_fields())
+    assert str(refused.value) == f"The settings were not changed: {sentence}"
+
+
+def test_stored_options_keep_only_what_the_panel_could_give() -> None:
+    stored = {"temperature": math.nan, "top_p": 0.9, "max_tokens": 1e308, "show_reasoning": 0}
+    assert sane_options(stored, 32768) == {"top_p": 0.9}
+    good = {"temperature": 0.3, "top_p": 1, "max_tokens": 2048, "show_reasoning": False}
+    assert sane_options(good, 32768) == good
 
 
 def test_profiles_only_when_several_models_are_served() -> None:
@@ -68,14 +125,84 @@ def test_notes_read_well() -> None:
     assert stopped_note("") == "*■ Stopped while thinking: the reasoning so far is kept above.*"
     assert stopped_note("Half an").startswith("Half an\n\n*■ Stopped before the end")
     assert waiting_note("Cannot reach it.").startswith("**Waiting for the model server.** Cannot")
-    assert (
-        ready_note("Kimi-VL Instruct")
-        == "✓ **The model server is ready** (Kimi-VL Instruct). Ask away."
+    assert rendered(ready_note("Kimi-VL Instruct")) == (
+        "<p>✓ <strong>The model server is ready</strong> (Kimi-VL Instruct). Ask away.</p>\n"
     )
 
 
 def test_unusable_files_note_names_each_file_and_offers_what_is_possible() -> None:
     note = unusable_files_note(["a.jpg: empty file", "b.png: not an image"], can_send=True)
-    assert "- a.jpg: empty file\n- b.png: not an image" in note
+    assert "<li>a.jpg: empty file</li>\n<li>b.png: not an image</li>" in rendered(note)
     assert note.endswith("or send it without them.")
     assert unusable_files_note(["a.jpg: empty file"], can_send=False).endswith("send again.")
+
+
+ZH = translator("zh-CN")
+HOSTILE_NAME = "![x](http://h/a).png"
+"""A file name that is markdown for an image of another site."""
+
+
+def rendered(markdown: str) -> str:
+    """The HTML of ``markdown`` (CommonMark, as the page renders it), entities decoded."""
+    return html.unescape(MarkdownIt("commonmark").render(markdown))
+
+
+@pytest.mark.parametrize(
+    "note",
+    [
+        unusable_files_note([msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True),
+        unusable_files_note(
+            [msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True, ZH
+        ),
+        waiting_note(
+            msg(
+                "The model server does not serve '{wanted}'; it serves nothing.",
+                wanted=HOSTILE_NAME,
+            )
+        ),
+        waiting_note(HOSTILE_NAME),  # a server's own words
+        ready_note(HOSTILE_NAME),  # a served model's name
+        rerun_note(HOSTILE_NAME, 0),
+        rerun_note(HOSTILE_NAME, 2),
+        profile_choices([ServedModel(HOSTILE_NAME, None), ServedModel("kimi-vl", None)])[
+            0
+        ].description,
+    ],
+)
+def test_names_in_the_apps_notes_show_as_written_never_as_markup(note: str) -> None:
+    shown = rendered(note)
+    assert "<img" not in shown and "<a " not in shown
+    assert HOSTILE_NAME in shown
+
+
+# --- the panel's values as they come over the socket, to the real app -------------------
+
+
+async def refused_until_valid(ui_url: str, fake: RunningFake) -> None:
+    """A tab sends settings no slider can give, then a message, then a valid change."""
+    async with httpx.AsyncClient() as http:
+        tab = Tab(ui_url, http)
+        await tab.open()
+        panel = {"temperature": 0.8, "top_p": 1.0, "max_tokens": 4096, "hide_reasoning": False}
+        for bad in ({"temperature": math.nan}, {"temperature": math.inf},
+                    {"temperature": 1e308}, {"top_p": -1}):  # fmt: skip
+            await tab.apply_settings(panel | bad)  # JSON NaN/Infinity, as python-socketio sends
+            async with asyncio.timeout(20):
+                while not any("The settings were not changed" in t for t in tab.texts()):
+                    await asyncio.sleep(0.05)
+            answer = await tab.ask(question("quick"))
+            assert answer.complete and not answer.error, answer
+            sent = fake.requests[-1]
+            assert (sent["temperature"], sent["top_p"]) == (0.8, 1.0)  # the previous values
+        await tab.apply_settings(panel | {"temperature": 0.3})
+        assert (await tab.ask(question("quick"))).complete
+        assert fake.requests[-1]["temperature"] == 0.3
+        assert not any("not changed" in t for t in tab.texts())
+        await tab.close()
+
+
+def test_settings_over_the_socket_are_checked_by_the_app(fake: RunningFake) -> None:
+    """NaN, Infinity, 1e308 and top p -1 in ``chat_settings_change`` (Chainlit's socket
+    event) are refused with a sentence; the next messages go with the previous values."""
+    with running_stack(server_url=fake.base_url) as stack:
+        asyncio.run(refused_until_valid(stack.ui_url, fake))

@@ -19,6 +19,7 @@ from chainlit.context import init_ws_context
 from chainlit.session import WebsocketSession
 from chainlit.types import ThreadDict
 from chainlit.user import PersistedUser
+from sqlalchemy import text
 
 import app
 from backend.settings import Settings
@@ -128,3 +129,24 @@ async def test_export_sends_one_html_file_with_the_stored_chat(
     sent = [data for event, data in page.frames if event == "element"]
     assert sent[-1]["name"].endswith(".html")
     assert len(fake.requests) == 1  # the command asked the model nothing
+
+
+async def test_a_stored_nan_option_is_never_sent_after_resume(
+    store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older app stored what the socket sent (NaN, Infinity, 1e999): the resumed chat's
+    next message goes with the model's defaults for those, and works."""
+    thread_id = str(uuid.uuid4())
+    open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    await app.on_message(cl.Message(content="What is this?", type="user_message"))
+    stored = '{"temperature": NaN, "top_p": Infinity, "max_tokens": 1e999, "show_reasoning": true}'
+    async with store.engine.begin() as db:
+        await db.execute(text("UPDATE kimi_turns SET options = :o"), {"o": stored})
+    open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_resume(thread(thread_id))
+    await app.on_message(cl.Message(content="And the sky?", type="user_message"))
+    sent = fake.requests[-1]
+    assert (sent["temperature"], sent["top_p"]) == (0.8, 1.0)
+    assert 0 < sent["max_tokens"] <= 8192
+    assert app.chat().conversation.turns[-1].status == "done"

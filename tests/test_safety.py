@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from backend.safety import link_remote_images
+from backend.safety import PARSE_CHARS, escape_markdown, link_remote_images
 from ui.security import (
     BROWSER_COOKIE,
     Guard,
@@ -48,6 +48,22 @@ from ui.security import (
         ('two\nlines ![x](<http://h/a b> "t")', 'two\nlines [x](<http://h/a b> "t")'),
         # An image inside an image's text shows once the outer one is a link.
         ("![a ![b](http://h/b)](http://h/a)", "[a [b](http://h/b)](http://h/a)"),
+        # The page's renderer checks addresses only when it renders: a javascript:
+        # definition is a definition, so the ones after it are too.
+        (
+            "[1]: javascript:alert(1)\n[2]: http://h/leak.png\n\n![x][2] ![y][1]",
+            "[1]: javascript:alert(1)\n[2]: http://h/leak.png\n\n[x][2] [y][1]",
+        ),
+        # Code spans: the page's math ($), directives (:x[...]) and autolinks can end
+        # them early, leaving the image outside.
+        ("$`$ ![x](http://h/m) `$`$", "$`$ [x](http://h/m) `$`$"),
+        (":d[`] ![x](http://h/d) `", ":d[`] [x](http://h/d) `"),
+        ("www.h.com/` ![x](http://h/w) `", "www.h.com/` [x](http://h/w) `"),
+        ("`![c](http://h/c)` in a code span", "`[c](http://h/c)` in a code span"),
+        # A code span hides the first "]": without code spans there is no image there.
+        ("![a `]` b](http://h/a)", "[a `]` b](http://h/a)"),
+        # A math block opened before a fence ends inside it on the page.
+        ("$$\n```\n$$\n![x](http://h/f)\n```", "$$\n```\n$$\n[x](http://h/f)\n```"),
     ],
 )
 def test_remote_images_become_links(markdown: str, expected: str) -> None:
@@ -58,7 +74,6 @@ def test_remote_images_become_links(markdown: str, expected: str) -> None:
     "markdown",
     [
         "```\n![x](http://h/l)\n```",  # a code block
-        "`![c](http://h/c)` in a code span",
         "    ![x](http://h/indented)",  # an indented code block
         "\\![x](http://h/escaped)",  # an escaped bang: a link already
         "Wow![1] no address, no image",
@@ -70,11 +85,35 @@ def test_text_without_remote_images_is_unchanged(markdown: str) -> None:
     assert link_remote_images(markdown) == markdown
 
 
+def test_many_images_on_a_line_all_go_and_a_text_too_long_to_parse_loses_every_image() -> None:
+    prose = "".join(f"![i{n}](http://h/{n}) [l{n}](http://h/{n}) " for n in range(200))
+    assert link_remote_images(prose) == prose.replace("![", "[")
+    huge = "```\n![kept](http://h/c)\n```\n" + "x" * PARSE_CHARS + " ![y](http://h/y)"
+    assert "![" not in link_remote_images(huge)  # too long to parse: code loses it too
+
+
 def test_code_keeps_its_images_while_prose_loses_them() -> None:
     markdown = "```md\n![x](http://h/code)\n```\n\nsee ![y](http://h/prose)"
     assert (
         link_remote_images(markdown) == "```md\n![x](http://h/code)\n```\n\nsee [y](http://h/prose)"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "escaped"),
+    [
+        ("![x](http://h/a).png", "!\\[x\\](http\\://h/a).png"),  # no image, no autolink
+        ("[1]: javascript:x", "\\[1\\]: javascript\\:x"),
+        ("$x$ :d[y] a_b*c* www.h.com", "\\$x\\$ \\:d\\[y\\] a\\_b\\*c\\* www\\.h.com"),
+        ("two\nlines\r\n# head", "two lines # head"),  # no new block
+        ("# 1", "\\# 1"),  # a heading at the start of a line, a list below
+        ("12. x", "12\\. x"),
+        ("Kimi-VL 12:30 report.pdf", "Kimi-VL 12:30 report.pdf"),  # nothing to escape
+        ("照片 1", "照片 1"),
+    ],
+)
+def test_names_put_into_markdown_render_as_written(name: str, escaped: str) -> None:
+    assert escape_markdown(name) == escaped
 
 
 @pytest.mark.parametrize(

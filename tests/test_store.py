@@ -25,7 +25,9 @@ import httpx
 import pytest
 from chainlit.context import init_http_context
 from chainlit.step import StepDict
+from chainlit.types import Pagination, ThreadFilter
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from sqlalchemy import inspect, text
 
 import ui.files
@@ -113,6 +115,28 @@ async def test_profile_tagged_thread_is_linked_to_its_user(
     assert [t["id"] for t in listed] == [thread_id]
     assert listed[0]["tags"] == ["kimi-vl"]
     assert layer.failed_statements == 0
+
+
+async def test_a_stored_nan_setting_does_not_break_the_chat_list(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    """Chainlit keeps the panel's values as sent in the thread's metadata; a NaN or an
+    Infinity stored by an older app made ``POST /project/threads`` answer 500."""
+    init_http_context()
+    user = await layer.create_user(cl.User(identifier="alice"))
+    assert user is not None
+    thread_id = str(uuid.uuid4())
+    bad = {"temperature": float("nan"), "top_p": float("inf"), "max_tokens": 1e999}
+    await layer.update_thread(
+        thread_id, name="hi", user_id=user.id, metadata={"chat_settings": bad}
+    )
+    page = await layer.list_threads(Pagination(first=20), ThreadFilter(userId=user.id))
+    body = json.loads(bytes(JSONResponse(content=page.to_dict()).body))  # what the route sends
+    assert body["data"][0]["metadata"]["chat_settings"] == {
+        "temperature": None,
+        "top_p": None,
+        "max_tokens": None,
+    }
 
 
 async def test_steps_with_modes_and_tags_are_stored_and_read_back_typed(

@@ -28,15 +28,17 @@ from backend.presenter import (
     SEND_ANYWAY_LABEL,
     TURN_GONE_NOTE,
     cut_off_note,
+    in_markdown,
     incomplete_note,
     no_more_tokens_note,
     not_started_note,
     rerun_note,
     stats_line,
     stopped_note,
+    too_long_note,
     unusable_files_note,
 )
-from backend.safety import link_remote_images
+from backend.safety import escape_markdown, link_remote_images_off_loop
 from backend.settings import profile_for
 from ui import history
 from ui.grounding_view import show_marks
@@ -102,7 +104,7 @@ async def run_turn(
     except ChatError as exc:
         turn.status = "failed"
         retry = [retry_action(message_id, tr)] if can_retry(exc) else None
-        await say("⚠️ " + tr.text(exc.message), retry)
+        await say("⚠️ " + in_markdown(exc.message, tr), retry)
         return
     await stream_answer(session, message_id, turn, planned)
 
@@ -162,7 +164,7 @@ async def run_compare(
     try:
         found = session.compare_plan(message_id, other)
     except ChatError as exc:
-        await say("⚠️ " + tr.text(exc.message))
+        await say("⚠️ " + in_markdown(exc.message, tr))
         return
     if found is None:
         await say("ℹ️ " + tr(TURN_GONE_NOTE))
@@ -187,7 +189,7 @@ async def stream_answer(
     """
     tr = session.tr
     for notice in planned.notices:
-        await say("ℹ️ " + tr.text(notice))
+        await say("ℹ️ " + in_markdown(notice, tr))
     show_reasoning = session.options is None or session.options.show_reasoning
     answer: cl.Message | None = None
     reasoning = ReasoningView(tr=tr)
@@ -234,7 +236,7 @@ async def stream_answer(
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
         answer = answer or cl.Message(content="")
-        answer.content = stopped_note(link_remote_images(turn.answer), tr)
+        answer.content = stopped_note(await link_remote_images_off_loop(turn.answer), tr)
         answer.actions = [retry_action(message_id, tr)]
         await answer.send()
         raise
@@ -243,10 +245,10 @@ async def stream_answer(
         await waiting.remove()
         await reasoning.close("failed")
         if answer is not None:
-            answer.content = incomplete_note(link_remote_images(turn.answer), tr)
+            answer.content = incomplete_note(await link_remote_images_off_loop(turn.answer), tr)
             await answer.send()
         retry = [retry_action(message_id, tr)] if can_retry(exc) else None
-        await say("⚠️ " + tr.text(exc.message), retry)
+        await say("⚠️ " + in_markdown(exc.message, tr), retry)
     finally:
         await history.save_turn(session, turn, done, answer.id if answer else None)
 
@@ -287,10 +289,10 @@ async def finish_answer(
     ``compared``: the label of the other model a Compare asked; its answer says
     so first and has no buttons.
     """
-    lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
+    lines = [await link_remote_images_off_loop(turn.answer)] if turn.answer else []  # no fetches
     tr = session.tr
     if compared:
-        lines.insert(0, tr("**{model}** (compare):", model=compared))
+        lines.insert(0, tr("**{model}** (compare):", model=escape_markdown(compared)))
     actions = [retry_action(message_id, tr, REGENERATE_LABEL)]
     actions += [compare_action(message_id, other, tr) for other in session.others]
     if done.finish_reason == "length":
@@ -303,6 +305,8 @@ async def finish_answer(
             actions.insert(0, more)
         else:
             lines.append(f"ℹ️ {no_more_tokens_note(max_tokens, session.max_model_len, tr)}")
+    if done.cut_at_chars:
+        lines.append(f"⚠️ {too_long_note(done.cut_at_chars, tr)}")
     stats = stats_line(done, tr)
     if session.settings.dev_mode:
         stats += " · " + tr(DEV_STATS_SUFFIX)

@@ -18,7 +18,7 @@ from backend.chat import ChatSession
 from backend.client import ServedModel
 from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
 from backend.panel import panel_fields
-from backend.presenter import connecting_note, ready_note, waiting_note
+from backend.presenter import connecting_note, in_markdown, ready_note, waiting_note
 from ui.answer import AUTHOR
 
 READY_POLL_S = 1.0
@@ -51,7 +51,7 @@ async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
             await asyncio.sleep(READY_POLL_S)
             continue
         except ChatError as exc:
-            status.content = "⚠️ " + session.tr.text(exc.message)
+            status.content = "⚠️ " + in_markdown(exc.message, session.tr)
             await status.update()
             return
         break

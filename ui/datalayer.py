@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Final, cast
@@ -82,11 +83,21 @@ def _writer_thread() -> str | None:
     return context.session.thread_id
 
 
+def _finite(number: str) -> float | None:
+    value = float(number)
+    return value if math.isfinite(value) else None
+
+
 def _decoded(value: Any) -> Any:
-    """A JSON string decoded; anything else (or text that is not JSON) as is."""
+    """A JSON string decoded; anything else (or text that is not JSON) as is.
+
+    ``NaN``, ``Infinity`` and numbers too large for a float (``1e999``) come back as
+    None: Python's ``json`` writes and reads them, but the answer they end up in
+    (``POST /project/threads``) cannot hold them, and a stored one made the list fail.
+    """
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
-            return json.loads(value)
+            return json.loads(value, parse_constant=lambda _: None, parse_float=_finite)
         except json.JSONDecodeError:
             return value
     return value

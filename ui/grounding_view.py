@@ -4,12 +4,15 @@ For each image of the turn that the finished answer points at
 (:func:`backend.grounding.overlays`), one message from the app with a caption naming
 the image and the annotated copy as an inline ``cl.Image``; the person's upload and
 the image sent to the model stay as they were. Coordinates given in an explicit
-format but not drawn (several images and no name, outside the image) get one note.
+format but not drawn (several images and no name, outside the image) get one note, which
+also counts the marks beyond :data:`backend.grounding.MAX_MARKS` (drawing is bounded: an
+answer with 10,000 boxes draws 50 of them and says so).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 
 import chainlit as cl
@@ -21,6 +24,8 @@ from backend.logs import LOGGER_NAME
 from backend.uploads import MediaWorkers
 
 log = logging.getLogger(LOGGER_NAME)
+
+_DIGIT = re.compile(r"\d")
 
 AUTHOR = "Kimi-VL Chat"
 """Author of the overlay messages: the app, as for its other notes (app.py ``say``)."""
@@ -46,7 +51,7 @@ async def show_marks(
         workers: the app's media-decoding pool (borrowed, not closed).
         tr: the chat's language, for the captions and the note.
     """
-    if not images or not any(c.isdigit() for c in answer):
+    if not images or _DIGIT.search(answer) is None:  # one C scan: answers may be 1 MB
         return
     try:
         drawn, grounding = await workers.run(overlays, answer, images)
@@ -63,5 +68,5 @@ async def show_marks(
         )
         text = caption(images[overlay.image].name, overlay.marks, tr)  # in the chat's language
         await cl.Message(content=text, author=AUTHOR, elements=[picture]).send()
-    if grounding.not_drawn:
-        await cl.Message(content=not_drawn_note(grounding.not_drawn, tr), author=AUTHOR).send()
+    if grounding.has_note:
+        await cl.Message(content=not_drawn_note(grounding, tr), author=AUTHOR).send()

@@ -34,6 +34,7 @@ from backend.errors import ChatError
 from backend.events import Done
 from backend.i18n import ENGLISH, LOCALES, Translator, msg, translator
 from backend.logs import LOGGER_NAME
+from backend.panel import sane_options
 from backend.presenter import THINKING_LABEL, stats_line
 from backend.settings import Settings
 from backend.store import Store, StoreError, open_store
@@ -181,7 +182,8 @@ async def resume(
         except ChatError as exc:
             log.info("resume: model %s not available: %s", wanted, exc)
     if session.options is not None and restored.options:
-        session.options = restored_options(session.options, restored.options)
+        stored = sane_options(restored.options, session.max_model_len)  # no NaN of old rows
+        session.options = restored_options(session.options, stored)
     mark_interrupted(thread, restored.interrupted, session.tr)
     return session, restored
 

@@ -15,7 +15,7 @@ import chainlit as cl
 
 from backend.i18n import ENGLISH, Translator
 from backend.presenter import THINKING_LABEL, StepEnd, thought_label
-from backend.safety import link_remote_images
+from backend.safety import link_remote_images_off_loop
 
 
 class ReasoningView:
@@ -61,7 +61,7 @@ class ReasoningView:
         if self._step is None:
             return
         self._step.name = thought_label(self._clock() - self._since, ended, self._tr)
-        self._step.output = link_remote_images(self._step.output)  # no image fetches
+        self._step.output = await link_remote_images_off_loop(self._step.output)  # no fetches
         self._step.end = cl.utils.utc_now()
         await self._step.update()
         self._step = None

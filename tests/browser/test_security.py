@@ -26,7 +26,7 @@ import httpx
 import psutil
 import pytest
 from PIL import Image
-from playwright.sync_api import Browser, BrowserContext, Dialog, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Dialog, FilePayload, Page, expect
 
 from tests.browser.conftest import (
     ANSWERS,
@@ -224,6 +224,49 @@ def test_images_in_model_output_fetch_nothing_and_links_are_safe(
     page.wait_for_timeout(300)
     assert dialogs == []
     screenshot(page, "model-images-become-links")
+    context.close()
+
+
+def foreign_images_and_script_links(page: Page, url: str) -> list[str]:
+    """Elements of the page that would fetch ``url`` (img, video, source) or run a
+    ``javascript:`` link, as ``tag src`` lines (read from the DOM, not by evaluation)."""
+    found = []
+    for selector in (f'img[src^="{url}"]', f'video[src^="{url}"]', f'source[src^="{url}"]'):
+        for element in page.locator(selector).all():
+            found.append(f"{selector.split('[')[0]} {element.get_attribute('src')}")
+    for element in page.locator('a[href^="javascript:" i]').all():
+        found.append(f"a {element.get_attribute('href')}")
+    return found
+
+
+def test_markdown_the_page_reads_as_images_becomes_links_in_answers_and_notes(
+    chromium: Browser, guarded: Guarded, listener: Listener
+) -> None:
+    """The page (react-markdown with remark-gfm, -math and -directive) and the rewrite
+    must agree: a reference image after a ``javascript:`` definition, images in code
+    spans that math, a directive or an autolink end early, and a file named as an image
+    in the note that it could not be used, all end as text or links, never an image."""
+    context, page = open_chat(chromium, guarded)
+    ask(page, f"Tricky markdown #scenario=markdown-paths #url={listener.url}")
+    wait_answer_done(page)
+    answer = page.locator(ANSWERS).last
+    expect(answer).to_contain_text("The chart:")
+    expect(answer.locator(f'a[href="{listener.url}?from=reference"]')).to_have_text("chart")
+    for source in ("math", "directive", "autolink"):
+        expect(answer.locator(f'a[href="{listener.url}?from={source}"]')).to_have_count(1)
+    page.locator(f"{REASONING_STEP} button").first.click()  # open the folded step
+    expect(page.locator(f'a[href="{listener.url}?from=reasoning"]')).to_have_count(1)
+    named = f"![x]({listener.url}?from=file-name).png"
+    not_a_picture = FilePayload(name=named, mimeType="image/png", buffer=b"<html>no</html>")
+    page.locator("#upload-button-input").set_input_files([not_a_picture])
+    ask(page, "And this one?")
+    note = page.locator(ANSWERS).last
+    expect(note).to_contain_text(f"{named}: ")
+    expect(note).to_contain_text("Your message is kept")
+    time.sleep(0.5)  # any fetch the page started has reached the listener by now
+    assert foreign_images_and_script_links(page, listener.url) == []
+    assert listener.hits == []
+    screenshot(page, "markdown-paths-become-links")
     context.close()
 
 

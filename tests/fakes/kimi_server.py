@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from itertools import islice, product
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,18 @@ BBOX_ANSWER = (
     "The spoon lies on the saucer, to the right of the cup:\n\n"
     '```json\n[{"bbox_2d": [0.54, 0.16, 0.71, 0.82], "label": "spoon"}]\n```\n'
 )
+
+
+HOSTILE_LINKS = "".join(f"[{i}](/s/{i}) " for i in range(10_000))
+"""10,000 markdown links (140,000 characters), for answers that must not stall the app."""
+HOSTILE_BOXES = "".join(
+    f'{{"bbox_2d":[{x},{y},{x + w},{y + w}]}}\n'
+    for x, y, w in islice(product(range(0, 490, 7), range(0, 300, 5), (60, 67, 74)), 10_000)
+)
+"""10,000 boxes in pixels of a 600x400 photo (coffee.png), no two in the same place, in
+260,000 characters (a stream asked for 32,768 tokens may bring 327,680)."""
+HUGE_ANSWER = "All work and no play. " * 230_000
+"""5 MB of answer (5,060,000 characters)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +210,32 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         delay_s=0.01,
     ),
+    # Markdown the page's renderer reads as an image where markdown-it alone did not: a
+    # reference after a javascript: definition, and code spans that the page's math,
+    # directives and autolinks end early (security tests).
+    "markdown-paths": Scenario(
+        pieces=tokens(
+            "◁think▷Thinking about ![r][2].\n\n[1]: javascript:alert(1)\n"
+            "[2]: {url}?from=reasoning\n◁/think▷"
+            "[1]: javascript:alert(document.cookie)\n[2]: {url}?from=reference\n\n"
+            "The chart: ![chart][2]. Run [it][1].\n\n"
+            "Math $`$ ![m]({url}?from=math) `$`$ and :d[`] ![d]({url}?from=directive) `\n\n"
+            "See www.h.example/` ![w]({url}?from=autolink) ` too."
+        ),
+        delay_s=0.01,
+    ),
+    # Hostile answers (tests/test_hostile_answers.py), in big chunks at once: 10,000 links
+    # with an image in the reasoning and again in the answer; 10,000 boxes; 5 MB of text.
+    "links": Scenario(
+        pieces=tokens(
+            f"◁think▷{HOSTILE_LINKS}![x](http://h/r.png)◁/think▷"
+            f"{HOSTILE_LINKS}![y](http://h/a.png)",
+            20_000,
+        ),
+        delay_s=0.0,
+    ),
+    "boxes": Scenario(pieces=tokens(f"◁think▷Boxes.◁/think▷{HOSTILE_BOXES}", 20_000), delay_s=0),
+    "huge": Scenario(pieces=tokens(f"◁think▷Long.◁/think▷{HUGE_ANSWER}", 2_000), delay_s=0.001),
 }
 URL_TAG = re.compile(r"#url=(\S+)")
 """``#url=ADDRESS`` in the message fills ``{url}`` in a scenario's pieces."""
