@@ -48,7 +48,6 @@ import asyncio
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
@@ -142,9 +141,8 @@ def cpu_total(pids: list[int]) -> float:
 def launched_pids(run_dir: Path) -> list[int]:
     """The chat UI processes ``launch.sh`` recorded in ``run_dir``: its workers and
     HAProxy (``--ui-workers N``), or its single UI; empty if none is recorded."""
-    state = runstate.read_state(run_dir)
-    keys = [k for k in state if k in ("ui_pid", "proxy_pid") or re.fullmatch(r"ui\.\d+\.pid", k)]
-    return [int(state[k]) for k in sorted(keys) if int(state[k] or 0) > 0]
+    state = runstate.read(run_dir)
+    return [p.pid for p in state.ui_processes()] if state else []
 
 
 class Sampler:

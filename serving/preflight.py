@@ -15,8 +15,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from backend.images import MAX_SIDE, PATCH_SIZE, image_tokens
-
 
 class PlanError(Exception):
     """The requested launch cannot work; the message says why, in one line."""
@@ -140,6 +138,10 @@ def largest_image_tokens(in_token_limit: int) -> int:
     the most is 1275. (An over-budget image from another client is scaled by
     vLLM with truncated sides and can come out a few tokens larger.)
     """
+    # Imported here: backend.images loads Pillow, which a launch that plans no GPU
+    # server (--ui-only, dev mode, the UI check) does not need.
+    from backend.images import MAX_SIDE, PATCH_SIZE, image_tokens
+
     best = 0
     for h in range(1, min(in_token_limit, MAX_SIDE // PATCH_SIZE) + 1):
         w = in_token_limit // h
@@ -280,7 +282,7 @@ ADD_USER = ".venv/bin/python -m backend.cli user add NAME --password-stdin"
 
 
 def check_ui_exposure(*, host: str, users: int, allow_anonymous: bool) -> list[Finding]:
-    """The chat UI beyond loopback needs sign-in (issue 12 item 1).
+    """The chat UI beyond loopback needs sign-in (docs/security.md, "What sign-in adds").
 
     Args:
         host: ``KIMI_UI_HOST``.
