@@ -217,7 +217,7 @@ class Supervisor:
         """Wait until each of ``children`` (just started) answers its health URL.
 
         ``waiting``: a name to show progress for (``vLLM``), once a second on a terminal,
-        every 10 s otherwise.
+        every 30 s otherwise.
 
         Raises:
             Failed: one exited or did not answer in time (the end of its log was shown).
@@ -233,7 +233,7 @@ class Supervisor:
                 url = next(c.health_url for c in children if not c.ready)
                 if on_terminal():
                     progress(f"waiting for {waiting} at {url} ... {elapsed} s ")
-                elif elapsed and elapsed % 10 == 0:
+                elif elapsed and elapsed % 30 == 0:
                     say(f"waiting for {waiting} at {url} ... {elapsed} s")
             time.sleep(poll_s)
         if waiting and shown > 0 and on_terminal():
