@@ -96,6 +96,13 @@ def make_parser() -> argparse.ArgumentParser:
         epilog=EPILOG + listed_settings(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _start_options(parser)
+    _subcommands(parser)
+    return parser
+
+
+def _start_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``./launch.sh`` without a subcommand."""
     add = parser.add_argument
     add("--dev", action="store_true", help="dev mode even if there are GPUs")
     add("--instruct", action="store_true", help='serve Kimi-VL-A3B-Instruct as "kimi-vl"')
@@ -146,6 +153,10 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="max model length in tokens (KIMI_MAX_MODEL_LEN, KIMI_DEV_MAX_MODEL_LEN)",
     )
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> None:
+    """``status``, ``logs`` and ``stop``."""
     sub = parser.add_subparsers(dest="command", title="subcommands")
     sub.add_parser(
         "status",
@@ -163,7 +174,6 @@ def make_parser() -> argparse.ArgumentParser:
     which.add_argument("--app", action="store_true", help="app.log and each worker's")
     which.add_argument("--proxy", action="store_true", help="HAProxy's log")
     sub.add_parser("stop", help="stop what the launcher started (by its recorded PIDs)")
-    return parser
 
 
 def app_python_problem() -> str:
@@ -282,4 +292,7 @@ def _logs(args: argparse.Namespace, llm_log: str, app_log: str, run_dir: Path) -
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C before the supervisor handles it: nothing runs yet
+        sys.exit(130)

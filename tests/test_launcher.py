@@ -37,8 +37,7 @@ from serving.launcher import (
 )
 from serving.preflight import PlanError, tensor_parallel_size
 from serving.settings import LaunchSettings
-from tests.conftest import free_port
-from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
+from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group, quiet_ports
 
 
 class ExplicitSettings(LaunchSettings):
@@ -390,7 +389,7 @@ def test_sigterm_while_starting_stops_the_server(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_ctrl_c_stops_the_server_and_the_ui(tmp_path: Path) -> None:
-    env = launch_env(tmp_path, KIMI_UI_PORT=str(free_port()), KIMI_UI_HOST="127.0.0.1")
+    env = launch_env(tmp_path, KIMI_UI_PORT=str(quiet_ports()), KIMI_UI_HOST="127.0.0.1")
     proc = subprocess.Popen(
         [LAUNCH],  # no GPU here: plain ./launch.sh is dev mode
         stdout=subprocess.PIPE,

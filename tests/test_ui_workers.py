@@ -27,7 +27,7 @@ from serving import proxy, runstate
 from serving.runstate import Process, Proxy, RunState
 from serving.status import Probe, report
 from tests.conftest import DATA, RunningFake, free_port
-from tests.launching import ROOT, launch_env, live_processes_in_group
+from tests.launching import ROOT, launch_env, live_processes_in_group, quiet_ports
 from tests.test_launch_ops import launched, run, wait_for_text
 
 HAPROXY = proxy.find_haproxy()
@@ -276,7 +276,7 @@ def test_haproxy_beyond_loopback_needs_a_user_like_the_ui(tmp_path: Path) -> Non
 async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
     tmp_path: Path, fake: RunningFake
 ) -> None:
-    ui_port = free_port()
+    ui_port = quiet_ports(3)  # the UI's port and the two workers' after it
     env = launch_env(
         tmp_path,
         KIMI_APP_PYTHON=sys.executable,
