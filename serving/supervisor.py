@@ -344,7 +344,9 @@ class Supervisor:
         their leaders exit (at most 15 s) and 1 s more; return when the groups are empty
         (at most 5 s more: zombies waiting for PID 1 count as gone)."""
         self.signals.ignore()
-        started = [c.proc for c in self.children if c.proc is not None]
+        # A child waiting for its restart has no group left (killed when it died), and
+        # its old PID may belong to someone else by now.
+        started = [c.proc for c in self.children if c.proc and c.restart_at is None]
         for proc in started:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGTERM)
