@@ -73,17 +73,7 @@ KEY_CHARS: Final = 128
 """Characters of a name or address kept as its key (a real name has at most 64), so a
 megabyte of typed name costs no more memory than a short one."""
 
-LOOPBACK_HOSTS: Final = ("localhost", "::1")
-ADD_USER: Final = ".venv/bin/python -m backend.cli user add NAME --password-stdin"
-"""The command that adds a user, as the refusals to run open beyond loopback name it."""
-
 _HASHER: Final = PasswordHasher()
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``127.x.y.z``, ``localhost`` and ``::1``: where the app may run without
-    sign-in (launch.sh and the app itself refuse anything else without a user)."""
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
 @functools.cache

@@ -1,10 +1,9 @@
 """Typed settings from the environment and ``.env`` (pydantic-settings).
 
 Every setting is an environment variable with the prefix ``KIMI_`` (for example
-``KIMI_BASE_URL``); ``.env.example`` documents each one. ``launch.sh`` reads these
-and its own (:class:`serving.settings.LaunchSettings`, a subclass) through
-``python -m serving.settings shell``, so the app, the CLI and the launcher never
-disagree.
+``KIMI_BASE_URL``); ``.env.example`` documents each one. The launcher reads these
+and its own (:class:`serving.settings.LaunchSettings`, a subclass) and hands them to
+the app as ``KIMI_*`` variables, so the app, the CLI and the launcher never disagree.
 
 Model profiles hold what differs between the served models (sampling defaults
 and the image token budget); sources are cited per profile.
@@ -12,6 +11,7 @@ and the image token budget); sources are cited per profile.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pydantic import Field, SecretStr
@@ -113,10 +113,13 @@ class Settings(BaseSettings):
     """What the app and the CLI read (launch.sh's own settings are in ``serving.settings``).
 
     Read from environment variables ``KIMI_*`` and from ``.env`` in the working
-    directory. Errors: pydantic's ``ValidationError`` on a malformed value.
+    directory, or the file ``KIMI_ENV_FILE`` names (read when this module is imported).
+    Errors: pydantic's ``ValidationError`` on a malformed value.
     """
 
-    model_config = SettingsConfigDict(env_prefix="KIMI_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="KIMI_", env_file=os.environ.get("KIMI_ENV_FILE") or ".env", extra="ignore"
+    )
 
     # Where the app finds vLLM.
     base_url: str = Field("http://127.0.0.1:8100/v1", description="vLLM OpenAI API base URL")

@@ -1,6 +1,6 @@
 """The client's CPU per streamed chunk: the SDK's typed chunks against the raw stream.
 
-Issue 14 item 1: a profile of the app during text chats put 71% of its CPU in
+A profile of the app during text chats put 71% of its CPU in
 the OpenAI SDK and httpx, half of it SSE decoding and half a pydantic object
 per chunk. This streams the same chat completion (scripted ``long``: 30,003
 content chunks at once, plus role and usage chunks) from the scripted server

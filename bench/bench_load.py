@@ -4,7 +4,7 @@ Starts the scripted server (``python -m tests.fakes.kimi_server``, scenario
 ``paced``: 200 pieces 10 ms apart, 100 tokens/s per chat, on a fixed schedule as
 a model would send them) and the app in front of it, then, in one of three modes:
 
-``sweep`` (issue 14, items 3 and 5)
+``sweep``
     For each number of concurrent chats (1/8/32/64) and with and without a
     photo (a 1.5 MB 2000x1500 JPEG made on the spot, uploaded as the browser
     does when it is attached, before Enter), phases of direct requests (httpx
@@ -17,17 +17,17 @@ a model would send them) and the app in front of it, then, in one of three modes
     p50/p90/p95 versus direct, tokens/s relayed per chat (the 200 scripted
     tokens over the time from the first to the last visible text) as a share
     of direct, the app's CPU per answer and its RSS.
-``soak`` (issue 13, "Under load")
+``soak``
     64 tabs x 20 turns, a photo every few turns, each tab one conversation;
     then every tab closes and the app's RSS is followed for ten minutes.
     Pass: zero errors, every answer complete, RSS back within 20% of the
     baseline (RSS after one warm-up chat with a photo, before the soak).
-``tabs`` (issue 14, item 4)
+``tabs``
     1,000 tabs opened, used once with a photo and closed (8 at a time, the
     ``quick`` scenario: the same 200 pieces at once); RSS after the last one
     closed and after a wait. Target <= 250 MB.
 
-Through a proxy in front of several app processes (issue 14 item 3), start
+Through a proxy in front of several app processes (``--ui-workers N``), start
 them elsewhere and name them: the scripted server
 (``python -m tests.fakes.kimi_server --port 8199 --no-record``), then
 ``KIMI_BASE_URL=http://127.0.0.1:8199/v1 ./launch.sh --ui-only --ui-workers 4``,
@@ -48,7 +48,6 @@ import asyncio
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
@@ -142,9 +141,8 @@ def cpu_total(pids: list[int]) -> float:
 def launched_pids(run_dir: Path) -> list[int]:
     """The chat UI processes ``launch.sh`` recorded in ``run_dir``: its workers and
     HAProxy (``--ui-workers N``), or its single UI; empty if none is recorded."""
-    state = runstate.read_state(run_dir)
-    keys = [k for k in state if k in ("ui_pid", "proxy_pid") or re.fullmatch(r"ui\.\d+\.pid", k)]
-    return [int(state[k]) for k in sorted(keys) if int(state[k] or 0) > 0]
+    state = runstate.read(run_dir)
+    return [p.pid for p in state.ui_processes()] if state else []
 
 
 class Sampler:

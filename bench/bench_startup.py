@@ -88,7 +88,7 @@ def _ready(
 
 @contextmanager
 def through_launch_sh(base_url: str, state: Path) -> Iterator[Started]:
-    """``./launch.sh --ui-only`` on a free port; stopped by SIGTERM (its trap stops the UI)."""
+    """``./launch.sh --ui-only`` on a free port; stopped by SIGTERM (the launcher stops the UI)."""
     port, run_dir = free_port(), state / "run"
     env = app_env(
         base_url,
@@ -105,7 +105,10 @@ def through_launch_sh(base_url: str, state: Path) -> Iterator[Started]:
         )
     try:
         ready_s, cpu = _ready(f"http://127.0.0.1:{port}/", launch, started, log)
-        yield ready_s, cpu, int(runstate.read_state(run_dir)["ui_pid"])
+        recorded = runstate.read(run_dir)
+        if recorded is None or recorded.ui is None:
+            raise RuntimeError(f"launch.sh recorded no chat UI in {run_dir}")
+        yield ready_s, cpu, recorded.ui.pid
     finally:
         stop(launch)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Steps run on the device tool's H200 machine for issue 17 (see bench/results/README.md).
+# Steps run on the device tool's H200 machine for the GPU sweep (see bench/results/README.md).
 # The machine is offline: vLLM 0.26.0 with its missing dependencies (/tmp/site) and the
 # app's own dependencies for Python 3.12 (/tmp/appsite) travel as one xz-compressed tar
 # split into parts of 55 MiB (git-ignored .whl/pN/partNN, one folder per call, appended

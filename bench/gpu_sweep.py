@@ -1,4 +1,4 @@
-"""Serving-flag sweep for chat with photos, run on a GPU machine (issue 17).
+"""Serving-flag sweep for chat with photos, run on a GPU machine (bench/results/README.md).
 
 It starts vLLM the way ``launch.sh`` would (the argument list of
 :func:`serving.launcher.make_plan`, which is launch.sh's plan), changes one flag

@@ -1,4 +1,4 @@
-"""Tables, verdicts and a plot from :mod:`bench.gpu_sweep`'s JSON files (issue 17).
+"""Tables, verdicts and a plot from :mod:`bench.gpu_sweep`'s JSON files.
 
 Reads ``seed.json`` and ``wave-*.json`` from a results folder, writes next to
 the given output stem:
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-WITHIN = 0.10  # launch.sh's defaults must be within 10 % of the best (issue 17)
+WITHIN = 0.10  # launch.sh's defaults must be within 10 % of the best (bench/results/README.md)
 # (concurrency, metric, lower is better)
 CRITERIA: tuple[tuple[int, str, bool], ...] = (
     (8, "ttft_p95_ms", True),

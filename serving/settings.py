@@ -1,25 +1,17 @@
-"""What ``launch.sh`` reads: the app's settings plus how to serve the model.
+"""What the launcher reads: the app's settings plus how to serve the model.
 
 :class:`LaunchSettings` extends :class:`backend.settings.Settings` (the app needs
 none of these fields) and is read the same way, from ``KIMI_*`` variables and
-``.env`` (``KIMI_ENV_FILE`` names another file).
-
-Command line (used by ``launch.sh``)::
-
-    python -m serving.settings secrets
-        write a random KIMI_API_KEY and CHAINLIT_AUTH_SECRET into the env file
-        where neither it nor the environment has one (file mode 600)
-    python -m serving.settings shell
-        all settings as bash assignments for launch.sh to ``eval``
+``.env`` (``KIMI_ENV_FILE`` names another file). The launcher hands every setting to
+the processes it starts as ``KIMI_*`` variables (:func:`app_environ`), so the app, the
+CLI and the launcher never disagree, whatever file they came from.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import shlex
 import stat
-import sys
 from pathlib import Path
 
 from dotenv import dotenv_values
@@ -128,45 +120,26 @@ def load() -> LaunchSettings:
     return LaunchSettings(_env_file=env_file_path())
 
 
-def shell_exports(settings: LaunchSettings) -> str:
-    """Render settings as ``KEY=value`` lines that bash can ``eval``.
+def app_environ(settings: LaunchSettings, env_file: Path) -> dict[str, str]:
+    """Every setting as the ``KIMI_*`` variable the app reads, for the processes the
+    launcher starts, plus what Chainlit reads from the same file.
 
-    Names are the environment names (``KIMI_VLLM_PORT`` ...); values are quoted
-    with :func:`shlex.quote`. The API key is included: launch.sh hands it to vLLM
-    through the environment, never on a command line.
+    Values: strings as pydantic reads them back (booleans ``1``/``0``, the API key in
+    clear: the app sends it). ``CHAINLIT_AUTH_SECRET`` comes from the environment or
+    ``env_file``; ``CHAINLIT_ENV_FILE`` names ``env_file`` (absolute), so Chainlit loads
+    the file the settings came from, never another ``.env``.
     """
-    lines = []
+    found: dict[str, str] = {}
     for name in LaunchSettings.model_fields:
         value = getattr(settings, name)
         if isinstance(value, SecretStr):
             value = value.get_secret_value()
         if isinstance(value, bool):
             value = "1" if value else "0"
-        lines.append(f"KIMI_{name.upper()}={shlex.quote(str(value))}")
-    profile = settings.served_profile
-    lines.append(f"KIMI_SERVED_MODEL={shlex.quote(profile.served_name)}")
-    lines.append(f"KIMI_HF_MODEL={shlex.quote(profile.hf_id)}")
-    return "\n".join(lines)
-
-
-def main(argv: list[str]) -> int:
-    """Command line for launch.sh; see the module docstring."""
-    env_file = env_file_path()
-    if argv == ["secrets"]:
-        for name in ensure_secrets(env_file, dict(os.environ)):
-            print(f"launch.sh: wrote a random {name} into {env_file} (mode 600)", file=sys.stderr)
-        return 0
-    if argv == ["shell"]:
-        print(shell_exports(load()))
-        auth = os.environ.get("CHAINLIT_AUTH_SECRET") or dotenv_values(env_file).get(
-            "CHAINLIT_AUTH_SECRET"
-        )
-        if auth:
-            print(f"CHAINLIT_AUTH_SECRET={shlex.quote(auth)}")
-        return 0
-    print("usage: python -m serving.settings {secrets|shell}", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+        found[f"KIMI_{name.upper()}"] = str(value)
+    present = dotenv_values(env_file) if env_file.exists() else {}
+    auth = os.environ.get("CHAINLIT_AUTH_SECRET") or present.get("CHAINLIT_AUTH_SECRET")
+    if auth:
+        found["CHAINLIT_AUTH_SECRET"] = auth
+    found["CHAINLIT_ENV_FILE"] = str(env_file.resolve())
+    return found

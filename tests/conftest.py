@@ -34,11 +34,16 @@ DATA = Path(__file__).parent / "data"
 
 # Hermetic settings: no developer .env, no KIMI_* from the shell; the app's request
 # log goes to a temporary file, never into the checkout. Done at import, before any
-# test module imports app.py (whose Settings() is read at import).
+# test module imports app.py (whose Settings() is read at import) or Chainlit (which
+# loads CHAINLIT_ENV_FILE, by default the working directory's .env, into os.environ).
+# Processes the tests start inherit this environment: their settings file (the app's
+# KIMI_ENV_FILE, Chainlit's CHAINLIT_ENV_FILE) is one that does not exist.
 for _name in [n for n in os.environ if n.startswith("KIMI_")]:
     del os.environ[_name]
 Settings.model_config["env_file"] = None
 TEST_LOGS = Path(tempfile.mkdtemp(prefix="kimi-test-logs-"))
+NO_ENV_FILE = TEST_LOGS / "no-such.env"
+os.environ["KIMI_ENV_FILE"] = os.environ["CHAINLIT_ENV_FILE"] = str(NO_ENV_FILE)
 os.environ["KIMI_APP_LOG"] = str(TEST_LOGS / "app.log")
 
 

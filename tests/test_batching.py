@@ -63,7 +63,7 @@ async def test_held_text_is_released_before_done() -> None:
 
 
 async def test_held_text_reaches_the_screen_while_the_server_stalls() -> None:
-    """Issue 13, fault 2: text before a stall was held until the next chunk."""
+    """Text before a stall is shown at once, not held until the next chunk."""
     source = Source([(0, AnswerDelta("a")), (0, AnswerDelta("b")), (1.0, AnswerDelta("c"))])
     loop = asyncio.get_running_loop()
     start = loop.time()

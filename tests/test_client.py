@@ -220,7 +220,7 @@ async def test_a_stream_that_breaks_says_how_and_keeps_what_came(
 
 
 async def test_chunks_follow_the_learnt_speed_with_the_same_text(fake: RunningFake) -> None:
-    """Issue 14 item 1: as many tokens per chunk as the UI shows per update (50 ms)."""
+    """As many tokens per chunk as the UI shows per update (50 ms), learnt from speed."""
     every_token = ChatClient(fake.base_url, "k", stream_interval=1)
     learnt = ChatClient(fake.base_url, "k")
     first = await collect(learnt, "#scenario=thinking", thinking=True)

@@ -390,7 +390,7 @@ def test_missing_file_is_refused(tmp_path: Path) -> None:
     one_line_naming(error.value, "gone.png")
 
 
-# --- formats (issue 4, item 1) ------------------------------------------------------
+# --- formats -----------------------------------------------------------------------
 
 
 def encoded(image: Image.Image, image_format: str, **params: Any) -> bytes:
@@ -467,7 +467,7 @@ def test_sixteen_bit_png_is_scaled_not_clipped(save: Callable[..., Path]) -> Non
     assert [image.getpixel((x, 16)) for x in range(256)] == list(range(256))
 
 
-# --- bad inputs (issue 4, items 3 and 6) --------------------------------------------
+# --- bad inputs --------------------------------------------------------------------
 
 
 def png_declaring(width: int, height: int) -> bytes:
@@ -679,7 +679,7 @@ def test_directory_is_refused(tmp_path: Path) -> None:
     assert "cannot read" in one_line_naming(error.value, "photos.jpg")
 
 
-# --- uploads sent as they are (issue 14, item 2) --------------------------------------
+# --- uploads sent as they are --------------------------------------------------------
 
 
 def payload(prepared: PreparedImage) -> bytes:

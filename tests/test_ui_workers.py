@@ -2,9 +2,10 @@
 
 The pure parts (ports, log names, the HAProxy config as HAProxy reads it, its
 ``show stat`` answer, the status text) run anywhere. One test starts the real
-``launch.sh --ui-only --ui-workers 2`` in front of the scripted server and
-drives it as two browsers would (bench/_common.py's socket.io tab); it needs
-Debian's ``haproxy`` (tests/run.sh installs it) and is skipped without it.
+``launch.sh --ui-only --ui-workers 2`` in front of the scripted server, drives it
+as two browsers would (bench/_common.py's socket.io tab), kills a worker with
+SIGKILL and sees the supervisor bring it back; it needs Debian's ``haproxy``
+(tests/run.sh installs it) and is skipped without it.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import pytest
 
 from bench._common import Tab, question
 from serving import proxy, runstate
-from serving.runstate import Probe
+from serving.runstate import Process, Proxy, RunState
+from serving.status import Probe, report
 from tests.conftest import DATA, RunningFake, free_port
-from tests.launching import ROOT, launch_env, live_processes_in_group
+from tests.launching import ROOT, launch_env, live_processes_in_group, quiet_ports
 from tests.test_launch_ops import launched, run, wait_for_text
 
 HAPROXY = proxy.find_haproxy()
@@ -188,40 +190,35 @@ def test_show_stat_gives_each_workers_state() -> None:
     assert proxy.server_states(Path("/nonexistent/haproxy.sock")) == {}
 
 
-def test_status_lists_the_workers_and_what_haproxy_does_with_a_dead_one() -> None:
-    state = {
-        "launch_pid": "10",
-        "mode": "none",
-        "servers": "0",
-        "ui_workers": "2",
-        "proxy_pid": "20",
-        "proxy_config": ".run/haproxy.cfg",
-        "proxy_log": ".run/haproxy.log",
-        "ui_port": "8300",
-        "ui_host": "127.0.0.1",
-        "ui.0.pid": "21",
-        "ui.0.port": "8301",
-        "ui.0.log": "app-1.log",
-        "ui.1.pid": "22",
-        "ui.1.port": "8302",
-        "ui.1.log": "app-2.log",
-    }
+def test_status_lists_the_workers_their_restarts_and_what_haproxy_does_with_a_dead_one() -> None:
+    state = RunState(
+        launcher_pid=10,
+        ui_host="127.0.0.1",
+        workers=[
+            Process(pid=21, port=8301, log="app-1.log", restarts=0),
+            Process(pid=22, port=8302, log="app-2.log", restarts=1),
+            Process(pid=0, port=8303, log="", restarts=2),
+        ],
+        proxy=Proxy(pid=20, port=8300, log=".run/haproxy.log", config=".run/haproxy.cfg"),
+    )
     seen = Probe(
         health={},
         models={},
         ui=200,
         open_chats=3,
-        workers={0: (200, 3), 1: (None, None)},
-        balanced={"w1": "UP", "w2": "DOWN"},
+        workers={0: (200, 3), 1: (None, None), 2: (None, None)},
+        balanced={"w1": "UP", "w2": "DOWN", "w3": "DOWN"},
     )
-    text, healthy = runstate.status_report(state, seen, now=0, alive=lambda pid, _: pid != 22)
+    text, healthy = report(state, seen, now=0, alive=lambda pid, _: pid != 22)
     assert not healthy
     assert text.splitlines()[2:] == [
-        "chat UI: up, HAProxy pid 20, http://127.0.0.1:8300, 2 workers, open chats: 3",
+        "chat UI: up, HAProxy pid 20, http://127.0.0.1:8300, 3 workers, open chats: 3",
         "  HAProxy config .run/haproxy.cfg, log .run/haproxy.log",
-        "  worker 1: up, pid 21, port 8301, open chats: 3, HAProxy: UP, log app-1.log",
-        "  worker 2: DOWN (launch.sh does not restart workers; HAProxy sends nobody there), "
-        "pid 22, port 8302, HAProxy: DOWN, log app-2.log",
+        "  worker 1: up, pid 21, port 8301, restarts 0, open chats: 3, HAProxy: UP, log app-1.log",
+        "  worker 2: DOWN; HAProxy sends nobody there, pid 22, port 8302, restarts 1, "
+        "HAProxy: DOWN, log app-2.log",
+        "  worker 3: DOWN (waiting to be restarted); HAProxy sends nobody there, pid 0, "
+        "port 8303, restarts 2, HAProxy: DOWN, log (stderr only)",
     ]
 
 
@@ -262,15 +259,6 @@ def add_user(env: dict[str, str], name: str, password: str) -> None:
     assert made.returncode == 0, made.stderr
 
 
-def test_help_and_env_example_name_the_setting() -> None:
-    shown = run(["--help"], dict(os.environ)).stdout
-    assert re.search(r"^  --ui-workers N .*\n.*HAProxy", shown, re.M)
-    assert "  KIMI_UI_WORKERS=1\n" in shown  # from .env.example, with its default
-    refused = run(["--ui-workers", "many"], dict(os.environ))
-    assert refused.returncode == 1
-    assert "launch.sh: --ui-workers needs a number, got 'many'" in refused.stderr
-
-
 def test_haproxy_beyond_loopback_needs_a_user_like_the_ui(tmp_path: Path) -> None:
     env = launch_env(
         tmp_path,
@@ -288,13 +276,14 @@ def test_haproxy_beyond_loopback_needs_a_user_like_the_ui(tmp_path: Path) -> Non
 async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
     tmp_path: Path, fake: RunningFake
 ) -> None:
-    ui_port = free_port()
+    ui_port = quiet_ports(3)  # the UI's port and the two workers' after it
     env = launch_env(
         tmp_path,
         KIMI_APP_PYTHON=sys.executable,
         KIMI_BASE_URL=fake.base_url,
         KIMI_UI_PORT=str(ui_port),
         KIMI_APP_LOG=str(tmp_path / "app.log"),
+        KIMI_RESTART_BASE_S="0.5",
     )
     add_user(env, "alice", "alice-password-1")
     out = tmp_path / "launch.out"
@@ -302,10 +291,11 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
     photo = (DATA / "rocket.jpg").read_bytes()
     with launched(["--ui-only", "--ui-workers", "2"], env, out) as proc:
         wait_for_text(out, "chat UI:  http://", 240, proc)
-        state = runstate.read_state(tmp_path / "run")
-        ports = {"w1": int(state["ui.0.port"]), "w2": int(state["ui.1.port"])}
+        state = runstate.read(tmp_path / "run")
+        assert state is not None and state.proxy is not None
+        ports = {"w1": state.workers[0].port, "w2": state.workers[1].port}
         assert ui_port not in ports.values()
-        groups = [int(state["proxy_pid"]), int(state["ui.0.pid"]), int(state["ui.1.pid"])]
+        groups = [state.proxy.pid, *(w.pid for w in state.workers)]
 
         # Signed in through the proxy on one worker, the token works on both: they
         # share CHAINLIT_AUTH_SECRET (and the users' database).
@@ -376,22 +366,35 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
         for i, port in enumerate(ports.values(), 1):
             assert re.search(rf"worker {i}: up, pid \d+, port {port}, .*HAProxy: UP", status.stdout)
 
-        # A worker that dies is taken out by HAProxy's health check; new browsers
-        # go to the other one, and status says so.
-        os.killpg(int(state["ui.1.pid"]), signal.SIGKILL)
+        # A worker that dies is taken out by HAProxy's health check (new browsers go to
+        # the other one) and restarted by the supervisor; status counts the restart.
+        dead = state.workers[1].pid
+        os.killpg(dead, signal.SIGKILL)
+        fresh = httpx.get(url, cookies={"KIMI_WORKER": "w2"}, timeout=10)
+        assert fresh.status_code == 200
+        text = wait_for_text(out, r"chat UI worker 2 answers again after \d+ s", 120, proc)
+        assert f"chat UI worker 2 (pid {dead}) exited after" in text
+        assert "restart 1 of chat UI worker 2 after it exited" in text
         deadline = time.monotonic() + 30
-        while "HAProxy: DOWN" not in (status := run(["status"], env)).stdout:
+        while "HAProxy: UP" not in (status := run(["status"], env)).stdout.split("worker 2:")[1]:
             assert time.monotonic() < deadline, status.stdout
             time.sleep(1)
-        assert status.returncode == 1
-        assert "worker 2: DOWN (launch.sh does not restart workers" in status.stdout
-        for _ in range(3):
-            fresh = httpx.get(url, cookies={"KIMI_WORKER": "w2"}, timeout=10)
-            assert fresh.status_code == 200 and fresh.cookies["KIMI_WORKER"] == "w1"
+        assert status.returncode == 0, status.stdout
+        again = runstate.read(tmp_path / "run")
+        assert again is not None and again.workers[1].pid not in (0, dead)
+        assert re.search(
+            rf"worker 2: up, pid {again.workers[1].pid}, port {ports['w2']}, restarts 1, ",
+            status.stdout,
+        ), status.stdout
+        (tmp_path / "status-after-restart.txt").write_text(status.stdout)
+        groups.append(again.workers[1].pid)
+        # Its browsers come back to it: a request naming it is served there (no new cookie).
+        back = httpx.get(url, cookies={"KIMI_WORKER": "w2"}, timeout=10)
+        assert back.status_code == 200 and "KIMI_WORKER" not in back.cookies
 
         stopped = run(["stop"], env)
         assert stopped.returncode == 0, stopped.stderr
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     for group in groups:
         assert live_processes_in_group(group) == []
-    assert not (tmp_path / "run" / "launch.state").exists()
+    assert not (tmp_path / "run" / runstate.STATE_FILE).exists()

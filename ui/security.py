@@ -72,7 +72,7 @@ from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backend.auth import ADD_USER, is_loopback
+from backend.exposure import ADD_USER, is_loopback
 from backend.i18n import msg
 from backend.store.files import private_folder
 from ui import chainlit_patches

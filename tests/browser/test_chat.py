@@ -174,7 +174,7 @@ def test_starter_attaches_its_sample_image(page: Page, stack: Stack) -> None:
 
 
 def test_a_second_browser_does_not_break_the_first(chromium: Browser, stack: Stack) -> None:
-    """Issue 11, defect 1: another person opening the page closed the client every chat used."""
+    """Another person opening the page must not close the client every chat uses."""
     first, second = new_context(chromium), new_context(chromium)
     try:
         a = first.new_page()
@@ -203,7 +203,7 @@ def test_a_second_browser_does_not_break_the_first(chromium: Browser, stack: Sta
 
 
 def test_compare_shows_the_other_models_answer_next(page: Page, stack: Stack) -> None:
-    """Issue 16, item 2: the server serves Thinking and Instruct; Compare asks the other."""
+    """The server serves Thinking and Instruct; Compare asks the other."""
     ask(page, "What is in this picture?", DATA / "rocket.jpg")
     expect(page.locator(ANSWERS).last).to_contain_text("TTFT")  # the first answer ended
     wait_answer_done(page)

@@ -1,5 +1,5 @@
 """Faults seen from the browser: a silent server, a stalled answer, a server that never
-answers its model list (issue 13, faults 1 to 3)."""
+answers its model list."""
 
 from __future__ import annotations
 

@@ -222,7 +222,7 @@ async def test_twenty_turns_with_an_image_each(
 async def test_stream_interval_sends_fewer_chunks_with_the_same_text(
     vllm_server: VllmServer,
 ) -> None:
-    """vLLM 0.32's per-request ``stream_interval`` groups tokens (issue 14 item 1).
+    """vLLM 0.32's per-request ``stream_interval`` groups tokens (backend/client.py).
 
     Greedy decoding of the same prompt gives the same 48 tokens; asked for 8
     tokens a chunk, vLLM sends the first token alone, then chunks of 8.

@@ -1,0 +1,248 @@
+"""``./launch.sh status``: what the run state records, and how each part answers now.
+
+:func:`probe` asks the recorded servers and the UI over HTTP; :func:`report` turns the
+record and the answers into the text people read, and says whether all is healthy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from serving import proxy
+from serving.runstate import LAUNCHER_MARK, Process, Proxy, RunState, Server, is_running
+
+# Lines of llm.log that operators want to see first: vLLM's own ERROR and
+# CRITICAL records, Python tracebacks and exception lines.
+ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback \(most recent call last\)|^\S*Error: ")
+
+
+def error_lines(log: Path, count: int = 5) -> list[str]:
+    """The last ``count`` lines of ``log`` that report errors (see :data:`ERROR_LINE`).
+
+    Reads at most the last 2 MB of the file.
+    """
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 2 * 2**20))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if ERROR_LINE.search(line)][-count:]
+
+
+def format_duration(seconds: float) -> str:
+    """``3725`` -> ``"1 h 2 min"``; ``45`` -> ``"45 s"``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the HTTP endpoints answered (None: no answer).
+
+    Attributes:
+        health: vLLM ``/health`` status code per server index.
+        models: per server index, ``(id, max_model_len)`` pairs from ``/v1/models``.
+        ui: the UI's status code for ``/`` (with workers: through HAProxy).
+        open_chats: ``open_chats`` from the UI's ``/kimi/status`` (with workers: the sum
+            over those that answered).
+        workers: per worker index, its own ``/`` status code and open chats.
+        balanced: HAProxy's view of each worker by name (``w1``: ``UP``, ...), from its
+            stats socket; empty without one.
+    """
+
+    health: dict[int, int | None]
+    models: dict[int, list[tuple[str, int | None]]]
+    ui: int | None
+    open_chats: int | None
+    workers: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    balanced: dict[str, str] = field(default_factory=dict)
+
+
+NO_ANSWER = Probe({}, {}, None, None)
+"""What :func:`probe` finds when nothing is recorded."""
+
+
+def probe(state: RunState, api_key: str, timeout_s: float = 3.0) -> Probe:
+    """Ask each recorded server and the UI how they are (each request at most ``timeout_s``)."""
+
+    def get(url: str, **headers: str) -> httpx.Response | None:
+        try:
+            return httpx.get(url, timeout=timeout_s, headers=headers)
+        except httpx.HTTPError:
+            return None
+
+    health: dict[int, int | None] = {}
+    models: dict[int, list[tuple[str, int | None]]] = {}
+    for i, server in enumerate(state.servers):
+        root = f"http://127.0.0.1:{server.port}"
+        answer = get(f"{root}/health")
+        health[i] = answer.status_code if answer else None
+        listed = get(f"{root}/v1/models", Authorization=f"Bearer {api_key}")
+        if listed is not None and listed.status_code == 200:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                models[i] = [(m["id"], m.get("max_model_len")) for m in listed.json()["data"]]
+
+    def ui_at(port: int) -> tuple[int | None, int | None]:
+        root = f"http://127.0.0.1:{port}"
+        answer = get(f"{root}/")
+        count = None
+        chats = get(f"{root}/kimi/status")
+        if chats is not None and chats.status_code == 200:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                count = int(chats.json()["open_chats"])
+        return (answer.status_code if answer else None), count
+
+    ui = open_chats = None
+    workers: dict[int, tuple[int | None, int | None]] = {}
+    balanced: dict[str, str] = {}
+    if state.proxy is not None:
+        workers = {i: ui_at(w.port) for i, w in enumerate(state.workers)}
+        answer = get(f"http://127.0.0.1:{state.proxy.port}/")
+        ui = answer.status_code if answer else None
+        counts = [chats for _, chats in workers.values() if chats is not None]
+        open_chats = sum(counts) if counts else None
+        if state.proxy.socket:
+            balanced = proxy.server_states(Path(state.proxy.socket), timeout_s)
+    elif state.ui is not None:
+        ui, open_chats = ui_at(state.ui.port)
+    return Probe(health, models, ui, open_chats, workers, balanced)
+
+
+Alive = Callable[[int, str], bool]
+
+
+def report(
+    state: RunState | None,
+    seen: Probe,
+    *,
+    now: float,
+    alive: Alive = is_running,
+    errors: Callable[[Path], list[str]] = error_lines,
+) -> tuple[str, bool]:
+    """The text of ``./launch.sh status`` and whether everything recorded is healthy.
+
+    Args:
+        state: the record (None: the launcher is not running).
+        seen: what the endpoints answered.
+        now: the current Unix time (uptime).
+        alive: process check, :func:`serving.runstate.is_running` (tests pass a fake).
+        errors: error lines of a log, :func:`error_lines`.
+    """
+    if state is None:
+        return "launch.sh is not running (no record in the run directory).", False
+    ok = alive(state.launcher_pid, LAUNCHER_MARK)
+    running = "running" if ok else "NOT running (stale record)"
+    lines = [
+        f"launch.sh: pid {state.launcher_pid} {running}",
+        f"mode: {state.mode}, GPUs: {state.gpus}",
+    ]
+    for i, server in enumerate(state.servers):
+        healthy = seen.health.get(i) == 200
+        ok = ok and healthy
+        lines += _server_lines(i, server, seen, healthy, now, alive, errors)
+    if state.ui is not None:
+        ui_up = seen.ui == 200
+        ok = ok and ui_up
+        chats = "unknown" if seen.open_chats is None else str(seen.open_chats)
+        lines.append(
+            f"chat UI: {_ui_health(state.ui, seen.ui, alive)}, pid {state.ui.pid}, "
+            f"http://{state.ui_host}:{state.ui.port}, restarts {state.ui.restarts}, "
+            f"open chats: {chats}"
+        )
+    elif state.proxy is not None:
+        lines += _workers_report(state, state.proxy, seen, alive)
+        ok = ok and seen.ui == 200 and all(code == 200 for code, _ in seen.workers.values())
+    else:
+        lines.append("chat UI: not started by launch.sh (--server-only)")
+    return "\n".join(lines), ok
+
+
+def _server_lines(
+    i: int,
+    server: Server,
+    seen: Probe,
+    healthy: bool,
+    now: float,
+    alive: Alive,
+    errors: Callable[[Path], list[str]],
+) -> list[str]:
+    """The lines about vLLM server ``i``: health, model, parallel sizes, error lines."""
+    if healthy:
+        health = "healthy"
+    elif server.pid == 0:
+        health = "DOWN (waiting to be restarted)"
+    elif alive(server.pid, "serve"):
+        health = "starting or restarting (no /health yet)"
+    else:
+        health = "DOWN"
+    uptime = format_duration(now - server.started) if server.started else "?"
+    model = server.model
+    served = seen.models.get(i)
+    if served:
+        model = ", ".join(f"{m} (max model len {n})" for m, n in served)
+    tp, pp, dp = server.parallel
+    lines = [
+        f"vLLM {i}: {health}, pid {server.pid}, port {server.port}, "
+        f"up {uptime}, restarts {server.restarts}",
+        f"  model: {model}",
+        f"  tensor/pipeline/data parallel: {tp}/{pp}/{dp}",
+    ]
+    log = Path(server.log or "llm.log")
+    found = errors(log)
+    if found:
+        lines.append(f"  last error lines of {log}:")
+        lines += [f"    {line}" for line in found]
+    else:
+        lines.append(f"  no error lines in {log}")
+    return lines
+
+
+def _ui_health(process: Process, code: int | None, alive: Alive) -> str:
+    """``up``, ``starting (no answer yet)`` or why it is down, for one chat UI process."""
+    if code == 200:
+        return "up"
+    if process.pid == 0:
+        return "DOWN (waiting to be restarted)"
+    if alive(process.pid, "chainlit"):
+        return "starting (no answer yet)"
+    return "DOWN"
+
+
+def _workers_report(state: RunState, front: Proxy, seen: Probe, alive: Alive) -> list[str]:
+    """The chat UI lines of ``status`` with ``--ui-workers N``: HAProxy, then each worker."""
+    if seen.ui == 200:
+        health = "up"
+    elif alive(front.pid, "haproxy"):
+        health = "HAProxy runs but no worker answers" if seen.ui else "starting (no answer yet)"
+    else:
+        health = "DOWN (HAProxy is not running)"
+    chats = "unknown" if seen.open_chats is None else str(seen.open_chats)
+    lines = [
+        f"chat UI: {health}, HAProxy pid {front.pid}, http://{state.ui_host}:{front.port}, "
+        f"{len(state.workers)} workers, open chats: {chats}",
+        f"  HAProxy config {front.config}, log {front.log}",
+    ]
+    for i, worker in enumerate(state.workers):
+        code, open_chats = seen.workers.get(i, (None, None))
+        health = _ui_health(worker, code, alive)
+        if health.startswith("DOWN"):
+            health += "; HAProxy sends nobody there"
+        view = seen.balanced.get(f"w{i + 1}")
+        said = f", HAProxy: {view}" if view else ""
+        count = "" if open_chats is None else f", open chats: {open_chats}"
+        lines.append(
+            f"  worker {i + 1}: {health}, pid {worker.pid}, port {worker.port}, "
+            f"restarts {worker.restarts}{count}{said}, log {worker.log or '(stderr only)'}"
+        )
+    return lines
