@@ -55,6 +55,8 @@ class Done:
             no marker at all and ended normally: what was streamed as reasoning
             (text before any marker counts as reasoning) was really the answer,
             and front ends should show it as such.
+        decode_s: seconds from the first chunk with text to the last one, which
+            with ``usage`` times the server's decode speed (``None`` without text).
     """
 
     finish_reason: str | None
@@ -64,16 +66,7 @@ class Done:
     elapsed_s: float
     reasoning_unclosed: bool = False
     answer_in_reasoning: bool = False
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        """Output tokens per second over the generation phase (after the first token)."""
-        if self.usage is None or self.ttft_s is None:
-            return None
-        gen_s = self.elapsed_s - self.ttft_s
-        if gen_s <= 0 or self.usage.completion_tokens < 2:
-            return None
-        return (self.usage.completion_tokens - 1) / gen_s
+    decode_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

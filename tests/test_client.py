@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from backend.client import ChatClient, ChatRequest, map_error
+from backend.client import ChatClient, ChatRequest
 from backend.errors import (
     ClientClosed,
     ContextTooLong,
@@ -20,6 +20,7 @@ from backend.errors import (
     can_retry,
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.vllm_errors import map_error
 from tests.conftest import RunningFake, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
 
@@ -217,36 +218,6 @@ async def test_a_stream_that_breaks_says_how_and_keeps_what_came(
     reasoning, answer = texts(received)
     assert reasoning == "Let me see" and ANSWER.startswith(answer) and answer
     assert "\n" not in str(caught.value) and can_retry(caught.value)
-
-
-async def test_chunks_follow_the_learnt_speed_with_the_same_text(fake: RunningFake) -> None:
-    """Issue 14 item 1: as many tokens per chunk as the UI shows per update (50 ms)."""
-    every_token = ChatClient(fake.base_url, "k", stream_interval=1)
-    learnt = ChatClient(fake.base_url, "k")
-    first = await collect(learnt, "#scenario=thinking", thinking=True)
-    assert "stream_interval" not in fake.requests[-1]  # nothing learnt yet: every token
-    learnt.pace.tokens_per_s = 100.0  # whatever it learnt from the first: now 100 tokens/s
-    grouped = await collect(learnt, "#scenario=thinking", thinking=True)
-    assert fake.requests[-1]["stream_interval"] == 5  # 100 tokens/s x 50 ms
-    plain = await collect(every_token, "#scenario=thinking", thinking=True)
-    assert "stream_interval" not in fake.requests[-1]
-    assert texts(grouped) == texts(plain) == texts(first) == (REASONING, ANSWER.lstrip())
-    assert len(grouped) < len(plain) / 3  # fewer chunks, fewer events
-
-
-async def test_a_fixed_stream_interval_is_sent_from_the_first_request(fake: RunningFake) -> None:
-    client = ChatClient(fake.base_url, "k", stream_interval=3)
-    await collect(client, "#scenario=plain")
-    assert fake.requests[-1]["stream_interval"] == 3
-
-
-async def test_the_speed_is_learnt_from_a_paced_answer(fake: RunningFake) -> None:
-    """The scripted ``paced`` stream sends 200 tokens 10 ms apart: 100 tokens/s."""
-    client = ChatClient(fake.base_url, "k")
-    events = await collect(client, "#scenario=paced", thinking=True)
-    assert isinstance(events[-1], Done) and events[-1].finish_reason == "stop"
-    assert client.pace.tokens_per_s is not None
-    assert 60 < client.pace.tokens_per_s < 105  # lower only when this machine is busy
 
 
 async def test_the_opening_marker_alone_starts_the_reasoning_at_once(client: ChatClient) -> None:

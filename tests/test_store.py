@@ -33,15 +33,16 @@ from backend.chat import SamplingOptions
 from backend.cli import main
 from backend.conversation import Budget, Turn
 from backend.images import prepare_image
+from backend.record import TurnRecord
 from backend.settings import Settings
 from backend.store import Store
 from backend.store.db import create_engine
-from backend.store.resume import restore, restored_options
+from backend.store.resume import restore
 from backend.store.schema import LATEST, migrate
-from backend.store.turns import TurnRecord
+from backend.timings import Timings
 from tests.conftest import DATA
 from tests.pg import PgServer, start_postgres
-from ui import history
+from ui import chainlit_patches, history
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
 
@@ -91,7 +92,7 @@ def photo(name: str = "rocket.jpg") -> Any:
 async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
     assert await migrate(store.engine) == []  # check() applied them; again: nothing
     versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
-    assert [r["version"] for r in versions] == [1, 2, 3]
+    assert [r["version"] for r in versions] == [1, 2, 3, 4]
 
     def columns(sync: Any) -> set[str]:
         return {c["name"] for c in inspect(sync).get_columns("steps")}
@@ -117,11 +118,11 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
             "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
         )
     try:
-        assert await migrate(engine) == [1, 2, 3]
+        assert await migrate(engine) == [1, 2, 3, 4]
         async with engine.connect() as db:
             row = (await db.execute(text('SELECT output, "autoCollapse" FROM steps'))).one()
         assert tuple(row) == ("kept", None)
-        assert LATEST == 3
+        assert LATEST == 4
     finally:
         await engine.dispose()
 
@@ -263,7 +264,7 @@ async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> No
                  status="done")  # fmt: skip
     options = {"temperature": 0.3, "top_p": 0.9, "max_tokens": 777, "show_reasoning": True}
     saved = record(
-        0, "m1", first, answer_id="a1", reasoning_s=2.5, stats="TTFT 0.1 s", model="kimi-vl",
+        0, "m1", first, answer_id="a1", timings=Timings(0.1, 2.5, 3.0, 40), model="kimi-vl",
         options=options,
     )  # fmt: skip
     await store.turns.save(thread_id, saved)
@@ -277,9 +278,10 @@ async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> No
     assert (back.turn.answer, back.turn.reasoning, back.turn.status) == (
         "Both show things.", "hmm", "done",
     )  # fmt: skip
-    assert (back.answer_id, back.reasoning_s, back.model, back.options) == (
-        "a1", 2.5, "kimi-vl", options,
+    assert (back.answer_id, back.timings, back.model, back.options) == (
+        "a1", Timings(0.1, 2.5, 3.0, 40), "kimi-vl", options,
     )  # fmt: skip
+    assert back.legacy_stats is None  # numbers, not the words shown
     files = list((store.files.root / "prepared" / thread_id).iterdir())
     assert sorted(f.suffix for f in files) == [".jpg", ".png"]
 
@@ -321,7 +323,7 @@ async def test_resumed_conversation_sends_the_images_and_answers_without_reasoni
     ]
     assert first_answer == {"role": "assistant", "content": "A rocket and a cat."}
     assert current["content"][-1]["text"] == "the first photo again?"
-    back = restored_options(SamplingOptions(0.8, 1.0, 2048), restored.options)
+    back = SamplingOptions(0.8, 1.0, 2048).with_stored(restored.options)
     assert (back.temperature, back.top_p, back.max_tokens) == (0.25, 1.0, 300)
 
 
@@ -445,7 +447,7 @@ async def test_a_removed_users_sign_in_cookie_stops_working_at_once(
     monkeypatch.setenv("CHAINLIT_AUTH_SECRET", "test-secret-" + "x" * 40)
     monkeypatch.setattr(chainlit_auth, "authenticate_user", chainlit_auth.authenticate_user)
     monkeypatch.setattr(chainlit_auth, "require_login", lambda: True)
-    history.refuse_removed_users(store)
+    chainlit_patches.refuse_users(store.users.exists)
     await store.users.add("dave", "dave-password")
     token = chainlit_auth.create_jwt(cl.User(identifier="dave"))
     user = await chainlit_auth.get_current_user(token)

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.auth import may_read_thread
 from backend.store.files import FileStore, safe_key
+from ui.chainlit_patches import ahead_of_the_page
 
 ROUTE_PREFIX: Final = "/kimi/files"
 
@@ -115,7 +116,8 @@ def mount_file_route(app: FastAPI, engine: AsyncEngine, files: FileStore, root: 
     """Add ``GET {root}/kimi/files/{key}`` to Chainlit's app, ahead of its catch-all route.
 
     Chainlit's last route (``/{full_path:path}``) answers every path with the page,
-    so a router included after it would never be reached: ours is moved in front.
+    so a router included after it would never be reached: ours is moved in front
+    (:func:`ui.chainlit_patches.ahead_of_the_page`).
     """
     router = APIRouter(prefix=root.rstrip("/"))
 
@@ -146,8 +148,4 @@ def mount_file_route(app: FastAPI, engine: AsyncEngine, files: FileStore, root: 
             },
         )
 
-    app.include_router(router)
-    added = len(router.routes)
-    ours = app.router.routes[-added:]
-    del app.router.routes[-added:]
-    app.router.routes[0:0] = ours
+    ahead_of_the_page(app, lambda: app.include_router(router))

@@ -15,7 +15,8 @@ decodes it on read, which Chainlit 2.12 does not do for SQLite.
 
 Our own tables: ``kimi_schema`` (the version applied), ``kimi_users`` (sign-in
 names and password hashes, :mod:`backend.auth`), ``kimi_turns`` and
-``kimi_images`` (the conversation as the model saw it, :mod:`backend.store.turns`).
+``kimi_images`` (the conversation as the model saw it, :mod:`backend.store.turns`);
+migration 4 gives ``kimi_turns`` the measured numbers of each answer.
 
 :func:`migrate` applies what is missing, each migration in one transaction that
 also records its version; running it again does nothing. Two processes starting
@@ -100,6 +101,14 @@ _CHAINLIT_TABLES: Final = (
     )""",
 )
 
+_TIMING_COLUMNS: Final = (
+    ("kimi_turns", "ttft_s", "DOUBLE PRECISION"),
+    ("kimi_turns", "elapsed_s", "DOUBLE PRECISION"),
+    ("kimi_turns", "completion_tokens", "INTEGER"),
+)
+"""What was measured of an answer (:class:`backend.timings.Timings`), beside the older
+``reasoning_s``; older rows keep their stats line as text in ``stats`` (read as is)."""
+
 _LATER_COLUMNS: Final = (
     ("steps", "command", "TEXT"),
     ("steps", "defaultOpen", "BOOLEAN"),
@@ -161,11 +170,16 @@ def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
     return apply
 
 
-def _add_later_columns(connection: Connection) -> None:
-    for table, column, kind in _LATER_COLUMNS:
-        present = {c["name"] for c in inspect(connection).get_columns(table)}
-        if column not in present:
-            connection.exec_driver_sql(f'ALTER TABLE {table} ADD COLUMN "{column}" {kind}')
+def _add_columns(columns: tuple[tuple[str, str, str], ...]) -> Callable[[Connection], None]:
+    """A migration adding ``(table, column, type)`` columns that are not there yet."""
+
+    def apply(connection: Connection) -> None:
+        for table, column, kind in columns:
+            present = {c["name"] for c in inspect(connection).get_columns(table)}
+            if column not in present:
+                connection.exec_driver_sql(f'ALTER TABLE {table} ADD COLUMN "{column}" {kind}')
+
+    return apply
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +193,11 @@ class Migration:
 
 MIGRATIONS: Final = (
     Migration(1, "Chainlit's documented tables", _run(_CHAINLIT_TABLES)),
-    Migration(2, "columns Chainlit 2.12 writes that its DDL lacks", _add_later_columns),
+    Migration(2, "columns Chainlit 2.12 writes that its DDL lacks", _add_columns(_LATER_COLUMNS)),
     Migration(3, "users, turns and prepared images of Kimi-VL Chat", _run(_OUR_TABLES)),
+    Migration(
+        4, "a turn's measured numbers instead of its stats line", _add_columns(_TIMING_COLUMNS)
+    ),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 

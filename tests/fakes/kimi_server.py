@@ -113,6 +113,9 @@ def tokens(text: str, size: int = 3) -> tuple[str, ...]:
     return tuple(text[i : i + size] for i in range(0, len(text), size))
 
 
+HANG_S = 60.0
+"""Seconds ``/tokenize`` takes in its ``"hang"`` mode (longer than any test waits)."""
+
 PACED_END = "(end of answer)"
 """The last words of the ``paced`` scenario's answer: a client that shows them got it all."""
 
@@ -302,8 +305,9 @@ class KimiServer:
         self.tokenize_mode: str = "json-length"
         """How ``/tokenize`` answers: ``"json-length"`` (len(json.dumps(prompt)) // 4),
         ``"kimi"`` (text bytes // 4 plus each image's Kimi-VL token count from its
-        pixel size), ``"missing"`` (404, as a server without the endpoint) or
-        ``"not-json"`` (a 200 whose body is not JSON)."""
+        pixel size), ``"missing"`` (404, as a server without the endpoint),
+        ``"not-json"`` (a 200 whose body is not JSON) or ``"hang"`` (no answer for
+        :data:`HANG_S` seconds, as a server whose tokenizer is stuck)."""
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -340,6 +344,8 @@ class KimiServer:
             return JSONResponse({"detail": "Not Found"}, status_code=404)
         if self.tokenize_mode == "not-json":
             return Response("<html>proxy error page</html>", media_type="text/html")
+        if self.tokenize_mode == "hang":
+            await asyncio.sleep(HANG_S)
         try:
             body = await request.json()
         except ClientDisconnect:  # a chat that ended cancelled its background count

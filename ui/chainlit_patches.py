@@ -1,0 +1,186 @@
+"""Every place the app changes Chainlit 2.12's internals, why, and what would end it.
+
+Chainlit has no public hook for any of these. Each patch is one function here,
+called once from ``app.py`` or the module that needs it; its comment says why it
+exists and what upstream change would remove it. tests/test_chainlit_patches.py
+fails when the installed Chainlit is not :data:`CHAINLIT_VERSION` or a patched
+object has changed shape, so an upgrade starts here. (The security guard's two,
+around the socket.io ``connect`` handler and the page template, are in
+ui/security.py.)
+
+Removed in favour of public API: nothing else is patched. The data layer is a
+subclass of Chainlit's documented ``SQLAlchemyDataLayer`` (ui/datalayer.py) that
+runs its constructor and then shares the app's engine (:func:`share_engine`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import types
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+CHAINLIT_VERSION: Final = "2.12.0"
+"""The Chainlit these patches were written against (requirements.txt pins it)."""
+
+# By name: the package's ``chainlit.step`` attribute is the ``@step`` decorator, not the module.
+_STEP = importlib.import_module("chainlit.step")
+_MESSAGE = importlib.import_module("chainlit.message")
+_EMITTER = importlib.import_module("chainlit.emitter")
+
+
+# --- 1. Steps and messages made without pausing the event loop ----------------------------
+# Why: Chainlit 2.12's ``Step.__init__`` (chainlit/step.py) and ``Message.__init__``
+# (chainlit/message.py) call ``time.sleep(0.001)`` so that two made back to back get
+# different ``created_at`` times (ISO strings, which the browser reads at millisecond
+# resolution and the data layer orders threads by). ``time.sleep`` blocks the whole event
+# loop: 1.2 ms per step or message measured here, three of them before a person sees the
+# answer begin, and the same for every other chat of the process meanwhile.
+# Ends when: Chainlit orders steps without sleeping (its pull request 1374, closed
+# unmerged, tried); then delete this section and its call in app.py.
+
+
+class DistinctClock:
+    """UTC timestamps in Chainlit's format, each at least one millisecond after the
+    previous one (ahead of the wall clock by at most the burst that needed it).
+
+    Args:
+        now: the wall clock (UTC, naive); for tests.
+    """
+
+    def __init__(self, now: Callable[[], datetime] | None = None) -> None:
+        self._now = now or (lambda: datetime.now(UTC).replace(tzinfo=None))
+        self._last: datetime | None = None
+
+    def __call__(self) -> str:
+        """``2026-12-01T16:40:00.123456Z``: ISO 8601 with microseconds, always (Chainlit's
+        format, which drops a zero fraction; with it the strings sort as the times do)."""
+        now = self._now()
+        if self._last is not None:
+            now = max(now, self._last + timedelta(milliseconds=1))
+        self._last = now
+        return now.isoformat(timespec="microseconds") + "Z"
+
+
+def _no_pause(_seconds: float) -> None:
+    """``time.sleep`` for Chainlit's constructors: their ordering comes from the clock."""
+
+
+def unpause_constructors() -> None:
+    """Give Chainlit's step, message and emitter modules one :class:`DistinctClock` as
+    ``utc_now``, and the first two a ``time`` whose ``sleep`` returns at once (idempotent)."""
+    if isinstance(getattr(_STEP.utc_now, "__self__", None), DistinctClock):
+        return
+    clock = DistinctClock()
+    unpaused = types.SimpleNamespace(**{**vars(time), "sleep": _no_pause})
+    for module in (_STEP, _MESSAGE, _EMITTER):
+        module.utc_now = clock.__call__  # type: ignore[attr-defined]
+    for module in (_STEP, _MESSAGE):
+        module.time = unpaused  # type: ignore[attr-defined]
+
+
+# --- 2. An upload hook --------------------------------------------------------------------
+# Why: an image is prepared for the model while the person types, so a photo adds no
+# decoding to the time to first token. Chainlit 2.12 has no upload callback:
+# ``POST /project/file`` (chainlit/server.py, ``upload_file``) stores the file with
+# ``WebsocketSession.persist_file`` and tells the app nothing until the message is sent.
+# The wrapper also reads Chainlit's user-session registry (``chainlit.user_session.
+# user_sessions``): the upload request carries no websocket context.
+# Ends when: Chainlit calls back on upload (an ``on_file_upload`` hook); then register the
+# callback there and delete this section.
+
+FileStored = Callable[[dict[str, Any], str, Path], None]
+"""Told of a stored upload: the session's user-session values (``cl.user_session``), the
+file's name and where it lies."""
+
+
+def on_file_stored(callback: FileStored) -> None:
+    """Call ``callback`` after Chainlit stores each upload (wraps
+    ``WebsocketSession.persist_file`` once; a second call replaces the callback)."""
+    from chainlit.session import WebsocketSession
+    from chainlit.user_session import user_sessions
+
+    original = getattr(WebsocketSession.persist_file, "__wrapped__", WebsocketSession.persist_file)
+
+    async def persist_file(self: WebsocketSession, *args: Any, **kwargs: Any) -> Any:
+        reference = await original(self, *args, **kwargs)
+        stored = self.files.get(reference["id"]) if isinstance(reference, dict) else None
+        if stored is not None:
+            callback(user_sessions.get(self.id, {}), str(stored["name"]), Path(stored["path"]))
+        return reference
+
+    persist_file.__wrapped__ = original  # type: ignore[attr-defined]
+    WebsocketSession.persist_file = persist_file  # type: ignore[method-assign,assignment]
+
+
+# --- 3. A removed user's sign-in cookie refused at once -------------------------------------
+# Why: Chainlit checks the sign-in cookie (a JWT valid for ``user_session_timeout``, 15 days)
+# in ``chainlit.auth.authenticate_user``, which every HTTP route and the websocket reach
+# through ``get_current_user`` by its module-level name; a user removed with
+# ``python -m backend.cli user remove`` would go on until the cookie expires. Its data-layer
+# lookup cannot refuse: ``authenticate_user`` falls back to the cookie's user when
+# ``get_user`` fails. One primary-key lookup per authenticated request.
+# Ends when: Chainlit checks a user on each request through a hook (or honours a
+# ``get_user`` that returns no user); then delete this section and call the hook.
+
+
+def refuse_users(exists: Callable[[str], Awaitable[bool]]) -> None:
+    """Refuse, with 401, a signed-in request whose user ``exists`` says is gone (wraps
+    ``chainlit.auth.authenticate_user``; a second call replaces the check)."""
+    import chainlit.auth as chainlit_auth
+    from fastapi import HTTPException
+
+    checked = getattr(chainlit_auth.authenticate_user, "__wrapped__", None)
+    original = checked or chainlit_auth.authenticate_user
+
+    async def authenticate_existing_user(token: str = "") -> Any:
+        user = await original(token)
+        if user is not None and not await exists(str(user.identifier)):
+            raise HTTPException(status_code=401, detail="This account was removed.")
+        return user
+
+    authenticate_existing_user.__wrapped__ = original  # type: ignore[attr-defined]
+    chainlit_auth.authenticate_user = authenticate_existing_user
+
+
+# --- 4. Routes of the app's own, ahead of Chainlit's page route ---------------------------
+# Why: Chainlit's last route, ``GET /{full_path:path}`` (chainlit/server.py, ``serve``),
+# answers every path with the page; routes added to its app after import come after it and
+# are never reached. ``GET /kimi/status`` (ui/status.py) and ``GET /kimi/files/...``
+# (ui/files.py) are moved in front of it.
+# Ends when: Chainlit adds its catch-all at start-up, after the app's routes (or the app
+# mounts Chainlit in an app of its own, ``chainlit.utils.mount_chainlit``).
+
+
+def ahead_of_the_page(app: FastAPI, add: Callable[[], None]) -> None:
+    """Run ``add`` (which adds routes to ``app``), then move what it added to the front."""
+    before = len(app.router.routes)
+    add()
+    added = app.router.routes[before:]
+    del app.router.routes[before:]
+    app.router.routes[0:0] = added
+
+
+# --- 5. Chainlit's SQL data layer on the app's engine --------------------------------------
+# Why: ``SQLAlchemyDataLayer.__init__`` (chainlit/data/sql_alchemy.py) makes an engine of
+# its own from a URL; the app's engine (backend/store/db.py) is the one that makes SQLite
+# safe for several writers (WAL, a busy timeout, BEGIN IMMEDIATE), and the store owns it.
+# The layer's constructor runs as is; its unused engine is dropped (it never connected)
+# and its ``engine`` and ``async_session`` are rebound to the app's.
+# Ends when: the constructor takes an engine (or a session maker).
+
+
+def share_engine(layer: SQLAlchemyDataLayer, engine: AsyncEngine) -> None:
+    """Make ``layer`` (constructed already) use ``engine``, which the caller owns."""
+    layer.engine.sync_engine.dispose()
+    layer.engine = engine
+    layer.async_session = async_sessionmaker(
+        bind=engine, expire_on_commit=False, class_=AsyncSession
+    )
