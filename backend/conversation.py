@@ -245,27 +245,8 @@ class Conversation:
             ContextTooLong: the current turn alone leaves less than
                 :data:`MIN_ANSWER_TOKENS` for the answer.
         """
-        if len(current.images) > budget.max_images:
-            raise TooManyImages(
-                msg(
-                    "This message has {count} images but the server accepts at most "
-                    "{max_images} per request. Send fewer images at a time.",
-                    count=len(current.images),
-                    max_images=budget.max_images,
-                )
-            )
         fixed = self._fixed_tokens(current, count_text)
-        if fixed + held_back > budget.max_model_len - budget.floor:
-            raise ContextTooLong(
-                msg(
-                    "This message needs about {tokens} tokens, but the model takes "
-                    "{max_model_len} tokens including at least {floor} "
-                    "for the answer. Send fewer or smaller images, or a shorter text.",
-                    tokens=fixed + held_back,
-                    max_model_len=budget.max_model_len,
-                    floor=budget.floor,
-                )
-            )
+        _check_alone(current, fixed + held_back, budget)
         history = [t for t in self.turns if t is not current and t.in_history]
         fitting = _Fitting(history, count_text, fixed, len(current.images))
         fitting.leave_out(
@@ -296,6 +277,35 @@ class Conversation:
         )
         images = sum(i.tokens + IMAGE_OVERHEAD_TOKENS for i in current.images)
         return count_text(current.text) + MESSAGE_OVERHEAD_TOKENS + images + system
+
+
+def _check_alone(current: Turn, tokens: int, budget: Budget) -> None:
+    """Refuse a turn that does not fit ``budget`` even with no history (``tokens``: its own).
+
+    Raises:
+        TooManyImages: more images than the server takes per request.
+        ContextTooLong: it leaves less than the least answer budget.
+    """
+    if len(current.images) > budget.max_images:
+        raise TooManyImages(
+            msg(
+                "This message has {count} images but the server accepts at most "
+                "{max_images} per request. Send fewer images at a time.",
+                count=len(current.images),
+                max_images=budget.max_images,
+            )
+        )
+    if tokens > budget.max_model_len - budget.floor:
+        raise ContextTooLong(
+            msg(
+                "This message needs about {tokens} tokens, but the model takes "
+                "{max_model_len} tokens including at least {floor} "
+                "for the answer. Send fewer or smaller images, or a shorter text.",
+                tokens=tokens,
+                max_model_len=budget.max_model_len,
+                floor=budget.floor,
+            )
+        )
 
 
 class _Fitting:

@@ -356,6 +356,49 @@ def _same_place(a: Point | Box, b: Point | Box) -> bool:
     return all(abs(p - q) <= SAME_PLACE for p, q in zip(astuple(a), astuple(b), strict=True))
 
 
+def _placed(
+    item: _Found, refs: list[tuple[int, int]], images: Sequence[SeenImage]
+) -> tuple[int, Point | Box] | str | None:
+    """Where ``item`` goes: (image index, shape); or a sentence saying why it is not drawn;
+    or None when it is not drawn and needs no word (a bare tuple that may not be one)."""
+    quoted = f"“{item.text}”"
+    count, wanted = len(item.values), item.wanted
+    if count != wanted:
+        if count == 1:
+            return msg("{quoted} has 1 number, not {wanted}.", quoted=quoted, wanted=wanted)
+        return msg(
+            "{quoted} has {count} numbers, not {wanted}.", quoted=quoted, count=count, wanted=wanted
+        )
+    named = [number for position, number in refs if position < item.start]
+    if len(images) == 1:
+        index = 0
+    elif not named:
+        if item.source == "tuple":
+            return None
+        return msg(
+            "{quoted} does not say which of the {count} images it is on.",
+            quoted=quoted,
+            count=len(images),
+        )
+    elif not 1 <= named[-1] <= len(images):
+        return msg(
+            "{quoted} is on image {number}, but there are {count}.",
+            quoted=quoted,
+            number=named[-1],
+            count=len(images),
+        )
+    else:
+        index = named[-1] - 1
+    shape = _shape(item.values, images[index])
+    if isinstance(shape, str):
+        return (
+            None
+            if item.source == "tuple"
+            else msg("{quoted} is {shape}.", quoted=quoted, shape=shape)
+        )
+    return index, shape
+
+
 def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
     """The points and boxes of ``answer`` on the turn's ``images`` (module docstring).
 
@@ -377,53 +420,13 @@ def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
     marks: list[Mark] = []
     not_drawn: list[str] = []
     for item in found:
-        quoted = f"“{item.text}”"
-        if len(item.values) != item.wanted:
-            count, wanted = len(item.values), item.wanted
-            not_drawn.append(
-                msg("{quoted} has 1 number, not {wanted}.", quoted=quoted, wanted=wanted)
-                if count == 1
-                else msg(
-                    "{quoted} has {count} numbers, not {wanted}.",
-                    quoted=quoted,
-                    count=count,
-                    wanted=wanted,
-                )
-            )
-            continue
-        named = [number for position, number in refs if position < item.start]
-        if len(images) == 1:
-            index = 0
-        elif not named:
-            if item.source != "tuple":
-                not_drawn.append(
-                    msg(
-                        "{quoted} does not say which of the {count} images it is on.",
-                        quoted=quoted,
-                        count=len(images),
-                    )
-                )
-            continue
-        elif not 1 <= named[-1] <= len(images):
-            not_drawn.append(
-                msg(
-                    "{quoted} is on image {number}, but there are {count}.",
-                    quoted=quoted,
-                    number=named[-1],
-                    count=len(images),
-                )
-            )
-            continue
-        else:
-            index = named[-1] - 1
-        shape = _shape(item.values, images[index])
-        if isinstance(shape, str):
-            if item.source != "tuple":
-                not_drawn.append(msg("{quoted} is {shape}.", quoted=quoted, shape=shape))
-            continue
-        if any(m.image == index and _same_place(m.shape, shape) for m in marks):
-            continue
-        marks.append(Mark(len(marks) + 1, shape, index, item.label, item.source, item.text))
+        placed = _placed(item, refs, images)
+        if isinstance(placed, str):
+            not_drawn.append(placed)
+        elif placed is not None:
+            index, shape = placed
+            if not any(m.image == index and _same_place(m.shape, shape) for m in marks):
+                marks.append(Mark(len(marks) + 1, shape, index, item.label, item.source, item.text))
     return Grounding(tuple(marks), tuple(not_drawn))
 
 

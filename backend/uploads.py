@@ -230,6 +230,10 @@ class Prefetched:
         return len(self._tasks)
 
 
+Outcome = PreparedImage | MediaResult | BaseException
+"""What preparing one upload gave: an image, a document's or video's frames, or a failure."""
+
+
 async def prepare_uploads(
     uploads: Sequence[Upload],
     limits: UploadLimits,
@@ -252,9 +256,7 @@ async def prepare_uploads(
     early = prefetched or Prefetched()
     started = [early.claim(uploads[i], limits, workers) for i in photos]
     prepared = await asyncio.gather(*started, return_exceptions=True)
-    outcomes: dict[int, PreparedImage | MediaResult | BaseException] = dict(
-        zip(photos, prepared, strict=True)
-    )
+    outcomes: dict[int, Outcome] = dict(zip(photos, prepared, strict=True))
     budget = MediaBudget(
         images=limits.images_per_prompt,
         tokens=int(MEDIA_CONTEXT_SHARE * limits.max_model_len),
@@ -273,6 +275,11 @@ async def prepare_uploads(
                 budget = budget.after(media.images)
     if uploads:
         await workers.run(workers.release_memory)
+    return _collected(uploads, outcomes)
+
+
+def _collected(uploads: Sequence[Upload], outcomes: dict[int, Outcome]) -> UploadResult:
+    """The outcomes of ``uploads`` (by index) as one result, in upload order."""
     result = UploadResult([], [], [], [])
     for i, upload in enumerate(uploads):
         outcome = outcomes[i]

@@ -87,7 +87,7 @@ def test_routes_added_ahead_of_the_page_come_first() -> None:
         return "page"
 
     chainlit_patches.ahead_of_the_page(app, lambda: app.add_api_route("/a", page))
-    assert [getattr(r, "path", "") for r in app.router.routes][0] == "/a"
+    assert getattr(app.router.routes[0], "path", "") == "/a"
     assert getattr(app.router.routes[-1], "path", "") == "/{full_path:path}"
 
 
