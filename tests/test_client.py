@@ -11,6 +11,7 @@ from backend.client import ChatClient, ChatRequest
 from backend.errors import (
     ClientClosed,
     ContextTooLong,
+    RequestRejected,
     RequestTimeout,
     ServerFailed,
     ServerLoading,
@@ -98,6 +99,10 @@ async def test_request_id_and_options_are_sent(client: ChatClient, fake: Running
         ("error-500", ServerFailed, "EngineCore"),
         ("error-503", ServerLoading, "still loading"),
         ("midstream-error", ServerFailed, "engine died"),
+        ("error-images-reworded", TooManyImages, "Too many pictures"),
+        ("error-budget-reworded", ContextTooLong, "more than the model takes"),
+        ("error-images-untyped", TooManyImages, "At most 4 image(s)"),
+        ("error-other-400", RequestRejected, "temperature must be"),
     ],
 )
 async def test_server_errors_become_our_errors(
@@ -105,6 +110,7 @@ async def test_server_errors_become_our_errors(
 ) -> None:
     with pytest.raises(error) as caught:
         await collect(client, f"#scenario={scenario}")
+    assert type(caught.value) is error  # not a parent class: vLLM's param told which
     assert words in str(caught.value)
     assert "Traceback" not in str(caught.value) and "\n" not in str(caught.value)
 
@@ -151,6 +157,21 @@ async def test_closing_the_stream_early_closes_the_response(
     assert len(fake.server.aborted) == 1
     # A new request still works on the same client after the early close.
     assert texts(await collect(client, "#scenario=plain")) == ("", ANSWER)
+
+
+async def test_an_error_event_with_a_client_status_is_a_rejection() -> None:
+    """vLLM 0.32 sends an error inside a started stream with the status it would have
+    answered as ``code``: a 400 there is the request's fault, a 500 the server's."""
+    import httpx2
+    import openai
+
+    def event(code: int, param: str | None = None) -> Exception:
+        body = {"message": "bad", "type": "BadRequestError", "param": param, "code": code}
+        return openai.APIError("bad", request=httpx2.Request("POST", "http://h/v1"), body=body)
+
+    assert type(map_error(event(400, "image"), base_url="u", model="m")) is TooManyImages
+    assert type(map_error(event(400), base_url="u", model="m")) is RequestRejected
+    assert type(map_error(event(500), base_url="u", model="m")) is ServerFailed
 
 
 def test_map_error_passes_unknown_exceptions_as_server_failed() -> None:

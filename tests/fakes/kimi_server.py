@@ -85,6 +85,9 @@ class Scenario:
         delay_s: pause between two chunks.
         status: HTTP status to answer with instead of streaming (an error).
         error: vLLM's error message for ``status`` or for a mid-stream error event.
+        param: the error's ``param``, as vLLM 0.32 names the field at fault (``"image"``
+            for too many images, ``"input_tokens"`` for a prompt too long); None as
+            older servers send.
         pause_at: index of the piece before which the stream goes silent for
             ``pause_s`` seconds (0: before any text, a server that has not started).
         pause_s: see ``pause_at``.
@@ -102,6 +105,7 @@ class Scenario:
     delay_s: float = 0.005
     status: int = 200
     error: str = ""
+    param: str | None = None
     pause_at: int | None = None
     pause_s: float = 0.0
     breaks: str = ""
@@ -112,6 +116,10 @@ def tokens(text: str, size: int = 3) -> tuple[str, ...]:
     """Cut text into small pieces, as a tokenizer would, splitting markers too."""
     return tuple(text[i : i + size] for i in range(0, len(text), size))
 
+
+ERROR_TYPES = {500: "InternalServerError", 503: "ServiceUnavailableError", 404: "NotFoundError"}
+"""vLLM 0.32's error ``type`` by status (vllm/entrypoints/serve/exception_handling/
+error_response.py); 400 is "BadRequestError"."""
 
 HANG_S = 60.0
 """Seconds ``/tokenize`` takes in its ``"hang"`` mode (longer than any test waits)."""
@@ -167,8 +175,23 @@ SCENARIOS: dict[str, Scenario] = {
         status=400,
         error="This model's maximum context length is 2048 tokens. However, your prompt "
         "contains at least 2049 input tokens. Please reduce the length of the input.",
+        param="input_tokens",
     ),
-    "error-images": Scenario(status=400, error="At most 4 image(s) may be provided in one prompt."),
+    "error-images": Scenario(
+        status=400, error="At most 4 image(s) may be provided in one prompt.", param="image"
+    ),
+    # The same refusals worded otherwise (another vLLM version or language): told by param.
+    "error-images-reworded": Scenario(
+        status=400, error="Too many pictures (4 max).", param="image"
+    ),
+    "error-budget-reworded": Scenario(
+        status=400, error="max_tokens=9000 is more than the model takes.", param="max_tokens"
+    ),
+    # An older server that names no param: only its words tell.
+    "error-images-untyped": Scenario(
+        status=400, error="At most 4 image(s) may be provided in one prompt."
+    ),
+    "error-other-400": Scenario(status=400, error="temperature must be >= 0.", param="temperature"),
     "error-500": Scenario(status=500, error="EngineCore encountered an issue."),
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
@@ -385,8 +408,8 @@ class KimiServer:
                 {
                     "error": {
                         "message": scenario.error,
-                        "type": "BadRequestError",
-                        "param": None,
+                        "type": ERROR_TYPES.get(scenario.status, "BadRequestError"),
+                        "param": scenario.param,
                         "code": scenario.status,
                     }
                 },
