@@ -749,3 +749,21 @@ async def test_an_explicit_empty_api_key_means_no_key(
     assert browser.texts()[-1].startswith(ANSWER.strip())
     assert not any("Missing credentials" in text for text in browser.texts())
     assert all("authorization" not in headers for headers in fake.server.headers)
+
+
+async def test_an_unexpected_failure_is_said_in_the_apps_words(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chainlit would show an exception's own text; every error a person sees is ours."""
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("internal detail nobody should read")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(app.runner(), "ask", broken)
+        await app.on_message(user_message("hello"))
+    said = browser.texts()[-1]
+    assert said.startswith("⚠️ Something went wrong inside the app (RuntimeError)")
+    assert "internal detail" not in said
+    await app.on_message(user_message("and now? #scenario=plain"))  # the next message works
+    assert browser.texts()[-1].startswith(ANSWER.strip())

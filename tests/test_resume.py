@@ -7,6 +7,7 @@ store is a real one on SQLite (the browser test runs PostgreSQL too).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 
 import chainlit as cl
 import pytest
+from chainlit.config import config as chainlit_config
 from chainlit.context import init_ws_context
 from chainlit.session import WebsocketSession
 from chainlit.types import ThreadDict
@@ -128,3 +130,26 @@ async def test_export_sends_one_html_file_with_the_stored_chat(
     sent = [data for event, data in page.frames if event == "element"]
     assert sent[-1]["name"].endswith(".html")
     assert len(fake.requests) == 1  # the command asked the model nothing
+
+
+async def test_a_stored_chats_answer_finishes_and_is_stored_after_its_tab_closed(
+    store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With sign-in the chat can be opened again from the history: an answer whose tab
+    closed for good goes on to its end and is stored (README, "Closed tabs")."""
+    monkeypatch.setattr(chainlit_config.project, "session_timeout", 0.2)
+    thread_id = str(uuid.uuid4())
+    open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    task = asyncio.create_task(
+        app.on_message(cl.Message(content="#scenario=steady", type="user_message"))
+    )
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if app.chat().conversation.turns:
+            break
+    await app.on_chat_end()  # the tab closed, and does not come back
+    await asyncio.wait_for(task, timeout=30)
+    assert fake.server.aborted == []
+    (stored,) = await store.turns.load(thread_id)
+    assert stored.stored_status == "done" and stored.turn.answer == ANSWER.lstrip()

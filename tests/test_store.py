@@ -35,10 +35,13 @@ from backend.conversation import Budget, Turn
 from backend.images import prepare_image
 from backend.record import TurnRecord
 from backend.settings import Settings
-from backend.store import Store
+from backend.store import Store, schema
 from backend.store.db import create_engine
+from backend.store.export import ChatExport, export_html
+from backend.store.files import FileStore
 from backend.store.resume import restore
 from backend.store.schema import LATEST, migrate
+from backend.store.turns import TurnStore
 from backend.timings import Timings
 from tests.conftest import DATA
 from tests.pg import PgServer, start_postgres
@@ -125,6 +128,37 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
         assert LATEST == 4
     finally:
         await engine.dispose()
+
+
+async def test_turns_stored_with_their_stats_line_as_text_read_back_after_migration_4(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows written before a turn's numbers were stored keep their stats line, shown as is."""
+    engine = create_engine(Store(settings).url)
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    with monkeypatch.context() as before:  # the schema as it was at version 3
+        before.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:3])
+        before.setattr(schema, "LATEST", 3)
+        assert await migrate(engine) == [1, 2, 3]
+    async with engine.begin() as db:
+        await db.execute(
+            text(
+                'INSERT INTO kimi_turns (thread_id, "position", message_id, answer_id, text, '
+                "answer, reasoning, reasoning_s, stats, status, model, options, created_at, "
+                "updated_at) VALUES ('t', 0, 'm', 'a', 'q', 'an answer', 'r', 2.5, "
+                "'TTFT 0.41 s · thought 2.5 s · 64 tokens', 'done', 'kimi-vl', '{}', 'x', 'x')"
+            )
+        )
+    try:
+        assert await migrate(engine) == [4]
+        (old,) = await TurnStore(engine, FileStore(Path(settings.data_dir) / "files")).load("t")
+    finally:
+        await engine.dispose()
+    assert old.legacy_stats == "TTFT 0.41 s · thought 2.5 s · 64 tokens"
+    assert old.timings == Timings(reasoning_s=2.5) and old.reasoning_s == 2.5
+    document = export_html(ChatExport("q", "Kimi-VL", {}, [old], "now"))
+    assert "TTFT 0.41 s · thought 2.5 s · 64 tokens" in document
+    assert "Thought for 2.5s" in document
 
 
 # --- Chainlit's data layer --------------------------------------------------------------
