@@ -650,6 +650,22 @@ async def test_a_closed_tab_stops_its_answer_once_its_session_is_gone(
     assert app.chat().conversation.turns[-1].status == "stopped"
 
 
+async def test_a_chat_the_browser_cleared_stops_its_answer_at_once(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """A new chat clears the session (``to_clear``): Chainlit deletes it at once, so its
+    answer stops without waiting out the grace (60 s here)."""
+    task = asyncio.create_task(app.on_message(user_message("#scenario=slow")))
+    await wait_for(lambda: any(e == "stream_start" for e, _ in browser.frames))
+    session = cl.context.session
+    assert isinstance(session, WebsocketSession)
+    session.to_clear = True
+    await app.on_chat_end()
+    await wait_for(lambda: bool(fake.server.aborted), timeout_s=3)
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), timeout=5)
+    assert app.chat().conversation.turns[-1].status == "stopped"
+
+
 async def test_a_tab_that_comes_back_within_the_grace_keeps_its_answer(
     browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
