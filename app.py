@@ -170,8 +170,7 @@ async def offer_commands() -> None:
 
 async def find_others(session: ChatSession) -> None:
     """Tell the chat which other served models a Compare can ask (from the caches)."""
-    chosen = session.model.id if session.model else session.wanted_model
-    session.others = [m for m, _ in await resources().served() if m.id != chosen]
+    session.served_besides([model for model, _ in await resources().served()])
 
 
 @cl.on_message

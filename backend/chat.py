@@ -208,6 +208,12 @@ class ChatSession:
                 log.info("model %s not available: %s", name, exc)
         return None
 
+    def served_besides(self, served: Sequence[ServedModel]) -> None:
+        """Note the models the app serves (all servers') other than this chat's own:
+        what Compare can ask."""
+        own = self.model.id if self.model else self.wanted_model
+        self.others = [model for model in served if model.id != own]
+
     def upload_limits(self) -> UploadLimits:
         """What one message's pictures may take with the chosen model and server."""
         return UploadLimits(

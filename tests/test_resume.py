@@ -153,3 +153,32 @@ async def test_a_stored_chats_answer_finishes_and_is_stored_after_its_tab_closed
     assert fake.server.aborted == []
     (stored,) = await store.turns.load(thread_id)
     assert stored.stored_status == "done" and stored.turn.answer == ANSWER.lstrip()
+
+
+def test_an_interrupted_turns_reasoning_step_is_found_by_never_having_ended() -> None:
+    """Not by its title, which is in whatever language its browser had."""
+    from backend.conversation import Turn
+    from backend.record import TurnRecord
+
+    def step(step_id: str, kind: str, name: str, end: str | None = None) -> dict[str, Any]:
+        at = "2026-12-01T10:00:00.000000Z"
+        return {"id": step_id, "type": kind, "name": name, "createdAt": at, "start": at,
+                "end": end, "output": ""}  # fmt: skip
+
+    steps = [
+        step("m1", "user_message", "alice"),
+        step("r1", "llm", "Thought for 2.0s", end="2026-12-01T10:00:02.000000Z"),
+        step("a1", "assistant_message", "Kimi-VL Chat"),
+        step("m2", "user_message", "alice"),
+        step("r2", "llm", "Réflexion…"),  # streaming when the app was killed, in French
+    ]
+    page = thread("t")
+    page["steps"] = steps  # type: ignore[typeddict-item]
+    interrupted = TurnRecord(1, "m2", Turn(text="q", status="stopped"), stored_status="pending")
+    history.mark_interrupted(page, [interrupted])
+    names = {s["id"]: s["name"] for s in page["steps"]}
+    assert names["r1"] == "Thought for 2.0s"  # ended: left as it was
+    assert names["r2"] == "Thought (interrupted)"
+    assert page["steps"][-1]["output"].endswith(
+        "Interrupted: the app stopped before this answer ended."
+    )
