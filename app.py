@@ -95,18 +95,19 @@ def chat() -> ChatSession:
     return runner().chat
 
 
-async def new_chat(shared: AppResources, **wanted: str) -> TurnRunner:
-    """This session's chat, found on the server of the chosen profile (looked for again
-    at every connect), and its turn runner; stored chats are recorded."""
+async def new_chat(shared: AppResources, wanted_model: str = "") -> TurnRunner:
+    """This session's chat (for ``wanted_model``, "" = any), on the server of the chosen
+    profile (looked for again at every connect), and its turn runner; a stored chat's
+    turns are recorded."""
     profile = cl.user_session.get("chat_profile") or SETTINGS.model
     server = await shared.server_for(profile)
     session = ChatSession.create(
         SETTINGS,
         server,
         shared.workers,
+        wanted_model,
         tr=session_translator(),
         locate=shared.server_for,
-        **wanted,
     )
     turns = TurnRunner(session, history.sink())
     cl.user_session.set("runner", turns)
@@ -155,7 +156,7 @@ async def on_chat_start() -> None:
     server that does not answer; it says it is connecting and goes on trying.
     """
     profile = cl.user_session.get("chat_profile") or SETTINGS.model
-    session = (await new_chat(resources(), wanted_model=profile)).chat
+    session = (await new_chat(resources(), profile)).chat
     await offer_commands()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
@@ -217,8 +218,9 @@ async def on_retry(action: cl.Action) -> None:
     turns, message_id = runner(), str(action.payload.get("message", ""))
     max_tokens = action.payload.get("max_tokens")
     make_room = bool(action.payload.get("make_room"))
-    rerun = turns.rerun(message_id, max_tokens, make_room)
-    start_answer_task(lambda: draw(rerun, turns.chat, pressed=action))
+    start_answer_task(
+        lambda: draw(turns.rerun(message_id, max_tokens, make_room), turns.chat, pressed=action)
+    )
 
 
 @cl.action_callback("compare")
@@ -226,8 +228,8 @@ async def on_retry(action: cl.Action) -> None:
 async def on_compare(action: cl.Action) -> None:
     """Ask another served model the turn this button sits under; its answer comes next."""
     turns, message_id = runner(), str(action.payload.get("message", ""))
-    compare = turns.compare(message_id, str(action.payload.get("model", "")))
-    start_answer_task(lambda: draw(compare, turns.chat))
+    model = str(action.payload.get("model", ""))
+    start_answer_task(lambda: draw(turns.compare(message_id, model), turns.chat))
 
 
 @cl.on_stop
