@@ -190,9 +190,10 @@ async def test_stop_aborts_the_request_on_the_server(
         """As app.py does, with a slow browser: Stop lands while a batch is being sent."""
         answer = TurnRunner(session).new_turn("long", "Describe everything, at length.", [])
         async with aclosing(answer) as events:
-            async for _ in events:
-                started.set()
-                await asyncio.sleep(0.2)
+            async for event in events:
+                if isinstance(event, AnswerText | ReasoningText):  # the stream is under way
+                    started.set()
+                    await asyncio.sleep(0.2)
 
     task = asyncio.create_task(consume())
     await asyncio.wait_for(started.wait(), timeout=60)
