@@ -9,40 +9,49 @@ at app stop; every chat borrows them.
 from __future__ import annotations
 
 import gc
+import logging
 from pathlib import Path
 from typing import Any
 
 import chainlit as cl
+from chainlit.config import config as chainlit_config
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
 from backend.i18n import in_any_language
+from backend.logs import LOGGER_NAME
 from backend.logs import configure as configure_logging
 from backend.panel import SettingsRefused, option_changes, panel_fields, profile_choices
-from backend.presenter import DEV_MODE_BANNER, REGENERATE_LABEL, in_markdown
+from backend.presenter import DEV_MODE_BANNER, in_markdown
 from backend.resources import AppResources
-from backend.safety import escape_markdown
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
-from ui import clock, history, prefetch, security, server_panel, status
-from ui.answer import (
-    hold_draft,
-    rerun_turn,
-    retry_action,
-    run_compare,
-    run_turn,
-    say,
-    send_draft,
-)
+from backend.turn_runner import TurnRunner
+from ui import chainlit_patches, history, security, server_panel, status
+from ui.answer import draw, said, say
 from ui.connection import connect_or_wait, send_settings, stop_waiting
 from ui.language import session_translator, translator_for_language
-from ui.tasks import one_at_a_time, start_answer_task, stop_answers
+from ui.tasks import one_at_a_time, start_answer_task, stop_answers, stop_answers_when_gone
+
+log = logging.getLogger(LOGGER_NAME)
+
+
+def prefetch(values: dict[str, Any], name: str, path: Path) -> None:
+    """An upload was stored: start preparing it for its chat now, before the message is
+    sent (``values``: the session's user-session values). Never fails the upload."""
+    runner = values.get("runner")
+    if isinstance(runner, TurnRunner):
+        try:
+            runner.chat.prefetch(Upload(name=name, path=path))
+        except Exception:  # preparing on send still works
+            log.exception("could not start preparing %s early", name)
+
 
 SETTINGS = Settings()
 security.install(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
-prefetch.install()  # uploaded images are prepared before the message is sent
+chainlit_patches.on_file_stored(prefetch)  # uploaded images are prepared before sending
+chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 status.install()  # GET /kimi/status for ./launch.sh status
-clock.install()  # Chainlit's steps and messages without its 1 ms pause of the event loop
 _resources: AppResources | None = None
 
 # Sign-in and stored chats (ui/history.py): on once a user exists; None: the app runs
@@ -83,10 +92,34 @@ async def shutdown() -> None:
         _resources = None
 
 
+def runner() -> TurnRunner:
+    """This browser session's turn runner (it holds the chat's state)."""
+    turns: TurnRunner = cl.user_session.get("runner")
+    return turns
+
+
 def chat() -> ChatSession:
     """This browser session's chat state."""
-    session: ChatSession = cl.user_session.get("chat")
-    return session
+    return runner().chat
+
+
+async def new_chat(shared: AppResources, wanted_model: str = "") -> TurnRunner:
+    """This session's chat (for ``wanted_model``, "" = any), on the server of the chosen
+    profile (looked for again at every connect), and its turn runner; a stored chat's
+    turns are recorded."""
+    profile = cl.user_session.get("chat_profile") or SETTINGS.model
+    server = await shared.server_for(profile)
+    session = ChatSession.create(
+        SETTINGS,
+        server,
+        shared.workers,
+        wanted_model,
+        tr=session_translator(),
+        locate=shared.server_for,
+    )
+    turns = TurnRunner(session, history.sink())
+    cl.user_session.set("runner", turns)
+    return turns
 
 
 @cl.set_chat_profiles
@@ -118,7 +151,7 @@ async def starters(user: cl.User | None, language: str | None = None) -> list[cl
 async def on_settings_update(values: dict[str, Any]) -> None:
     """Apply the settings panel to the next answers; refuse, in one sentence, values its
     controls cannot give (they come over the socket), keeping the previous ones."""
-    session = chat()
+    session = runner().chat
     if session.options is None:  # no panel is shown yet: nothing to change
         cl.context.session.chat_settings = {}  # nor to store with the thread
         return
@@ -131,24 +164,20 @@ async def on_settings_update(values: dict[str, Any]) -> None:
 
 
 @cl.on_chat_start
+@said
 async def on_chat_start() -> None:
     """Create the chat state for the chosen profile, connect, show the settings.
 
     The served models come from the shared cache: a chat start never waits on a
     server that does not answer; it says it is connecting and goes on trying.
     """
-    shared = resources()
     profile = cl.user_session.get("chat_profile") or SETTINGS.model
-    server = await shared.server_for(profile)
-    session = ChatSession.create(
-        SETTINGS, server.client, shared.workers, wanted_model=profile, tr=session_translator()
-    )
-    cl.user_session.set("chat", session)
+    session = (await new_chat(resources(), profile)).chat
     await offer_commands()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
     await find_others(session)
-    await connect_or_wait(session, await server.models.current())
+    await connect_or_wait(session, await session.server.models.current())
 
 
 async def offer_commands() -> None:
@@ -158,13 +187,13 @@ async def offer_commands() -> None:
 
 async def find_others(session: ChatSession) -> None:
     """Tell the chat which other served models a Compare can ask (from the caches)."""
-    chosen = session.model.id if session.model else session.wanted_model
-    session.others = [m for m, _ in await resources().served() if m.id != chosen]
+    session.served_besides([model for model, _ in await resources().served()])
 
 
 @cl.on_message
+@said
 async def on_message(message: cl.Message) -> None:
-    """Prepare the uploads (or a starter's sample image), record the turn, stream the answer."""
+    """Prepare the uploads (or a starter's sample image), then answer, in one turn."""
     if in_any_language(server_panel.COMMAND, message.command):  # the panel, not a question
         await server_panel.toggle_panel()
         return
@@ -172,60 +201,51 @@ async def on_message(message: cl.Message) -> None:
         await history.send_export(chat())
         return
     async with one_at_a_time():
-        session = chat()
-        await find_others(session)
+        turns = runner()
+        await find_others(turns.chat)
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
             uploads = [Upload(name=sample.name, path=sample)]
             image = cl.Image(name=sample.name, path=str(sample), display="inline", size="medium")
             await image.send(for_id=message.id)
-        prepared = await session.prepare_uploads(uploads)
-        text = prepared.message_text(message.content)  # with PDF pages / video frame times
-        if prepared.problems:  # kept back, with "Send anyway" when something can go
-            await hold_draft(session, message.id, text, prepared, typed=message.content)
-            return
-        for notice in prepared.notices:
-            await say("ℹ️ " + in_markdown(notice, session.tr))
-        if message.id in session.message_turns:  # an edit: what followed it is gone
+        if turns.chat.turn_of(message.id) is not None:  # an edit: what followed it is gone
             await history.forget_after(message)
-        turn = session.start_turn(message.id, text, prepared.images)
-        await run_turn(session, message.id, turn)
+        await draw(turns.ask(message.id, message.content, uploads), turns.chat)
 
 
 @cl.action_callback("send_anyway")
+@said
 async def on_send_anyway(action: cl.Action) -> None:
     """Send the message this button sits under, with only the files that could be used."""
     await action.remove()
-    session, message_id = chat(), str(action.payload.get("message", ""))
-    start_answer_task(lambda: send_draft(session, message_id))
+    turns, message_id = runner(), str(action.payload.get("message", ""))
+    start_answer_task(lambda: draw(turns.send_draft(message_id), turns.chat))
 
 
 @cl.action_callback("retry")
+@said
 async def on_retry(action: cl.Action) -> None:
     """Answer again the turn this button sits under (Retry, Regenerate, more tokens).
 
     An older turn is answered with the history up to it (later turns leave the
     conversation the model sees, as with an edit), and a note says so.
     """
-    session, message_id = chat(), str(action.payload.get("message", ""))
+    turns, message_id = runner(), str(action.payload.get("message", ""))
     max_tokens = action.payload.get("max_tokens")
     make_room = bool(action.payload.get("make_room"))
-    start_answer_task(lambda: rerun_turn(session, message_id, action, max_tokens, make_room))
+    start_answer_task(
+        lambda: draw(turns.rerun(message_id, max_tokens, make_room), turns.chat, pressed=action)
+    )
 
 
 @cl.action_callback("compare")
+@said
 async def on_compare(action: cl.Action) -> None:
     """Ask another served model the turn this button sits under; its answer comes next."""
-    session, message_id = chat(), str(action.payload.get("message", ""))
-    wanted = str(action.payload.get("model", ""))
-    other = next((m for m in session.others if m.id == wanted), None)
-    if other is None:
-        gone = session.tr("{model} is not served any more.", model=escape_markdown(wanted))
-        await say("ℹ️ " + gone)
-        return
-    server = await resources().server_for(other.id)
-    start_answer_task(lambda: run_compare(session, message_id, other, server.client))
+    turns, message_id = runner(), str(action.payload.get("message", ""))
+    model = str(action.payload.get("model", ""))
+    start_answer_task(lambda: draw(turns.compare(message_id, model), turns.chat))
 
 
 @cl.on_stop
@@ -236,31 +256,30 @@ async def on_stop() -> None:
 
 @cl.on_chat_end
 async def on_chat_end() -> None:
-    """The tab closed: stop the chat's background work (shared resources stay open) and
-    move its images to the session's folder, which Chainlit deletes with the session."""
+    """The tab's socket went away: stop the chat's background work (shared resources stay
+    open) and move its images to the session's folder, which Chainlit deletes with the
+    session. If the session is not taken up again, its answers stop: nobody can see
+    them (a stored chat's answers finish and are stored: README, "Closed tabs")."""
     stop_waiting()
     server_panel.close_panel()
-    session: ChatSession | None = cl.user_session.get("chat")
-    if session is not None:
-        await session.aclose()
-        if not getattr(cl.context.session, "to_clear", False):  # else deleted at once
-            await session.spill_images(cl.context.session.files_dir)
+    turns: TurnRunner | None = cl.user_session.get("runner")
+    if turns is None:
+        return
+    if not turns.records:
+        stop_answers_when_gone(chainlit_config.project.session_timeout)
+    await turns.chat.aclose()
+    if not getattr(cl.context.session, "to_clear", False):  # else deleted at once
+        await turns.chat.spill_images(cl.context.session.files_dir)
 
 
 # --- Stored chats: resume (ui/history.py) ---------------------------------------
 @cl.on_chat_resume
+@said
 async def on_chat_resume(thread: ThreadDict) -> None:
     """Rebuild a stored chat: turns, images, model and settings; Regenerate on its last answer."""
-    shared = resources()
-    profile = cl.user_session.get("chat_profile") or SETTINGS.model
-    server = await shared.server_for(profile)
-    session, restored = await history.resume(thread, SETTINGS, server.client, shared.workers)
-    cl.user_session.set("chat", session)
-    await find_others(session)
-    await connect_or_wait(session, [])
-    turns = session.conversation.turns
-    last = next((k for k, t in session.message_turns.items() if turns and t is turns[-1]), None)
-    if restored.last_answer_id and last is not None and turns[-1].in_history:
-        regenerate = retry_action(last, session.tr, REGENERATE_LABEL)
-        await regenerate.send(for_id=restored.last_answer_id)
+    turns = await new_chat(resources())
+    restored = await history.resume(thread, turns.chat)
+    await find_others(turns.chat)
+    await connect_or_wait(turns.chat, [])
+    await draw(turns.resumed(restored.last_answer_id), turns.chat)
     await offer_commands()

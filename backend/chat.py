@@ -1,14 +1,12 @@
-"""One person's chat with one served model: the glue between a UI and the backend.
+"""One person's chat with one served model: its state, not its answers.
 
 :class:`ChatSession` holds the chosen model and its limits, the sampling options,
-the conversation and which UI message each turn belongs to. It borrows the
-process's :class:`~backend.client.ChatClient` and
+the conversation, which UI message each turn belongs to, kept-back drafts and the
+images being prepared before their message is sent. It borrows the process's
+:class:`~backend.resources.Server` (client, model list, pace) and
 :class:`~backend.uploads.MediaWorkers` (their owner, the app or the CLI, closes
-them). Uploads are prepared by :mod:`backend.uploads`, requests planned by
-:mod:`backend.conversation`; a UI (``app.py``) calls :meth:`ChatSession.connect`,
-:meth:`ChatSession.prepare_uploads`, :meth:`ChatSession.start_turn`,
-:meth:`ChatSession.plan_request` and iterates :meth:`ChatSession.respond`; it
-renders events and never touches the OpenAI API itself.
+them). Answers are the turn runner's (:mod:`backend.turn_runner`): it is the one
+that plans, streams and records a turn and sets its status.
 """
 
 from __future__ import annotations
@@ -16,25 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import aclosing
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
-from backend.client import ChatClient, ChatRequest, ServedModel
-from backend.conversation import (
-    MIN_ANSWER_TOKENS,
-    Budget,
-    Conversation,
-    TokenCounter,
-    Turn,
-    plan_verified,
-)
+from backend.client import ChatClient, ServedModel
+from backend.conversation import Conversation, TokenCounter, Turn
 from backend.errors import ChatError
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
 from backend.i18n import ENGLISH, Translator, msg
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
+from backend.resources import Server
 from backend.settings import ModelProfile, Settings, profile_for
 from backend.uploads import (
     MediaWorkers,
@@ -47,15 +38,11 @@ from backend.uploads import (
 
 log = logging.getLogger(LOGGER_NAME)
 
-DEV_SHAPE_REGEX = "◁think▷[^◁]{40,600}◁/think▷[^◁]{20,400}"
-"""Dev mode: vLLM structured outputs force the random-weights model's output into
-the Thinking model's shape, so the reasoning step streams and folds as with
-Kimi-VL (the text itself stays noise)."""
+__all__ = ["ChatSession", "Draft", "Locate", "SamplingOptions", "Upload", "UploadResult"]
 
-MORE_TOKENS_AT_LEAST = 1.1
-""""Retry with more tokens" is offered only when it can give at least 10% more."""
-
-__all__ = ["ChatSession", "Draft", "Planned", "SamplingOptions", "Upload", "UploadResult"]
+Locate = Callable[[str], Awaitable[Server]]
+"""Finds the server to ask for a served model name
+(:meth:`backend.resources.AppResources.server_for`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +63,15 @@ class SamplingOptions:
             max_tokens=min(profile.max_tokens, max_model_len // 2),
         )
 
+    def with_stored(self, stored: dict[str, Any]) -> SamplingOptions:
+        """These options with the stored values of the fields they have (unknown keys
+        and values of other types are ignored)."""
+        known = {f.name for f in fields(SamplingOptions)}
+        changes: dict[str, Any] = {
+            k: v for k, v in stored.items() if k in known and isinstance(v, int | float | bool)
+        }
+        return replace(self, **changes)
+
 
 @dataclass(frozen=True, slots=True)
 class Draft:
@@ -85,43 +81,26 @@ class Draft:
     images: list[PreparedImage]
 
 
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """A request ready to send, what to tell the person, and the answer budget asked.
-
-    Attributes:
-        request: the chat completion request.
-        notices: sentences about what was left out or shrunk.
-        wanted_max_tokens: the answer budget the person asked for (the request's
-            ``max_tokens`` may be smaller when the conversation leaves less room).
-        more_tokens: a larger budget "Retry with more tokens" can offer (twice the
-            wanted one, within what the max model length leaves once all history is
-            left out), or None when that is not :data:`MORE_TOKENS_AT_LEAST` times
-            the request's budget.
-    """
-
-    request: ChatRequest
-    notices: list[str]
-    wanted_max_tokens: int
-    more_tokens: int | None
-
-
 @dataclass
 class ChatSession:
-    """State of one chat: chosen model, limits, options, history, drafts.
+    """State of one chat: chosen model, limits, options, history, drafts, early uploads.
 
     Create with :meth:`create`; :meth:`connect` before the first turn (again
     after a :class:`backend.errors.ServerUnreachable`); :meth:`aclose` when the
-    chat ends (it cancels background work, never the borrowed client).
+    chat ends (it cancels background work, never the borrowed server or workers).
     """
 
     settings: Settings
-    client: ChatClient
+    server: Server
     workers: MediaWorkers
     wanted_model: str = ""
     """The served model asked for (the chat profile); empty = ``settings.model``."""
     tr: Translator = ENGLISH
     """The chat's language (the browser's, set at chat start): the UI renders its words with it."""
+    locate: Locate | None = None
+    """Where to find the server of :attr:`wanted_model`, asked at every :meth:`connect`
+    (with several servers, one that failed a model list may be the one); None: always
+    :attr:`server`."""
     model: ServedModel | None = None
     options: SamplingOptions | None = None
     conversation: Conversation = field(default_factory=Conversation)
@@ -131,22 +110,26 @@ class ChatSession:
     others: list[ServedModel] = field(default_factory=list)
     """Other models the app serves (on this or other servers): what Compare can ask."""
     token_counter: TokenCounter = field(default_factory=TokenCounter)
-    _background: set[asyncio.Task[None]] = field(default_factory=set)
+    _background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @classmethod
     def create(
         cls,
         settings: Settings,
-        client: ChatClient,
+        server: Server,
         workers: MediaWorkers,
         wanted_model: str = "",
         tr: Translator = ENGLISH,
+        locate: Locate | None = None,
     ) -> ChatSession:
-        """A session borrowing ``client`` and ``workers``, speaking ``tr``'s language;
+        """A session borrowing ``server`` and ``workers``, speaking ``tr``'s language;
         nothing is sent yet."""
-        return cls(
-            settings=settings, client=client, workers=workers, wanted_model=wanted_model, tr=tr
-        )
+        return cls(settings, server, workers, wanted_model=wanted_model, tr=tr, locate=locate)
+
+    @property
+    def client(self) -> ChatClient:
+        """The client of the chat's server (borrowed)."""
+        return self.server.client
 
     @property
     def profile(self) -> ModelProfile:
@@ -166,23 +149,31 @@ class ChatSession:
             return self.model.max_model_len
         return self.settings.max_model_len
 
+    @property
+    def connected(self) -> bool:
+        """True once :meth:`connect` chose a model."""
+        return self.model is not None and self.options is not None
+
     async def connect(
         self, model_name: str | None = None, served: list[ServedModel] | None = None
     ) -> ServedModel:
         """Pick one of the models the server serves.
 
         Picks ``model_name``, else :attr:`wanted_model`, else ``settings.model``,
-        else the first served. ``served``: the server's models if already known
-        (:class:`backend.models.ModelDirectory`), else the server is asked. Keeps
-        sampling options the person already chose for the same model.
+        else the first served. ``served``: :attr:`server`'s models if already known
+        (:class:`backend.models.ModelDirectory`), else the server is asked, found
+        again by :attr:`locate` first. Keeps sampling options the person already
+        chose for the same model.
 
         Raises:
             ChatError: the server is unreachable, serves nothing, or not that model.
         """
         if model_name:
             self.wanted_model = model_name
-        models = served if served else await self.client.list_models()
         wanted = self.wanted_model or self.settings.model
+        if not served and self.locate is not None and wanted:
+            self.server = await self.locate(wanted)
+        models = served if served else await self.client.list_models()
         chosen = next((m for m in models if m.id == wanted), None) if wanted else None
         if chosen is None and models and not wanted:
             chosen = models[0]
@@ -207,6 +198,22 @@ class ChatSession:
             self.options = SamplingOptions.for_profile(self.profile, self.max_model_len)
         return chosen
 
+    async def connect_first(self, names: Sequence[str | None]) -> ServedModel | None:
+        """Connect to the first of ``names`` that is served (None: the default choice);
+        None if none is (or the server cannot be reached): the chat then says so."""
+        for name in dict.fromkeys(names):
+            try:
+                return await self.connect(name)
+            except ChatError as exc:
+                log.info("model %s not available: %s", name, exc)
+        return None
+
+    def served_besides(self, served: Sequence[ServedModel]) -> None:
+        """Note the models the app serves (all servers') other than this chat's own:
+        what Compare can ask."""
+        own = self.model.id if self.model else self.wanted_model
+        self.others = [model for model in served if model.id != own]
+
     def upload_limits(self) -> UploadLimits:
         """What one message's pictures may take with the chosen model and server."""
         return UploadLimits(
@@ -225,9 +232,25 @@ class ChatSession:
         return self.prefetched.start(upload, self.upload_limits(), self.workers)
 
     async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
-        """Prepare uploads for the chosen model (:func:`backend.uploads.prepare_uploads`),
-        using what :meth:`prefetch` already started."""
-        return await prepare_uploads(uploads, self.upload_limits(), self.workers, self.prefetched)
+        """Prepare the uploads of one message for the chosen model
+        (:func:`backend.uploads.prepare_uploads`), using what :meth:`prefetch` started.
+
+        Images prepared early for uploads this message does not carry are dropped:
+        the browser tells the server nothing when an attachment is removed from the
+        message box, so at sending time they are known to be unused.
+        """
+        result = await prepare_uploads(uploads, self.upload_limits(), self.workers, self.prefetched)
+        self.prefetched.clear()
+        return result
+
+    def turn_of(self, message_id: str) -> Turn | None:
+        """The turn of UI message ``message_id`` if it is still in the conversation."""
+        turn = self.message_turns.get(message_id)
+        return turn if turn is not None and turn in self.conversation.turns else None
+
+    def message_of(self, turn: Turn) -> str | None:
+        """The UI message id of ``turn``, if it has one."""
+        return next((k for k, t in self.message_turns.items() if t is turn), None)
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
         """Record a new turn for a UI message.
@@ -236,28 +259,27 @@ class ChatSession:
         earlier message), history is rewound to just before it and the edited
         turn keeps its prepared images.
         """
-        earlier = self.message_turns.get(message_id)
-        if earlier is not None and earlier in self.conversation.turns:
+        earlier = self.turn_of(message_id)
+        if earlier is not None:
             images = images or earlier.images
             self._rewind(self.conversation.turns.index(earlier))
         turn = self.conversation.start_turn(text, images)
         self.message_turns[message_id] = turn
         return turn
 
-    def rerun(self, message_id: str) -> tuple[Turn, int] | None:
-        """Prepare the turn of UI message ``message_id`` to be answered again.
+    def rewind_to(self, message_id: str) -> tuple[Turn, int] | None:
+        """Make the turn of UI message ``message_id`` the last one, to answer it again.
 
         History is rewound to that turn (as an edit does): later turns are no
         longer part of what the model sees. Returns the turn and how many later
         turns were dropped, or None if the message has no turn (any more).
         """
-        turn = self.message_turns.get(message_id)
-        if turn is None or turn not in self.conversation.turns:
+        turn = self.turn_of(message_id)
+        if turn is None:
             return None
         index = self.conversation.turns.index(turn)
         dropped = len(self.conversation.turns) - index - 1
         self._rewind(index + 1)
-        turn.answer, turn.reasoning, turn.status = "", "", "pending"
         return turn, dropped
 
     def _rewind(self, keep: int) -> None:
@@ -265,6 +287,11 @@ class ChatSession:
         self.conversation.truncate(keep)
         kept = self.conversation.turns
         self.message_turns = {k: t for k, t in self.message_turns.items() if t in kept}
+
+    def restore(self, conversation: Conversation, message_turns: dict[str, Turn]) -> None:
+        """Go on with a stored chat: its conversation and the UI message of each turn."""
+        self.conversation = conversation
+        self.message_turns = dict(message_turns)
 
     def keep_draft(self, message_id: str, text: str, images: list[PreparedImage]) -> None:
         """Keep a message whose files could not all be used, until sent or replaced."""
@@ -274,169 +301,12 @@ class ChatSession:
         """The draft kept for ``message_id`` (removed), or None."""
         return self.drafts.pop(message_id, None)
 
-    async def plan_request(
-        self, turn: Turn, max_tokens: int | None = None, *, make_room: bool = False
-    ) -> Planned:
-        """Build the chat completion request for ``turn`` within the server's limits.
-
-        Connects first if needed (to :attr:`wanted_model`). ``max_tokens``
-        overrides the options' answer budget; ``make_room`` leaves out older
-        turns until that whole budget fits ("Retry with more tokens"). Notices
-        say what was left out, and when the budget is below what was asked.
-
-        Raises:
-            ChatError: the server is unreachable, or the turn alone is too large.
-        """
-        if self.model is None or self.options is None:
-            await self.connect()
-        assert self.model is not None and self.options is not None
-        wanted = max_tokens or self.options.max_tokens
-        budget = Budget(
-            max_model_len=self.max_model_len,
-            max_images=self.settings.max_images_per_prompt,
-            max_tokens=wanted,
-            min_answer_tokens=wanted if make_room else MIN_ANSWER_TOKENS,
-        )
-        model = self.model.id
-
-        async def count_exact(messages: list[dict[str, object]]) -> int | None:
-            return await self.client.count_prompt_tokens(model, messages)
-
-        plan = await plan_verified(self.conversation, turn, budget, self.token_counter, count_exact)
-        shaped = self.settings.dev_mode and self.profile.dev_shaped
-        extra_body = {"structured_outputs": {"regex": DEV_SHAPE_REGEX}} if shaped else {}
-        request = ChatRequest(
-            model=model,
-            messages=plan.messages,
-            max_tokens=plan.max_tokens,
-            temperature=self.options.temperature,
-            top_p=self.options.top_p,
-            thinking=self.profile.thinking or shaped,
-            request_id=f"chat-{uuid.uuid4().hex}",
-            extra_body=extra_body,
-        )
-        log.info(
-            "request %s model=%s messages=%d prompt_tokens~%d max_tokens=%d "
-            "images_left_out=%d turns_left_out=%d",
-            request.request_id,
-            request.model,
-            len(plan.messages),
-            plan.prompt_tokens,
-            plan.max_tokens,
-            plan.images_left_out,
-            plan.turns_left_out,
-        )
-        ceiling = self.max_model_len - plan.prompt_tokens + plan.history_tokens
-        more = min(2 * wanted, ceiling)
-        worth_it = more >= MORE_TOKENS_AT_LEAST * plan.max_tokens
-        return Planned(request, plan.notices, wanted, more if worth_it else None)
-
-    def compare_plan(self, message_id: str, other: ServedModel) -> tuple[Turn, Planned] | None:
-        """Plan asking ``other`` (another served model) the turn of UI message ``message_id``.
-
-        The same text, images and history before that turn, with the other
-        model's sampling defaults and limits. Returns a turn detached from the
-        conversation (the chat goes on with its own model) and the plan, or None
-        if the message has no turn.
-
-        Raises:
-            ChatError: the turn does not fit the other model.
-        """
-        turn = self.message_turns.get(message_id)
-        if turn is None or turn not in self.conversation.turns:
-            return None
-        earlier = self.conversation.turns[: self.conversation.turns.index(turn)]
-        asked = Turn(text=turn.text, images=list(turn.images))
-        history = Conversation(
-            turns=[*earlier, asked], system_prompt=self.conversation.system_prompt
-        )
-        profile = profile_for(other.id)
-        max_model_len = other.max_model_len or self.settings.max_model_len
-        options = SamplingOptions.for_profile(profile, max_model_len)
-        budget = Budget(max_model_len, self.settings.max_images_per_prompt, options.max_tokens)
-        plan = history.plan(asked, budget, self.token_counter)
-        request = ChatRequest(
-            model=other.id,
-            messages=plan.messages,
-            max_tokens=plan.max_tokens,
-            temperature=options.temperature,
-            top_p=options.top_p,
-            thinking=profile.thinking,
-            request_id=f"chat-{uuid.uuid4().hex}",
-        )
-        log.info("request %s model=%s compare of an earlier turn", request.request_id, other.id)
-        return asked, Planned(request, plan.notices, options.max_tokens, None)
-
-    async def respond(
-        self, turn: Turn, request: ChatRequest, client: ChatClient | None = None
-    ) -> AsyncGenerator[StreamEvent, None]:
-        """Stream the model's response to ``turn`` and record it in the turn.
-
-        Yields the events of :meth:`backend.client.ChatClient.stream`. On any
-        exit ``turn`` holds the reasoning and answer received so far, and its
-        status says how it ended: ``done``, ``cut_off`` (max tokens reached),
-        ``stopped`` (cancelled by Stop, or closed early before the end) or
-        ``failed`` (an error). Once :class:`Done` has arrived the turn is
-        finished: a Stop after that changes nothing. Closing this generator
-        closes the HTTP stream at once, in the same task: use
-        ``contextlib.aclosing`` so a Stop that lands outside the stream (while
-        the UI is sending) still makes vLLM abort the request.
-
-        Exact token counts of the finished turn are then learnt from the
-        server's tokenizer in the background, outside anything Stop cancels.
-        ``client``: another server's client (Compare); then nothing is learnt,
-        since the counts are that model's.
-
-        Raises:
-            ChatError: any server failure, mapped by the client.
-        """
-        reasoning: list[str] = []
-        answer: list[str] = []
-        turn.status = "pending"
-        try:
-            async with aclosing((client or self.client).stream(request)) as events:
-                async for event in events:
-                    if isinstance(event, ReasoningDelta):
-                        reasoning.append(event.text)
-                    elif isinstance(event, AnswerDelta):
-                        answer.append(event.text)
-                    else:
-                        self._finish(turn, event, reasoning, answer, learn=client is None)
-                    yield event
-        except (asyncio.CancelledError, GeneratorExit):
-            if turn.status == "pending":
-                turn.status = "stopped"
-            raise
-        except ChatError:
-            turn.status = "failed"
-            raise
-        finally:
-            if turn.status in ("pending", "stopped", "failed"):
-                turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
-            log.info("request %s ended: %s", request.request_id, turn.status)
-
-    def _finish(
-        self, turn: Turn, done: Done, reasoning: list[str], answer: list[str], *, learn: bool
-    ) -> None:
-        """Record a finished turn and (``learn``) start learning its exact token counts."""
-        if done.answer_in_reasoning:
-            answer, reasoning = reasoning, []
-        turn.reasoning, turn.answer = "".join(reasoning), "".join(answer)
-        turn.status = "cut_off" if done.finish_reason == "length" else "done"
-        if not learn:
-            return
-        task = asyncio.create_task(self._learn_token_counts(turn))
+    def in_background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` as the chat's background task (cancelled by :meth:`aclose`,
+        never by a Stop)."""
+        task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _learn_token_counts(self, turn: Turn) -> None:
-        """Ask the server's tokenizer for the exact counts of a finished turn's texts."""
-        assert self.model is not None
-        for text in (turn.text, turn.answer):
-            if text and not self.token_counter.knows(text):
-                count = await self.client.count_text_tokens(self.model.id, text)
-                if count is not None:
-                    self.token_counter.learn(text, count)
 
     async def settled(self) -> None:
         """Wait for background work (token learning) to finish; for tests and the CLI."""
@@ -491,3 +361,8 @@ class ChatSession:
         """Change sampling options (the settings panel), keeping the others."""
         assert self.options is not None
         self.options = replace(self.options, **changes)  # type: ignore[arg-type]
+
+    def with_stored_options(self, stored: dict[str, Any]) -> None:
+        """Take the sampling options a stored chat was last asked with (once connected)."""
+        if self.options is not None and stored:
+            self.options = self.options.with_stored(stored)

@@ -41,10 +41,13 @@ from backend.auth import AuthError, check_name
 from backend.chat import ChatSession
 from backend.client import ChatClient
 from backend.errors import ChatError, ImageError
-from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.events import Done
 from backend.panel import option_changes, panel_fields
+from backend.render import AnswerText, Note, ReasoningText, RenderEvent, TurnEnded
+from backend.resources import Server
 from backend.settings import Settings
 from backend.store import Store, StoreError, open_store
+from backend.turn_runner import TurnRunner
 from backend.uploads import MediaWorkers, Upload
 
 DIM, RESET = "\033[2m", "\033[0m"
@@ -121,14 +124,14 @@ async def user_command(args: argparse.Namespace, store: Store, stdin: TextIO, ou
 
 
 async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: TextIO) -> None:
-    """Run ``ask`` on a :class:`backend.chat.ChatSession`, as the chat UI does.
+    """Run ``ask`` through a :class:`backend.turn_runner.TurnRunner`, as the chat UI does.
 
     Raises:
         ChatError: any failure a person can act on (printed by :func:`main`).
     """
     settings = settings.model_copy(update={"base_url": args.base_url})
     client, workers = ChatClient.from_settings(settings), MediaWorkers()  # owned here
-    session = ChatSession.create(settings, client, workers)
+    session = ChatSession.create(settings, Server.of(client, settings), workers)
     try:
         await session.connect(args.model or None)
         uploads = [Upload(name=Path(p).name, path=Path(p)) for p in args.image]
@@ -141,39 +144,62 @@ async def ask(args: argparse.Namespace, settings: Settings, out: TextIO, err: Te
             assert session.options is not None  # connect() set them
             fields = panel_fields(session.profile, session.options, session.max_model_len)
             session.with_options(**option_changes({"temperature": args.temperature}, fields))
-        turn = session.start_turn("cli", args.question, prepared.images)
-        planned = await session.plan_request(turn, args.max_tokens)
-        request = planned.request
-        for notice in planned.notices:
-            err.write(f"note: {notice}\n")
-        dim = err.isatty()
-        answered = False
-        async with aclosing(session.respond(turn, request)) as events:
+        turn = TurnRunner(session).new_turn("cli", args.question, prepared.images, args.max_tokens)
+        printer = Printer(args.jsonl, out, err)
+        async with aclosing(turn) as events:
             async for event in events:
-                if isinstance(event, ReasoningDelta):
-                    if args.jsonl:
-                        out.write(json.dumps({"kind": "reasoning", "text": event.text}) + "\n")
-                    else:
-                        err.write(f"{DIM}{event.text}{RESET}" if dim else event.text)
-                        err.flush()
-                elif isinstance(event, AnswerDelta):
-                    if args.jsonl:
-                        out.write(json.dumps({"kind": "answer", "text": event.text}) + "\n")
-                    else:
-                        if not answered:
-                            err.write("\n")
-                        out.write(event.text)
-                    answered = True
-                else:
-                    if event.answer_in_reasoning and not args.jsonl:
-                        out.write(turn.answer)
-                    report_done(event, turn.reasoning, turn.answer, args.jsonl, out, err)
-                out.flush()
+                printer.show(event)
         await session.settled()
     finally:
         await session.aclose()
         await client.aclose()
         workers.close()
+
+
+class Printer:
+    """Prints render events: reasoning (dimmed on a terminal) on ``err``, the answer on
+    ``out``; with ``jsonl``, one JSON object per event on ``out``.
+
+    Raises (from :meth:`show`):
+        ChatError: the turn failed; its message is the error note's.
+    """
+
+    def __init__(self, jsonl: bool, out: TextIO, err: TextIO) -> None:
+        self.jsonl, self.out, self.err = jsonl, out, err
+        self.dim = err.isatty()
+        self.answered = False
+        self.error = ""
+
+    def show(self, event: RenderEvent) -> None:
+        """Print one event (see the class docstring)."""
+        if isinstance(event, ReasoningText):
+            self._part("reasoning", event.text, self.err, dim=self.dim)
+        elif isinstance(event, AnswerText):
+            if not self.answered and not self.jsonl:
+                self.err.write("\n")
+            self.answered = True
+            self._part("answer", event.text, self.out)
+        elif isinstance(event, Note) and event.level == "error":
+            self.error = event.text
+        elif isinstance(event, Note) and not event.buttons:
+            self.err.write(f"note: {event.text}\n")
+        elif isinstance(event, TurnEnded):
+            self._ended(event)
+
+    def _part(self, kind: str, text: str, stream: TextIO, dim: bool = False) -> None:
+        if self.jsonl:
+            self.out.write(json.dumps({"kind": kind, "text": text}) + "\n")
+        else:
+            stream.write(f"{DIM}{text}{RESET}" if dim else text)
+            stream.flush()
+
+    def _ended(self, ended: TurnEnded) -> None:
+        if ended.status == "failed" or ended.done is None:
+            raise ChatError(self.error or ended.status)
+        if ended.done.answer_in_reasoning and not self.jsonl:
+            self.out.write(ended.answer)  # streamed as reasoning: it was the answer
+        report_done(ended.done, ended.reasoning, ended.answer, self.jsonl, self.out, self.err)
+        self.out.flush()
 
 
 def report_done(

@@ -12,32 +12,20 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import httpx
 import httpx2
 import openai
 
-from backend.batching import StreamPace
-from backend.errors import (
-    ChatError,
-    ClientClosed,
-    ContextTooLong,
-    RequestRejected,
-    RequestTimeout,
-    ServerFailed,
-    ServerLoading,
-    ServerUnreachable,
-    StreamBroken,
-    TooManyImages,
-)
+from backend.errors import ClientClosed, StreamBroken
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, TextPart, Usage
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
-from backend.metrics import fetch_metrics, queue_length
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 from backend.sse import data_values
+from backend.vllm_errors import CLOSED_MESSAGE, broken_stream, map_error
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -80,21 +68,6 @@ class ChatRequest:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _vllm_message(body: object, fallback: str) -> str:
-    """Pull vLLM's human message out of an error body.
-
-    vLLM answers errors as ``{"error": {"message", "type", "param", "code"}}``
-    (facts.md); openai-python hands us either that object or its ``error`` part.
-    """
-    if isinstance(body, Mapping):
-        inner = body.get("error", body)
-        if isinstance(inner, Mapping) and isinstance(inner.get("message"), str):
-            return str(inner["message"])
-        if isinstance(body.get("message"), str):
-            return str(body["message"])
-    return fallback
-
-
 PROBE_TIMEOUT_S = 5.0
 """Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
 a connection but never answers them must not hold a page or a chat start for long."""
@@ -122,12 +95,6 @@ def output_limit(max_tokens: int) -> int:
     return min(MAX_OUTPUT_CHARS, max(MIN_OUTPUT_CHARS, per_token))
 
 
-CLOSED_MESSAGE = msg(
-    "The app is shutting down and no longer talks to the model server. "
-    "Reload the page once it is back."
-)
-
-
 class OutputLimit:
     """Counts the characters of a stream's text parts and cuts them at ``chars``.
 
@@ -151,118 +118,9 @@ class OutputLimit:
             yield part
 
 
-def broken_stream(exc: Exception) -> StreamBroken:
-    """Say in words how a started stream broke: ``ValueError`` (a chunk that is not
-    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error (openai-python
-    wraps it as ``APIConnectionError`` mid-stream) is cut off."""
-    if isinstance(exc, ValueError):
-        return StreamBroken(
-            msg(
-                "The model server's reply was garbled (a chunk that is not valid JSON). "
-                "What arrived is kept; try again."
-            )
-        )
-    return StreamBroken(
-        msg(
-            "The model server's reply was cut off: the connection dropped mid-answer "
-            "({error}), maybe because the server stopped or restarted. "
-            "What arrived is kept; try again.",
-            error=type(exc).__name__,
-        )
-    )
-
-
-def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
-    """Translate an openai-python or httpx exception into one of ours.
-
-    Mapping (one to one): ``APITimeoutError`` -> :class:`RequestTimeout`;
-    ``APIConnectionError`` / ``httpx.ConnectError`` -> :class:`ServerUnreachable`;
-    400 with "maximum context length" / "max_model_len" -> :class:`ContextTooLong`;
-    400 with "image(s) may be provided" -> :class:`TooManyImages`; other 4xx ->
-    :class:`RequestRejected`; 503 -> :class:`ServerLoading`; other 5xx and an
-    error event inside the stream -> :class:`ServerFailed`; httpx's
-    ``RuntimeError`` "the client has been closed" -> :class:`ClientClosed`. Anything
-    else is returned as a :class:`ServerFailed` carrying its type name, never a
-    traceback.
-    """
-    if isinstance(exc, ChatError):
-        return exc
-    if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
-        return ClientClosed(CLOSED_MESSAGE)
-    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
-        return RequestTimeout(
-            msg(
-                "The model server at {url} did not answer in time. It may be busy; try again.",
-                url=base_url,
-            )
-        )
-    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
-        return ServerUnreachable(
-            msg(
-                "Cannot reach the model server at {url}. It may be starting, or restarting "
-                "after a crash (launch.sh restarts it; see llm.log); otherwise check that it "
-                "is running.",
-                url=base_url,
-            )
-        )
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        detail = _vllm_message(exc.body, exc.message)
-        if status == 503:
-            return ServerLoading(
-                msg("The model server is still loading ({detail}). Try again soon.", detail=detail)
-            )
-        if status >= 500:
-            return ServerFailed(
-                msg(
-                    "The model server failed while answering ({status}): {detail}",
-                    status=status,
-                    detail=detail,
-                )
-            )
-        if status in (401, 403):
-            return RequestRejected(
-                msg(
-                    "The model server refused our API key. "
-                    "Check KIMI_API_KEY matches vLLM's --api-key."
-                )
-            )
-        if status == 404:
-            return RequestRejected(
-                msg(
-                    "The model server does not serve '{model}': {detail}",
-                    model=model,
-                    detail=detail,
-                )
-            )
-        lowered = detail.lower()
-        if "image(s) may be provided" in lowered:
-            return TooManyImages(
-                msg("Too many images for the server in one request: {detail}", detail=detail)
-            )
-        if "maximum context length" in lowered or "max_model_len" in lowered:
-            return ContextTooLong(
-                msg(
-                    "The conversation is too long for the model: {detail} Start a new chat, "
-                    "send fewer images, or lower max tokens.",
-                    detail=detail,
-                )
-            )
-        return RequestRejected(
-            msg("The model server rejected the request: {detail}", detail=detail)
-        )
-    if isinstance(exc, openai.APIError):
-        detail = _vllm_message(exc.body, exc.message)
-        return ServerFailed(
-            msg("The model server reported an error while answering: {detail}", detail=detail)
-        )
-    log.error("unexpected failure talking to %s", base_url, exc_info=exc)
-    return ServerFailed(
-        msg(
-            "Unexpected failure talking to the model server ({error}).",
-            error=type(exc).__name__,
-        )
-    )
+NO_KEY: Final = "no-key"
+"""What the OpenAI SDK is given when there is no key: it refuses an empty one ("Missing
+credentials"); the ``Authorization`` header is left out all the same."""
 
 
 async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[str, Any]]:
@@ -319,15 +177,11 @@ class ChatClient:
 
     Args:
         base_url: OpenAI API base URL ending in ``/v1`` (e.g. ``http://127.0.0.1:8100/v1``).
-        api_key: the key vLLM was started with (``VLLM_API_KEY``), or any string.
+        api_key: the key vLLM was started with (``VLLM_API_KEY``); "" for none, and then
+            no ``Authorization`` header is sent (not even the SDK's ``OPENAI_API_KEY``).
         timeout_s: httpx read timeout in seconds: the longest silence allowed between
             two chunks of a stream (not a limit on a whole answer).
         connect_timeout_s: seconds to open a connection.
-        stream_interval: tokens per streamed chunk asked of vLLM (its
-            ``stream_interval`` chat completion field, vLLM >= 0.32; the first
-            token always comes at once); 0 = from the server's measured speed,
-            one UI update's worth (:class:`backend.batching.StreamPace`); 1 = every
-            token (the field is not sent).
     """
 
     def __init__(
@@ -337,15 +191,15 @@ class ChatClient:
         *,
         timeout_s: float = 600.0,
         connect_timeout_s: float = 5.0,
-        stream_interval: int = 0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.stream_interval = stream_interval
-        self.pace = StreamPace()
-        """This server's decode speed per chat, learnt from finished answers."""
+        self._headers: dict[str, str | openai.Omit] = {}
+        """Headers of every OpenAI API request; without a key, the SDK's own goes."""
+        if not api_key:
+            self._headers["Authorization"] = openai.Omit()
         self._openai = openai.AsyncOpenAI(
             base_url=self.base_url,
-            api_key=api_key,
+            api_key=api_key or NO_KEY,
             timeout=openai.Timeout(timeout_s, connect=connect_timeout_s),
             max_retries=0,  # errors reach the person at once; they retry with one click
             http_client=openai.DefaultAsyncHttpxClient(
@@ -358,7 +212,7 @@ class ChatClient:
         )
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            headers={"Authorization": f"Bearer {api_key}"},
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
@@ -371,7 +225,6 @@ class ChatClient:
             settings.api_key.get_secret_value(),
             timeout_s=settings.request_timeout_s,
             connect_timeout_s=settings.connect_timeout_s,
-            stream_interval=settings.stream_interval,
         )
 
     def _check_open(self) -> None:
@@ -388,6 +241,12 @@ class ChatClient:
     def server_root(self) -> str:
         """The server's root URL (``base_url`` without a trailing ``/v1``)."""
         return self.base_url.removesuffix("/v1")
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The HTTP client for vLLM's own endpoints (``/metrics``...), with the key;
+        borrowed: closed by :meth:`aclose`."""
+        return self._http
 
     async def aclose(self) -> None:
         """Close both HTTP connection pools."""
@@ -408,22 +267,18 @@ class ChatClient:
             return False
         return response.status_code == 200
 
-    async def queued_requests(self, model: str | None = None) -> int | None:
-        """Requests waiting on the server (vLLM ``/metrics``), or None when unknown."""
-        if self.closed:
-            return None
-        return queue_length(await fetch_metrics(self._http, self.server_root), model)
-
     async def list_models(self) -> list[ServedModel]:
         """Return the served models from ``GET /v1/models``.
 
         Raises:
-            ChatError: mapped as in :func:`map_error`; :class:`ClientClosed` after
-                :meth:`aclose`.
+            ChatError: mapped as in :func:`backend.vllm_errors.map_error`;
+                :class:`ClientClosed` after :meth:`aclose`.
         """
         self._check_open()
         try:
-            page = await self._openai.models.list(timeout=PROBE_TIMEOUT_S)
+            page = await self._openai.models.list(
+                timeout=PROBE_TIMEOUT_S, extra_headers=self._headers or None
+            )
         except Exception as exc:
             raise map_error(exc, base_url=self.base_url, model="") from exc
         return [
@@ -445,7 +300,8 @@ class ChatClient:
         vLLM applies the chat template and expands each image into its
         placeholder tokens, so this is what the request will cost. It decodes
         every image, so it is called only when a prompt is near the limit.
-        Returns ``None`` when the endpoint is missing or fails.
+        Returns ``None`` when the endpoint is missing or fails. The caller bounds
+        how long it waits (planning has a deadline of its own).
         """
         body = {"model": model, "messages": messages, "add_generation_prompt": True}
         return await self._tokenize(body)
@@ -485,121 +341,158 @@ class ChatClient:
             StreamBroken: the stream broke after its first chunk (connection
                 dropped, a chunk that is not JSON, or an end without a
                 ``finish_reason``); what was yielded before stands.
-            ChatError: otherwise mapped as in :func:`map_error`;
+            ChatError: otherwise mapped as in :func:`backend.vllm_errors.map_error`;
                 :class:`ClientClosed` after :meth:`aclose`.
         """
         self._check_open()
-        splitter = ReasoningSplitter(starts_in_reasoning=request.thinking)
-        headers = {"X-Request-Id": request.request_id} if request.request_id else None
-        extra_body = dict(request.extra_body)
-        interval = self.stream_interval or self.pace.tokens_per_chunk()
-        if interval > 1:
-            extra_body.setdefault("stream_interval", interval)
-        started = time.perf_counter()
-        first_token: float | None = None
-        first_reasoning: float | None = None
-        first_answer: float | None = None
-        first_chunk: float | None = None
-        last_chunk: float | None = None
-        finish_reason: str | None = None
-        usage: Usage | None = None
-        server_splits = False
+        reading = _Reading(ReasoningSplitter(starts_in_reasoning=request.thinking))
         started_streaming = False
         limit = OutputLimit(output_limit(request.max_tokens))
         try:
-            async with self._openai.chat.completions.with_streaming_response.create(
-                model=request.model,
-                messages=cast(Any, request.messages),  # OpenAI TypedDicts; ours are plain dicts
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                top_p=request.top_p,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_headers=headers,
-                extra_body=extra_body or None,
-            ) as response:
+            async with self._open(request) as response:
                 started_streaming = True
                 async for chunk in _chunks(response):
-                    if counts := chunk.get("usage"):
-                        usage = Usage(counts["prompt_tokens"], counts["completion_tokens"])
-                    choices = chunk.get("choices")
-                    if not choices:
-                        continue
-                    choice = choices[0]
-                    if choice.get("finish_reason") is not None:
-                        finish_reason = choice["finish_reason"]
-                    delta = choice.get("delta") or {}
-                    # vLLM's reasoning field: `reasoning` now, `reasoning_content` before 2026.
-                    reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-                    content = delta.get("content")
-                    parts: list[TextPart] = []
-                    if reasoning:
-                        server_splits = True
-                        parts.append(ReasoningDelta(reasoning))
-                    if content:
-                        if server_splits:  # a server-side parser already took the reasoning out
-                            parts.append(AnswerDelta(content))
-                        else:
-                            parts.extend(splitter.feed(content))
-                            if not parts and first_token is None and splitter.in_reasoning:
-                                # The opening marker alone (vLLM sends the first token
-                                # at once, the next ones a UI update later): say the
-                                # reasoning has begun, so the step shows now.
-                                parts.append(ReasoningDelta(""))
-                    if reasoning or content:
-                        last_chunk = time.perf_counter()
-                        first_chunk = first_chunk or last_chunk
-                    for part in limit.cut(parts):
-                        now = time.perf_counter()
-                        if first_token is None:
-                            first_token = now
-                        if isinstance(part, ReasoningDelta):
-                            first_reasoning = first_reasoning or now
-                        elif first_answer is None:
-                            first_answer = now
+                    for part in limit.cut(reading.parts(chunk)):
                         yield part
                     if limit.reached:
                         break  # leaving the block closes the response: vLLM aborts
         except Exception as exc:
-            if (
-                started_streaming
-                and isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
-                and not isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
-            ):
+            if started_streaming and _broke(exc):
                 raise broken_stream(exc) from exc
             raise map_error(exc, base_url=self.base_url, model=request.model) from exc
-        if finish_reason is not None and usage is not None and first_chunk and last_chunk:
-            self.pace.observe(usage.completion_tokens - 1, last_chunk - first_chunk)
-        if finish_reason is None and not limit.reached:
+        if reading.finish_reason is None and not limit.reached:
             raise StreamBroken(
                 msg(
                     "The model server's reply was cut off before the answer ended (the "
                     "stream closed without a finish reason). What arrived is kept; try again."
                 )
             )
-        for part in limit.cut(splitter.flush()):
-            if isinstance(part, AnswerDelta) and first_answer is None:
-                first_answer = time.perf_counter()
+        for part in limit.cut(reading.flush()):
             yield part
-        ended = time.perf_counter()
-        unmarked = (
-            request.thinking
-            and not server_splits
-            and not splitter.saw_marker
-            and first_reasoning is not None
-            and finish_reason != "length"
+        yield reading.done(
+            thinking=request.thinking, cut_at_chars=limit.chars if limit.reached else None
         )
-        yield Done(
-            finish_reason=finish_reason,
-            usage=usage,
-            ttft_s=None if first_token is None else first_token - started,
-            reasoning_s=None
-            if first_reasoning is None or unmarked
-            else (first_answer or ended) - first_reasoning,
-            elapsed_s=ended - started,
-            reasoning_unclosed=first_reasoning is not None
-            and first_answer is None
-            and not unmarked,
+
+    def _open(self, request: ChatRequest) -> Any:
+        """The streamed chat completion of ``request``, as the SDK's raw response context."""
+        headers = dict(self._headers)
+        if request.request_id:
+            headers["X-Request-Id"] = request.request_id
+        return self._openai.chat.completions.with_streaming_response.create(
+            model=request.model,
+            messages=cast(Any, request.messages),  # OpenAI TypedDicts; ours are plain dicts
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_headers=headers or None,
+            extra_body=dict(request.extra_body) or None,
+        )
+
+
+def _broke(exc: Exception) -> bool:
+    """True if ``exc``, raised after the stream started, means it broke (a transport
+    failure or a garbled chunk), not that the server was slow."""
+    broken = isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
+    return broken and not isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
+
+
+class _Reading:
+    """One stream being read: the reasoning split, the finish reason, usage and the clock."""
+
+    def __init__(self, splitter: ReasoningSplitter) -> None:
+        self.splitter = splitter
+        self.started = time.perf_counter()
+        self.first_token: float | None = None
+        self.first_reasoning: float | None = None
+        self.first_answer: float | None = None
+        self.first_chunk: float | None = None
+        self.last_chunk: float | None = None
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.server_splits = False
+
+    def parts(self, chunk: dict[str, Any]) -> list[TextPart]:
+        """The text parts of one chunk, in order (noting its finish reason and usage)."""
+        if counts := chunk.get("usage"):
+            self.usage = Usage(counts["prompt_tokens"], counts["completion_tokens"])
+        choices = chunk.get("choices")
+        if not choices:
+            return []
+        choice = choices[0]
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = choice["finish_reason"]
+        delta = choice.get("delta") or {}
+        # vLLM's reasoning field: `reasoning` now, `reasoning_content` before 2026.
+        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+        content = delta.get("content")
+        parts = self._split(reasoning, content)
+        if reasoning or content:
+            self.last_chunk = time.perf_counter()
+            self.first_chunk = self.first_chunk or self.last_chunk
+        for part in parts:
+            self._clock(part)
+        return parts
+
+    def _split(self, reasoning: str | None, content: str | None) -> list[TextPart]:
+        parts: list[TextPart] = []
+        if reasoning:
+            self.server_splits = True
+            parts.append(ReasoningDelta(reasoning))
+        if content and self.server_splits:  # a server-side parser already took reasoning out
+            parts.append(AnswerDelta(content))
+        elif content:
+            parts.extend(self.splitter.feed(content))
+            if not parts and self.first_token is None and self.splitter.in_reasoning:
+                # The opening marker alone (vLLM sends the first token at once, the
+                # next ones a UI update later): say the reasoning has begun, so the
+                # step shows now.
+                parts.append(ReasoningDelta(""))
+        return parts
+
+    def _clock(self, part: TextPart) -> None:
+        now = time.perf_counter()
+        self.first_token = self.first_token or now
+        if isinstance(part, ReasoningDelta):
+            self.first_reasoning = self.first_reasoning or now
+        elif self.first_answer is None:
+            self.first_answer = now
+
+    def flush(self) -> list[TextPart]:
+        """What the splitter still holds at the end of the stream."""
+        parts: list[TextPart] = list(self.splitter.flush())
+        for part in parts:
+            if isinstance(part, AnswerDelta) and self.first_answer is None:
+                self.first_answer = time.perf_counter()
+        return parts
+
+    def done(self, *, thinking: bool, cut_at_chars: int | None = None) -> Done:
+        """The end of the stream (see :class:`backend.events.Done`); ``cut_at_chars``: the
+        :class:`OutputLimit` the stream was cut at, if it was."""
+        ended = time.perf_counter()
+        reasoned = self.first_reasoning is not None
+        unmarked = (
+            thinking
+            and not self.server_splits
+            and not self.splitter.saw_marker
+            and reasoned
+            and self.finish_reason != "length"
+        )
+        reasoning_s = None
+        if self.first_reasoning is not None and not unmarked:
+            reasoning_s = (self.first_answer or ended) - self.first_reasoning
+        decode_s = None
+        if self.first_chunk is not None and self.last_chunk is not None:
+            decode_s = self.last_chunk - self.first_chunk
+        return Done(
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            ttft_s=None if self.first_token is None else self.first_token - self.started,
+            reasoning_s=reasoning_s,
+            elapsed_s=ended - self.started,
+            reasoning_unclosed=reasoned and self.first_answer is None and not unmarked,
             answer_in_reasoning=unmarked,
-            cut_at_chars=limit.chars if limit.reached else None,
+            cut_at_chars=cut_at_chars,
+            decode_s=decode_s,
         )

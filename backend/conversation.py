@@ -245,113 +245,141 @@ class Conversation:
             ContextTooLong: the current turn alone leaves less than
                 :data:`MIN_ANSWER_TOKENS` for the answer.
         """
-        if len(current.images) > budget.max_images:
-            raise TooManyImages(
-                msg(
-                    "This message has {count} images but the server accepts at most "
-                    "{max_images} per request. Send fewer images at a time.",
-                    count=len(current.images),
-                    max_images=budget.max_images,
-                )
-            )
+        fixed = self._fixed_tokens(current, count_text)
+        _check_alone(current, fixed + held_back, budget)
         history = [t for t in self.turns if t is not current and t.in_history]
-        kept_images = [len(t.images) for t in history]
-        first_turn = 0
-        image_total = sum(kept_images) + len(current.images)
-
-        def cost(index: int, images: int) -> int:
-            turn = history[index]
-            return (
-                count_text(turn.text)
-                + count_text(turn.answer)
-                + 2 * MESSAGE_OVERHEAD_TOKENS
-                + sum(
-                    i.tokens + IMAGE_OVERHEAD_TOKENS
-                    for i in turn.images[len(turn.images) - images :]
-                )
-            )
-
-        fixed = (
-            count_text(current.text)
-            + MESSAGE_OVERHEAD_TOKENS
-            + sum(i.tokens + IMAGE_OVERHEAD_TOKENS for i in current.images)
-            + (
-                count_text(self.system_prompt) + MESSAGE_OVERHEAD_TOKENS
-                if self.system_prompt
-                else 0
-            )
+        fitting = _Fitting(history, count_text, fixed, len(current.images))
+        fitting.leave_out(
+            budget, available=max(budget.max_model_len - budget.reserved - held_back, fixed)
         )
-        if fixed + held_back > budget.max_model_len - budget.floor:
-            raise ContextTooLong(
-                msg(
-                    "This message needs about {tokens} tokens, but the model takes "
-                    "{max_model_len} tokens including at least {floor} "
-                    "for the answer. Send fewer or smaller images, or a shorter text.",
-                    tokens=fixed + held_back,
-                    max_model_len=budget.max_model_len,
-                    floor=budget.floor,
-                )
-            )
-        available = max(budget.max_model_len - budget.reserved - held_back, fixed)
-        costs = [cost(i, n) for i, n in enumerate(kept_images)]
-        images_left_out = 0
-
-        def prompt_tokens() -> int:
-            return fixed + sum(costs[first_turn:])
-
-        # 1. Oldest images first, while over the image limit or the token budget.
-        for i in range(len(history)):
-            while kept_images[i] and (
-                image_total > budget.max_images or prompt_tokens() > available
-            ):
-                kept_images[i] -= 1
-                image_total -= 1
-                images_left_out += 1
-                costs[i] = cost(i, kept_images[i])
-        # 2. Then whole turns, oldest first.
-        while first_turn < len(history) and prompt_tokens() > available:
-            first_turn += 1
-
         messages: list[dict[str, Any]] = []
         if self.system_prompt:
             messages.append({"role": "system", "content": self.system_prompt})
-        for i in range(first_turn, len(history)):
-            messages.append(history[i].user_message(kept_images[i]))
-            messages.append(history[i].assistant_message())
+        for turn, images in fitting.kept():
+            messages += [turn.user_message(images), turn.assistant_message()]
         messages.append(current.user_message())
-
-        notices: list[str] = []
-        if images_left_out or first_turn:
-            limits = {"max_model_len": budget.max_model_len, "max_images": budget.max_images}
-            if images_left_out and first_turn:
-                what = msg(
-                    "{images} older image(s) and {turns} older turn(s)",
-                    images=images_left_out,
-                    turns=first_turn,
-                )
-            elif images_left_out:
-                what = msg("{images} older image(s)", images=images_left_out)
-            else:
-                what = msg("{turns} older turn(s)", turns=first_turn)
-            notices.append(
-                msg(
-                    "Left out {what} to fit the model's limits "
-                    "({max_model_len} tokens, {max_images} images per request).",
-                    what=what,
-                    **limits,
-                )
-            )
-        total = prompt_tokens()
+        total = fitting.prompt_tokens()
         return Plan(
             messages=messages,
             max_tokens=max(1, min(budget.max_tokens, budget.max_model_len - total - held_back)),
             prompt_tokens=total,
             history_tokens=total - fixed,
-            images_left_out=images_left_out,
-            turns_left_out=first_turn,
-            left_out_notices=notices,
+            images_left_out=fitting.images_left_out,
+            turns_left_out=fitting.first_turn,
+            left_out_notices=fitting.notices(budget),
             budget=budget,
         )
+
+    def _fixed_tokens(self, current: Turn, count_text: Callable[[str], int]) -> int:
+        """Tokens of what every plan sends: the current turn and the system prompt."""
+        system = (
+            count_text(self.system_prompt) + MESSAGE_OVERHEAD_TOKENS if self.system_prompt else 0
+        )
+        images = sum(i.tokens + IMAGE_OVERHEAD_TOKENS for i in current.images)
+        return count_text(current.text) + MESSAGE_OVERHEAD_TOKENS + images + system
+
+
+def _check_alone(current: Turn, tokens: int, budget: Budget) -> None:
+    """Refuse a turn that does not fit ``budget`` even with no history (``tokens``: its own).
+
+    Raises:
+        TooManyImages: more images than the server takes per request.
+        ContextTooLong: it leaves less than the least answer budget.
+    """
+    if len(current.images) > budget.max_images:
+        raise TooManyImages(
+            msg(
+                "This message has {count} images but the server accepts at most "
+                "{max_images} per request. Send fewer images at a time.",
+                count=len(current.images),
+                max_images=budget.max_images,
+            )
+        )
+    if tokens > budget.max_model_len - budget.floor:
+        raise ContextTooLong(
+            msg(
+                "This message needs about {tokens} tokens, but the model takes "
+                "{max_model_len} tokens including at least {floor} "
+                "for the answer. Send fewer or smaller images, or a shorter text.",
+                tokens=tokens,
+                max_model_len=budget.max_model_len,
+                floor=budget.floor,
+            )
+        )
+
+
+class _Fitting:
+    """Older turns being fitted into a prompt: how many images of each are kept, and
+    from which turn on they are sent (:meth:`Conversation.plan`)."""
+
+    def __init__(
+        self, history: list[Turn], count_text: Callable[[str], int], fixed: int, images_now: int
+    ) -> None:
+        self.history = history
+        self.count_text = count_text
+        self.fixed = fixed
+        self.kept_images = [len(t.images) for t in history]
+        self.image_total = sum(self.kept_images) + images_now
+        self.costs = [self._cost(i, n) for i, n in enumerate(self.kept_images)]
+        self.images_left_out = 0
+        self.first_turn = 0
+
+    def _cost(self, index: int, images: int) -> int:
+        """Tokens of older turn ``index`` with its last ``images`` images."""
+        turn = self.history[index]
+        kept = turn.images[len(turn.images) - images :]
+        return (
+            self.count_text(turn.text)
+            + self.count_text(turn.answer)
+            + 2 * MESSAGE_OVERHEAD_TOKENS
+            + sum(i.tokens + IMAGE_OVERHEAD_TOKENS for i in kept)
+        )
+
+    def prompt_tokens(self) -> int:
+        """Tokens of the prompt as it stands."""
+        return self.fixed + sum(self.costs[self.first_turn :])
+
+    def leave_out(self, budget: Budget, available: int) -> None:
+        """Leave out older images, oldest first, while over the image limit or
+        ``available`` tokens; then whole older turns, oldest first."""
+        for i in range(len(self.history)):
+            while self.kept_images[i] and (
+                self.image_total > budget.max_images or self.prompt_tokens() > available
+            ):
+                self.kept_images[i] -= 1
+                self.image_total -= 1
+                self.images_left_out += 1
+                self.costs[i] = self._cost(i, self.kept_images[i])
+        while self.first_turn < len(self.history) and self.prompt_tokens() > available:
+            self.first_turn += 1
+
+    def kept(self) -> list[tuple[Turn, int]]:
+        """The older turns sent, oldest first, each with how many of its images go."""
+        indices = range(self.first_turn, len(self.history))
+        return [(self.history[i], self.kept_images[i]) for i in indices]
+
+    def notices(self, budget: Budget) -> list[str]:
+        """What to tell the person about what was left out (nothing if nothing was)."""
+        images, turns = self.images_left_out, self.first_turn
+        if not images and not turns:
+            return []
+        if images and turns:
+            what = msg(
+                "{images} older image(s) and {turns} older turn(s)", images=images, turns=turns
+            )
+        elif images:
+            what = msg("{images} older image(s)", images=images)
+        else:
+            what = msg("{turns} older turn(s)", turns=turns)
+        return [
+            msg(
+                "Left out {what} to fit the model's limits "
+                "({max_model_len} tokens, {max_images} images per request).",
+                what=what,
+                max_model_len=budget.max_model_len,
+                max_images=budget.max_images,
+            )
+        ]
 
 
 def shrunk_budget_note(max_tokens: int, budget: Budget, *, history_left: bool) -> str:

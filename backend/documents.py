@@ -44,6 +44,7 @@ from backend.conversation import IMAGE_OVERHEAD_TOKENS
 from backend.errors import ImageError
 from backend.i18n import msg
 from backend.images import (
+    PreparedImage,
     choose_format,
     encode_image,
     fit_to_budget,
@@ -181,49 +182,7 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
     path = Path(path)
     label = name or path.name
     source_bytes = upload_size(path, label, budget.max_bytes)
-    rendered: list[Image.Image] = []
-    with _PDFIUM_LOCK:
-        try:
-            document = pdfium.PdfDocument(path)
-        except pdfium.PdfiumError as error:
-            raise _open_failure(path, label, error) from error
-        try:
-            pages = len(document)
-            tokens_left = budget.tokens
-            for index in range(min(pages, budget.images)):
-                try:
-                    page = document[index]
-                except pdfium.PdfiumError as error:
-                    raise ImageError(
-                        msg(
-                            "{name}: page {page} of {pages} cannot be read "
-                            "(the PDF is damaged or cut short); upload the whole file again",
-                            name=label,
-                            page=index + 1,
-                            pages=pages,
-                        )
-                    ) from error
-                try:
-                    width_pt, height_pt = page.get_size()
-                    if width_pt <= 0 or height_pt <= 0:
-                        raise ImageError(
-                            msg("{name}: page {page} has no size", name=label, page=index + 1)
-                        )
-                    size = page_pixels(width_pt, height_pt, budget.in_token_limit)
-                    cost = image_tokens(*size, budget.in_token_limit) + IMAGE_OVERHEAD_TOKENS
-                    if cost > tokens_left:
-                        break
-                    rendered.append(_render(page, size))
-                finally:
-                    page.close()
-                tokens_left -= cost
-        except pdfium.PdfiumError as error:
-            reason = str(error).rstrip(".")
-            raise ImageError(
-                msg("{name}: the PDF is damaged ({error})", name=label, error=reason)
-            ) from error
-        finally:
-            document.close()
+    rendered, pages, cost = _render_pages(path, label, budget)
     # Encoding (most of the time) needs no PDFium: outside the lock.
     images = [
         encode_image(
@@ -249,6 +208,83 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
                 name=label,
             )
         )
+    return _sent(images, label, pages, budget, cost)
+
+
+def _render_pages(
+    path: Path, label: str, budget: MediaBudget
+) -> tuple[list[Image.Image], int, int]:
+    """Render the first pages of the PDF that fit ``budget``, under the PDFium lock.
+
+    Returns the rendered pages, the document's page count, and the tokens of the
+    last page weighed (the first that did not fit, if one did not).
+
+    Raises:
+        ImageError: the PDF cannot be opened, or a page within the budget not loaded.
+    """
+    rendered: list[Image.Image] = []
+    cost = 0
+    with _PDFIUM_LOCK:
+        try:
+            document = pdfium.PdfDocument(path)
+        except pdfium.PdfiumError as error:
+            raise _open_failure(path, label, error) from error
+        try:
+            pages = len(document)
+            tokens_left = budget.tokens
+            for index in range(min(pages, budget.images)):
+                page_image, cost = _render_page(document, index, label, budget, tokens_left)
+                if page_image is None:
+                    break
+                rendered.append(page_image)
+                tokens_left -= cost
+        except pdfium.PdfiumError as error:
+            reason = str(error).rstrip(".")
+            raise ImageError(
+                msg("{name}: the PDF is damaged ({error})", name=label, error=reason)
+            ) from error
+        finally:
+            document.close()
+    return rendered, pages, cost
+
+
+def _render_page(
+    document: pdfium.PdfDocument, index: int, label: str, budget: MediaBudget, tokens_left: int
+) -> tuple[Image.Image | None, int]:
+    """Page ``index`` rendered at the budget and its tokens, or None (and its tokens) when
+    it does not fit in ``tokens_left``. Hold the PDFium lock.
+
+    Raises:
+        ImageError: PDFium cannot load the page, or it has no size.
+    """
+    try:
+        page = document[index]
+    except pdfium.PdfiumError as error:
+        raise ImageError(
+            msg(
+                "{name}: page {page} of {pages} cannot be read "
+                "(the PDF is damaged or cut short); upload the whole file again",
+                name=label,
+                page=index + 1,
+                pages=len(document),
+            )
+        ) from error
+    try:
+        width_pt, height_pt = page.get_size()
+        if width_pt <= 0 or height_pt <= 0:
+            raise ImageError(msg("{name}: page {page} has no size", name=label, page=index + 1))
+        size = page_pixels(width_pt, height_pt, budget.in_token_limit)
+        cost = image_tokens(*size, budget.in_token_limit) + IMAGE_OVERHEAD_TOKENS
+        return (_render(page, size) if cost <= tokens_left else None), cost
+    finally:
+        page.close()
+
+
+def _sent(
+    images: list[PreparedImage], label: str, pages: int, budget: MediaBudget, cost: int
+) -> MediaResult:
+    """The pages sent, the line the model reads about them, and the notice for people
+    (with why the others were left out: image slots, or tokens at ``cost`` a page)."""
     sent = len(images)
     text = f"{_page_range(1, sent).capitalize()} of {label}"
     notice: str = msg(

@@ -59,6 +59,8 @@ class Done:
             of reasoning and answer together and closed it, so the server stopped
             generating (:func:`backend.client.output_limit`); ``finish_reason``
             is then ``None``. ``None`` when the stream ended by itself.
+        decode_s: seconds from the first chunk with text to the last one, which
+            with ``usage`` times the server's decode speed (``None`` without text).
     """
 
     finish_reason: str | None
@@ -69,16 +71,7 @@ class Done:
     reasoning_unclosed: bool = False
     answer_in_reasoning: bool = False
     cut_at_chars: int | None = None
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        """Output tokens per second over the generation phase (after the first token)."""
-        if self.usage is None or self.ttft_s is None:
-            return None
-        gen_s = self.elapsed_s - self.ttft_s
-        if gen_s <= 0 or self.usage.completion_tokens < 2:
-            return None
-        return (self.usage.completion_tokens - 1) / gen_s
+    decode_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

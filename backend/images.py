@@ -491,9 +491,26 @@ def prepare_image(
     unchanged = _as_uploaded(path, label, in_token_limit, source_bytes)
     if unchanged is not None:
         return unchanged
+    image, source_format, orientation, notices = _flattened(path, label, in_token_limit)
+    image_format = choose_format(image, source_format)
+    size = fit_to_budget(image.width, image.height, in_token_limit)
+    if size != image.size:
+        resample = TEXT_RESAMPLE if image_format == "PNG" else PHOTO_RESAMPLE
+        image = image.resize(size, resample, reducing_gap=3.0)
+    transpose = _EXIF_TRANSPOSE.get(orientation or 1)
+    if transpose is not None:
+        image = image.transpose(transpose)
+    return encode_image(image, image_format, label, in_token_limit, source_bytes, notices)
+
+
+def _flattened(
+    path: Path, label: str, in_token_limit: int
+) -> tuple[Image.Image, str | None, int | None, tuple[str, ...]]:
+    """:func:`_decode` then :func:`_flatten`, every failure said as an :class:`ImageError`
+    naming the file: the decoded image, its source format, EXIF orientation and notices."""
     try:
         decoded, source_format, orientation, notices = _decode(path, label, in_token_limit)
-        image = _flatten(decoded)
+        return _flatten(decoded), source_format, orientation, notices
     except ImageError:
         raise
     except UnidentifiedImageError as error:
@@ -517,16 +534,6 @@ def prepare_image(
         raise ImageError(
             msg("{name}: the image is damaged or unsupported ({error})", name=label, error=reason)
         ) from error
-
-    image_format = choose_format(image, source_format)
-    size = fit_to_budget(image.width, image.height, in_token_limit)
-    if size != image.size:
-        resample = TEXT_RESAMPLE if image_format == "PNG" else PHOTO_RESAMPLE
-        image = image.resize(size, resample, reducing_gap=3.0)
-    transpose = _EXIF_TRANSPOSE.get(orientation or 1)
-    if transpose is not None:
-        image = image.transpose(transpose)
-    return encode_image(image, image_format, label, in_token_limit, source_bytes, notices)
 
 
 PASSTHROUGH_MAX_BYTES_PER_PIXEL: Final = {"JPEG": 0.35, "WEBP": 0.35, "PNG": 1.0}

@@ -42,11 +42,19 @@ class ModelDirectory:
         self._wait_s = wait_s
         self._clock = clock
         self._models: list[ServedModel] = []
+        self._answered = False
         self._fetched_at = float("-inf")
         self._refreshing: asyncio.Task[None] | None = None
 
+    @property
+    def answered(self) -> bool:
+        """True if the server answered the last refresh (False before any, or after a
+        failed one: what it serves may then be more than :meth:`current` says)."""
+        return self._answered
+
     async def current(self) -> list[ServedModel]:
-        """The served models, as last known (empty while the server is unknown or down).
+        """The served models, as last known: the last good answer, kept while the
+        server fails (empty until it has answered once).
 
         Starts a refresh when the cache is stale and waits for it at most
         ``wait_s``; the refresh goes on in the background after that. Never raises.
@@ -63,8 +71,9 @@ class ModelDirectory:
         """Ask ``/v1/models``; keep the last good answer if the server fails."""
         try:
             self._models = await self._client.list_models()
+            self._answered = True
         except ChatError:
-            self._models = []
+            self._answered = False
         self._fetched_at = self._clock()
 
     async def aclose(self) -> None:

@@ -7,11 +7,10 @@ words themselves are msgids of the catalogue (``backend/locale``).
 
 from __future__ import annotations
 
-from typing import Literal
-
-from backend.events import Done
 from backend.i18n import ENGLISH, Message, Translator, msg
 from backend.safety import escape_markdown
+from backend.timings import StepEnd as StepEnd  # the step's words live with its numbers
+from backend.timings import thought_label as thought_label
 
 
 def in_markdown(value: str, tr: Translator = ENGLISH) -> str:
@@ -40,42 +39,6 @@ SEND_ANYWAY_LABEL = msg("Send without them")
 
 ALREADY_SENT_NOTE = msg("That message was already sent or replaced.")
 TURN_GONE_NOTE = msg("That turn is no longer part of the conversation; ask again below.")
-
-StepEnd = Literal["done", "stopped", "failed"]
-"""How a reasoning step ended: the answer followed, Stop was pressed, or an error."""
-
-
-def thought_label(seconds: float, ended: StepEnd = "done", tr: Translator = ENGLISH) -> str:
-    """Title of a finished reasoning step, e.g. ``"Thought for 12.3s"``.
-
-    ``"stopped"`` adds "(stopped)" (the person pressed Stop); ``"failed"`` adds
-    "(interrupted by an error)", explained in the message below it.
-    """
-    if ended == "stopped":
-        return tr("Thought for {seconds:.1f}s (stopped)", seconds=seconds)
-    if ended == "failed":
-        return tr("Thought for {seconds:.1f}s (interrupted by an error)", seconds=seconds)
-    return tr("Thought for {seconds:.1f}s", seconds=seconds)
-
-
-def stats_line(done: Done, tr: Translator = ENGLISH) -> str:
-    """One compact line under an answer: TTFT, thinking time, tokens, tokens/s.
-
-    Example: ``"TTFT 0.41 s · thought 12.3 s · 512 tokens · 48.2 tokens/s"``;
-    parts the server did not report are left out.
-    """
-    parts = []
-    if done.ttft_s is not None:
-        parts.append(tr("TTFT {seconds:.2f} s", seconds=done.ttft_s))
-    if done.reasoning_s is not None:
-        parts.append(tr("thought {seconds:.1f} s", seconds=done.reasoning_s))
-    if done.usage is not None:
-        parts.append(tr("{count} tokens", count=done.usage.completion_tokens))
-    rate = done.tokens_per_s
-    if rate is not None:
-        parts.append(tr("{rate:.1f} tokens/s", rate=rate))
-    parts.append(tr("total {seconds:.1f} s", seconds=done.elapsed_s))
-    return " · ".join(parts)
 
 
 def cut_off_note(max_tokens: int, *, in_reasoning: bool, tr: Translator = ENGLISH) -> str:

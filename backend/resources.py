@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from backend.client import ChatClient, ServedModel
 from backend.models import ModelDirectory
+from backend.pacing import ServerPace
 from backend.settings import Settings
 from backend.uploads import MediaWorkers, hand_back_large_blocks
 
@@ -30,10 +31,16 @@ with them kept, 236 MB with ``PILLOW_BLOCKS_MAX=0``; 228 MB 120 s later (idle 18
 
 @dataclass(frozen=True, slots=True)
 class Server:
-    """One model server: its client and the cache of what it serves."""
+    """One model server: its client, the cache of what it serves, and its pace."""
 
     client: ChatClient
     models: ModelDirectory
+    pace: ServerPace
+
+    @classmethod
+    def of(cls, client: ChatClient, settings: Settings) -> Server:
+        """The server behind ``client`` (borrowed: its owner closes it)."""
+        return cls(client, ModelDirectory(client), ServerPace(client, settings.stream_interval))
 
 
 @dataclass
@@ -52,8 +59,7 @@ class AppResources:
         hand_back_large_blocks()
         servers = []
         for url in settings.base_urls:
-            client = ChatClient.from_settings(settings, url)
-            servers.append(Server(client, ModelDirectory(client)))
+            servers.append(Server.of(ChatClient.from_settings(settings, url), settings))
         return cls(settings, servers, MediaWorkers())
 
     @property
@@ -68,9 +74,15 @@ class AppResources:
                 for model in models]  # fmt: skip
 
     async def server_for(self, model: str) -> Server:
-        """The server that serves ``model``; the first server when none is known to."""
+        """The server to ask for ``model``, asked again at every connect of a chat.
+
+        The first server whose model list names it; else the first one that did not
+        answer its last model-list refresh (it may serve it: asking it then fails in a
+        way a chat retries); else the first server, which will say what it serves.
+        """
         found = [server for served, server in await self.served() if served.id == model]
-        return found[0] if found else self.servers[0]
+        unknown = [server for server in self.servers if not server.models.answered]
+        return (found or unknown or self.servers)[0]
 
     def start_housekeeping(self, every_s: float = TRIM_EVERY_S) -> None:
         """Hand freed memory back to the system every ``every_s`` seconds (in the event

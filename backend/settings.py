@@ -36,7 +36,7 @@ class ModelProfile:
             down until (H/14)*(W/14) <= in_token_limit.
         dev_shaped: the dev model standing in for Thinking-2506: with dev mode on,
             the app shapes its output into "◁think▷ … ◁/think▷ answer" with vLLM
-            structured outputs and reads it as a Thinking model's (backend.chat).
+            structured outputs and reads it as a Thinking model's (backend.planning).
     """
 
     served_name: str
@@ -137,6 +137,12 @@ class Settings(BaseSettings):
     )
     idle_timeout_s: float = Field(
         120.0, gt=0, description="give up when a started answer is silent this long, seconds"
+    )
+    plan_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        description="longest wait for the server's exact count of a prompt near the limit "
+        "before its request is sent, seconds; then the estimate is used",
     )
     stream_interval: int = Field(
         0,

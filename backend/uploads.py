@@ -175,15 +175,23 @@ class UploadLimits:
     max_bytes: int
 
 
+MAX_PREFETCHED = 16
+"""Images one chat may hold prepared ahead of sending (about 1.4 MB each for a photo):
+attachments removed from the message box are never announced, so what is held is bounded;
+the oldest goes first, and is prepared again if its message is sent after all."""
+
+
 class Prefetched:
     """Images being prepared before their message is sent (preparation starts on upload).
 
     Keyed by the upload's path; each entry remembers the limits it was made for,
-    and is made again for other limits. Owned by one chat; :meth:`clear` when the
-    chat ends.
+    and is made again for other limits. At most ``limit`` entries, the oldest
+    dropped first. Owned by one chat: it clears them when a message is sent (what
+    that message did not use was removed before sending) and when the chat ends.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_PREFETCHED) -> None:
+        self.limit = limit
         self._tasks: dict[Path, tuple[UploadLimits, asyncio.Task[PreparedImage]]] = {}
 
     def start(self, upload: Upload, limits: UploadLimits, workers: MediaWorkers) -> bool:
@@ -192,23 +200,25 @@ class Prefetched:
         if found is not None and found[0] == limits:
             return True
         if found is not None:
-            found[1].cancel()  # made for other limits (another model)
+            self._tasks.pop(upload.path)[1].cancel()  # made for other limits (another model)
         if sniff_kind(upload.path) is not UploadKind.IMAGE:
             return False  # PDFs and videos depend on what else the message holds
-        work = workers.run(
-            prepare_image,
-            upload.path,
-            limits.in_token_limit,
-            upload.name,
-            max_bytes=limits.max_bytes,
-        )
-        self._tasks[upload.path] = (limits, asyncio.ensure_future(work))
+        while len(self._tasks) >= self.limit:
+            self._tasks.pop(next(iter(self._tasks)))[1].cancel()
+        self._tasks[upload.path] = (limits, _preparing(upload, limits, workers))
         return True
 
-    def take(self, upload: Upload) -> asyncio.Task[PreparedImage] | None:
-        """The preparation started for ``upload`` (removed), or None."""
+    def claim(
+        self, upload: Upload, limits: UploadLimits, workers: MediaWorkers
+    ) -> asyncio.Task[PreparedImage]:
+        """The preparation of image ``upload`` for ``limits`` (removed from here): the one
+        started early if it was made for them, else one started now."""
         found = self._tasks.pop(upload.path, None)
-        return None if found is None else found[1]
+        if found is not None and found[0] == limits:
+            return found[1]
+        if found is not None:
+            found[1].cancel()
+        return _preparing(upload, limits, workers)
 
     def clear(self) -> None:
         """Cancel and forget everything not yet sent (the chat ended)."""
@@ -218,6 +228,10 @@ class Prefetched:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+
+Outcome = PreparedImage | MediaResult | BaseException
+"""What preparing one upload gave: an image, a document's or video's frames, or a failure."""
 
 
 async def prepare_uploads(
@@ -240,14 +254,9 @@ async def prepare_uploads(
     kinds = [sniff_kind(upload.path) for upload in uploads]  # reads 1 KB of each
     photos = [i for i, kind in enumerate(kinds) if kind is UploadKind.IMAGE]
     early = prefetched or Prefetched()
-    for i in photos:
-        early.start(uploads[i], limits, workers)
-    prepared = await asyncio.gather(
-        *(_taken(early, uploads[i]) for i in photos), return_exceptions=True
-    )
-    outcomes: dict[int, PreparedImage | MediaResult | BaseException] = dict(
-        zip(photos, prepared, strict=True)
-    )
+    started = [early.claim(uploads[i], limits, workers) for i in photos]
+    prepared = await asyncio.gather(*started, return_exceptions=True)
+    outcomes: dict[int, Outcome] = dict(zip(photos, prepared, strict=True))
     budget = MediaBudget(
         images=limits.images_per_prompt,
         tokens=int(MEDIA_CONTEXT_SHARE * limits.max_model_len),
@@ -266,6 +275,11 @@ async def prepare_uploads(
                 budget = budget.after(media.images)
     if uploads:
         await workers.run(workers.release_memory)
+    return _collected(uploads, outcomes)
+
+
+def _collected(uploads: Sequence[Upload], outcomes: dict[int, Outcome]) -> UploadResult:
+    """The outcomes of ``uploads`` (by index) as one result, in upload order."""
     result = UploadResult([], [], [], [])
     for i, upload in enumerate(uploads):
         outcome = outcomes[i]
@@ -290,8 +304,11 @@ async def prepare_uploads(
     return result
 
 
-async def _taken(prefetched: Prefetched, upload: Upload) -> PreparedImage:
-    """The prepared image of ``upload`` (its preparation was started just before)."""
-    task = prefetched.take(upload)
-    assert task is not None, "started by prepare_uploads"
-    return await task
+def _preparing(
+    upload: Upload, limits: UploadLimits, workers: MediaWorkers
+) -> asyncio.Task[PreparedImage]:
+    """Prepare image ``upload`` for ``limits`` in ``workers``, as a task."""
+    work = workers.run(
+        prepare_image, upload.path, limits.in_token_limit, upload.name, max_bytes=limits.max_bytes
+    )
+    return asyncio.ensure_future(work)

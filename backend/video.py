@@ -279,6 +279,58 @@ def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None
     path = Path(path)
     label = name or path.name
     source_bytes = upload_size(path, label, budget.max_bytes)
+    _check_complete(path, label)
+    try:
+        with av.open(str(path)) as container:
+            stream, duration, plan = _planned(container, label, budget)
+            reader = _FrameReader(container, stream)
+            frames: list[PreparedImage] = []
+            times: list[str] = []
+            for index in range(plan.count):
+                found = reader.frame_at(index * duration / plan.count)
+                if found is None:
+                    break
+                frame, seconds = found
+                times.append(format_timestamp(max(0.0, seconds)))
+                name_at = f"{label} @ {times[-1]}"
+                image = _upright(frame, plan)
+                frames.append(
+                    encode_image(image, "JPEG", name_at, budget.in_token_limit, source_bytes)
+                )
+    except ImageError:
+        raise
+    except (av.FFmpegError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ImageError(
+            msg("{name}: not a video that can be decoded ({error})", name=label, error=reason)
+        ) from error
+    if not frames:
+        raise ImageError(msg("{name}: no frame could be decoded", name=label))
+    return MediaResult(
+        frames, f"Frames of {label} at {', '.join(times)}", [_sent(label, frames, duration)]
+    )
+
+
+def _sent(label: str, frames: list[PreparedImage], duration: float) -> str:
+    """The notice for people: how many frames of how long a video went, at what size."""
+    return msg(
+        "{name}: {count} frames of the {duration} video sent "
+        "({width}x{height} px, {tokens} tokens each)",
+        name=label,
+        count=len(frames),
+        duration=format_timestamp(duration),
+        width=frames[0].width,
+        height=frames[0].height,
+        tokens=frames[0].tokens,
+    )
+
+
+def _check_complete(path: Path, label: str) -> None:
+    """Refuse an MP4/MOV cut short or without its index (:func:`iso_box_problem`).
+
+    Raises:
+        ImageError: it is, or the file cannot be read.
+    """
     try:
         problem = iso_box_problem(path)
     except OSError as error:
@@ -294,67 +346,43 @@ def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None
                 problem=problem,
             )
         )
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise ImageError(msg("{name}: the file has no video stream", name=label))
-            stream = container.streams.video[0]
-            width, height = stream.codec_context.width, stream.codec_context.height
-            duration = _duration_s(container, stream)
-            if width < 1 or height < 1 or duration <= 0:
-                raise ImageError(msg("{name}: cannot tell the video's size or length", name=label))
-            if width * height > MAX_DECODED_PIXELS:
-                raise ImageError(
-                    msg(
-                        "{name}: {width}x{height} frames are too large to decode",
-                        name=label,
-                        width=width,
-                        height=height,
-                    )
-                )
-            try:
-                plan = plan_frames(duration, width, height, budget)
-            except ImageError as error:
-                raise ImageError(
-                    msg("{name}: not used: {why}", name=label, why=error.message)
-                ) from error
-            frames: list[PreparedImage] = []
-            times: list[str] = []
-            reader = _FrameReader(container, stream)
-            for index in range(plan.count):
-                found = reader.frame_at(index * duration / plan.count)
-                if found is None:
-                    break
-                frame, seconds = found
-                image: Image.Image = frame.to_image(  # type: ignore[no-untyped-call]
-                    width=plan.width, height=plan.height, interpolation="AREA"
-                )
-                transpose = _ROTATE.get(frame.rotation)
-                if transpose is not None:
-                    image = image.transpose(transpose)
-                times.append(format_timestamp(max(0.0, seconds)))
-                frames.append(
-                    encode_image(
-                        image, "JPEG", f"{label} @ {times[-1]}", budget.in_token_limit, source_bytes
-                    )
-                )
-    except ImageError:
-        raise
-    except (av.FFmpegError, ValueError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _planned(
+    container: av.container.InputContainer, label: str, budget: MediaBudget
+) -> tuple[av.VideoStream, float, FramePlan]:
+    """The video stream of ``container``, its length in seconds and the frames to take.
+
+    Raises:
+        ImageError: no video stream, unknown size or length, frames too large to
+            decode, or no room for a frame in ``budget``.
+    """
+    if not container.streams.video:
+        raise ImageError(msg("{name}: the file has no video stream", name=label))
+    stream = container.streams.video[0]
+    width, height = stream.codec_context.width, stream.codec_context.height
+    duration = _duration_s(container, stream)
+    if width < 1 or height < 1 or duration <= 0:
+        raise ImageError(msg("{name}: cannot tell the video's size or length", name=label))
+    if width * height > MAX_DECODED_PIXELS:
         raise ImageError(
-            msg("{name}: not a video that can be decoded ({error})", name=label, error=reason)
-        ) from error
-    if not frames:
-        raise ImageError(msg("{name}: no frame could be decoded", name=label))
-    notice = msg(
-        "{name}: {count} frames of the {duration} video sent "
-        "({width}x{height} px, {tokens} tokens each)",
-        name=label,
-        count=len(frames),
-        duration=format_timestamp(duration),
-        width=frames[0].width,
-        height=frames[0].height,
-        tokens=frames[0].tokens,
+            msg(
+                "{name}: {width}x{height} frames are too large to decode",
+                name=label,
+                width=width,
+                height=height,
+            )
+        )
+    try:
+        return stream, duration, plan_frames(duration, width, height, budget)
+    except ImageError as error:
+        raise ImageError(msg("{name}: not used: {why}", name=label, why=error.message)) from error
+
+
+def _upright(frame: av.VideoFrame, plan: FramePlan) -> Image.Image:
+    """``frame`` at the planned size, its display rotation (a portrait phone video) applied."""
+    image: Image.Image = frame.to_image(  # type: ignore[no-untyped-call]
+        width=plan.width, height=plan.height, interpolation="AREA"
     )
-    return MediaResult(frames, f"Frames of {label} at {', '.join(times)}", [notice])
+    transpose = _ROTATE.get(frame.rotation)
+    return image.transpose(transpose) if transpose is not None else image

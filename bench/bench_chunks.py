@@ -17,7 +17,7 @@ server's own CPU does not count):
   the bytes (no text decoding);
 * ``client-every-token``: :meth:`backend.client.ChatClient.stream`, the app's
   own path (events out, reasoning split included), one chunk per token;
-* ``client``: the same with its default ``stream_interval`` (learnt from the
+* ``client``: the same with the server pace's ``stream_interval`` (learnt from the
   first answer: one UI update's worth of tokens per chunk; the scripted server
   groups as vLLM does), the figure that matters.
 
@@ -41,7 +41,8 @@ import openai
 import orjson
 
 from backend.client import ChatClient, ChatRequest
-from backend.events import AnswerDelta, ReasoningDelta
+from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.pacing import ServerPace
 from bench._common import MODEL, question, running_server
 
 BODY: dict[str, Any] = {
@@ -109,14 +110,17 @@ async def way_bytes(client: openai.AsyncOpenAI) -> tuple[int, str]:
     return n, "".join(parts)
 
 
-async def way_client(client: ChatClient) -> tuple[int, str]:
-    """The app's ``ChatClient.stream`` (events, not chunks: ``n`` counts events)."""
+async def way_client(pace: ServerPace) -> tuple[int, str]:
+    """The app's ``ChatClient.stream``, asked as its server's pace asks (events, not
+    chunks: ``n`` counts events); the pace learns from each answer, as the app's does."""
     request = ChatRequest(
         model=MODEL, messages=BODY["messages"], max_tokens=40000, temperature=0, thinking=True
     )
     n, parts = 0, []
-    async for event in client.stream(request):
+    async for event in pace.client.stream(pace.request(request)):
         n += 1
+        if isinstance(event, Done):
+            pace.learn(event)
         if isinstance(event, ReasoningDelta | AnswerDelta):
             parts.append(event.text)
     return n, "".join(parts)
@@ -128,8 +132,8 @@ async def measure(base_url: str, repeats: int, concurrency: int) -> dict[str, di
     Each repeat runs ``concurrency`` streams at once; chunks are counted over all.
     """
     client = openai.AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0)
-    app_client = ChatClient(base_url, "EMPTY")
-    every_token = ChatClient(base_url, "EMPTY", stream_interval=1)
+    app_client = ServerPace(ChatClient(base_url, "EMPTY"))
+    every_token = ServerPace(ChatClient(base_url, "EMPTY"), stream_interval=1)
     ways: dict[str, Callable[[], Awaitable[tuple[int, str]]]] = {
         "sdk": lambda: way_sdk(client),
         "raw-lines-json": lambda: lines_way(json.loads)(client),
@@ -153,8 +157,8 @@ async def measure(base_url: str, repeats: int, concurrency: int) -> dict[str, di
             per_chunk.append(elapsed / chunks * 1e6)
         out[name] = {"us_per_chunk": statistics.median(per_chunk), "text_chars": len(text)}
     await client.close()
-    await app_client.aclose()
-    await every_token.aclose()
+    await app_client.client.aclose()
+    await every_token.client.aclose()
     return out
 
 

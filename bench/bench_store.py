@@ -32,10 +32,11 @@ from sqlalchemy import text
 
 from backend.conversation import Turn
 from backend.images import prepare_image
+from backend.record import TurnRecord
 from backend.settings import Settings
 from backend.store import Store
 from backend.store.resume import restore
-from backend.store.turns import TurnRecord
+from backend.timings import Timings
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient
 
@@ -84,7 +85,8 @@ async def write_chat(layer: KimiDataLayer, store: Store, photos: list[Path]) -> 
         await step(answer_id, "Kimi-VL", "assistant_message", ANSWER)
         prepared = await asyncio.to_thread(prepare_image, photo, 16384, photo.name)
         turn = Turn(f"What is in photo {i}?", [prepared], ANSWER, REASONING, "done")
-        record = TurnRecord(i, message_id, turn, answer_id, 4.2, "TTFT 0.4 s", "kimi-vl", {})
+        timings = Timings(ttft_s=0.4, reasoning_s=4.2, elapsed_s=6.0, completion_tokens=300)
+        record = TurnRecord(i, message_id, turn, answer_id, timings, "kimi-vl", {})
         await store.turns.save(thread_id, record)
     assert layer.failed_statements == 0
     return thread_id

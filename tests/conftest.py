@@ -21,6 +21,7 @@ import uvicorn
 
 from backend.chat import ChatSession
 from backend.client import ChatClient
+from backend.resources import Server
 from backend.settings import Settings
 from backend.uploads import MediaWorkers
 from tests.fakes.kimi_server import KimiServer
@@ -157,7 +158,7 @@ async def make_session() -> AsyncIterator[SessionFactory]:
     def make(settings: Settings) -> ChatSession:
         client, workers = ChatClient.from_settings(settings), MediaWorkers()
         owned.append((client, workers))
-        return ChatSession.create(settings, client, workers)
+        return ChatSession.create(settings, Server.of(client, settings), workers)
 
     yield make
     for client, workers in owned:

@@ -37,9 +37,10 @@ from backend.auth import MAX_PASSWORD_CHARS, AuthError, SignInThrottle, check_pa
 from backend.cli import main
 from backend.conversation import Turn
 from backend.images import prepare_image
+from backend.record import TurnRecord
 from backend.settings import Settings
 from backend.store import Store
-from backend.store.turns import TurnRecord
+from backend.timings import Timings
 from tests.conftest import DATA, rows
 from ui import history
 from ui.datalayer import TITLE_MAX_CHARS, KimiDataLayer, readable_title
@@ -339,7 +340,8 @@ async def shared_chat(app: App) -> dict[str, str]:
     turn = Turn(text="What is in the photo?", images=[prepare_image(DATA / "rocket.jpg", 512,
                 "rocket.jpg")], answer="A rocket on its pad.", reasoning="I look closely.",
                 status="done")  # fmt: skip
-    record = TurnRecord(position=0, message_id=ids["question"], turn=turn, reasoning_s=1.5,
+    timings = Timings(reasoning_s=1.5)
+    record = TurnRecord(position=0, message_id=ids["question"], turn=turn, timings=timings,
                         model="kimi-vl-thinking-2506")  # fmt: skip
     await app.store.turns.save(ids["thread"], record)
     threads = await app.layer.get_all_user_threads(thread_id=ids["thread"])

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -21,12 +22,17 @@ from typing import Any
 
 import chainlit as cl
 import pytest
+from chainlit.config import config as chainlit_config
 from chainlit.context import init_ws_context
 from chainlit.session import WebsocketSession
 
 import app
+from backend.client import ServedModel
+from backend.errors import ServerUnreachable
+from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.settings import Settings
+from backend.turn_runner import TurnRunner
 from tests.conftest import DATA, RunningFake, SessionFactory, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
 from tests.media import make_pdf, make_video
@@ -69,7 +75,14 @@ class Browser:
         return [data["name"] for event, data in self.frames if event == "action"]
 
 
-async def start_chat(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Browser:
+async def start_chat(
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    chat_profile: str | None = None,
+    before_start: Callable[[], None] | None = None,
+) -> Browser:
+    """A chat as a new tab starts it: the app's resources for ``settings`` (``before_start``
+    runs once they exist), then ``on_chat_start`` with ``chat_profile`` chosen."""
     browser = Browser()
 
     async def emit_call(*_: Any) -> None:
@@ -82,11 +95,14 @@ async def start_chat(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Bro
         emit_call=emit_call,
         user_env={},
         client_type="webapp",
+        chat_profile=chat_profile,
     )
     init_ws_context(session)
     await app.shutdown()  # each test's settings get their own shared resources
     monkeypatch.setattr(app, "SETTINGS", settings)
     await app.startup()
+    if before_start is not None:
+        before_start()
     await app.on_chat_start()
     return browser
 
@@ -503,9 +519,10 @@ async def test_the_chosen_profile_counts_before_the_first_connect(
     assert session.upload_limits().in_token_limit == 16384  # before any connect
     session = make_session(Settings(base_url=two_models.base_url))
     session.wanted_model = "kimi-vl"  # Instruct, listed second
-    turn = session.start_turn("m1", "hello", [])
-    planned = await session.plan_request(turn)  # connects lazily
-    assert planned.request.model == "kimi-vl" and planned.request.temperature == 0.2
+    two_models.reset()
+    _ = [e async for e in TurnRunner(session).new_turn("m1", "hello", [])]  # connects lazily
+    sent = two_models.requests[-1]
+    assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2
 
 
 def test_importing_the_app_writes_no_log_file(tmp_path: Path) -> None:
@@ -610,3 +627,159 @@ async def test_compare_asks_the_other_server_the_same_turn(
     assert len(app.chat().conversation.turns) == 2  # the chat goes on with its own model
     model = app.chat().model
     assert model is not None and model.id == "kimi-vl-thinking-2506"
+
+
+# --- the lifecycle of a turn: defects found following one turn --------------------------
+
+
+async def test_a_closed_tab_stops_its_answer_once_its_session_is_gone(
+    browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: a tab closed for good (open mode) kept the model server generating its
+    answer to the end. Chainlit calls on_chat_end at every disconnect and keeps the
+    session ``session_timeout`` seconds for a reconnect; after that nobody can see it."""
+    monkeypatch.setattr(chainlit_config.project, "session_timeout", 0.5)
+    task = asyncio.create_task(app.on_message(user_message("#scenario=slow")))
+    await wait_for(lambda: any(e == "stream_start" for e, _ in browser.frames))
+    await app.on_chat_end()  # the socket went away
+    await asyncio.sleep(0.2)
+    assert fake.server.aborted == []  # within the reconnect grace the answer goes on
+    await wait_for(lambda: bool(fake.server.aborted), timeout_s=5)
+    assert fake.server.aborted == [fake.server.headers[-1]["x-request-id"]]
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), timeout=5)
+    assert app.chat().conversation.turns[-1].status == "stopped"
+
+
+async def test_a_chat_the_browser_cleared_stops_its_answer_at_once(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """A new chat clears the session (``to_clear``): Chainlit deletes it at once, so its
+    answer stops without waiting out the grace (60 s here)."""
+    task = asyncio.create_task(app.on_message(user_message("#scenario=slow")))
+    await wait_for(lambda: any(e == "stream_start" for e, _ in browser.frames))
+    session = cl.context.session
+    assert isinstance(session, WebsocketSession)
+    session.to_clear = True
+    await app.on_chat_end()
+    await wait_for(lambda: bool(fake.server.aborted), timeout_s=3)
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), timeout=5)
+    assert app.chat().conversation.turns[-1].status == "stopped"
+
+
+async def test_a_tab_that_comes_back_within_the_grace_keeps_its_answer(
+    browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chainlit_config.project, "session_timeout", 0.5)
+    task = asyncio.create_task(app.on_message(user_message("#scenario=steady")))
+    await wait_for(lambda: any(e == "stream_start" for e, _ in browser.frames))
+    await app.on_chat_end()
+    session = cl.context.session
+    assert isinstance(session, WebsocketSession)
+    session.restore(new_socket_id=str(uuid.uuid4()))  # Chainlit's reconnect
+    await asyncio.wait_for(task, timeout=20)
+    assert fake.server.aborted == []
+    assert app.chat().conversation.turns[-1].status == "done"
+
+
+async def test_a_failed_model_list_does_not_bind_the_chat_to_the_first_server(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: with two servers, a model-list error of the second one at chat start made
+    the chat ask the first server for the second one's model, for good."""
+    instruct_server.reset()
+    failures = [ServerUnreachable(msg("Cannot reach the model server at {url}.", url="x"))] * 2
+
+    def flaky_second_server() -> None:
+        client = app.resources().servers[1].client
+        real = client.list_models
+
+        async def list_models() -> list[ServedModel]:
+            if failures:
+                raise failures.pop()
+            return await real()
+
+        monkeypatch.setattr(client, "list_models", list_models)
+
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch, "kimi-vl", flaky_second_server)
+    await wait_for(lambda: "The model server is ready" in browser.texts()[-1], timeout_s=10)
+    await app.on_message(user_message("hello #scenario=plain"))
+    assert [r["model"] for r in instruct_server.requests] == ["kimi-vl"]
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    assert not any("does not serve" in text for text in browser.texts())
+
+
+async def test_planning_a_prompt_near_the_limit_does_not_wait_on_a_stuck_tokenizer(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """Defect: counting the prompt with /tokenize had only the 600 s read timeout, up to
+    three times, before the stream started. Planning has its own short deadline and then
+    goes on with the estimate."""
+    session = app.chat()
+    earlier = session.start_turn("long", "x" * 19_000, [])  # ~6,300 tokens: near the limit
+    earlier.answer, earlier.status = "ok", "done"
+    fake.server.tokenize_mode = "hang"
+    started = time.monotonic()
+    await asyncio.wait_for(app.on_message(user_message("#scenario=plain")), timeout=15)
+    assert time.monotonic() - started < 8
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    assert len(fake.requests[-1]["messages"]) == 3  # the long turn went with it
+
+
+async def test_an_attachment_removed_before_sending_frees_its_prepared_image(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """Defect: an image attached, prepared early, then removed from the message box (the
+    browser tells the server nothing) stayed in memory until the chat ended."""
+    session = cl.context.session
+    try:
+        kept = await session.persist_file(
+            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
+        )
+        await session.persist_file(
+            name="removed.png", mime="image/png", path=str(DATA / "chelsea.png")
+        )
+        assert len(app.chat().prefetched) == 2
+        path = session.files[kept["id"]]["path"]
+        element = cl.Image(name="rocket.jpg", path=str(path), mime="image/jpeg")
+        await app.on_message(
+            cl.Message(content="What is it?", type="user_message", elements=[element])
+        )
+        assert len(app.chat().prefetched) == 0
+        assert [p["type"] for p in fake.requests[-1]["messages"][-1]["content"]] == [
+            "image_url",
+            "text",
+        ]
+    finally:
+        shutil.rmtree(session.files_dir, ignore_errors=True)
+
+
+async def test_an_explicit_empty_api_key_means_no_key(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: ``KIMI_API_KEY=`` (.env.example: "an explicit empty value means no key")
+    made every chat start with the OpenAI SDK's "Missing credentials" error."""
+    monkeypatch.setenv("OPENAI_API_KEY", "not-for-this-server")  # never picked up instead
+    browser = await start_chat(Settings(base_url=fake.base_url, api_key=""), monkeypatch)
+    await app.on_message(user_message("hello #scenario=plain"))
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    assert not any("Missing credentials" in text for text in browser.texts())
+    assert all("authorization" not in headers for headers in fake.server.headers)
+
+
+async def test_an_unexpected_failure_is_said_in_the_apps_words(
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chainlit would show an exception's own text; every error a person sees is ours."""
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("internal detail nobody should read")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(app.runner(), "ask", broken)
+        await app.on_message(user_message("hello"))
+    said = browser.texts()[-1]
+    assert said.startswith("⚠️ Something went wrong inside the app (RuntimeError)")
+    assert "internal detail" not in said
+    await app.on_message(user_message("and now? #scenario=plain"))  # the next message works
+    assert browser.texts()[-1].startswith(ANSWER.strip())

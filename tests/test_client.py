@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from backend.client import ChatClient, ChatRequest, map_error
+from backend.client import ChatClient, ChatRequest
 from backend.errors import (
     ClientClosed,
     ContextTooLong,
+    RequestRejected,
     RequestTimeout,
     ServerFailed,
     ServerLoading,
@@ -20,6 +21,7 @@ from backend.errors import (
     can_retry,
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.vllm_errors import map_error
 from tests.conftest import RunningFake, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
 
@@ -97,6 +99,10 @@ async def test_request_id_and_options_are_sent(client: ChatClient, fake: Running
         ("error-500", ServerFailed, "EngineCore"),
         ("error-503", ServerLoading, "still loading"),
         ("midstream-error", ServerFailed, "engine died"),
+        ("error-images-reworded", TooManyImages, "Too many pictures"),
+        ("error-budget-reworded", ContextTooLong, "more than the model takes"),
+        ("error-images-untyped", TooManyImages, "At most 4 image(s)"),
+        ("error-other-400", RequestRejected, "temperature must be"),
     ],
 )
 async def test_server_errors_become_our_errors(
@@ -104,6 +110,7 @@ async def test_server_errors_become_our_errors(
 ) -> None:
     with pytest.raises(error) as caught:
         await collect(client, f"#scenario={scenario}")
+    assert type(caught.value) is error  # not a parent class: vLLM's param told which
     assert words in str(caught.value)
     assert "Traceback" not in str(caught.value) and "\n" not in str(caught.value)
 
@@ -150,6 +157,21 @@ async def test_closing_the_stream_early_closes_the_response(
     assert len(fake.server.aborted) == 1
     # A new request still works on the same client after the early close.
     assert texts(await collect(client, "#scenario=plain")) == ("", ANSWER)
+
+
+async def test_an_error_event_with_a_client_status_is_a_rejection() -> None:
+    """vLLM 0.32 sends an error inside a started stream with the status it would have
+    answered as ``code``: a 400 there is the request's fault, a 500 the server's."""
+    import httpx2
+    import openai
+
+    def event(code: int, param: str | None = None) -> Exception:
+        body = {"message": "bad", "type": "BadRequestError", "param": param, "code": code}
+        return openai.APIError("bad", request=httpx2.Request("POST", "http://h/v1"), body=body)
+
+    assert type(map_error(event(400, "image"), base_url="u", model="m")) is TooManyImages
+    assert type(map_error(event(400), base_url="u", model="m")) is RequestRejected
+    assert type(map_error(event(500), base_url="u", model="m")) is ServerFailed
 
 
 def test_map_error_passes_unknown_exceptions_as_server_failed() -> None:
@@ -217,36 +239,6 @@ async def test_a_stream_that_breaks_says_how_and_keeps_what_came(
     reasoning, answer = texts(received)
     assert reasoning == "Let me see" and ANSWER.startswith(answer) and answer
     assert "\n" not in str(caught.value) and can_retry(caught.value)
-
-
-async def test_chunks_follow_the_learnt_speed_with_the_same_text(fake: RunningFake) -> None:
-    """As many tokens per chunk as the UI shows per update (50 ms), learnt from speed."""
-    every_token = ChatClient(fake.base_url, "k", stream_interval=1)
-    learnt = ChatClient(fake.base_url, "k")
-    first = await collect(learnt, "#scenario=thinking", thinking=True)
-    assert "stream_interval" not in fake.requests[-1]  # nothing learnt yet: every token
-    learnt.pace.tokens_per_s = 100.0  # whatever it learnt from the first: now 100 tokens/s
-    grouped = await collect(learnt, "#scenario=thinking", thinking=True)
-    assert fake.requests[-1]["stream_interval"] == 5  # 100 tokens/s x 50 ms
-    plain = await collect(every_token, "#scenario=thinking", thinking=True)
-    assert "stream_interval" not in fake.requests[-1]
-    assert texts(grouped) == texts(plain) == texts(first) == (REASONING, ANSWER.lstrip())
-    assert len(grouped) < len(plain) / 3  # fewer chunks, fewer events
-
-
-async def test_a_fixed_stream_interval_is_sent_from_the_first_request(fake: RunningFake) -> None:
-    client = ChatClient(fake.base_url, "k", stream_interval=3)
-    await collect(client, "#scenario=plain")
-    assert fake.requests[-1]["stream_interval"] == 3
-
-
-async def test_the_speed_is_learnt_from_a_paced_answer(fake: RunningFake) -> None:
-    """The scripted ``paced`` stream sends 200 tokens 10 ms apart: 100 tokens/s."""
-    client = ChatClient(fake.base_url, "k")
-    events = await collect(client, "#scenario=paced", thinking=True)
-    assert isinstance(events[-1], Done) and events[-1].finish_reason == "stop"
-    assert client.pace.tokens_per_s is not None
-    assert 60 < client.pace.tokens_per_s < 105  # lower only when this machine is busy
 
 
 async def test_the_opening_marker_alone_starts_the_reasoning_at_once(client: ChatClient) -> None:

@@ -9,7 +9,7 @@ import chainlit as cl
 import pytest
 from chainlit.context import init_http_context
 
-from ui import clock
+from ui import chainlit_patches
 
 
 def _millisecond(stamp: str) -> datetime:
@@ -20,7 +20,7 @@ def _millisecond(stamp: str) -> datetime:
 
 def test_timestamps_taken_in_the_same_instant_are_a_millisecond_apart() -> None:
     frozen = datetime(2026, 12, 1, 16, 40, 0, 123456)
-    ticks = clock.DistinctClock(lambda: frozen)
+    ticks = chainlit_patches.DistinctClock(lambda: frozen)
     assert [ticks() for _ in range(3)] == [
         "2026-12-01T16:40:00.123456Z",
         "2026-12-01T16:40:00.124456Z",
@@ -30,7 +30,7 @@ def test_timestamps_taken_in_the_same_instant_are_a_millisecond_apart() -> None:
 
 def test_the_clock_follows_the_wall_clock_once_it_is_ahead() -> None:
     times = iter([datetime(2026, 12, 1, 16, 40, 0), datetime(2026, 12, 1, 16, 40, 5)])
-    ticks = clock.DistinctClock(lambda: next(times))
+    ticks = chainlit_patches.DistinctClock(lambda: next(times))
     # Always with microseconds, so the strings sort as the times do.
     assert [ticks(), ticks()] == ["2026-12-01T16:40:00.000000Z", "2026-12-01T16:40:05.000000Z"]
 
@@ -38,7 +38,7 @@ def test_the_clock_follows_the_wall_clock_once_it_is_ahead() -> None:
 async def test_steps_and_messages_are_made_in_order_without_sleeping(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock.install()
+    chainlit_patches.unpause_constructors()
     init_http_context()
 
     def no_sleeping(seconds: float) -> None:

@@ -13,7 +13,10 @@ from backend.chat import ChatSession
 from backend.conversation import Budget, Conversation, Turn, estimate_text_tokens
 from backend.errors import ContextTooLong, TooManyImages
 from backend.images import PreparedImage
+from backend.planning import plan_turn
+from backend.render import RenderEvent
 from backend.settings import Settings
+from backend.turn_runner import TurnRunner
 from backend.uploads import Upload
 from tests.conftest import DATA, RunningFake, SessionFactory
 from tests.fakes.kimi_server import ANSWER, REASONING
@@ -32,6 +35,14 @@ def image(name: str, tokens: int = 100) -> PreparedImage:
 
 def answered(text: str, images: list[PreparedImage], answer: str = "ok") -> Turn:
     return Turn(text=text, images=images, answer=answer, reasoning="secret thoughts", status="done")
+
+
+async def ask(
+    session: ChatSession, message_id: str, text: str, images: list[PreparedImage] | None = None
+) -> tuple[Turn, list[RenderEvent]]:
+    """One turn through the turn runner, as the UI runs it: the turn and its render events."""
+    events = [e async for e in TurnRunner(session).new_turn(message_id, text, images or [])]
+    return session.conversation.turns[-1], events
 
 
 def test_user_message_puts_images_first_then_text() -> None:
@@ -137,14 +148,10 @@ async def test_second_request_body_has_no_reasoning(
     session = make_session(Settings(base_url=fake.base_url, max_images_per_prompt=4))
     prepared = await session.prepare_uploads([Upload("rocket.jpg", DATA / "rocket.jpg")])
     assert prepared.problems == []
-    first = session.start_turn("m1", "What is in this picture?", prepared.images)
-    request = (await session.plan_request(first)).request
-    events = [e async for e in session.respond(first, request)]
+    first, events = await ask(session, "m1", "What is in this picture?", prepared.images)
     assert first.status == "done" and first.reasoning == REASONING
     assert first.answer == ANSWER.lstrip() and len(events) > 3
-    second = session.start_turn("m2", "And the sky?", [])
-    request = (await session.plan_request(second)).request
-    _ = [e async for e in session.respond(second, request)]
+    await ask(session, "m2", "And the sky?")
     body = fake.requests[-1]
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     assert body["messages"][1]["content"] == ANSWER.lstrip()
@@ -160,8 +167,7 @@ async def test_a_closed_tabs_images_leave_memory_and_a_returning_tab_sends_them_
 ) -> None:
     session = make_session(Settings(base_url=fake.base_url, max_images_per_prompt=4))
     sent = (await session.prepare_uploads([Upload("rocket.jpg", DATA / "rocket.jpg")])).images
-    first = session.start_turn("m1", "What is in this picture? #scenario=plain", sent)
-    _ = [e async for e in session.respond(first, (await session.plan_request(first)).request)]
+    first, _ = await ask(session, "m1", "What is in this picture? #scenario=plain", sent)
     held = (await session.prepare_uploads([Upload("coffee.png", DATA / "coffee.png")])).images
     session.keep_draft("m2", "and this one?", held)
     urls = [sent[0].data_url, held[0].data_url]
@@ -184,7 +190,7 @@ async def test_a_closed_tabs_images_leave_memory_and_a_returning_tab_sends_them_
 
     # The tab comes back within the session timeout: the history goes out as before.
     second = session.start_turn("m3", "And the sky? #scenario=plain", [])
-    request = (await session.plan_request(second)).request
+    request = (await plan_turn(session, second)).request
     assert request.messages[0]["content"][0]["image_url"]["url"] == urls[0]
     draft = session.take_draft("m2")
     assert draft is not None and [i.data_url for i in draft.images] == [urls[1]]
@@ -193,12 +199,10 @@ async def test_a_closed_tabs_images_leave_memory_and_a_returning_tab_sends_them_
 async def test_edit_rewinds_history(fake: RunningFake, make_session: SessionFactory) -> None:
     session = make_session(Settings(base_url=fake.base_url))
     for message_id, text in [("m1", "one #scenario=plain"), ("m2", "two #scenario=plain")]:
-        turn = session.start_turn(message_id, text, [])
-        request = (await session.plan_request(turn)).request
-        _ = [e async for e in session.respond(turn, request)]
+        await ask(session, message_id, text)
     edited = session.start_turn("m1", "one, edited #scenario=plain", [])
     assert session.conversation.turns == [edited]
-    request = (await session.plan_request(edited)).request
+    request = (await plan_turn(session, edited)).request
     assert [m["role"] for m in request.messages] == ["user"]
 
 
@@ -206,9 +210,7 @@ async def test_exact_counts_are_learnt_from_tokenize(
     fake: RunningFake, make_session: SessionFactory
 ) -> None:
     session = make_session(Settings(base_url=fake.base_url))
-    turn = session.start_turn("m1", "Count me #scenario=plain", [])
-    request = (await session.plan_request(turn)).request
-    _ = [e async for e in session.respond(turn, request)]
+    turn, _ = await ask(session, "m1", "Count me #scenario=plain")
     await session.settled()  # learnt in the background, after the answer
     counter = session.token_counter
     assert counter.knows(turn.text) and counter.knows(turn.answer)
@@ -223,9 +225,7 @@ async def test_missing_tokenize_falls_back_to_estimate(
     """A server without /tokenize: planning works on estimates and learns nothing."""
     fake.server.tokenize_mode = "missing"
     session = make_session(Settings(base_url=fake.base_url))
-    turn = session.start_turn("m1", "Count me #scenario=plain", [])
-    request = (await session.plan_request(turn)).request
-    _ = [e async for e in session.respond(turn, request)]
+    turn, _ = await ask(session, "m1", "Count me #scenario=plain")
     await session.settled()
     assert turn.status == "done" and not session.token_counter.knows(turn.answer)
     follow = session.start_turn("m2", "again", [])
@@ -270,7 +270,7 @@ async def test_near_the_limit_the_server_count_decides(
     ]
     session.conversation.turns = [answered(f"t{i}", [big[i]]) for i in range(3)]
     turn = session.start_turn("now", "now", [big[3]])
-    planned = await session.plan_request(turn, max_tokens=300)
+    planned = await plan_turn(session, turn, max_tokens=300)
     request, notices = planned.request, planned.notices
     estimate_only = session.conversation.plan(turn, Budget(8192, 64, 300), session.token_counter)
     assert estimate_only.images_left_out == 0  # the estimate alone would send all four
@@ -344,7 +344,7 @@ async def test_with_images_counted_as_kimi_vl_the_answer_gets_what_the_server_le
     ]
     session.conversation.turns = [answered("What is this?", [hd])]
     turn = session.start_turn("m2", "And now?", [big])
-    planned = await session.plan_request(turn, max_tokens=2048)
+    planned = await plan_turn(session, turn, max_tokens=2048)
     request = planned.request
     assert sent_images(request.messages) == [hd.data_url, big.data_url]  # nothing left out
     # The server's count, by hand: images 2691 + 4 and 4187 + 4; texts "What is this?"
@@ -365,7 +365,7 @@ async def test_the_shrunk_budget_notice_states_the_budget_the_server_count_leave
 ) -> None:
     session, (hd, big) = await kimi_session_with_photos(fake, make_session, tmp_path)
     session.conversation.turns = [answered("What is this?", [hd])]
-    planned = await session.plan_request(session.start_turn("m2", "And now?", [big]), 2048)
+    planned = await plan_turn(session, session.start_turn("m2", "And now?", [big]), 2048)
     assert planned.request.max_tokens == 1295  # as in the test above
     assert planned.notices == [
         "The answer may use at most 1295 tokens, not the 2048 you chose: the conversation "
@@ -391,7 +391,7 @@ async def test_near_the_limit_a_kimi_count_above_the_estimate_makes_the_plan_lea
     estimate = session.conversation.plan(turn, Budget(8192, 64, 2048), session.token_counter)
     assert estimate.prompt_tokens == 4202 + 2 * 924 == 6050
     assert estimate.images_left_out == 0
-    planned = await session.plan_request(turn, max_tokens=2048)
+    planned = await plan_turn(session, turn, max_tokens=2048)
     request = planned.request
     # Re-planned with the 9595 - 6050 = 3545 tokens the estimate was short held back:
     # both older images go, only the current one is sent.
@@ -417,7 +417,7 @@ async def test_after_a_re_plan_the_notices_speak_of_the_models_real_limits(
     session, (hd, big) = await kimi_session_with_photos(fake, make_session, tmp_path)
     short = PreparedImage("hd.jpg", hd.data_url, hd.width, hd.height, 900, hd.source_bytes)
     session.conversation.turns = [answered("first?", [short]), answered("second?", [short])]
-    planned = await session.plan_request(session.start_turn("m3", "And now?", [big]), 2048)
+    planned = await plan_turn(session, session.start_turn("m3", "And now?", [big]), 2048)
     assert planned.request.max_tokens == 2048  # as in the test above
     assert planned.notices == [
         "Left out 2 older image(s) to fit the model's limits (8192 tokens, 64 images per request)."

@@ -6,8 +6,9 @@ from html.parser import HTMLParser
 
 from backend.conversation import Turn
 from backend.images import prepare_image
+from backend.record import TurnRecord
 from backend.store.export import ChatExport, export_html
-from backend.store.turns import TurnRecord
+from backend.timings import Timings
 from tests.conftest import DATA
 
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>"\' &amp;'
@@ -49,7 +50,9 @@ def chat(records: list[TurnRecord]) -> str:
 def test_model_text_is_shown_as_text_and_never_runs() -> None:
     image = prepare_image(DATA / "rocket.jpg", 1024, f"{EVIL}.jpg")
     turn = Turn(text=EVIL, images=[image], answer=EVIL, reasoning=EVIL, status="done")
-    document = chat([TurnRecord(0, "m", turn, reasoning_s=3.24, stats=f"TTFT {EVIL}")])
+    document = chat(
+        [TurnRecord(0, "m", turn, timings=Timings(reasoning_s=3.24), legacy_stats=f"TTFT {EVIL}")]
+    )
     page = parse(document)
     tags = [tag for tag, _ in page.tags]
     assert "script" not in tags
@@ -69,7 +72,7 @@ def test_model_text_is_shown_as_text_and_never_runs() -> None:
 def test_reasoning_is_collapsed_with_its_time_and_the_settings_are_named() -> None:
     turns = [
         TurnRecord(0, "m1", Turn(text="q1", answer="a1", reasoning="r1", status="done"),
-                   reasoning_s=12.34, stats="TTFT 0.41 s · thought 12.3 s · 512 tokens"),
+                   timings=Timings(0.41, 12.34, 11.0, 512)),
         TurnRecord(1, "m2", Turn(text="q2", status="stopped"), stored_status="interrupted"),
     ]  # fmt: skip
     document = chat(turns)
@@ -78,7 +81,8 @@ def test_reasoning_is_collapsed_with_its_time_and_the_settings_are_named() -> No
     details = next(a for t, a in page.tags if t == "details")
     assert "open" not in details
     assert "Thought for 12.3s" in page.text
-    assert "TTFT 0.41 s · thought 12.3 s · 512 tokens" in page.text
+    # The stats line is made from the stored numbers: 511 tokens after the first in 10.59 s.
+    assert "TTFT 0.41 s · thought 12.3 s · 512 tokens · 48.3 tokens/s · total 11.0 s" in page.text
     assert "Interrupted: the app stopped before this answer ended." in page.text
     assert {"Kimi-VL Thinking (2506)", "temperature", "0.8", "max_tokens", "2048"} <= set(page.text)
     assert "http://" not in document and "https://" not in document  # opens offline

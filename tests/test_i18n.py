@@ -14,7 +14,6 @@ import pytest
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
-from backend.client import map_error
 from backend.errors import ImageError, ServerUnreachable
 from backend.events import Done, Usage
 from backend.i18n import (
@@ -30,9 +29,11 @@ from backend.i18n import (
 )
 from backend.images import upload_size
 from backend.panel import panel_fields
-from backend.presenter import THINKING_LABEL, stats_line, thought_label
+from backend.presenter import THINKING_LABEL, thought_label
 from backend.settings import THINKING_2506
 from backend.starters import sample_for, starters_for
+from backend.timings import Timings, stats_line
+from backend.vllm_errors import map_error
 
 ROOT = Path(__file__).resolve().parent.parent
 ZH = translator("zh-CN")
@@ -92,7 +93,7 @@ def test_english_is_the_msgids_and_chinese_comes_from_the_catalogue() -> None:
     done = Done(
         finish_reason="stop", usage=Usage(10, 64), elapsed_s=2.0, ttft_s=0.5, reasoning_s=1.25
     )
-    assert stats_line(done, ZH) == (
+    assert stats_line(Timings.from_done(done), ZH) == (
         "首字延迟 0.50 秒 · 思考 1.2 秒 · 64 个 token · 42.0 token/秒 · 总计 2.0 秒"
     )
 
@@ -236,14 +237,18 @@ async def test_a_refusal_before_any_chat_speaks_the_requests_language() -> None:
 
 def test_an_exported_chat_is_in_the_readers_language() -> None:
     from backend.conversation import Turn
+    from backend.record import TurnRecord
     from backend.store.export import ChatExport, export_html
-    from backend.store.turns import TurnRecord
 
     turn = Turn(
         text="这是什么？", images=[], answer="一枚火箭。", reasoning="嗯……", status="stopped"
     )
     chat = ChatExport(
-        "这是什么？", "Kimi-VL", {}, [TurnRecord(0, "m", turn, reasoning_s=3.24)], "now"
+        "这是什么？",
+        "Kimi-VL",
+        {},
+        [TurnRecord(0, "m", turn, timings=Timings(reasoning_s=3.24))],
+        "now",
     )
     chinese = export_html(chat, ZH)
     assert '<html lang="zh-CN">' in chinese

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 from PIL import Image, _imaging
 
-from backend.errors import ClientClosed
+from backend.client import ServedModel
+from backend.errors import ClientClosed, ServerUnreachable
+from backend.models import ModelDirectory
 from backend.resources import KEPT_BLOCKS_IDLE_S, AppResources
 from backend.settings import Settings
 from backend.uploads import MediaWorkers, hand_back_large_blocks
@@ -73,3 +76,31 @@ async def test_pillow_keeps_freed_blocks_during_media_work_and_hands_them_back_w
 def test_large_blocks_are_handed_back_by_glibc() -> None:
     """mallopt(M_MMAP_THRESHOLD) succeeds on this glibc (returns 1)."""
     assert hand_back_large_blocks()
+
+
+async def test_a_failed_model_list_keeps_the_last_answer_and_is_asked_first(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that failed its last model list may serve what no other lists: a chat
+    looking for that model is sent there (and retries), not to the first server."""
+    shared = AppResources.start(Settings(servers=f"{fake.base_url},{instruct_server.base_url}"))
+    clock = [0.0]
+    client = shared.servers[1].client
+    second_models = ModelDirectory(client, refresh_s=1.0, clock=lambda: clock[0])
+    second = shared.servers[1] = replace(shared.servers[1], models=second_models)
+    assert [m.id for m in await second_models.current()] == ["kimi-vl"]
+
+    async def unreachable() -> list[ServedModel]:
+        raise ServerUnreachable("down")
+
+    monkeypatch.setattr(client, "list_models", unreachable)
+    clock[0] = 5.0
+    assert [m.id for m in await second_models.current()] == ["kimi-vl"]  # the last good one
+    assert not second_models.answered
+    assert await shared.server_for("kimi-vl") is second
+    fresh = ModelDirectory(client)
+    second = shared.servers[1] = replace(second, models=fresh)  # never answered: lists nothing
+    assert await fresh.current() == [] and not fresh.answered
+    assert await shared.server_for("kimi-vl") is second  # it may serve it: ask it
+    assert await shared.server_for("kimi-vl-thinking-2506") is shared.servers[0]
+    await shared.aclose()

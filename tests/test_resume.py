@@ -7,6 +7,7 @@ store is a real one on SQLite (the browser test runs PostgreSQL too).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 
 import chainlit as cl
 import pytest
+from chainlit.config import config as chainlit_config
 from chainlit.context import init_ws_context
 from chainlit.session import WebsocketSession
 from chainlit.types import ThreadDict
@@ -150,3 +152,55 @@ async def test_a_stored_nan_option_is_never_sent_after_resume(
     assert (sent["temperature"], sent["top_p"]) == (0.8, 1.0)
     assert 0 < sent["max_tokens"] <= 8192
     assert app.chat().conversation.turns[-1].status == "done"
+
+
+async def test_a_stored_chats_answer_finishes_and_is_stored_after_its_tab_closed(
+    store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With sign-in the chat can be opened again from the history: an answer whose tab
+    closed for good goes on to its end and is stored (README, "Closed tabs")."""
+    monkeypatch.setattr(chainlit_config.project, "session_timeout", 0.2)
+    thread_id = str(uuid.uuid4())
+    open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    task = asyncio.create_task(
+        app.on_message(cl.Message(content="#scenario=steady", type="user_message"))
+    )
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if app.chat().conversation.turns:
+            break
+    await app.on_chat_end()  # the tab closed, and does not come back
+    await asyncio.wait_for(task, timeout=30)
+    assert fake.server.aborted == []
+    (stored,) = await store.turns.load(thread_id)
+    assert stored.stored_status == "done" and stored.turn.answer == ANSWER.lstrip()
+
+
+def test_an_interrupted_turns_reasoning_step_is_found_by_never_having_ended() -> None:
+    """Not by its title, which is in whatever language its browser had."""
+    from backend.conversation import Turn
+    from backend.record import TurnRecord
+
+    def step(step_id: str, kind: str, name: str, end: str | None = None) -> dict[str, Any]:
+        at = "2026-12-01T10:00:00.000000Z"
+        return {"id": step_id, "type": kind, "name": name, "createdAt": at, "start": at,
+                "end": end, "output": ""}  # fmt: skip
+
+    steps = [
+        step("m1", "user_message", "alice"),
+        step("r1", "llm", "Thought for 2.0s", end="2026-12-01T10:00:02.000000Z"),
+        step("a1", "assistant_message", "Kimi-VL Chat"),
+        step("m2", "user_message", "alice"),
+        step("r2", "llm", "Réflexion…"),  # streaming when the app was killed, in French
+    ]
+    page = thread("t")
+    page["steps"] = steps  # type: ignore[typeddict-item]
+    interrupted = TurnRecord(1, "m2", Turn(text="q", status="stopped"), stored_status="pending")
+    history.mark_interrupted(page, [interrupted])
+    names = {s["id"]: s["name"] for s in page["steps"]}
+    assert names["r1"] == "Thought for 2.0s"  # ended: left as it was
+    assert names["r2"] == "Thought (interrupted)"
+    assert page["steps"][-1]["output"].endswith(
+        "Interrupted: the app stopped before this answer ended."
+    )

@@ -36,12 +36,16 @@ from backend.chat import SamplingOptions
 from backend.cli import main
 from backend.conversation import Budget, Turn
 from backend.images import prepare_image
+from backend.record import TurnRecord
 from backend.settings import Settings
-from backend.store import Store
+from backend.store import Store, schema
 from backend.store.db import create_engine
-from backend.store.resume import restore, restored_options
+from backend.store.export import ChatExport, export_html
+from backend.store.files import FileStore
+from backend.store.resume import restore
 from backend.store.schema import LATEST, migrate
-from backend.store.turns import TurnRecord
+from backend.store.turns import TurnStore
+from backend.timings import Timings
 from tests.conftest import DATA, rows
 from ui import history
 from ui.datalayer import KimiDataLayer
@@ -60,7 +64,7 @@ def photo(name: str = "rocket.jpg") -> Any:
 async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
     assert await migrate(store.engine) == []  # check() applied them; again: nothing
     versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
-    assert [r["version"] for r in versions] == [1, 2, 3, 4]
+    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5]
 
     def columns(sync: Any) -> set[str]:
         return {c["name"] for c in inspect(sync).get_columns("steps")}
@@ -86,13 +90,44 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
             "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
         )
     try:
-        assert await migrate(engine) == [1, 2, 3, 4]
+        assert await migrate(engine) == [1, 2, 3, 4, 5]
         async with engine.connect() as db:
             row = (await db.execute(text('SELECT output, "autoCollapse" FROM steps'))).one()
         assert tuple(row) == ("kept", None)
-        assert LATEST == 4
+        assert LATEST == 5
     finally:
         await engine.dispose()
+
+
+async def test_turns_stored_with_their_stats_line_as_text_read_back_after_migration_5(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows written before a turn's numbers were stored keep their stats line, shown as is."""
+    engine = create_engine(Store(settings).url)
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    with monkeypatch.context() as before:  # the schema as it was at version 3
+        before.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:3])
+        before.setattr(schema, "LATEST", 3)
+        assert await migrate(engine) == [1, 2, 3]
+    async with engine.begin() as db:
+        await db.execute(
+            text(
+                'INSERT INTO kimi_turns (thread_id, "position", message_id, answer_id, text, '
+                "answer, reasoning, reasoning_s, stats, status, model, options, created_at, "
+                "updated_at) VALUES ('t', 0, 'm', 'a', 'q', 'an answer', 'r', 2.5, "
+                "'TTFT 0.41 s · thought 2.5 s · 64 tokens', 'done', 'kimi-vl', '{}', 'x', 'x')"
+            )
+        )
+    try:
+        assert await migrate(engine) == [4, 5]
+        (old,) = await TurnStore(engine, FileStore(Path(settings.data_dir) / "files")).load("t")
+    finally:
+        await engine.dispose()
+    assert old.legacy_stats == "TTFT 0.41 s · thought 2.5 s · 64 tokens"
+    assert old.timings == Timings(reasoning_s=2.5) and old.reasoning_s == 2.5
+    document = export_html(ChatExport("q", "Kimi-VL", {}, [old], "now"))
+    assert "TTFT 0.41 s · thought 2.5 s · 64 tokens" in document
+    assert "Thought for 2.5s" in document
 
 
 # --- Chainlit's data layer --------------------------------------------------------------
@@ -254,7 +289,7 @@ async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> No
                  status="done")  # fmt: skip
     options = {"temperature": 0.3, "top_p": 0.9, "max_tokens": 777, "show_reasoning": True}
     saved = record(
-        0, "m1", first, answer_id="a1", reasoning_s=2.5, stats="TTFT 0.1 s", model="kimi-vl",
+        0, "m1", first, answer_id="a1", timings=Timings(0.1, 2.5, 3.0, 40), model="kimi-vl",
         options=options,
     )  # fmt: skip
     await store.turns.save(thread_id, saved)
@@ -268,9 +303,10 @@ async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> No
     assert (back.turn.answer, back.turn.reasoning, back.turn.status) == (
         "Both show things.", "hmm", "done",
     )  # fmt: skip
-    assert (back.answer_id, back.reasoning_s, back.model, back.options) == (
-        "a1", 2.5, "kimi-vl", options,
+    assert (back.answer_id, back.timings, back.model, back.options) == (
+        "a1", Timings(0.1, 2.5, 3.0, 40), "kimi-vl", options,
     )  # fmt: skip
+    assert back.legacy_stats is None  # numbers, not the words shown
     files = list((store.files.root / "prepared" / thread_id).iterdir())
     assert sorted(f.suffix for f in files) == [".jpg", ".png"]
 
@@ -312,7 +348,7 @@ async def test_resumed_conversation_sends_the_images_and_answers_without_reasoni
     ]
     assert first_answer == {"role": "assistant", "content": "A rocket and a cat."}
     assert current["content"][-1]["text"] == "the first photo again?"
-    back = restored_options(SamplingOptions(0.8, 1.0, 2048), restored.options)
+    back = SamplingOptions(0.8, 1.0, 2048).with_stored(restored.options)
     assert (back.temperature, back.top_p, back.max_tokens) == (0.25, 1.0, 300)
 
 

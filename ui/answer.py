@@ -1,320 +1,171 @@
-"""Rendering one answer in Chainlit: the reasoning step, the streamed answer, its buttons.
+"""Drawing a turn in Chainlit: each render event of the turn runner, as it comes.
 
-Every button under an answer (Regenerate, Retry, Retry with more tokens) carries
-the id of the person's message it answers in its payload, so it acts on the turn
-it sits under, never on "the last one".
+Nothing here decides anything about a turn: what is said, which buttons an answer
+gets and how a turn ends are the runner's (backend/turn_runner.py), which yields
+plain render events (backend/render.py); this module draws them as Chainlit
+messages, steps and actions. Reasoning text goes through
+:class:`ui.reasoning_view.ReasoningView`, answer text through
+:class:`ui.answer_view.AnswerView`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
+from typing import Any, Final, ParamSpec
 
 import chainlit as cl
 
-from backend.batching import Pacing, coalesce
-from backend.chat import ChatSession, Planned, UploadResult
-from backend.client import ChatClient, ServedModel
-from backend.conversation import Turn
-from backend.errors import ChatError, can_retry
-from backend.events import AnswerDelta, Done, ReasoningDelta, Waiting
-from backend.i18n import Translator
-from backend.presenter import (
-    ALREADY_SENT_NOTE,
-    DEV_STATS_SUFFIX,
-    MORE_TOKENS_LABEL,
-    REGENERATE_LABEL,
-    RETRY_LABEL,
-    SEND_ANYWAY_LABEL,
-    TURN_GONE_NOTE,
-    cut_off_note,
-    in_markdown,
-    incomplete_note,
-    no_more_tokens_note,
-    not_started_note,
-    rerun_note,
-    stats_line,
-    stopped_note,
-    too_long_note,
-    unusable_files_note,
+from backend.chat import ChatSession
+from backend.errors import ChatError
+from backend.logs import LOGGER_NAME
+from backend.presenter import in_markdown
+from backend.render import (
+    AnswerEnd,
+    AnswerText,
+    Button,
+    ButtonsUnder,
+    ButtonUsed,
+    Marks,
+    Note,
+    ReasoningEnd,
+    ReasoningText,
+    RenderEvent,
+    WaitingNote,
+    WaitingOver,
 )
-from backend.safety import escape_markdown, link_remote_images_off_loop
-from backend.settings import profile_for
-from ui import history
+from backend.turn_runner import Events
+from ui.answer_view import AnswerView
 from ui.grounding_view import show_marks
+from ui.language import session_translator
 from ui.reasoning_view import ReasoningView
 
-AUTHOR = "Kimi-VL Chat"
+log = logging.getLogger(LOGGER_NAME)
+
+AUTHOR: Final = "Kimi-VL Chat"
 """Author of the app's own notes (not the model's answers)."""
 
-
-async def say(text: str, actions: list[cl.Action] | None = None) -> None:
-    """A short note from the app (not from the model)."""
-    await cl.Message(content=text, author=AUTHOR, actions=actions or []).send()
+_SIGNS: Final = {"info": "ℹ️ ", "warning": "⚠️ ", "error": "⚠️ ", "plain": ""}
 
 
-def retry_action(
-    message_id: str,
-    tr: Translator,
-    label: str = RETRY_LABEL,
-    max_tokens: int | None = None,
-    make_room: bool = False,
-) -> cl.Action:
-    """A button that answers the turn of the person's message ``message_id`` again.
+async def say(text: str, buttons: Sequence[Button] = ()) -> None:
+    """A short note from the app (not from the model), with its buttons."""
+    await cl.Message(content=text, author=AUTHOR, actions=[action(b) for b in buttons]).send()
 
-    ``label``: a msgid (e.g. :data:`backend.presenter.RETRY_LABEL`), shown in ``tr``'s language.
 
-    ``max_tokens``/``make_room``: ask for that answer budget and leave out older
-    turns until it fits ("Retry with more tokens").
+def action(button: Button) -> cl.Action:
+    """The Chainlit action of a button (its callback is named by ``button.kind``)."""
+    return cl.Action(name=button.kind, payload=button.payload, label=button.label, icon=button.icon)
+
+
+async def draw(events: Events, chat: ChatSession, pressed: cl.Action | None = None) -> None:
+    """Draw every event of one turn; ``pressed``: the button that started it, if any.
+
+    A Stop (cancellation) that lands while an event is being drawn is thrown into the
+    runner, which closes the stream, ends the turn and yields what says so; those are
+    drawn and the Stop goes on. A Stop that lands inside the runner is handled there.
     """
-    payload: dict[str, object] = {"message": message_id}
-    if max_tokens:
-        payload |= {"max_tokens": max_tokens, "make_room": make_room}
-    return cl.Action(name="retry", payload=payload, label=tr(label), icon="refresh-cw")
+    view = TurnView(chat, pressed)
+    stop: asyncio.CancelledError | None = None
+    async with aclosing(events):
+        while True:
+            try:
+                event = await (events.athrow(stop) if stop else anext(events))
+            except StopAsyncIteration:
+                if stop is not None:
+                    raise stop from None
+                return
+            stop = None
+            try:
+                await view.draw(event)
+            except asyncio.CancelledError as cancelled:
+                stop = cancelled
 
 
-def new_answer(compared: str | None) -> cl.Message:
-    """An empty answer message; a compared model's answer is authored by that model."""
-    return cl.Message(content="", author=compared) if compared else cl.Message(content="")
+class TurnView:
+    """What one turn has on screen: its waiting note, reasoning step and answer messages."""
 
+    def __init__(self, chat: ChatSession, pressed: cl.Action | None = None) -> None:
+        self.chat = chat
+        self.pressed = pressed
+        self.reasoning = ReasoningView(tr=chat.tr)
+        self.answers: dict[str, AnswerView] = {}
+        self.waiting: cl.Message | None = None
 
-def compare_action(message_id: str, other: ServedModel, tr: Translator) -> cl.Action:
-    """A button that asks ``other`` the turn of the person's message ``message_id``."""
-    label = tr("Compare with {model}", model=tr.text(profile_for(other.id).label))
-    payload = {"message": message_id, "model": other.id}
-    return cl.Action(name="compare", payload=payload, label=label, icon="columns-2")
+    def answer(self, answer_id: str, author: str | None) -> AnswerView:
+        """The view of answer ``answer_id`` (made at its first event)."""
+        return self.answers.setdefault(answer_id, AnswerView(answer_id, author))
 
+    async def draw(self, event: RenderEvent) -> None:
+        """Draw one render event (see backend/render.py for what each one means)."""
+        if isinstance(event, ReasoningText):
+            await self.reasoning.add(event.text)
+        elif isinstance(event, AnswerText):
+            await self.answer(event.answer_id, event.author).add(event.text)
+        elif isinstance(event, ReasoningEnd):
+            if event.ended == "discarded":
+                await self.reasoning.discard()
+            else:
+                await self.reasoning.close(event.ended)
+        elif isinstance(event, AnswerEnd):
+            answer = self.answer(event.answer_id, event.author)
+            await answer.finish(event.content, [action(b) for b in event.buttons])
+        elif isinstance(event, Note):
+            await say(_SIGNS[event.level] + event.text, event.buttons)
+        elif isinstance(event, WaitingNote | WaitingOver):
+            await self.show_waiting(event.text if isinstance(event, WaitingNote) else None)
+        elif isinstance(event, Marks):
+            await show_marks(event.answer, event.images, self.chat.workers, self.chat.tr)
+        elif isinstance(event, ButtonUsed) and self.pressed is not None:
+            await self.pressed.remove()
+        elif isinstance(event, ButtonsUnder):
+            for button in event.buttons:
+                await action(button).send(for_id=event.message_id)
 
-async def run_turn(
-    session: ChatSession,
-    message_id: str,
-    turn: Turn,
-    max_tokens: int | None = None,
-    make_room: bool = False,
-) -> None:
-    """Stream one answer: reasoning into a collapsible step, then the answer message.
-
-    ``max_tokens``/``make_room``: as :meth:`ChatSession.plan_request`. The answer
-    message is created at its first token, so it sits below the step. A Stop
-    after the answer finished changes nothing.
-    """
-    tr = session.tr
-    try:
-        planned = await session.plan_request(turn, max_tokens, make_room=make_room)
-    except ChatError as exc:
-        turn.status = "failed"
-        retry = [retry_action(message_id, tr)] if can_retry(exc) else None
-        await say("⚠️ " + in_markdown(exc.message, tr), retry)
-        return
-    await stream_answer(session, message_id, turn, planned)
-
-
-async def hold_draft(
-    session: ChatSession, message_id: str, text: str, prepared: UploadResult, typed: str
-) -> None:
-    """Keep back a message some of whose files could not be used (``prepared.problems``)
-    and say which; a "Send anyway" button under the note sends the rest, when the person
-    typed something (``typed``) or some images could be used."""
-    session.keep_draft(message_id, text, prepared.images)
-    can_send = bool(typed.strip() or prepared.images)
-    label = session.tr(SEND_ANYWAY_LABEL)
-    send = cl.Action(name="send_anyway", payload={"message": message_id}, label=label)
-    note = unusable_files_note(prepared.problems, can_send, session.tr)
-    await say(note, [send] if can_send else None)
-
-
-async def send_draft(session: ChatSession, message_id: str) -> None:
-    """Send the kept draft of ``message_id`` (only the files that could be used)."""
-    draft = session.take_draft(message_id)
-    if draft is None:
-        await say("ℹ️ " + session.tr(ALREADY_SENT_NOTE))
-        return
-    await run_turn(session, message_id, session.start_turn(message_id, draft.text, draft.images))
-
-
-async def rerun_turn(
-    session: ChatSession,
-    message_id: str,
-    button: cl.Action,
-    max_tokens: int | None = None,
-    make_room: bool = False,
-) -> None:
-    """Answer again the turn of ``message_id`` (Retry, Regenerate, more tokens).
-
-    An older turn is answered with the history up to it (later turns leave the
-    conversation the model sees, as with an edit), and a note says so.
-    """
-    found = session.rerun(message_id)
-    if found is None:
-        await say("ℹ️ " + session.tr(TURN_GONE_NOTE))
-        return
-    await button.remove()
-    turn, later_turns = found
-    if later_turns:
-        await say(rerun_note(turn.text, later_turns, session.tr))
-    await run_turn(session, message_id, turn, max_tokens, make_room)
-
-
-async def run_compare(
-    session: ChatSession, message_id: str, other: ServedModel, client: ChatClient
-) -> None:
-    """Ask ``other`` the turn of ``message_id`` (same images and history) and show its
-    answer next, labelled with the model, with its own stats line."""
-    tr = session.tr
-    try:
-        found = session.compare_plan(message_id, other)
-    except ChatError as exc:
-        await say("⚠️ " + in_markdown(exc.message, tr))
-        return
-    if found is None:
-        await say("ℹ️ " + tr(TURN_GONE_NOTE))
-        return
-    turn, planned = found
-    label = tr.text(profile_for(other.id).label)
-    await stream_answer(session, message_id, turn, planned, client, label)
-
-
-async def stream_answer(
-    session: ChatSession,
-    message_id: str,
-    turn: Turn,
-    planned: Planned,
-    client: ChatClient | None = None,
-    compared: str | None = None,
-) -> None:
-    """Stream a planned answer into the reasoning step and the answer message.
-
-    ``client``/``compared``: another model's server and label (Compare): the
-    answer is labelled with it and gets no buttons of its own.
-    """
-    tr = session.tr
-    for notice in planned.notices:
-        await say("ℹ️ " + in_markdown(notice, tr))
-    show_reasoning = session.options is None or session.options.show_reasoning
-    answer: cl.Message | None = None
-    reasoning = ReasoningView(tr=tr)
-    waiting = WaitingNote()
-    pacing = Pacing(
-        first_token_timeout_s=session.settings.first_token_timeout_s,
-        idle_timeout_s=session.settings.idle_timeout_s,
-    )
-    model = planned.request.model
-
-    server = client or session.client
-
-    async def queued() -> int | None:
-        return await server.queued_requests(model)
-
-    stream = coalesce(session.respond(turn, planned.request, client), pacing, queued)
-    done: Done | None = None
-    turn.status = "pending"
-    await history.save_turn(session, turn)  # a no-op without sign-in, or for a Compare
-    try:
-        async with aclosing(stream) as events:
-            async for event in events:
-                if isinstance(event, Waiting):
-                    await waiting.show(not_started_note(event.seconds, event.queued, tr))
-                    continue
-                await waiting.remove()
-                if isinstance(event, ReasoningDelta):
-                    if show_reasoning:
-                        await reasoning.add(event.text)
-                elif isinstance(event, AnswerDelta):
-                    await reasoning.close()
-                    answer = answer or new_answer(compared)
-                    await answer.stream_token(event.text)
-                elif isinstance(event, Done):
-                    done = event
-                    if event.answer_in_reasoning:
-                        await reasoning.discard()  # no marker came: that text was the answer
-                    await reasoning.close()
-                    answer = answer or new_answer(compared)
-                    await finish_answer(answer, message_id, turn, event, planned, session, compared)
-    except asyncio.CancelledError:
-        await waiting.remove()
-        if turn.status in ("done", "cut_off"):
-            raise  # finished is finished: a late Stop changes nothing
-        await reasoning.close("stopped")
-        answer = answer or cl.Message(content="")
-        answer.content = stopped_note(await link_remote_images_off_loop(turn.answer), tr)
-        answer.actions = [retry_action(message_id, tr)]
-        await answer.send()
-        raise
-    except ChatError as exc:
-        turn.status = "failed"
-        await waiting.remove()
-        await reasoning.close("failed")
-        if answer is not None:
-            answer.content = incomplete_note(await link_remote_images_off_loop(turn.answer), tr)
-            await answer.send()
-        retry = [retry_action(message_id, tr)] if can_retry(exc) else None
-        await say("⚠️ " + in_markdown(exc.message, tr), retry)
-    finally:
-        await history.save_turn(session, turn, done, answer.id if answer else None)
-
-
-class WaitingNote:
-    """The app's note while the server has not started answering; one message, updated."""
-
-    def __init__(self) -> None:
-        self._message: cl.Message | None = None
-
-    async def show(self, text: str) -> None:
-        """Send the note, or update it if it is on screen."""
-        if self._message is None:
-            self._message = cl.Message(content=text, author=AUTHOR)
-            await self._message.send()
-        else:
-            self._message.content = text
-            await self._message.update()
-
-    async def remove(self) -> None:
-        """Take the note off the screen (the answer started, or ended)."""
-        if self._message is not None:
-            message, self._message = self._message, None
+    async def show_waiting(self, text: str | None) -> None:
+        """Show or update the note that the server has not started answering (one
+        message, updated); None takes it off the screen."""
+        if text is not None and self.waiting is None:
+            self.waiting = cl.Message(content=text, author=AUTHOR)
+            await self.waiting.send()
+        elif text is not None and self.waiting is not None:
+            self.waiting.content = text
+            await self.waiting.update()
+        elif self.waiting is not None:
+            message, self.waiting = self.waiting, None
             await message.remove()
 
 
-async def finish_answer(
-    answer: cl.Message,
-    message_id: str,
-    turn: Turn,
-    done: Done,
-    planned: Planned,
-    session: ChatSession,
-    compared: str | None = None,
-) -> None:
-    """End the answer message: stats line, cut-off note, its buttons.
+P = ParamSpec("P")
 
-    ``compared``: the label of the other model a Compare asked; its answer says
-    so first and has no buttons.
-    """
-    lines = [await link_remote_images_off_loop(turn.answer)] if turn.answer else []  # no fetches
-    tr = session.tr
-    if compared:
-        lines.insert(0, tr("**{model}** (compare):", model=escape_markdown(compared)))
-    actions = [retry_action(message_id, tr, REGENERATE_LABEL)]
-    actions += [compare_action(message_id, other, tr) for other in session.others]
-    if done.finish_reason == "length":
-        max_tokens = planned.request.max_tokens
-        cut_off = cut_off_note(max_tokens, in_reasoning=done.reasoning_unclosed, tr=tr)
-        lines.append(f"⚠️ {cut_off}")
-        actions = [retry_action(message_id, tr)]
-        if planned.more_tokens:
-            more = retry_action(message_id, tr, MORE_TOKENS_LABEL, planned.more_tokens, True)
-            actions.insert(0, more)
-        else:
-            lines.append(f"ℹ️ {no_more_tokens_note(max_tokens, session.max_model_len, tr)}")
-    if done.cut_at_chars:
-        lines.append(f"⚠️ {too_long_note(done.cut_at_chars, tr)}")
-    stats = stats_line(done, tr)
-    if session.settings.dev_mode:
-        stats += " · " + tr(DEV_STATS_SUFFIX)
-    if compared:
-        stats = f"{compared} · {stats}"
-        actions = []
-    lines.append(f"*{stats}*")
-    answer.content = "\n\n".join(lines)
-    answer.actions = actions
-    await answer.send()
-    await show_marks(turn.answer, turn.images, session.workers, tr)  # drawn on a copy, below
+
+def said(handler: Callable[P, Awaitable[Any]]) -> Callable[P, Awaitable[Any]]:
+    """A Chainlit handler whose failures are said in the app's words: a
+    :class:`backend.errors.ChatError` by its own sentence, anything else (a bug, a
+    library's exception) by a sentence of ours naming its type, logged with its traceback.
+    Chainlit would otherwise show the exception's own text."""
+
+    @functools.wraps(handler)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+        try:
+            return await handler(*args, **kwargs)
+        except ChatError as exc:
+            log.warning("%s: %s", handler.__name__, exc)
+            await say("⚠️ " + in_markdown(exc.message, session_translator()))
+        except Exception as exc:
+            log.exception("%s failed", handler.__name__)
+            tr = session_translator()
+            await say(
+                "⚠️ "
+                + tr(
+                    "Something went wrong inside the app ({error}); app.log has the details. "
+                    "Try again.",
+                    error=type(exc).__name__,
+                )
+            )
+        return None
+
+    return run

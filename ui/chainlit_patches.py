@@ -1,20 +1,164 @@
-"""Every place the app reaches into Chainlit's internals, each with why and what removes it.
+"""Every place the app changes Chainlit 2.12's internals, why, and what would end it.
 
-Chainlit 2.12 offers no public hook for these; each function below names the
-internal object it touches. tests/test_chainlit_patches.py fails when the pinned
-Chainlit version changes or one of these objects changes shape, so an upgrade
-is a conscious step: re-read each patch against the new source, then move the pin.
+Chainlit has no public hook for any of these. Each patch is one function here,
+called once from ``app.py`` or the module that needs it; its comment says why it
+exists and what upstream change would remove it. tests/test_chainlit_patches.py
+fails when the installed Chainlit is not :data:`CHAINLIT_VERSION` or a patched
+object has changed shape, so an upgrade starts here: re-read each patch against
+the new source, then move the pin.
+
+Removed in favour of public API: the data layer is a subclass of Chainlit's
+documented ``SQLAlchemyDataLayer`` (ui/datalayer.py) that runs its constructor and
+then shares the app's engine (:func:`share_engine`); stale sign-in cookies are
+refused by an ASGI middleware (ui/signin.py) and Chainlit's ``on_logout`` hook,
+not by wrapping ``chainlit.auth``.
 """
 
 from __future__ import annotations
 
+import importlib
+import time
+import types
 from collections.abc import Awaitable, Callable, MutableMapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Final
 
-from fastapi import APIRouter, FastAPI
+from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 CHAINLIT_VERSION: Final = "2.12.0"
 """The Chainlit these patches were written against (requirements.txt pins it)."""
+
+# By name: the package's ``chainlit.step`` attribute is the ``@step`` decorator, not the module.
+_STEP = importlib.import_module("chainlit.step")
+_MESSAGE = importlib.import_module("chainlit.message")
+_EMITTER = importlib.import_module("chainlit.emitter")
+
+
+# --- 1. Steps and messages made without pausing the event loop ----------------------------
+# Why: Chainlit 2.12's ``Step.__init__`` (chainlit/step.py) and ``Message.__init__``
+# (chainlit/message.py) call ``time.sleep(0.001)`` so that two made back to back get
+# different ``created_at`` times (ISO strings, which the browser reads at millisecond
+# resolution and the data layer orders threads by). ``time.sleep`` blocks the whole event
+# loop: 1.2 ms per step or message measured here, three of them before a person sees the
+# answer begin, and the same for every other chat of the process meanwhile.
+# Ends when: Chainlit orders steps without sleeping (its pull request 1374, closed
+# unmerged, tried); then delete this section and its call in app.py.
+
+
+class DistinctClock:
+    """UTC timestamps in Chainlit's format, each at least one millisecond after the
+    previous one (ahead of the wall clock by at most the burst that needed it).
+
+    Args:
+        now: the wall clock (UTC, naive); for tests.
+    """
+
+    def __init__(self, now: Callable[[], datetime] | None = None) -> None:
+        self._now = now or (lambda: datetime.now(UTC).replace(tzinfo=None))
+        self._last: datetime | None = None
+
+    def __call__(self) -> str:
+        """``2026-12-01T16:40:00.123456Z``: ISO 8601 with microseconds, always (Chainlit's
+        format, which drops a zero fraction; with it the strings sort as the times do)."""
+        now = self._now()
+        if self._last is not None:
+            now = max(now, self._last + timedelta(milliseconds=1))
+        self._last = now
+        return now.isoformat(timespec="microseconds") + "Z"
+
+
+def _no_pause(_seconds: float) -> None:
+    """``time.sleep`` for Chainlit's constructors: their ordering comes from the clock."""
+
+
+def unpause_constructors() -> None:
+    """Give Chainlit's step, message and emitter modules one :class:`DistinctClock` as
+    ``utc_now``, and the first two a ``time`` whose ``sleep`` returns at once (idempotent)."""
+    if isinstance(getattr(_STEP.utc_now, "__self__", None), DistinctClock):
+        return
+    clock = DistinctClock()
+    unpaused = types.SimpleNamespace(**{**vars(time), "sleep": _no_pause})
+    for module in (_STEP, _MESSAGE, _EMITTER):
+        module.utc_now = clock.__call__  # type: ignore[attr-defined]
+    for module in (_STEP, _MESSAGE):
+        module.time = unpaused  # type: ignore[attr-defined]
+
+
+# --- 2. An upload hook --------------------------------------------------------------------
+# Why: an image is prepared for the model while the person types, so a photo adds no
+# decoding to the time to first token. Chainlit 2.12 has no upload callback:
+# ``POST /project/file`` (chainlit/server.py, ``upload_file``) stores the file with
+# ``WebsocketSession.persist_file`` and tells the app nothing until the message is sent.
+# The wrapper also reads Chainlit's user-session registry (``chainlit.user_session.
+# user_sessions``): the upload request carries no websocket context.
+# Ends when: Chainlit calls back on upload (an ``on_file_upload`` hook); then register the
+# callback there and delete this section.
+
+FileStored = Callable[[dict[str, Any], str, Path], None]
+"""Told of a stored upload: the session's user-session values (``cl.user_session``), the
+file's name and where it lies."""
+
+
+def on_file_stored(callback: FileStored) -> None:
+    """Call ``callback`` after Chainlit stores each upload (wraps
+    ``WebsocketSession.persist_file`` once; a second call replaces the callback)."""
+    from chainlit.session import WebsocketSession
+    from chainlit.user_session import user_sessions
+
+    original = getattr(WebsocketSession.persist_file, "__wrapped__", WebsocketSession.persist_file)
+
+    async def persist_file(self: WebsocketSession, *args: Any, **kwargs: Any) -> Any:
+        reference = await original(self, *args, **kwargs)
+        stored = self.files.get(reference["id"]) if isinstance(reference, dict) else None
+        if stored is not None:
+            callback(user_sessions.get(self.id, {}), str(stored["name"]), Path(stored["path"]))
+        return reference
+
+    persist_file.__wrapped__ = original  # type: ignore[attr-defined]
+    WebsocketSession.persist_file = persist_file  # type: ignore[method-assign,assignment]
+
+
+# --- 3. Routes of the app's own, ahead of Chainlit's page route ---------------------------
+# Why: Chainlit's last route, ``GET /{full_path:path}`` (chainlit/server.py, ``serve``),
+# answers every path with the page; routes added to its app after import come after it and
+# are never reached. ``GET /kimi/status`` (ui/status.py) and ``GET /kimi/files/...``
+# (ui/files.py) are moved in front of it.
+# Ends when: Chainlit adds its catch-all at start-up, after the app's routes (or the app
+# mounts Chainlit in an app of its own, ``chainlit.utils.mount_chainlit``).
+
+
+def ahead_of_the_page(app: FastAPI, add: Callable[[], None]) -> None:
+    """Run ``add`` (which adds routes to ``app``), then move what it added to the front."""
+    before = len(app.router.routes)
+    add()
+    added = app.router.routes[before:]
+    del app.router.routes[before:]
+    app.router.routes[0:0] = added
+
+
+# --- 4. Chainlit's SQL data layer on the app's engine --------------------------------------
+# Why: ``SQLAlchemyDataLayer.__init__`` (chainlit/data/sql_alchemy.py) makes an engine of
+# its own from a URL; the app's engine (backend/store/db.py) is the one that makes SQLite
+# safe for several writers (WAL, a busy timeout, BEGIN IMMEDIATE), and the store owns it.
+# The layer's constructor runs as is; its unused engine is dropped (it never connected)
+# and its ``engine`` and ``async_session`` are rebound to the app's.
+# Ends when: the constructor takes an engine (or a session maker).
+
+
+def share_engine(layer: SQLAlchemyDataLayer, engine: AsyncEngine) -> None:
+    """Make ``layer`` (constructed already) use ``engine``, which the caller owns."""
+    layer.engine.sync_engine.dispose()
+    layer.engine = engine
+    layer.async_session = async_sessionmaker(
+        bind=engine, expire_on_commit=False, class_=AsyncSession
+    )
+
+
+# --- 5. The socket.io connect handler and frame limit ---------------------------------
+# (Used by ui/security.py: the ownership check of a new socket.)
 
 ConnectHandler = Callable[[str, MutableMapping[str, Any], Any], Awaitable[Any]]
 """python-socketio's ``connect`` handler: ``(sid, environ, auth) -> accepted``."""
@@ -47,19 +191,3 @@ def raise_socket_message_limit(limit_bytes: int) -> None:
     from chainlit.server import sio
 
     sio.eio.max_http_buffer_size = limit_bytes
-
-
-def include_first(app: FastAPI, router: APIRouter) -> None:
-    """Add ``router``'s routes to Chainlit's ``app`` ahead of all of Chainlit's own.
-
-    Why: Chainlit's last route, ``GET /{full_path:path}`` (chainlit/server.py
-    ``serve``), answers every path with the page, so a router included after it
-    is never reached. Touches ``app.router.routes`` (the list FastAPI matches in
-    order). Removed when Chainlit registers its catch-all after the app's routes
-    (or offers a hook to add routes before it).
-    """
-    before = len(app.router.routes)
-    app.include_router(router)  # one entry per route, or one for the router (FastAPI 0.165)
-    ours = app.router.routes[before:]
-    del app.router.routes[before:]
-    app.router.routes[0:0] = ours

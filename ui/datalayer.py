@@ -1,6 +1,6 @@
 """Chainlit's SQLAlchemy data layer on our engine, with its SQLite problems fixed.
 
-Chainlit 2.12's ``SQLAlchemyDataLayer`` (research-turn2.md, read in its source):
+Chainlit 2.12's ``SQLAlchemyDataLayer`` (as read in its chainlit/data/sql_alchemy.py):
 
 * binds list-valued ``tags`` as is, which SQLite cannot (Chainlit #2528); with
   a chat profile and ``auto_tag_thread`` on, the failing write is the one that
@@ -25,8 +25,8 @@ of one step run one after the other in the order they were started (a FIFO lock 
 id; tasks start in creation order, so the last ``update()`` lands last), and so do the
 element writes of one thread (uploads come back in upload order); JSON and booleans are
 decoded on read; a failed statement is logged as an error. The engine is the app's
-(:class:`backend.store.Store`), not a second one, and deleting a thread also deletes its
-stored turns and prepared images.
+(:class:`backend.store.Store`), not a second one (:func:`ui.chainlit_patches.share_engine`),
+and deleting a thread also deletes its stored turns and prepared images.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from chainlit.step import StepDict
 from chainlit.types import PaginatedResponse, Pagination, ThreadDict, ThreadFilter
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.logs import LOGGER_NAME
 from backend.store import Store
+from ui.chainlit_patches import share_engine
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -112,15 +112,8 @@ class KimiDataLayer(SQLAlchemyDataLayer):
     """
 
     def __init__(self, store: Store, storage: BaseStorageClient) -> None:
-        # Not SQLAlchemyDataLayer.__init__: it would create a second engine.
-        self._conninfo = store.url
-        self.user_thread_limit = 1000
-        self.show_logger = False
-        self.engine = store.engine
-        self.async_session = async_sessionmaker(
-            bind=store.engine, expire_on_commit=False, class_=AsyncSession
-        )
-        self.storage_provider = storage
+        super().__init__(conninfo=store.url, storage_provider=storage)
+        share_engine(self, store.engine)  # the store's engine, not a second one
         self.store = store
         self.failed_statements = 0
         self._step_locks: dict[str, tuple[asyncio.Lock, int]] = {}

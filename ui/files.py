@@ -1,6 +1,7 @@
 """Files on local disk for Chainlit's data layer, and the route that serves them.
 
-Chainlit 2.12 ships storage clients for S3, GCS and Azure only (research-turn2.md);
+Chainlit 2.12 ships storage clients for S3, GCS and Azure only (its
+chainlit/data/storage_clients/);
 :class:`LocalStorageClient` keeps element files (uploads as shown on the page)
 in the app's :class:`backend.store.files.FileStore` and hands out URLs of
 :func:`mount_file_route`'s route, ``GET /kimi/files/{object key}``. The route
@@ -26,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.auth import Ownership, may_read_thread
 from backend.store.files import FileStore, safe_key
-from ui.chainlit_patches import include_first
+from ui.chainlit_patches import ahead_of_the_page
 
 ROUTE_PREFIX: Final = "/kimi/files"
 
@@ -85,8 +86,12 @@ async def _viewer(request: Request) -> str | None:
 
 
 def mount_file_route(app: FastAPI, engine: AsyncEngine, files: FileStore, root: str = "") -> None:
-    """Add ``GET {root}/kimi/files/{key}`` to Chainlit's app, ahead of its catch-all route
-    (:func:`ui.chainlit_patches.include_first`)."""
+    """Add ``GET {root}/kimi/files/{key}`` to Chainlit's app, ahead of its catch-all route.
+
+    Chainlit's last route (``/{full_path:path}``) answers every path with the page,
+    so a router included after it would never be reached: ours is moved in front
+    (:func:`ui.chainlit_patches.ahead_of_the_page`).
+    """
     router = APIRouter(prefix=root.rstrip("/"))
     ownership = Ownership(engine)
 
@@ -118,4 +123,4 @@ def mount_file_route(app: FastAPI, engine: AsyncEngine, files: FileStore, root: 
             },
         )
 
-    include_first(app, router)
+    ahead_of_the_page(app, lambda: app.include_router(router))

@@ -6,9 +6,10 @@ users, so :func:`setup` turns both on when at least one user exists (checked
 at app start: add the first user, then restart the app). Without users the app
 runs open and stores nothing.
 
-Chainlit stores what the page shows (messages, reasoning steps, uploads); this
-module stores each turn as the model saw it (:mod:`backend.store.turns`) when
-its answer starts and when it ends, and rebuilds the chat from that on resume.
+Chainlit stores what the page shows (messages, reasoning steps, uploads); the
+turn runner records each turn as the model saw it through the chat's sink
+(:func:`sink`, :class:`backend.store.turns.ThreadTurns`) when its answer starts
+and when it ends, and :func:`resume` rebuilds the chat from that.
 """
 
 from __future__ import annotations
@@ -28,21 +29,16 @@ from chainlit.types import CommandDict, ThreadDict
 from sqlalchemy.exc import SQLAlchemyError
 
 from backend.chat import ChatSession
-from backend.client import ChatClient
-from backend.conversation import Turn
-from backend.errors import ChatError
-from backend.events import Done
-from backend.i18n import ENGLISH, LOCALES, Translator, msg, translator
+from backend.i18n import ENGLISH, Translator, msg
 from backend.logs import LOGGER_NAME
 from backend.panel import sane_options
-from backend.presenter import THINKING_LABEL, stats_line
+from backend.record import TurnRecord, TurnSink
 from backend.settings import Settings
 from backend.store import Store, StoreError, open_store
 from backend.store.db import DATABASE_FILE
 from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html
-from backend.store.resume import Restored, restore, restored_options
-from backend.store.turns import TurnRecord
-from backend.uploads import MediaWorkers
+from backend.store.resume import Restored, restore
+from backend.store.turns import ThreadTurns
 from ui import signin
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
@@ -114,39 +110,19 @@ def _owner() -> str | None:
     return None if user is None else str(user.identifier)
 
 
-async def save_turn(
-    session: ChatSession, turn: Turn, done: Done | None = None, answer_id: str | None = None
-) -> None:
-    """Store ``turn`` (the chat's last) as it is now; a no-op when nothing is stored.
-
-    A failed write is logged and said in the log only: the chat goes on.
-    """
-    if _store is None or _owner() is None or turn not in session.conversation.turns:
-        return
-    message_id = next((k for k, t in session.message_turns.items() if t is turn), None)
-    if message_id is None:
-        return
-    record = TurnRecord(
-        position=session.conversation.turns.index(turn),
-        message_id=message_id,
-        turn=turn,
-        answer_id=answer_id,
-        reasoning_s=done.reasoning_s if done else None,
-        stats=stats_line(done, session.tr) if done else None,  # as shown under the answer
-        model=session.model.id if session.model else None,
-        options=asdict(session.options) if session.options else {},
-    )
-    try:
-        await _store.turns.save(cl.context.session.thread_id, record)
-    except (SQLAlchemyError, OSError) as exc:
-        log.error("saving turn %d failed: %s", record.position, exc)
+def sink() -> TurnSink | None:
+    """Where this chat's turns are recorded: its stored thread when sign-in is on and
+    someone is signed in, else None (open mode stores nothing)."""
+    if _store is None or _owner() is None:
+        return None
+    return ThreadTurns(_store.turns, cl.context.session.thread_id)
 
 
 async def forget_after(message: cl.Message) -> None:
     """Before an earlier message is answered again (Edit): drop what followed it.
 
     Keeps the step running now (Chainlit's ``on_message`` run of the edit). The
-    stored turns after it go when the edited turn is saved (:func:`save_turn`).
+    stored turns after it go when the edited turn is recorded (:func:`sink`).
     """
     layer = get_data_layer()
     if _store is None or not isinstance(layer, KimiDataLayer) or not message.created_at:
@@ -159,41 +135,30 @@ async def forget_after(message: cl.Message) -> None:
         log.error("removing the steps after an edited message failed: %s", exc)
 
 
-async def resume(
-    thread: ThreadDict, settings: Settings, client: ChatClient, workers: MediaWorkers
-) -> tuple[ChatSession, Restored]:
-    """Rebuild the chat of ``thread`` and mark interrupted answers on the page.
+async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
+    """Rebuild the chat of ``thread`` into ``session`` and mark interrupted answers on the page.
 
     Connects to the stored model if the server still serves it (else the chosen
     profile, else the first served); a server that cannot be reached leaves the
     session unconnected (the caller says so). The stored sampling options win.
     """
-    session = ChatSession.create(settings, client, workers, tr=session_translator())
     turns = store().turns
     await turns.mark_interrupted(thread["id"])
     restored = restore(await turns.load(thread["id"]))
-    session.conversation = restored.conversation
-    session.message_turns = dict(restored.message_turns)
+    session.restore(restored.conversation, restored.message_turns)
     profile = cl.user_session.get("chat_profile") or None
-    for wanted in dict.fromkeys([restored.model, profile, None]):
-        try:
-            await session.connect(wanted)
-            break
-        except ChatError as exc:
-            log.info("resume: model %s not available: %s", wanted, exc)
-    if session.options is not None and restored.options:
-        stored = sane_options(restored.options, session.max_model_len)  # no NaN of old rows
-        session.options = restored_options(session.options, stored)
+    await session.connect_first([restored.model, profile, None])
+    session.with_stored_options(sane_options(restored.options, session.max_model_len))
     mark_interrupted(thread, restored.interrupted, session.tr)
-    return session, restored
+    return restored
 
 
 def mark_interrupted(
     thread: ThreadDict, records: list[TurnRecord], tr: Translator = ENGLISH
 ) -> None:
     """Add a note after each interrupted turn's message in ``thread`` (what the page shows),
-    in ``tr``'s language; a reasoning step is found by its title in any language."""
-    thinking = {translator(locale)(THINKING_LABEL) for locale in LOCALES}
+    in ``tr``'s language. Its reasoning step, if any, is the step of type ``llm`` that
+    never ended (ui/reasoning_view.py stores a step's end when it closes it)."""
     steps = cast(list[dict[str, Any]], thread["steps"])
     for record in records:
         index = next((i for i, s in enumerate(steps) if s["id"] == record.message_id), None)
@@ -204,9 +169,9 @@ def mark_interrupted(
             len(steps),
         )
         for step in steps[index + 1 : end]:
-            if step.get("name") in thinking:  # its reasoning was never written
+            if step["type"] == "llm" and not step.get("end"):  # its reasoning never ended
                 step["name"] = tr("Thought (interrupted)")
-                step["end"] = step.get("end") or step.get("start") or step.get("createdAt")
+                step["end"] = step.get("start") or step.get("createdAt")
         created = str(steps[end - 1].get("createdAt") or "")
         note = "⚠️ " + tr(INTERRUPTED_NOTE)
         steps.insert(end, _note_step(thread["id"], record.message_id, created, note))

@@ -12,6 +12,8 @@ from chainlit.session import ws_sessions_sid
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ui.chainlit_patches import ahead_of_the_page
+
 PATH = "/kimi/status"
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -27,6 +29,4 @@ def install() -> None:
     """Add the route to Chainlit's app, before its catch-all page route (idempotent)."""
     if any(getattr(route, "path", None) == PATH for route in app.router.routes):
         return
-    app.add_api_route(PATH, status, methods=["GET"])
-    route = app.router.routes.pop()
-    app.router.routes.insert(0, route)
+    ahead_of_the_page(app, lambda: app.add_api_route(PATH, status, methods=["GET"]))

@@ -7,7 +7,8 @@ without them") run inside an HTTP request instead: no Stop button, and a message
 typed meanwhile would stream alongside. :func:`start_answer_task` runs such work
 the way Chainlit runs a message; :func:`one_at_a_time` makes every answer of a
 chat wait for the one before; :func:`stop_answers` (from ``@cl.on_stop``) cancels
-all of them.
+all of them, and :func:`stop_answers_when_gone` (from ``@cl.on_chat_end``) does when
+the tab is gone for good.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import chainlit as cl
 
 _LOCK = "answer_lock"
 _TASKS = "answer_tasks"
+_WATCH = "gone_watch"
 
 
 def _tasks() -> set[asyncio.Task[object]]:
@@ -76,3 +78,27 @@ def stop_answers() -> None:
     """Cancel every answer of this chat, running or waiting (the Stop button)."""
     for task in list(_tasks()):
         task.cancel()
+
+
+def stop_answers_when_gone(grace_s: float) -> None:
+    """The tab's socket went away: cancel this chat's answers if no reconnect takes the
+    session up again within ``grace_s`` seconds (so the model server stops generating
+    what nobody can see).
+
+    Chainlit calls ``on_chat_end`` at every disconnect, keeps the session for its
+    ``session_timeout`` in case the tab comes back (a reconnect gives the session a new
+    socket id, ``WebsocketSession.restore``), then deletes it; a session the browser
+    cleared (``to_clear``, a new chat) is deleted at once, and so its answers stop at once.
+    """
+    session = cl.context.session
+    tasks = _tasks()
+    gone_at = getattr(session, "socket_id", None)
+
+    async def watch() -> None:
+        if not getattr(session, "to_clear", False):
+            await asyncio.sleep(grace_s)
+        if getattr(session, "socket_id", None) == gone_at:  # it never came back
+            for task in list(tasks):
+                task.cancel()
+
+    cl.user_session.set(_WATCH, asyncio.create_task(watch()))

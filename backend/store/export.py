@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from backend.i18n import ENGLISH, Translator, msg
-from backend.presenter import thought_label
-from backend.store.turns import TurnRecord
+from backend.record import TurnRecord
+from backend.timings import stats_line, thought_label
 
 CONTENT_SECURITY_POLICY: Final = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -101,15 +101,25 @@ def _turn(record: TurnRecord, tr: Translator) -> str:
         parts.append(f'<div class="note">{_e(tr(INTERRUPTED_NOTE))}</div>')
     elif turn.status in _ENDINGS:
         parts.append(f'<div class="note">{_e(tr(_ENDINGS[turn.status]))}</div>')
-    if record.stats:
-        parts.append(f'<div class="stats">{_e(record.stats)}</div>')
+    stats = _stats(record, tr)
+    if stats:
+        parts.append(f'<div class="stats">{_e(stats)}</div>')
     parts.append("</section>")
     return "\n".join(parts)
 
 
+def _stats(record: TurnRecord, tr: Translator) -> str:
+    """The stats line: made from the stored numbers in ``tr``'s language, or, for a turn
+    stored before numbers were (it has only its reasoning time), the line as it was shown."""
+    if record.legacy_stats:
+        return record.legacy_stats
+    timings = record.timings
+    return stats_line(timings, tr) if timings is not None and timings.elapsed_s is not None else ""
+
+
 def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
     """The whole chat as one HTML document (UTF-8 text) in ``tr``'s language; see the
-    module docstring. (Stored stats lines stay in the language they were shown in.)"""
+    module docstring. (Stats lines stored as text by older versions stay as they were.)"""
     model = _e(tr("Model"))
     exported = _e(tr("Shared") if chat.sign_in_url is not None else tr("Exported"))
     sign_in = ""

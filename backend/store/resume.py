@@ -11,12 +11,11 @@ so Edit of a message and Regenerate of the last answer work as before.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from backend.chat import SamplingOptions
 from backend.conversation import Conversation, Turn
-from backend.store.turns import TurnRecord
+from backend.record import TurnRecord
 
 
 @dataclass
@@ -54,12 +53,3 @@ def restore(records: list[TurnRecord]) -> Restored:
     if ordered:
         restored.last_answer_id = ordered[-1].answer_id
     return restored
-
-
-def restored_options(current: SamplingOptions, stored: dict[str, Any]) -> SamplingOptions:
-    """``current`` with the stored values of the fields it has (unknown keys are ignored)."""
-    known = {f.name for f in fields(SamplingOptions)}
-    changes: dict[str, Any] = {
-        k: v for k, v in stored.items() if k in known and isinstance(v, int | float | bool)
-    }
-    return replace(current, **changes)

@@ -4,7 +4,7 @@ Chainlit's ``SQLAlchemyDataLayer`` creates no tables; its documentation gives a
 PostgreSQL DDL for ``users``, ``threads``, ``steps``, ``elements`` and
 ``feedbacks``. That DDL lacks columns Chainlit 2.12 writes on every step
 (``steps."autoCollapse"`` since 2.10, ``command`` since 2.1, ``defaultOpen``
-since 2.3, ``modes`` since 2.9.4: research-turn2.md; without them every step
+since 2.3, ``modes`` since 2.9.4, per Chainlit's release notes; without them every step
 insert fails, and Chainlit only logs a warning). Migration 2 adds them, so a
 database made from the documented DDL is brought up to date as well.
 
@@ -15,7 +15,8 @@ decodes it on read, which Chainlit 2.12 does not do for SQLite.
 
 Our own tables: ``kimi_schema`` (the version applied), ``kimi_users`` (sign-in
 names, password hashes and token generations, :mod:`backend.auth`), ``kimi_turns`` and
-``kimi_images`` (the conversation as the model saw it, :mod:`backend.store.turns`).
+``kimi_images`` (the conversation as the model saw it, :mod:`backend.store.turns`);
+migration 5 gives ``kimi_turns`` the measured numbers of each answer.
 
 :func:`migrate` applies what is missing, each migration in one transaction that
 also records its version; running it again does nothing. Two processes starting
@@ -100,6 +101,14 @@ _CHAINLIT_TABLES: Final = (
     )""",
 )
 
+_TIMING_COLUMNS: Final = (
+    ("kimi_turns", "ttft_s", "DOUBLE PRECISION"),
+    ("kimi_turns", "elapsed_s", "DOUBLE PRECISION"),
+    ("kimi_turns", "completion_tokens", "INTEGER"),
+)
+"""What was measured of an answer (:class:`backend.timings.Timings`), beside the older
+``reasoning_s``; older rows keep their stats line as text in ``stats`` (read as is)."""
+
 _LATER_COLUMNS: Final = (
     ("steps", "command", "TEXT"),
     ("steps", "defaultOpen", "BOOLEAN"),
@@ -167,11 +176,16 @@ def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
     return apply
 
 
-def _add_later_columns(connection: Connection) -> None:
-    for table, column, kind in _LATER_COLUMNS:
-        present = {c["name"] for c in inspect(connection).get_columns(table)}
-        if column not in present:
-            connection.exec_driver_sql(f'ALTER TABLE {table} ADD COLUMN "{column}" {kind}')
+def _add_columns(columns: tuple[tuple[str, str, str], ...]) -> Callable[[Connection], None]:
+    """A migration adding ``(table, column, type)`` columns that are not there yet."""
+
+    def apply(connection: Connection) -> None:
+        for table, column, kind in columns:
+            present = {c["name"] for c in inspect(connection).get_columns(table)}
+            if column not in present:
+                connection.exec_driver_sql(f'ALTER TABLE {table} ADD COLUMN "{column}" {kind}')
+
+    return apply
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +199,12 @@ class Migration:
 
 MIGRATIONS: Final = (
     Migration(1, "Chainlit's documented tables", _run(_CHAINLIT_TABLES)),
-    Migration(2, "columns Chainlit 2.12 writes that its DDL lacks", _add_later_columns),
+    Migration(2, "columns Chainlit 2.12 writes that its DDL lacks", _add_columns(_LATER_COLUMNS)),
     Migration(3, "users, turns and prepared images of Kimi-VL Chat", _run(_OUR_TABLES)),
     Migration(4, "a token generation per user (sign-out revokes tokens)", _run(_TOKEN_GENERATION)),
+    Migration(
+        5, "a turn's measured numbers instead of its stats line", _add_columns(_TIMING_COLUMNS)
+    ),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 

@@ -3,15 +3,17 @@
 Chainlit stores what the page shows (steps and elements); this module stores
 what the app needs to go on with a chat after a restart, exactly as before:
 each turn's text as sent (with PDF page and video frame lines), its answer and
-reasoning, how it ended, the model and sampling options it was asked with, the
-stats line, and the prepared image copies (the very bytes that went to vLLM, so
+reasoning, how it ended, the model and sampling options it was asked with, what
+was measured of its answer (:class:`backend.timings.Timings`: numbers, never the
+words shown), and the prepared image copies (the very bytes that went to vLLM, so
 a resumed chat never prepares an upload again). Tables ``kimi_turns`` and
 ``kimi_images`` (:mod:`backend.store.schema`); image bytes in the file store
 under ``prepared/<thread id>/<sha256>.<jpg|png>``.
 
 A turn is saved when its answer starts (status ``pending``) and again when it
 ends; a turn found ``pending`` later was cut short by a crash:
-:meth:`TurnStore.mark_interrupted` marks it ``interrupted``.
+:meth:`TurnStore.mark_interrupted` marks it ``interrupted``. :class:`ThreadTurns`
+is the turn runner's sink (:class:`backend.record.TurnSink`) for one chat.
 """
 
 from __future__ import annotations
@@ -20,56 +22,24 @@ import asyncio
 import base64
 import hashlib
 import json
-from dataclasses import dataclass, field
+import logging
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from sqlalchemy import text
+from sqlalchemy import RowMapping, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.conversation import Turn, TurnStatus
 from backend.images import PreparedImage, decode_data_url
+from backend.logs import LOGGER_NAME
+from backend.record import INTERRUPTED, TurnRecord
 from backend.store.files import FileStore
-
-INTERRUPTED: Final = "interrupted"
-"""Stored status of a turn whose answer never ended (the app was killed)."""
+from backend.timings import Timings
 
 _EXTENSIONS: Final = {"image/jpeg": "jpg", "image/png": "png"}
 
-
-@dataclass(frozen=True, slots=True)
-class TurnRecord:
-    """One stored turn with what the UI and an export need beside the turn itself.
-
-    Attributes:
-        position: 0-based index of the turn in its chat.
-        message_id: Chainlit id of the person's message (Edit names it).
-        turn: text, prepared images, answer, reasoning and status; a turn stored
-            ``pending`` or ``interrupted`` comes back with status ``stopped``.
-        answer_id: Chainlit id of the answer message, once there is one.
-        reasoning_s: seconds the model reasoned ("Thought for N.Ns"), if it did.
-        stats: the stats line shown under the answer, if it ended normally.
-        model: served model name the turn was sent to.
-        options: sampling options as sent (``temperature``, ``top_p``, ...).
-        stored_status: the status as stored, ``interrupted`` included.
-        created_at: ISO 8601 UTC time the turn was first saved.
-    """
-
-    position: int
-    message_id: str
-    turn: Turn
-    answer_id: str | None = None
-    reasoning_s: float | None = None
-    stats: str | None = None
-    model: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    stored_status: str = "done"
-    created_at: str = ""
-
-    @property
-    def interrupted(self) -> bool:
-        """True if the app stopped before this turn's answer ended."""
-        return self.stored_status in ("pending", INTERRUPTED)
+log = logging.getLogger(LOGGER_NAME)
 
 
 def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
@@ -105,23 +75,7 @@ class TurnStore:
         written before the rows that name them, off the event loop.
         """
         keys = await asyncio.to_thread(self._write_images, thread_id, record.turn.images)
-        turn, now = record.turn, _now()
-        row = {
-            "thread_id": thread_id,
-            "position": record.position,
-            "message_id": record.message_id,
-            "answer_id": record.answer_id,
-            "text": turn.text,
-            "answer": turn.answer,
-            "reasoning": turn.reasoning,
-            "reasoning_s": record.reasoning_s,
-            "stats": record.stats,
-            "status": turn.status,
-            "model": record.model,
-            "options": json.dumps(record.options),
-            "created_at": now,
-            "updated_at": now,
-        }
+        row = _row(thread_id, record)
         columns = ", ".join(f'"{c}"' for c in row)
         values = ", ".join(f":{c}" for c in row)
         kept = ("thread_id", "position", "created_at")
@@ -145,7 +99,7 @@ class TurnStore:
                 ),
                 row,
             )
-            for index, (image, key) in enumerate(zip(turn.images, keys, strict=True)):
+            for index, (image, key) in enumerate(zip(record.turn.images, keys, strict=True)):
                 await db.execute(
                     text(
                         'INSERT INTO kimi_images (thread_id, turn, "position", name, object_key, '
@@ -182,73 +136,23 @@ class TurnStore:
             FileNotFoundError: an image file named by a row is missing.
         """
         async with self.engine.connect() as db:
-            turns = (
-                (
-                    await db.execute(
-                        text('SELECT * FROM kimi_turns WHERE thread_id = :t ORDER BY "position"'),
-                        {"t": thread_id},
-                    )
-                )
-                .mappings()
-                .all()
+            found = await db.execute(
+                text('SELECT * FROM kimi_turns WHERE thread_id = :t ORDER BY "position"'),
+                {"t": thread_id},
             )
-            images = (
-                (
-                    await db.execute(
-                        text(
-                            "SELECT * FROM kimi_images WHERE thread_id = :t "
-                            'ORDER BY turn, "position"'
-                        ),
-                        {"t": thread_id},
-                    )
-                )
-                .mappings()
-                .all()
+            turns = found.mappings().all()
+            found = await db.execute(
+                text('SELECT * FROM kimi_images WHERE thread_id = :t ORDER BY turn, "position"'),
+                {"t": thread_id},
             )
-        by_turn: dict[int, list[PreparedImage]] = {}
+            images = found.mappings().all()
         payloads = await asyncio.to_thread(
             lambda: [self.files.read(str(row["object_key"])) for row in images]
         )
+        by_turn: dict[int, list[PreparedImage]] = {}
         for row, data in zip(images, payloads, strict=True):
-            mime = "image/png" if str(row["object_key"]).endswith(".png") else "image/jpeg"
-            by_turn.setdefault(int(row["turn"]), []).append(
-                PreparedImage(
-                    name=str(row["name"]),
-                    data=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}",
-                    width=int(row["width"]),
-                    height=int(row["height"]),
-                    tokens=int(row["tokens"]),
-                    source_bytes=int(row["source_bytes"]),
-                )
-            )
-        records = []
-        for row in turns:
-            stored = str(row["status"])
-            status: TurnStatus = (
-                "stopped" if stored in ("pending", INTERRUPTED) else _status(stored)
-            )
-            position = int(row["position"])
-            records.append(
-                TurnRecord(
-                    position=position,
-                    message_id=str(row["message_id"]),
-                    answer_id=row["answer_id"],
-                    turn=Turn(
-                        text=str(row["text"]),
-                        images=by_turn.get(position, []),
-                        answer=str(row["answer"]),
-                        reasoning=str(row["reasoning"]),
-                        status=status,
-                    ),
-                    reasoning_s=row["reasoning_s"],
-                    stats=row["stats"],
-                    model=row["model"],
-                    options=json.loads(row["options"] or "{}"),
-                    stored_status=stored,
-                    created_at=str(row["created_at"]),
-                )
-            )
-        return records
+            by_turn.setdefault(int(row["turn"]), []).append(_image(row, data))
+        return [_record(row, by_turn.get(int(row["position"]), [])) for row in turns]
 
     async def mark_interrupted(self, thread_id: str) -> list[int]:
         """Mark the turns of ``thread_id`` still ``pending`` as interrupted; their positions."""
@@ -276,6 +180,86 @@ class TurnStore:
             await db.execute(text("DELETE FROM kimi_images WHERE thread_id = :t"), {"t": thread_id})
             await db.execute(text("DELETE FROM kimi_turns WHERE thread_id = :t"), {"t": thread_id})
         await asyncio.to_thread(self.files.delete_tree, f"prepared/{thread_id}")
+
+
+def _row(thread_id: str, record: TurnRecord) -> dict[str, Any]:
+    """The ``kimi_turns`` row of ``record``; the stats line is never stored as text."""
+    turn, timings, now = record.turn, record.timings or Timings(), _now()
+    return {
+        "thread_id": thread_id,
+        "position": record.position,
+        "message_id": record.message_id,
+        "answer_id": record.answer_id,
+        "text": turn.text,
+        "answer": turn.answer,
+        "reasoning": turn.reasoning,
+        "reasoning_s": timings.reasoning_s,
+        "ttft_s": timings.ttft_s,
+        "elapsed_s": timings.elapsed_s,
+        "completion_tokens": timings.completion_tokens,
+        "stats": record.legacy_stats,
+        "status": turn.status,
+        "model": record.model,
+        "options": json.dumps(record.options),
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _image(row: RowMapping, data: bytes) -> PreparedImage:
+    """A prepared image from its ``kimi_images`` row and the bytes of its file."""
+    mime = "image/png" if str(row["object_key"]).endswith(".png") else "image/jpeg"
+    return PreparedImage(
+        name=str(row["name"]),
+        data=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}",
+        width=int(row["width"]),
+        height=int(row["height"]),
+        tokens=int(row["tokens"]),
+        source_bytes=int(row["source_bytes"]),
+    )
+
+
+def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
+    """A record from its ``kimi_turns`` row; a turn whose answer never ended is ``stopped``."""
+    stored = str(row["status"])
+    status: TurnStatus = "stopped" if stored in ("pending", INTERRUPTED) else _status(stored)
+    numbers = Timings(row["ttft_s"], row["reasoning_s"], row["elapsed_s"], row["completion_tokens"])
+    return TurnRecord(
+        position=int(row["position"]),
+        message_id=str(row["message_id"]),
+        answer_id=row["answer_id"],
+        turn=Turn(
+            text=str(row["text"]),
+            images=images,
+            answer=str(row["answer"]),
+            reasoning=str(row["reasoning"]),
+            status=status,
+        ),
+        timings=None if numbers == Timings() else numbers,
+        model=row["model"],
+        options=json.loads(row["options"] or "{}"),
+        stored_status=stored,
+        created_at=str(row["created_at"]),
+        legacy_stats=row["stats"],
+    )
+
+
+class ThreadTurns:
+    """The turn runner's sink (:class:`backend.record.TurnSink`) for one stored chat.
+
+    Borrows ``turns``; a failed write is logged (the chat goes on without it).
+    """
+
+    def __init__(self, turns: TurnStore, thread_id: str) -> None:
+        self.turns = turns
+        self.thread_id = thread_id
+
+    async def record(self, record: TurnRecord) -> None:
+        """Save ``record`` in this chat (:meth:`TurnStore.save`), logging a failure."""
+        try:
+            await self.turns.save(self.thread_id, record)
+        except (SQLAlchemyError, OSError) as exc:
+            log.error("saving turn %d failed: %s", record.position, exc)
 
 
 def _status(stored: str) -> TurnStatus:

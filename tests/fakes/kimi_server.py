@@ -98,6 +98,9 @@ class Scenario:
         delay_s: pause between two chunks.
         status: HTTP status to answer with instead of streaming (an error).
         error: vLLM's error message for ``status`` or for a mid-stream error event.
+        param: the error's ``param``, as vLLM 0.32 names the field at fault (``"image"``
+            for too many images, ``"input_tokens"`` for a prompt too long); None as
+            older servers send.
         pause_at: index of the piece before which the stream goes silent for
             ``pause_s`` seconds (0: before any text, a server that has not started).
         pause_s: see ``pause_at``.
@@ -115,6 +118,7 @@ class Scenario:
     delay_s: float = 0.005
     status: int = 200
     error: str = ""
+    param: str | None = None
     pause_at: int | None = None
     pause_s: float = 0.0
     breaks: str = ""
@@ -125,6 +129,13 @@ def tokens(text: str, size: int = 3) -> tuple[str, ...]:
     """Cut text into small pieces, as a tokenizer would, splitting markers too."""
     return tuple(text[i : i + size] for i in range(0, len(text), size))
 
+
+ERROR_TYPES = {500: "InternalServerError", 503: "ServiceUnavailableError", 404: "NotFoundError"}
+"""vLLM 0.32's error ``type`` by status (vllm/entrypoints/serve/exception_handling/
+error_response.py); 400 is "BadRequestError"."""
+
+HANG_S = 60.0
+"""Seconds ``/tokenize`` takes in its ``"hang"`` mode (longer than any test waits)."""
 
 PACED_END = "(end of answer)"
 """The last words of the ``paced`` scenario's answer: a client that shows them got it all."""
@@ -177,8 +188,23 @@ SCENARIOS: dict[str, Scenario] = {
         status=400,
         error="This model's maximum context length is 2048 tokens. However, your prompt "
         "contains at least 2049 input tokens. Please reduce the length of the input.",
+        param="input_tokens",
     ),
-    "error-images": Scenario(status=400, error="At most 4 image(s) may be provided in one prompt."),
+    "error-images": Scenario(
+        status=400, error="At most 4 image(s) may be provided in one prompt.", param="image"
+    ),
+    # The same refusals worded otherwise (another vLLM version or language): told by param.
+    "error-images-reworded": Scenario(
+        status=400, error="Too many pictures (4 max).", param="image"
+    ),
+    "error-budget-reworded": Scenario(
+        status=400, error="max_tokens=9000 is more than the model takes.", param="max_tokens"
+    ),
+    # An older server that names no param: only its words tell.
+    "error-images-untyped": Scenario(
+        status=400, error="At most 4 image(s) may be provided in one prompt."
+    ),
+    "error-other-400": Scenario(status=400, error="temperature must be >= 0.", param="temperature"),
     "error-500": Scenario(status=500, error="EngineCore encountered an issue."),
     "error-503": Scenario(status=503, error="The server is not ready."),
     "midstream-error": Scenario(pieces=tokens("◁think▷Let me see"), error="engine died"),
@@ -341,8 +367,9 @@ class KimiServer:
         self.tokenize_mode: str = "json-length"
         """How ``/tokenize`` answers: ``"json-length"`` (len(json.dumps(prompt)) // 4),
         ``"kimi"`` (text bytes // 4 plus each image's Kimi-VL token count from its
-        pixel size), ``"missing"`` (404, as a server without the endpoint) or
-        ``"not-json"`` (a 200 whose body is not JSON)."""
+        pixel size), ``"missing"`` (404, as a server without the endpoint),
+        ``"not-json"`` (a 200 whose body is not JSON) or ``"hang"`` (no answer for
+        :data:`HANG_S` seconds, as a server whose tokenizer is stuck)."""
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -379,6 +406,8 @@ class KimiServer:
             return JSONResponse({"detail": "Not Found"}, status_code=404)
         if self.tokenize_mode == "not-json":
             return Response("<html>proxy error page</html>", media_type="text/html")
+        if self.tokenize_mode == "hang":
+            await asyncio.sleep(HANG_S)
         try:
             body = await request.json()
         except ClientDisconnect:  # a chat that ended cancelled its background count
@@ -418,8 +447,8 @@ class KimiServer:
                 {
                     "error": {
                         "message": scenario.error,
-                        "type": "BadRequestError",
-                        "param": None,
+                        "type": ERROR_TYPES.get(scenario.status, "BadRequestError"),
+                        "param": scenario.param,
                         "code": scenario.status,
                     }
                 },

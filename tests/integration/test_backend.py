@@ -21,12 +21,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend.batching import coalesce
+from backend import turn_runner
 from backend.chat import ChatSession
 from backend.client import ChatClient, ChatRequest
+from backend.conversation import Turn
 from backend.errors import ContextTooLong, TooManyImages
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.pacing import ServerPace
+from backend.planning import Planned, plan_turn
+from backend.render import AnswerText, Note, ReasoningText, RenderEvent, TurnEnded
 from backend.settings import Settings
+from backend.turn_runner import TurnRunner
 from backend.uploads import Upload
 from tests.conftest import DATA, SessionFactory
 from tests.integration.conftest import VllmServer
@@ -48,14 +53,19 @@ def session_for(server: VllmServer, make_session: SessionFactory) -> ChatSession
 
 async def ask(
     session: ChatSession, message_id: str, text: str, *photos: str
-) -> tuple[list[StreamEvent], list[str]]:
-    """One turn through the session, as the UI runs it: (events, notices)."""
-    prepared = await session.prepare_uploads([Upload(p, DATA / p) for p in photos])
-    assert prepared.problems == []
-    turn = session.start_turn(message_id, text, prepared.images)
-    planned = await session.plan_request(turn)
-    request, notices = planned.request, planned.notices
-    return [event async for event in session.respond(turn, request)], notices
+) -> tuple[list[RenderEvent], list[str]]:
+    """One turn through the turn runner, as the UI runs it: (render events, notices)."""
+    uploads = [Upload(p, DATA / p) for p in photos]
+    events = [e async for e in TurnRunner(session).ask(message_id, text, uploads)]
+    notices = [e.text for e in events if isinstance(e, Note) and e.level == "info"]
+    return events, notices
+
+
+def ended(events: list[RenderEvent]) -> Done:
+    """How the stream of a turn ended (its last event says)."""
+    last = events[-1]
+    assert isinstance(last, TurnEnded) and last.done is not None, last
+    return last.done
 
 
 async def test_real_photo_gets_a_streamed_answer(
@@ -63,9 +73,9 @@ async def test_real_photo_gets_a_streamed_answer(
 ) -> None:
     session = session_for(vllm_server, make_session)
     events, _ = await ask(session, "m1", "What is in this picture?", "rocket.jpg")
-    texts = [e for e in events if isinstance(e, AnswerDelta | ReasoningDelta)]
-    done = events[-1]
-    assert isinstance(done, Done) and done.finish_reason in ("stop", "length")
+    texts = [e for e in events if isinstance(e, AnswerText | ReasoningText)]
+    done = ended(events)
+    assert done.finish_reason in ("stop", "length")
     assert len(texts) > 1 and done.usage is not None and done.usage.completion_tokens > 0
     assert done.ttft_s is not None and done.ttft_s < 30
     turn = session.conversation.turns[-1]
@@ -143,7 +153,7 @@ def metrics(server: VllmServer) -> tuple[float, float]:
 
 
 async def test_stop_aborts_the_request_on_the_server(
-    vllm_server: VllmServer, make_session: SessionFactory
+    vllm_server: VllmServer, make_session: SessionFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cancel a long generation as Chainlit's Stop does; the server must stop generating.
 
@@ -162,18 +172,28 @@ async def test_stop_aborts_the_request_on_the_server(
         temperature=0.0,
     )
     _ = [e async for e in session.client.stream(warm_up)]
-    turn = session.start_turn("long", "Describe everything, at length.", [])
-    request = (await session.plan_request(turn, max_tokens=vllm_server.max_model_len)).request
-    request = replace(request, extra_body={"ignore_eos": True})  # as long as the context allows
+    planned: list[Planned] = []
+
+    async def as_long_as_the_context_allows(
+        chat: ChatSession, turn: Turn, max_tokens: int | None = None, *, make_room: bool = False
+    ) -> Planned:
+        found = await plan_turn(chat, turn, vllm_server.max_model_len, make_room=make_room)
+        request = replace(found.request, extra_body={"ignore_eos": True})
+        planned.append(replace(found, request=request))
+        return planned[-1]
+
+    monkeypatch.setattr(turn_runner, "plan_turn", as_long_as_the_context_allows)
     _, tokens_before = await asyncio.to_thread(metrics, vllm_server)
     started = asyncio.Event()
 
     async def consume() -> None:
         """As app.py does, with a slow browser: Stop lands while a batch is being sent."""
-        async with aclosing(coalesce(session.respond(turn, request))) as events:
-            async for _ in events:
-                started.set()
-                await asyncio.sleep(0.2)
+        answer = TurnRunner(session).new_turn("long", "Describe everything, at length.", [])
+        async with aclosing(answer) as events:
+            async for event in events:
+                if isinstance(event, AnswerText | ReasoningText):  # the stream is under way
+                    started.set()
+                    await asyncio.sleep(0.2)
 
     task = asyncio.create_task(consume())
     await asyncio.wait_for(started.wait(), timeout=60)
@@ -188,8 +208,9 @@ async def test_stop_aborts_the_request_on_the_server(
     _, tokens_at_abort = await asyncio.to_thread(metrics, vllm_server)
     await asyncio.sleep(1.0)
     assert (await asyncio.to_thread(metrics, vllm_server))[1] == tokens_at_abort  # stopped growing
+    request = planned[-1].request
     assert tokens_at_abort - tokens_before < request.max_tokens  # it did not run to the end
-    assert turn.status == "stopped"
+    assert session.conversation.turns[-1].status == "stopped"
     print(
         f"abort latency {abort_latency * 1000:.0f} ms, "
         f"{tokens_at_abort - tokens_before:.0f} of {request.max_tokens} tokens generated"
@@ -211,9 +232,8 @@ async def test_twenty_turns_with_an_image_each(
     for i in range(20):
         events, notices = await ask(session, f"m{i}", f"Turn {i}: what is in it?", PHOTOS[i % 5])
         seen += notices
-        turn = session.conversation.turns[-1]
-        assert isinstance(events[-1], Done) and turn is not None
-        assert turn.status in ("done", "cut_off")
+        ended(events)
+        assert session.conversation.turns[-1].status in ("done", "cut_off")
     assert seen, "20 images cannot fit 4 per request: a notice must say what was left out"
     counts = [int(m.group(1)) for n in seen if (m := re.search(r"(\d+) older image", n))]
     assert max(counts) >= 16  # 19 older images, at most 3 of them sent with the 20th turn
@@ -227,8 +247,7 @@ async def test_stream_interval_sends_fewer_chunks_with_the_same_text(
     Greedy decoding of the same prompt gives the same 48 tokens; asked for 8
     tokens a chunk, vLLM sends the first token alone, then chunks of 8.
     """
-    client = ChatClient(vllm_server.base_url, vllm_server.api_key, stream_interval=1)
-    grouped = ChatClient(vllm_server.base_url, vllm_server.api_key, stream_interval=8)
+    client = ChatClient(vllm_server.base_url, vllm_server.api_key)
     request = ChatRequest(
         model=vllm_server.model,
         messages=[{"role": "user", "content": "Count to twenty."}],
@@ -237,11 +256,10 @@ async def test_stream_interval_sends_fewer_chunks_with_the_same_text(
         extra_body={"ignore_eos": True},
     )
     try:
-        one = [e async for e in client.stream(request)]
-        eight = [e async for e in grouped.stream(request)]
+        one = [e async for e in client.stream(ServerPace(client, 1).request(request))]
+        eight = [e async for e in client.stream(ServerPace(client, 8).request(request))]
     finally:
         await client.aclose()
-        await grouped.aclose()
 
     def pieces(events: list[StreamEvent]) -> list[str]:
         return [e.text for e in events if isinstance(e, AnswerDelta | ReasoningDelta)]

@@ -1,0 +1,75 @@
+"""One server's pace: how many tokens a chunk to ask of it, and its answers on the UI's clock.
+
+Composes what the HTTP client does not need to know: the server's decode speed
+learnt from finished answers (:class:`backend.batching.StreamPace`), which sets
+vLLM's per-request ``stream_interval``; the UI's clock (:func:`backend.batching.coalesce`);
+and the server's queue on ``/metrics`` (:mod:`backend.metrics`), said while an
+answer has not started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import replace
+
+from backend.batching import Pacing, StreamPace, coalesce
+from backend.client import ChatClient, ChatRequest
+from backend.events import Done, StreamEvent, Waiting
+from backend.metrics import fetch_metrics, queue_length
+
+
+class ServerPace:
+    """The pace of one model server (one per server and process, beside its client).
+
+    Args:
+        client: the server's client (borrowed, never closed here).
+        stream_interval: tokens per streamed chunk to ask (vLLM >= 0.32's
+            ``stream_interval`` request field; the first token always comes at once);
+            0 = from the learnt speed, one UI update's worth; 1 = every token (the
+            field is not sent).
+    """
+
+    def __init__(self, client: ChatClient, stream_interval: int = 0) -> None:
+        self.client = client
+        self.stream_interval = stream_interval
+        self.speed = StreamPace()
+        """This server's decode speed per chat, learnt from finished answers."""
+
+    def request(self, request: ChatRequest) -> ChatRequest:
+        """``request`` with the chunk size to ask, unless it names one itself."""
+        interval = self.stream_interval or self.speed.tokens_per_chunk()
+        if interval <= 1 or "stream_interval" in request.extra_body:
+            return request
+        return replace(request, extra_body={**request.extra_body, "stream_interval": interval})
+
+    def learn(self, done: Done) -> None:
+        """Learn the decode speed from a finished stream (tokens after the first, over
+        the time from its first chunk to its last)."""
+        if done.usage is not None and done.decode_s is not None:
+            self.speed.observe(done.usage.completion_tokens - 1, done.decode_s)
+
+    async def queued(self, model: str | None = None) -> int | None:
+        """Requests waiting on the server (vLLM ``/metrics``), or None when unknown."""
+        if self.client.closed:
+            return None
+        return queue_length(await fetch_metrics(self.client.http, self.client.server_root), model)
+
+    def paced(
+        self, request: ChatRequest, pacing: Pacing
+    ) -> AsyncGenerator[StreamEvent | Waiting, None]:
+        """Stream ``request`` on the UI's clock (:func:`backend.batching.coalesce`),
+        learning the speed from its end. Close it to close the HTTP stream at once."""
+        sent = self.request(request)
+
+        async def queued() -> int | None:
+            return await self.queued(sent.model)
+
+        return coalesce(self._learning(sent), pacing, queued)
+
+    async def _learning(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        async with aclosing(self.client.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, Done):
+                    self.learn(event)
+                yield event

@@ -1,0 +1,73 @@
+"""A turn as it is recorded, and the sink that records it.
+
+The turn runner (:mod:`backend.turn_runner`) hands each turn to a :class:`TurnSink`
+when its answer starts (status ``pending``) and again when it ends. The store
+implements the sink (:class:`backend.store.turns.ThreadTurns`); open mode has none;
+tests use an in-memory one. What is recorded is the turn's data (text, images,
+answer, reasoning, status, the measured numbers), never rendered text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from backend.conversation import Turn
+from backend.timings import Timings
+
+INTERRUPTED: Final = "interrupted"
+"""Stored status of a turn whose answer never ended (the app was killed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One recorded turn with what a resume and an export need beside the turn itself.
+
+    Attributes:
+        position: 0-based index of the turn in its chat.
+        message_id: Chainlit id of the person's message (Edit names it).
+        turn: text, prepared images, answer, reasoning and status; a turn stored
+            ``pending`` or ``interrupted`` comes back with status ``stopped``.
+        answer_id: Chainlit id of the answer message, once there is one.
+        timings: what was measured of the answer, once it ended normally.
+        model: served model name the turn was sent to.
+        options: sampling options as sent (``temperature``, ``top_p``, ...).
+        stored_status: the status as stored, ``interrupted`` included.
+        created_at: ISO 8601 UTC time the turn was first saved.
+        legacy_stats: the stats line as text, as versions before :class:`Timings` stored
+            it (their rows have no numbers but the reasoning time); None for newer rows.
+    """
+
+    position: int
+    message_id: str
+    turn: Turn
+    answer_id: str | None = None
+    timings: Timings | None = None
+    model: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    stored_status: str = "done"
+    created_at: str = ""
+    legacy_stats: str | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """True if the app stopped before this turn's answer ended."""
+        return self.stored_status in ("pending", INTERRUPTED)
+
+    @property
+    def reasoning_s(self) -> float | None:
+        """Seconds the model reasoned ("Thought for N.Ns"), if it did and it was measured."""
+        return self.timings.reasoning_s if self.timings is not None else None
+
+
+class TurnSink(Protocol):
+    """Where a chat's turns are recorded (the store, or a test's list).
+
+    :meth:`record` stores ``record`` as the chat's turn at ``record.position``; the
+    turns after it are dropped (an edit or a rerun of an earlier turn rewinds the
+    chat). It never raises for a storage failure: it logs it, and the chat goes on.
+    """
+
+    async def record(self, record: TurnRecord) -> None:
+        """Store ``record`` (see the class docstring)."""
+        ...

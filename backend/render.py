@@ -1,0 +1,261 @@
+"""Render events: what a front end draws of a turn, as plain values.
+
+The turn runner (:mod:`backend.turn_runner`) yields these; ``ui/answer.py`` draws
+each one with Chainlit and decides nothing; the CLI prints the texts. Every
+sentence in them is already in the chat's language. Buttons carry the id of the
+person's message they act on, so a button acts on the turn it sits under.
+
+The functions below make the events that end an answer (its final text and
+buttons, a stopped or broken answer, an error note) from the turn's data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from backend.client import ServedModel
+from backend.conversation import TurnStatus
+from backend.errors import ChatError, can_retry
+from backend.events import Done
+from backend.i18n import Translator
+from backend.images import PreparedImage
+from backend.presenter import (
+    DEV_STATS_SUFFIX,
+    MORE_TOKENS_LABEL,
+    REGENERATE_LABEL,
+    RETRY_LABEL,
+    SEND_ANYWAY_LABEL,
+    cut_off_note,
+    in_markdown,
+    incomplete_note,
+    no_more_tokens_note,
+    stopped_note,
+    too_long_note,
+    unusable_files_note,
+)
+from backend.safety import escape_markdown
+from backend.settings import profile_for
+from backend.timings import StepEnd, Timings, stats_line
+
+
+@dataclass(frozen=True, slots=True)
+class Button:
+    """A button under a message: ``kind`` names what it does (Chainlit's action name),
+    ``payload`` says on what (always the person's message id as ``"message"``)."""
+
+    kind: Literal["retry", "compare", "send_anyway"]
+    label: str
+    payload: dict[str, Any] = field(hash=False)
+    icon: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A note from the app (not from the model). ``level``: ``info`` and ``warning`` get
+    their sign (ℹ️, ⚠️) when drawn, ``error`` is a failure said as a warning,
+    ``plain`` is drawn as it is."""
+
+    text: str
+    level: Literal["info", "warning", "error", "plain"] = "info"
+    buttons: tuple[Button, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingNote:
+    """The server has taken the request but sent no text yet: show or update the note."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingOver:
+    """Take the waiting note off the screen (the answer started, or ended)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningText:
+    """More reasoning: the step opens at the first (expanded), then grows."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningEnd:
+    """The open reasoning step ends (its title says how), or is ``discarded``: what
+    streamed into it was the answer."""
+
+    ended: StepEnd | Literal["discarded"]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerText:
+    """More of the answer ``answer_id`` (created at its first text, below the step);
+    ``author``: a compared model's label, else the model's own name is used."""
+
+    answer_id: str
+    text: str
+    author: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerEnd:
+    """The answer message ``answer_id`` as it stays: its whole text and its buttons
+    (created now if no text streamed into it)."""
+
+    answer_id: str
+    content: str
+    buttons: tuple[Button, ...] = ()
+    author: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """Draw what ``answer`` points at on the turn's ``images`` (the grounding overlay)."""
+
+    answer: str
+    images: tuple[PreparedImage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonUsed:
+    """The button that started this (Retry, Regenerate...) is used up: remove it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonsUnder:
+    """Put ``buttons`` under the existing message ``message_id`` (a resumed chat's last answer)."""
+
+    message_id: str
+    buttons: tuple[Button, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """The turn is over and recorded; nothing to draw (the CLI reads how it ended)."""
+
+    status: TurnStatus
+    answer: str
+    reasoning: str
+    done: Done | None = None
+
+
+RenderEvent = (
+    Note
+    | WaitingNote
+    | WaitingOver
+    | ReasoningText
+    | ReasoningEnd
+    | AnswerText
+    | AnswerEnd
+    | Marks
+    | ButtonUsed
+    | ButtonsUnder
+    | TurnEnded
+)
+"""Everything the turn runner yields."""
+
+
+def retry_button(
+    message_id: str,
+    tr: Translator,
+    label: str = RETRY_LABEL,
+    max_tokens: int | None = None,
+    make_room: bool = False,
+) -> Button:
+    """A button that answers the turn of the person's message ``message_id`` again.
+
+    ``label``: a msgid (e.g. :data:`backend.presenter.RETRY_LABEL`), shown in ``tr``'s
+    language. ``max_tokens``/``make_room``: ask for that answer budget and leave out
+    older turns until it fits ("Retry with more tokens").
+    """
+    payload: dict[str, Any] = {"message": message_id}
+    if max_tokens:
+        payload |= {"max_tokens": max_tokens, "make_room": make_room}
+    return Button("retry", tr(label), payload, "refresh-cw")
+
+
+def compare_button(message_id: str, other: ServedModel, tr: Translator) -> Button:
+    """A button that asks ``other`` the turn of the person's message ``message_id``."""
+    label = tr("Compare with {model}", model=tr.text(profile_for(other.id).label))
+    return Button("compare", label, {"message": message_id, "model": other.id}, "columns-2")
+
+
+def draft_kept(message_id: str, problems: list[str], can_send: bool, tr: Translator) -> Note:
+    """The note under a message kept back because some of its files could not be used,
+    with "Send without them" when something is left to send."""
+    send = Button("send_anyway", tr(SEND_ANYWAY_LABEL), {"message": message_id})
+    note = unusable_files_note(problems, can_send, tr)
+    return Note(note, "plain", (send,) if can_send else ())
+
+
+def error_note(exc: ChatError, message_id: str, tr: Translator) -> Note:
+    """Say what failed, with Retry when sending the same again may work."""
+    retry = (retry_button(message_id, tr),) if can_retry(exc) else ()
+    return Note(in_markdown(exc.message, tr), "error", retry)
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """What a finished answer's last message needs to know besides the turn itself.
+
+    Attributes:
+        message_id: the person's message the answer's buttons act on.
+        max_tokens: the request's answer budget (named in a cut-off note).
+        more_tokens: the budget "Retry with more tokens" offers, or None.
+        max_model_len: the model's max model length (a note says why no more fit).
+        others: other served models, one Compare button each.
+        compared: the label of the other model a Compare asked (its answer has no buttons).
+        dev_mode: the stats line says the text is noise.
+    """
+
+    message_id: str
+    max_tokens: int
+    more_tokens: int | None
+    max_model_len: int
+    others: tuple[ServedModel, ...] = ()
+    compared: str | None = None
+    dev_mode: bool = False
+
+
+def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Translator) -> AnswerEnd:
+    """The answer as it stays: its text (``shown``: the answer with remote images made
+    links, :func:`backend.safety.link_remote_images`), a cut-off note, the stats line and
+    its buttons."""
+    lines = [shown] if shown else []
+    if ending.compared:
+        lines.insert(0, tr("**{model}** (compare):", model=escape_markdown(ending.compared)))
+    message_id = ending.message_id
+    buttons = [retry_button(message_id, tr, REGENERATE_LABEL)]
+    buttons += [compare_button(message_id, other, tr) for other in ending.others]
+    if done.finish_reason == "length":
+        cut_off = cut_off_note(ending.max_tokens, in_reasoning=done.reasoning_unclosed, tr=tr)
+        lines.append(f"⚠️ {cut_off}")
+        buttons = [retry_button(message_id, tr)]
+        if ending.more_tokens:
+            more = retry_button(message_id, tr, MORE_TOKENS_LABEL, ending.more_tokens, True)
+            buttons.insert(0, more)
+        else:
+            lines.append(f"ℹ️ {no_more_tokens_note(ending.max_tokens, ending.max_model_len, tr)}")
+    if done.cut_at_chars:
+        lines.append(f"⚠️ {too_long_note(done.cut_at_chars, tr)}")
+    stats = stats_line(Timings.from_done(done), tr)
+    if ending.dev_mode:
+        stats += " · " + tr(DEV_STATS_SUFFIX)
+    if ending.compared:
+        stats, buttons = f"{ending.compared} · {stats}", []
+    lines.append(f"*{stats}*")
+    return AnswerEnd(answer_id, "\n\n".join(lines), tuple(buttons), ending.compared)
+
+
+def stopped(answer_id: str, shown: str, message_id: str, tr: Translator) -> AnswerEnd:
+    """The answer left by Stop: what came (``shown``, as in :func:`finished`), marked as
+    stopped, with Retry."""
+    content = stopped_note(shown, tr)
+    return AnswerEnd(answer_id, content, (retry_button(message_id, tr),))
+
+
+def incomplete(answer_id: str, shown: str, tr: Translator) -> AnswerEnd:
+    """The answer of a stream that broke: what came (``shown``, as in :func:`finished`),
+    marked as incomplete."""
+    return AnswerEnd(answer_id, incomplete_note(shown, tr))

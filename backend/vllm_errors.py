@@ -1,0 +1,214 @@
+"""What vLLM and the HTTP stack raise, as one of our errors (:mod:`backend.errors`).
+
+vLLM answers a failed request with an HTTP status and a JSON body
+``{"error": {"message", "type", "param", "code"}}`` (``ErrorInfo`` in
+``vllm/entrypoints/serve/engine/protocol.py``), and a failure inside a started
+stream with the same object as an SSE event. What vLLM 0.32.0 puts there, read in
+its source (``vllm/entrypoints/serve/exception_handling/error_response.py``,
+``vllm/exceptions.py``):
+
+* a request it refuses (``VLLMValidationError``): 400, ``type`` "BadRequestError",
+  ``param`` the field at fault: the modality (``"image"``) for more images than
+  ``--limit-mm-per-prompt`` allows (``vllm/multimodal/processing/context.py``);
+  ``"input_tokens"`` or ``"input_text"`` for a prompt longer than the max model
+  length, ``"max_tokens"`` for an answer budget above it (``vllm/renderers/params.py``);
+* an unknown model: 404, ``type`` "NotFoundError", ``param`` ``"model"``;
+* a busy or briefly failing engine (``QueueOverflowError``, ``RetryableRequestError``): 503;
+* anything else of the engine: 500, ``type`` "InternalServerError"; ``code`` is the status.
+
+So errors are classified by status and ``param``. Older servers (and proxies) send
+``param`` null; only then is vLLM's message text read, for the two sentences vLLM
+0.32 uses ("At most N image(s) may be provided in one prompt", "This model's maximum
+context length is N tokens"), older ones "max_model_len".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import httpx
+import openai
+
+from backend.errors import (
+    ChatError,
+    ClientClosed,
+    ContextTooLong,
+    RequestRejected,
+    RequestTimeout,
+    ServerFailed,
+    ServerLoading,
+    ServerUnreachable,
+    StreamBroken,
+    TooManyImages,
+)
+from backend.i18n import msg
+from backend.logs import LOGGER_NAME
+
+log = logging.getLogger(LOGGER_NAME)
+
+MEDIA_PARAMS: Final = frozenset({"image", "video", "audio"})
+"""``param`` of vLLM 0.32's "at most N items of this modality" refusal: the modality."""
+
+LENGTH_PARAMS: Final = frozenset(
+    {"input_tokens", "input_text", "max_tokens", "max_completion_tokens"}
+)
+"""``param`` of vLLM 0.32's refusals of a prompt or answer budget beyond the max model length."""
+
+CLOSED_MESSAGE: Final = msg(
+    "The app is shutting down and no longer talks to the model server. "
+    "Reload the page once it is back."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VllmError:
+    """vLLM's error object: its message, and ``param`` (None when the server gave none)."""
+
+    message: str
+    param: str | None = None
+
+    @classmethod
+    def of(cls, body: object, fallback: str) -> VllmError:
+        """Read the error object out of a body (openai-python hands over either the whole
+        body or its ``error`` part); ``fallback`` when it has no message."""
+        inner = body.get("error", body) if isinstance(body, Mapping) else None
+        if not isinstance(inner, Mapping):
+            return cls(fallback)
+        message = inner.get("message")
+        param = inner.get("param")
+        return cls(
+            message if isinstance(message, str) and message else fallback,
+            param if isinstance(param, str) else None,
+        )
+
+
+def broken_stream(exc: Exception) -> StreamBroken:
+    """Say in words how a started stream broke: ``ValueError`` (a chunk that is not
+    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error (openai-python
+    wraps it as ``APIConnectionError`` mid-stream) is cut off."""
+    if isinstance(exc, ValueError):
+        return StreamBroken(
+            msg(
+                "The model server's reply was garbled (a chunk that is not valid JSON). "
+                "What arrived is kept; try again."
+            )
+        )
+    return StreamBroken(
+        msg(
+            "The model server's reply was cut off: the connection dropped mid-answer "
+            "({error}), maybe because the server stopped or restarted. "
+            "What arrived is kept; try again.",
+            error=type(exc).__name__,
+        )
+    )
+
+
+def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
+    """Translate an openai-python or httpx exception into one of ours.
+
+    ``APITimeoutError`` / ``httpx.TimeoutException`` -> :class:`RequestTimeout`;
+    ``APIConnectionError`` / ``httpx.TransportError`` -> :class:`ServerUnreachable`;
+    an HTTP error status -> :func:`status_error`; an error event inside the stream ->
+    the same by its ``code``, else :class:`ServerFailed`; httpx's ``RuntimeError``
+    "the client has been closed" -> :class:`ClientClosed`. Anything else becomes a
+    :class:`ServerFailed` carrying its type name, never a traceback.
+    """
+    if isinstance(exc, ChatError):
+        return exc
+    if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
+        return ClientClosed(CLOSED_MESSAGE)
+    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+        return RequestTimeout(
+            msg(
+                "The model server at {url} did not answer in time. It may be busy; try again.",
+                url=base_url,
+            )
+        )
+    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+        return ServerUnreachable(
+            msg(
+                "Cannot reach the model server at {url}. It may be starting, or restarting "
+                "after a crash (launch.sh restarts it; see llm.log); otherwise check that it "
+                "is running.",
+                url=base_url,
+            )
+        )
+    if isinstance(exc, openai.APIStatusError):
+        return status_error(exc.status_code, VllmError.of(exc.body, exc.message), model)
+    if isinstance(exc, openai.APIError):
+        return stream_error(exc.body, exc.message, model)
+    log.error("unexpected failure talking to %s", base_url, exc_info=exc)
+    return ServerFailed(
+        msg(
+            "Unexpected failure talking to the model server ({error}).",
+            error=type(exc).__name__,
+        )
+    )
+
+
+def stream_error(body: object, fallback: str, model: str) -> ChatError:
+    """An error event inside a started stream: by its ``code`` (vLLM sends the HTTP
+    status it would have answered) when that is a client error, else the server failed."""
+    code = body.get("code") if isinstance(body, Mapping) else None
+    error = VllmError.of(body, fallback)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 500:
+        return status_error(code, error, model)
+    return ServerFailed(
+        msg("The model server reported an error while answering: {detail}", detail=error.message)
+    )
+
+
+def status_error(status: int, error: VllmError, model: str) -> ChatError:
+    """The error for an HTTP ``status`` and vLLM's error object (see the module docstring)."""
+    detail = error.message
+    if status == 503:
+        return ServerLoading(
+            msg("The model server is still loading ({detail}). Try again soon.", detail=detail)
+        )
+    if status >= 500:
+        return ServerFailed(
+            msg(
+                "The model server failed while answering ({status}): {detail}",
+                status=status,
+                detail=detail,
+            )
+        )
+    if status in (401, 403):
+        return RequestRejected(
+            msg(
+                "The model server refused our API key. Check KIMI_API_KEY matches vLLM's --api-key."
+            )
+        )
+    if status == 404:
+        return RequestRejected(
+            msg("The model server does not serve '{model}': {detail}", model=model, detail=detail)
+        )
+    if error.param in MEDIA_PARAMS or (error.param is None and _says_too_many_images(detail)):
+        return TooManyImages(
+            msg("Too many images for the server in one request: {detail}", detail=detail)
+        )
+    if error.param in LENGTH_PARAMS or (error.param is None and _says_too_long(detail)):
+        return ContextTooLong(
+            msg(
+                "The conversation is too long for the model: {detail} Start a new chat, "
+                "send fewer images, or lower max tokens.",
+                detail=detail,
+            )
+        )
+    return RequestRejected(msg("The model server rejected the request: {detail}", detail=detail))
+
+
+def _says_too_many_images(detail: str) -> bool:
+    """Last resort, for a server that names no ``param``: vLLM 0.32's sentence
+    (``vllm/multimodal/processing/context.py``)."""
+    return "image(s) may be provided" in detail.lower()
+
+
+def _says_too_long(detail: str) -> bool:
+    """Last resort, for a server that names no ``param``: vLLM 0.32's sentence
+    (``vllm/renderers/params.py``) and older vLLMs' "max_model_len"."""
+    lowered = detail.lower()
+    return "maximum context length" in lowered or "max_model_len" in lowered

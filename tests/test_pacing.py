@@ -1,0 +1,78 @@
+"""One server's pace: the chunk size asked of vLLM follows the speed learnt from answers."""
+
+from __future__ import annotations
+
+from backend.batching import Pacing
+from backend.client import ChatClient, ChatRequest
+from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.pacing import ServerPace
+from tests.conftest import RunningFake
+from tests.fakes.kimi_server import ANSWER, REASONING
+
+
+def asked(text: str, thinking: bool = True) -> ChatRequest:
+    return ChatRequest(
+        model="kimi-vl-thinking-2506",
+        messages=[{"role": "user", "content": text}],
+        max_tokens=100,
+        temperature=0.8,
+        thinking=thinking,
+    )
+
+
+async def chunks(pace: ServerPace, text: str) -> list[StreamEvent]:
+    """The stream's events as ``pace`` asks for it, one per chunk (not paced for the UI);
+    ``pace`` learns from its end."""
+    events = [e async for e in pace.client.stream(pace.request(asked(text)))]
+    assert isinstance(events[-1], Done)
+    pace.learn(events[-1])
+    return events
+
+
+def texts(events: list[StreamEvent]) -> tuple[str, str]:
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    answer = "".join(e.text for e in events if isinstance(e, AnswerDelta))
+    return reasoning, answer
+
+
+async def test_chunks_follow_the_learnt_speed_with_the_same_text(fake: RunningFake) -> None:
+    """As many tokens per chunk as the UI shows per update (50 ms)."""
+    client = ChatClient(fake.base_url, "k")
+    every_token, learnt = ServerPace(client, stream_interval=1), ServerPace(client)
+    first = await chunks(learnt, "#scenario=thinking")
+    assert "stream_interval" not in fake.requests[-1]  # nothing learnt yet: every token
+    learnt.speed.tokens_per_s = 100.0  # whatever it learnt from the first: now 100 tokens/s
+    grouped = await chunks(learnt, "#scenario=thinking")
+    assert fake.requests[-1]["stream_interval"] == 5  # 100 tokens/s x 50 ms
+    plain = await chunks(every_token, "#scenario=thinking")
+    assert "stream_interval" not in fake.requests[-1]
+    assert texts(grouped) == texts(plain) == texts(first) == (REASONING, ANSWER.lstrip())
+    assert len(grouped) < len(plain) / 3  # fewer chunks, fewer events
+    await client.aclose()
+
+
+async def test_a_fixed_stream_interval_is_sent_from_the_first_request(fake: RunningFake) -> None:
+    client = ChatClient(fake.base_url, "k")
+    await chunks(ServerPace(client, stream_interval=3), "#scenario=plain")
+    assert fake.requests[-1]["stream_interval"] == 3
+    await client.aclose()
+
+
+async def test_the_speed_is_learnt_from_a_paced_answer(fake: RunningFake) -> None:
+    """The scripted ``paced`` stream sends 200 tokens 10 ms apart: 100 tokens/s."""
+    client = ChatClient(fake.base_url, "k")
+    pace = ServerPace(client)
+    events = [e async for e in pace.paced(asked("#scenario=paced"), Pacing())]
+    assert isinstance(events[-1], Done) and events[-1].finish_reason == "stop"
+    assert pace.speed.tokens_per_s is not None
+    assert 60 < pace.speed.tokens_per_s < 105  # lower only when this machine is busy
+    await client.aclose()
+
+
+async def test_the_queue_is_read_from_the_servers_metrics(fake: RunningFake) -> None:
+    client = ChatClient(fake.base_url, "k")
+    pace = ServerPace(client)
+    assert await pace.queued("kimi-vl-dev") == 0  # the real scrape, tests/data/vllm_metrics.txt
+    assert await pace.queued("not-served") is None
+    await client.aclose()
+    assert await pace.queued() is None  # closed: unknown
