@@ -341,6 +341,7 @@ class TurnRunner:
             timings=timings,
             model=chat.model.id if chat.model else None,
             options=asdict(chat.options) if chat.options else {},
+            dropped=chat.take_forgotten(),
         )
         await self.sink.record(record)
 
