@@ -87,6 +87,7 @@ async def shutdown() -> None:
     """Close the shared resources once, when the app stops."""
     global _resources
     await server_panel.stop()
+    await history.close()
     if _resources is not None:
         await _resources.aclose()
         _resources = None

@@ -68,15 +68,34 @@ class TurnRecord:
         return self.timings.reasoning_s if self.timings is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class Saving:
+    """How a chat's storing stands after a record.
+
+    Attributes:
+        held: some of the chat's writes wait in memory for the store (it cannot be
+            written now: :mod:`backend.store.pending`); they are written once it can.
+        lost: what of the chat will not be saved (each a sentence's object, e.g.
+            ``'your message "Hello" and its answer'``), since the previous record said.
+    """
+
+    held: bool = False
+    lost: tuple[str, ...] = ()
+
+
+SAVED: Final = Saving()
+"""Everything of the chat is stored."""
+
+
 class TurnSink(Protocol):
     """Where a chat's turns are recorded (the store, or a test's list).
 
     :meth:`record` stores ``record`` as the chat's turn of ``record.message_id`` and
     drops the turns named in ``record.dropped`` (an edit or a rerun of an earlier
-    turn rewinds the chat). It never raises for a storage failure: it logs it, and
-    the chat goes on.
+    turn rewinds the chat). It never raises for a storage failure: it holds the write
+    until the store takes it, or gives it up, and says so in its :class:`Saving`.
     """
 
-    async def record(self, record: TurnRecord) -> None:
-        """Store ``record`` (see the class docstring)."""
+    async def record(self, record: TurnRecord) -> Saving:
+        """Store ``record`` (see the class docstring); how the chat's storing stands."""
         ...

@@ -299,7 +299,8 @@ class Tab:
     answer sets (``cookies``: a load balancer's stickiness cookie, the app's
     browser cookie), sending them with its socket and uploads. Each tab keeps
     its own: ``http``'s shared cookie jar is never consulted, since every
-    request names its ``Cookie`` header.
+    request names its ``Cookie`` header. With ``thread_id`` (and a signed-in user's
+    cookies) the tab resumes that stored chat, as opening it from the sidebar does.
     """
 
     ui_url: str
@@ -307,6 +308,7 @@ class Tab:
     load_page: bool = False
     cookies: dict[str, str] = field(default_factory=dict)
     session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    thread_id: str = ""
     sio: socketio.AsyncClient = field(default_factory=socketio.AsyncClient)
     _seen: list[float] = field(default_factory=list)
     _messages: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -359,7 +361,7 @@ class Tab:
             auth={
                 "clientType": "webapp",
                 "sessionId": self.session_id,
-                "threadId": "",
+                "threadId": self.thread_id,
                 "userEnv": "{}",
                 "chatProfile": "",
             },

@@ -333,11 +333,11 @@ async def test_one_chat_in_two_tabs_keeps_the_turns_of_both(
     and an edit in one tab drops only what that tab rewound away."""
     thread_id = str(uuid.uuid4())
     settings = Settings(base_url=fake.base_url, data_dir=str(store.data_dir))
-    first = TurnRunner(make_session(settings), ThreadTurns(store.turns, thread_id))
+    first = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
     await drain(first.ask("m0", "first question #scenario=quick", []))
     tabs = []
     for _ in range(2):  # two tabs open the stored chat
-        tab = TurnRunner(make_session(settings), ThreadTurns(store.turns, thread_id))
+        tab = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
         restored = restore(await store.turns.load(thread_id))
         tab.chat.restore(restored.conversation, restored.message_turns)
         tabs.append(tab)

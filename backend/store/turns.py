@@ -23,24 +23,21 @@ import asyncio
 import base64
 import hashlib
 import json
-import logging
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from sqlalchemy import RowMapping, text
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from backend.conversation import Turn, TurnStatus
+from backend.i18n import msg
 from backend.images import PreparedImage, decode_data_url
-from backend.logs import LOGGER_NAME
-from backend.record import INTERRUPTED, TurnRecord
+from backend.record import INTERRUPTED, Saving, TurnRecord
 from backend.store.files import FileStore
+from backend.store.pending import PendingWrites, Write
 from backend.timings import Timings
 
 _EXTENSIONS: Final = {"image/jpeg": "jpg", "image/png": "png"}
-
-log = logging.getLogger(LOGGER_NAME)
 
 
 def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
@@ -285,19 +282,34 @@ def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
 class ThreadTurns:
     """The turn runner's sink (:class:`backend.record.TurnSink`) for one stored chat.
 
-    Borrows ``turns``; a failed write is logged (the chat goes on without it).
+    Borrows ``turns`` and ``pending`` (the store's): every save goes through ``pending``,
+    which holds it while the store cannot take it (:mod:`backend.store.pending`).
     """
 
-    def __init__(self, turns: TurnStore, thread_id: str) -> None:
+    def __init__(self, turns: TurnStore, pending: PendingWrites, thread_id: str) -> None:
         self.turns = turns
+        self.pending = pending
         self.thread_id = thread_id
 
-    async def record(self, record: TurnRecord) -> None:
-        """Save ``record`` in this chat (:meth:`TurnStore.save`), logging a failure."""
-        try:
-            await self.turns.save(self.thread_id, record)
-        except (SQLAlchemyError, OSError) as exc:
-            log.error("saving turn %d failed: %s", record.position, exc)
+    async def record(self, record: TurnRecord) -> Saving:
+        """Save ``record`` in this chat (:meth:`TurnStore.save`), now or once the store
+        takes writes again; how this chat's storing stands."""
+        turn = record.turn
+        size = len(turn.text) + len(turn.answer) + len(turn.reasoning)
+        size += sum(len(i.data) for i in turn.images if isinstance(i.data, str))
+        first_line = turn.text.strip().splitlines()[0] if turn.text.strip() else ""
+        short = first_line[:60] + ("…" if len(first_line) > 60 else "")
+        job = Write(
+            run=lambda: self.turns.save(self.thread_id, record),
+            chat=self.thread_id,
+            what=msg("your message “{text}” and its answer", text=short),
+            size=size,
+            # The latest save of a turn replaces a held one, unless one drops turns.
+            key=None if record.dropped else ("turn", self.thread_id, record.message_id),
+        )
+        await self.pending.write(job)
+        lost = tuple(self.pending.take_lost(self.thread_id))
+        return Saving(held=self.pending.holds(self.thread_id) > 0, lost=lost)
 
 
 def _status(stored: str) -> TurnStatus:

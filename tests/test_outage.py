@@ -1,0 +1,262 @@
+"""The database goes away under a running chat: a real PostgreSQL stopped and started
+again, a SQLite data folder made read-only, a disk that fills up.
+
+Each test runs the real app (tests/live_app.py) with sign-in on, in front of the
+scripted server, and drives it over raw socket.io as a browser tab does (bench/_common.py):
+a signed-in person keeps chatting through the outage, is told once that the chat is not
+being saved, and finds everything said meanwhile stored once the database is back (read
+back by resuming the chat in a new tab: the model is sent the whole conversation). A
+sign-in during the outage gets a sentence; the log names the real cause.
+
+The read-only and full disks are small tmpfs mounts (root only; skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from backend.presenter import NOT_SAVED_NOTE, SAVED_AGAIN_NOTE
+from bench._common import Tab
+from tests.conftest import DATA
+from tests.live_app import LiveApp, requests_seen, scripted_server, signed_in
+from tests.pg import PgServer, start_postgres
+from ui.history import NOT_ALL_SAVED
+from ui.signin import NO_DATABASE
+
+PASSWORD = "alice-password-1"
+THINKING = "kimi-vl-thinking-2506"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with scripted_server(THINKING) as url:
+        yield url
+
+
+@pytest.fixture
+def pg() -> Iterator[PgServer]:
+    """A PostgreSQL cluster of this test's own: it is stopped and started again."""
+    running = start_postgres()
+    yield running
+    running.stop()
+
+
+@contextmanager
+def small_disk(size_mb: int) -> Iterator[Path]:
+    """A tmpfs of ``size_mb`` MB mounted on a new folder (unmounted after)."""
+    folder = Path(tempfile.mkdtemp(prefix="kimi-disk-"))
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "tmpfs", str(folder)],
+        check=True,
+    )
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+        folder.rmdir()
+
+
+class ReadOnly:
+    """``folder`` made read-only under a running app: a read-only bind mount of it over
+    itself. Files the app has open already stay writable (as after a ``chmod`` or a
+    remount the kernel makes while the app runs); nothing new can be written there."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def on(self) -> None:
+        subprocess.run(["mount", "--bind", str(self.folder), str(self.folder)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(self.folder)], check=True)
+
+    def off(self) -> None:
+        # Lazily: what the app opened meanwhile (read-only) stays open, on the old view.
+        subprocess.run(["umount", "--lazy", str(self.folder)], check=True)
+
+
+@asynccontextmanager
+async def live(app: LiveApp) -> AsyncIterator[httpx.AsyncClient]:
+    app.start()
+    try:
+        async with httpx.AsyncClient(timeout=60) as http:
+            yield http
+    finally:
+        app.stop()
+
+
+async def turn(tab: Tab, question: str, file_ids: tuple[str, ...] = ()) -> list[str]:
+    """Ask ``question`` in ``tab``; every message and step text the turn showed."""
+    timing = await tab.ask(f"{question} #scenario=quick", file_ids, marker="", timeout_s=60)
+    assert timing.text, f"no answer to {question!r}: {timing.error or tab.texts()}"
+    return tab.texts()
+
+
+def notes(shown: list[str], sentence: str) -> int:
+    return sum(sentence in text for text in shown)
+
+
+def wait_for_log(app: LiveApp, line: str, timeout_s: float = 40) -> None:
+    deadline = time.monotonic() + timeout_s
+    while line not in app.app_log.read_text():
+        assert time.monotonic() < deadline, f"never logged {line!r}:\n{app.app_log.read_text()}"
+        time.sleep(0.2)
+
+
+async def stored(url: str, sql: str) -> list[Any]:
+    """Rows of ``sql`` on the database at ``url``, read with a connection of the test's own."""
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as db:
+            return list((await db.execute(text(sql))).all())
+    finally:
+        await engine.dispose()
+
+
+async def resumed_history(
+    app: LiveApp, http: httpx.AsyncClient, server: str, url: str
+) -> tuple[int, int]:
+    """Open the stored chat in a new tab and ask once: how many messages, and how many
+    photos among them, the model is sent."""
+    [(thread_id,)] = await stored(url, "SELECT id FROM threads")
+    tab = Tab(app.url, http, cookies=signed_in(app.url, "alice", PASSWORD), thread_id=thread_id)
+    await tab.open()
+    await turn(tab, "and now?")
+    await tab.close()
+    sent = requests_seen(server)[-1]["messages"]
+    photos = [
+        part
+        for message in sent
+        if isinstance(message["content"], list)
+        for part in message["content"]
+        if part["type"] == "image_url"
+    ]
+    return len(sent), len(photos)
+
+
+async def outage_then_back(
+    app: LiveApp,
+    http: httpx.AsyncClient,
+    down: Callable[[], object],
+    up: Callable[[], object],
+    photo: bool = False,
+    reopen_from: str = "",
+    database_down: bool = False,
+) -> list[str]:
+    """One turn, the outage (``down()``), two turns (the first with a photo if ``photo``)
+    and a sign-in attempt, the store back (``up()``), one turn; returns everything the
+    chat showed. With ``reopen_from`` (the database URL), the chat is also opened in a
+    second tab during the outage, which must say that not all of it is shown. With
+    ``database_down`` (it cannot be read either), a sign-in meanwhile gets a sentence;
+    else it works."""
+    cookies = signed_in(app.url, "alice", PASSWORD)
+    tab = Tab(app.url, http, cookies=cookies, load_page=True)
+    await tab.open()
+    shown = await turn(tab, "before")
+    down()
+    ids = (await tab.upload((DATA / "rocket.jpg").read_bytes(), "rocket.jpg"),) if photo else ()
+    shown += await turn(tab, "during the outage", ids)
+    shown += await turn(tab, "still during the outage")
+    login = {"username": "alice", "password": PASSWORD}
+    signing_in = await http.post(f"{app.url}/login", data=login)
+    if database_down:
+        assert signing_in.status_code == 503
+        assert signing_in.json()["detail"] == NO_DATABASE
+    else:
+        assert signing_in.status_code == 200
+    user = await http.get(f"{app.url}/user", headers={"Cookie": tab.cookie_header()})
+    assert user.status_code == 200, "a signed-in person stays signed in"
+    if reopen_from:
+        [(thread_id,)] = await stored(reopen_from, "SELECT id FROM threads")
+        other = Tab(app.url, http, cookies=cookies, thread_id=thread_id)
+        await other.open()
+        assert notes(other.texts(), NOT_ALL_SAVED) == 1, other.texts()
+        await other.close()
+    up()
+    wait_for_log(app, "the store takes writes again")
+    shown += await turn(tab, "after")
+    await tab.close()
+    assert notes(shown, NOT_SAVED_NOTE) == 1, shown
+    assert notes(shown, SAVED_AGAIN_NOTE) == 1, shown
+    return shown
+
+
+async def test_a_postgresql_outage_is_said_once_and_what_was_said_is_stored_when_it_is_back(
+    tmp_path: Path, server: str, pg: PgServer
+) -> None:
+    url = pg.create_database()
+    app = LiveApp(tmp_path, server, database_url=url, users={"alice": PASSWORD})
+    async with live(app) as http:
+        await outage_then_back(app, http, pg.pause, pg.resume, database_down=True)
+        turns = await stored(url, 'SELECT text, status FROM kimi_turns ORDER BY "position"')
+        assert [(t.split(" #")[0], s) for t, s in turns] == [
+            ("before", "done"),
+            ("during the outage", "done"),
+            ("still during the outage", "done"),
+            ("after", "done"),
+        ]
+        # Resumed, the chat is whole: four turns and the new question go to the model.
+        assert await resumed_history(app, http, server, url) == (9, 0)
+    log, database = app.app_log.read_text(), url.split("@/")[1].split("?")[0]
+    assert (
+        f"the store cannot take writes: PostgreSQL at postgresql+asyncpg://kimi@/{database}" in log
+    )
+    assert "does not answer (FileNotFoundError: [Errno 2]" in log  # the socket went with it
+    assert "saving turn" not in log
+    assert "Task exception was never retrieved" not in app.output
+    assert "Exception in ASGI application" not in app.output
+
+
+@needs_root
+async def test_a_read_only_data_folder_is_said_once_and_the_photo_turn_is_stored_once_writable(
+    tmp_path: Path, server: str
+) -> None:
+    data = tmp_path / "data"
+    url = f"sqlite+aiosqlite:///{data / 'chat.db'}"
+    app = LiveApp(tmp_path / "app", server, data_dir=data, users={"alice": PASSWORD})
+    folder = ReadOnly(data)
+    try:
+        async with live(app) as http:
+            await outage_then_back(app, http, folder.on, folder.off, photo=True)
+            turns = await stored(url, 'SELECT text FROM kimi_turns ORDER BY "position"')
+            assert len(turns) == 4
+            assert await stored(url, "SELECT name FROM kimi_images") == [("rocket.jpg",)]
+            assert await resumed_history(app, http, server, url) == (9, 1)
+    finally:
+        subprocess.run(["umount", "--lazy", str(data)], capture_output=True, check=False)
+    assert "the database or its folder is read-only (OSError: [Errno 30]" in app.app_log.read_text()
+
+
+@needs_root
+async def test_a_full_disk_is_said_once_the_photo_turn_is_kept_and_a_resume_does_not_pretend(
+    tmp_path: Path, server: str
+) -> None:
+    with small_disk(16) as disk:
+        data = disk / "data"
+        url = f"sqlite+aiosqlite:///{data / 'chat.db'}"
+        app = LiveApp(tmp_path, server, data_dir=data, users={"alice": PASSWORD})
+        filler = disk / "filler"
+
+        def fill() -> None:
+            with filler.open("wb") as out, suppress(OSError):
+                while True:
+                    out.write(b"\0" * 65536)
+
+        async with live(app) as http:
+            await outage_then_back(app, http, fill, filler.unlink, photo=True, reopen_from=url)
+            turns = await stored(url, 'SELECT text FROM kimi_turns ORDER BY "position"')
+            assert len(turns) == 4
+            assert await stored(url, "SELECT name FROM kimi_images") == [("rocket.jpg",)]
+            assert await resumed_history(app, http, server, url) == (9, 1)
+        assert "the disk is full" in app.app_log.read_text()
