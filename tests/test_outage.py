@@ -13,7 +13,9 @@ The read-only and full disks are small tmpfs mounts (root only; skipped otherwis
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -28,6 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from backend.presenter import NOT_SAVED_NOTE, SAVED_AGAIN_NOTE
+from backend.store.export import INTERRUPTED_NOTE
 from bench._common import Tab
 from tests.conftest import DATA
 from tests.live_app import LiveApp, requests_seen, scripted_server, signed_in
@@ -260,3 +263,58 @@ async def test_a_full_disk_is_said_once_the_photo_turn_is_kept_and_a_resume_does
             assert await stored(url, "SELECT name FROM kimi_images") == [("rocket.jpg",)]
             assert await resumed_history(app, http, server, url) == (9, 1)
         assert "the disk is full" in app.app_log.read_text()
+
+
+async def test_an_app_killed_mid_answer_keeps_what_had_streamed_but_the_last_second(
+    tmp_path: Path, server: str
+) -> None:
+    """``kill -9`` of the app while an answer streams (saved every second here), a restart,
+    and the chat opened again: its page has the answer up to at most the last save before
+    the kill, marked interrupted, and the model is sent that partial answer as history."""
+    app = LiveApp(tmp_path, server, users={"alice": PASSWORD}, env={"KIMI_SAVE_EVERY_S": "1"})
+    url = f"sqlite+aiosqlite:///{app.data_dir / 'chat.db'}"
+    async with live(app) as http:
+        tab = Tab(app.url, http, cookies=signed_in(app.url, "alice", PASSWORD))
+        await tab.open()
+        streamed: list[str] = []
+        drawn = tab.sio.handlers["/"]["stream_token"]
+
+        async def on_token(payload: dict[str, Any]) -> None:
+            streamed.append(str(payload.get("token", "")))
+            await drawn(payload)
+
+        tab.sio.on("stream_token", on_token)
+        asking = asyncio.create_task(tab.ask("Tell me at length #scenario=slow-answer"))
+        deadline = time.monotonic() + 60
+        while "a40 " not in "".join(streamed):
+            assert time.monotonic() < deadline, "the answer never streamed"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.5)  # a save after a40 has landed by now
+        app.kill()
+        on_screen = "".join(streamed)
+        asking.cancel()
+        await tab.close()
+
+        app.start()
+        [(thread_id,)] = await stored(url, "SELECT id FROM threads")
+        resumed: list[dict[str, Any]] = []
+        again = Tab(app.url, http, cookies=signed_in(app.url, "alice", PASSWORD))
+        again.thread_id = thread_id
+        again.sio.on("resume_thread", lambda thread: resumed.append(thread))
+        await again.open()
+        async with asyncio.timeout(30):  # sent after on_chat_resume returns
+            while not resumed:
+                await asyncio.sleep(0.05)
+        [thread] = resumed
+        outputs = [str(step.get("output") or "") for step in thread["steps"]]
+        answer = next(o for o in outputs if o.startswith("a0 a1 "))
+        kept = [int(word) for word in re.findall(r"\ba(\d+) ", answer)]
+        assert kept == list(range(len(kept))), "the answer as it streamed, in order"
+        assert kept[-1] >= 40, "what had streamed 1.5 s before the kill (saves: every 1 s)"
+        assert kept[-1] <= max(int(w) for w in re.findall(r"\ba(\d+) ", on_screen))
+        assert any(INTERRUPTED_NOTE in o for o in outputs)
+        assert "A short thought." in outputs, "the reasoning is kept too"
+        await turn(again, "go on")
+        sent = requests_seen(server)[-1]["messages"]
+        assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+        assert sent[1]["content"].strip() == answer.strip()

@@ -194,9 +194,11 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
 def mark_interrupted(
     thread: ThreadDict, records: list[TurnRecord], tr: Translator = ENGLISH
 ) -> None:
-    """Add a note after each interrupted turn's message in ``thread`` (what the page shows),
-    in ``tr``'s language. Its reasoning step, if any, is the step of type ``llm`` that
-    never ended (ui/reasoning_view.py stores a step's end when it closes it)."""
+    """Show each interrupted turn in ``thread`` (what the page shows) as far as it was
+    stored, in ``tr``'s language: its reasoning step (the step of type ``llm`` that never
+    ended: ui/reasoning_view.py stores a step's end when it closes it) with the reasoning
+    saved while it streamed, the answer saved while it streamed (Chainlit stores a
+    streaming message only once it ends), then a note that the app stopped there."""
     steps = cast(list[dict[str, Any]], thread["steps"])
     for record in records:
         index = next((i for i, s in enumerate(steps) if s["id"] == record.message_id), None)
@@ -210,7 +212,18 @@ def mark_interrupted(
             if step["type"] == "llm" and not step.get("end"):  # its reasoning never ended
                 step["name"] = tr("Thought (interrupted)")
                 step["end"] = step.get("start") or step.get("createdAt")
+                if len(record.turn.reasoning) > len(step.get("output") or ""):
+                    step["output"] = record.turn.reasoning
         created = str(steps[end - 1].get("createdAt") or "")
+        answer = record.turn.answer
+        shown = next((s for s in steps[index + 1 : end] if s["id"] == record.answer_id), None)
+        if shown is not None and len(answer) > len(shown.get("output") or ""):
+            shown["output"] = answer
+        elif shown is None and answer and record.answer_id:
+            partial = _note_step(thread["id"], record.message_id, created, answer)
+            partial.update(id=record.answer_id, name=config.ui.name)  # as the answer's own
+            steps.insert(end, partial)
+            end, created = end + 1, str(partial["createdAt"])
         note = "⚠️ " + tr(INTERRUPTED_NOTE)
         steps.insert(end, _note_step(thread["id"], record.message_id, created, note))
 
