@@ -201,7 +201,7 @@ async def on_message(message: cl.Message) -> None:
     if in_any_language(history.EXPORT_COMMAND, message.command):
         await history.send_export(chat())
         return
-    async with one_at_a_time():
+    async with one_at_a_time(resources().answers):
         turns = runner()
         await find_others(turns.chat)
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
@@ -221,7 +221,7 @@ async def on_send_anyway(action: cl.Action) -> None:
     """Send the message this button sits under, with only the files that could be used."""
     await action.remove()
     turns, message_id = runner(), str(action.payload.get("message", ""))
-    start_answer_task(lambda: draw(turns.send_draft(message_id), turns.chat))
+    start_answer_task(lambda: draw(turns.send_draft(message_id), turns.chat), resources().answers)
 
 
 @cl.action_callback("retry")
@@ -236,7 +236,8 @@ async def on_retry(action: cl.Action) -> None:
     max_tokens = action.payload.get("max_tokens")
     make_room = bool(action.payload.get("make_room"))
     start_answer_task(
-        lambda: draw(turns.rerun(message_id, max_tokens, make_room), turns.chat, pressed=action)
+        lambda: draw(turns.rerun(message_id, max_tokens, make_room), turns.chat, pressed=action),
+        resources().answers,
     )
 
 
@@ -246,7 +247,9 @@ async def on_compare(action: cl.Action) -> None:
     """Ask another served model the turn this button sits under; its answer comes next."""
     turns, message_id = runner(), str(action.payload.get("message", ""))
     model = str(action.payload.get("model", ""))
-    start_answer_task(lambda: draw(turns.compare(message_id, model), turns.chat))
+    start_answer_task(
+        lambda: draw(turns.compare(message_id, model), turns.chat), resources().answers
+    )
 
 
 @cl.on_stop

@@ -195,6 +195,10 @@ class Owners:
         """Whether ``session`` belongs to one browser (it was opened with the cookie)."""
         return self._owner.get(session) is not None
 
+    def key_of(self, session: Any) -> str | None:
+        """The cookie value of the browser that opened ``session``; None: none known."""
+        return self._owner.get(session)
+
 
 OWNERS: Final = Owners()
 
