@@ -18,6 +18,7 @@ from chainlit.config import config as chainlit_config
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
+from backend.fair_use import UploadRoom
 from backend.i18n import in_any_language
 from backend.logs import LOGGER_NAME
 from backend.logs import configure as configure_logging
@@ -48,7 +49,8 @@ def prefetch(values: dict[str, Any], name: str, path: Path) -> None:
 
 
 SETTINGS = Settings()
-security.install(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
+UPLOADS = UploadRoom(SETTINGS.upload_session_mb * 1_000_000, SETTINGS.upload_user_mb * 1_000_000)
+security.install(SETTINGS.allowed_origins, UPLOADS)  # Origin, owner, upload size and quota, CSP
 chainlit_patches.on_file_stored(prefetch)  # uploaded images are prepared before sending
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 status.install()  # GET /kimi/status for ./launch.sh status

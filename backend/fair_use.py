@@ -1,14 +1,18 @@
-"""Fair use of a shared model server: bounds on the answers one chat and one person ask.
+"""Fair use of a shared box: bounds on the answers and uploads of one chat and one person.
 
 Each chat gives one answer at a time; a few more may wait behind it
 (``KIMI_CHAT_QUEUE``), and one person (a signed-in user; in open mode, one browser)
 may have at most ``KIMI_USER_ANSWERS`` answers running or waiting in all their tabs.
 An answer beyond either bound is refused at once with a sentence (:class:`Busy`) and
 never reaches the model server, so one tab sending hundreds of messages, or one person
-opening many tabs, cannot queue the GPU for everybody else.
+opening many tabs, cannot queue the GPU for everybody else. Uploads are bounded the same
+way, in bytes (:class:`UploadRoom`): ``KIMI_UPLOAD_SESSION_MB`` per chat session,
+``KIMI_UPLOAD_USER_MB`` per person; a file beyond is refused before a byte of it is read
+(:class:`NoRoom`), so a tab cannot fill the disk with files it never sends.
 
-:class:`AnswerQueues` only counts; the UI (``ui/tasks.py``) takes a :class:`Place` for
-every answer before it waits for the chat's turn and gives it back when the answer ends.
+:class:`AnswerQueues` and :class:`UploadRoom` only count; the UI takes a :class:`Place`
+for every answer before it waits for the chat's turn (``ui/tasks.py``) and for every upload
+before Chainlit reads it (``ui/security.py``), and gives it back when that ends.
 The counts are per process: with several UI workers (``--ui-workers``), HAProxy keeps a
 browser on one worker, so a browser's bound holds; a user signed in from several
 browsers on several workers gets the bound on each.
@@ -27,20 +31,48 @@ class Busy(ChatError):
     """An answer refused because its chat or its person has as many as allowed already."""
 
 
+class NoRoom(ChatError):
+    """An upload refused because its chat or its person holds as many bytes as allowed."""
+
+
 @dataclass
 class Place:
-    """One answer's place in its chat's and its person's counts; :meth:`leave` once."""
+    """What one answer or one upload adds to its chat's and its person's counts
+    (``amount``: 1 answer, or bytes); :meth:`leave` once."""
 
-    queues: AnswerQueues
+    tally: Tally
     chat: str
     person: str
+    amount: int
     left: bool = False
 
     def leave(self) -> None:
-        """Give the place back (the answer ended, was stopped, or never started)."""
+        """Give the place back (the answer ended, was stopped, or never started; the
+        upload was stored, where its chat's files count it, or failed)."""
         if not self.left:
             self.left = True
-            self.queues.release(self)
+            self.tally.remove(self)
+
+
+class Tally:
+    """Amounts counted per chat and per person, each taken back by its :class:`Place`."""
+
+    def __init__(self) -> None:
+        self.chats: Counter[str] = Counter()
+        self.people: Counter[str] = Counter()
+
+    def add(self, chat: str, person: str, amount: int) -> Place:
+        """Count ``amount`` for ``chat`` and ``person``; the place gives it back."""
+        self.chats[chat] += amount
+        self.people[person] += amount
+        return Place(self, chat, person, amount)
+
+    def remove(self, place: Place) -> None:
+        """Take ``place`` out of the counts (use :meth:`Place.leave`)."""
+        for counts, key in ((self.chats, place.chat), (self.people, place.person)):
+            counts[key] -= place.amount
+            if counts[key] <= 0:
+                del counts[key]
 
 
 class AnswerQueues:
@@ -55,8 +87,7 @@ class AnswerQueues:
     def __init__(self, per_chat: int, per_person: int) -> None:
         self.per_chat = per_chat
         self.per_person = per_person
-        self._chats: Counter[str] = Counter()
-        self._people: Counter[str] = Counter()
+        self._tally = Tally()
 
     def enter(self, chat: str, person: str) -> Place:
         """A place for one more answer of ``chat`` asked by ``person``.
@@ -64,30 +95,70 @@ class AnswerQueues:
         Raises:
             Busy: ``chat`` or ``person`` has as many answers running or waiting as allowed.
         """
-        if self._chats[chat] >= self.per_chat:
+        in_chat, of_person = self._tally.chats[chat], self._tally.people[person]
+        if in_chat >= self.per_chat:
             raise Busy(
                 msg(
                     "This chat already has {count} answers running or waiting, the most it "
                     "may; this one was not asked. Wait for them, or press Stop.",
-                    count=self._chats[chat],
+                    count=in_chat,
                 )
             )
-        if self._people[person] >= self.per_person:
+        if of_person >= self.per_person:
             raise Busy(
                 msg(
                     "You already have {count} answers running or waiting in your chats, the "
                     "most one person may on this shared server; this one was not asked. Wait "
                     "for one to end.",
-                    count=self._people[person],
+                    count=of_person,
                 )
             )
-        self._chats[chat] += 1
-        self._people[person] += 1
-        return Place(self, chat, person)
+        return self._tally.add(chat, person, 1)
 
-    def release(self, place: Place) -> None:
-        """Take ``place`` out of the counts (use :meth:`Place.leave`)."""
-        for counts, key in ((self._chats, place.chat), (self._people, place.person)):
-            counts[key] -= 1
-            if counts[key] <= 0:
-                del counts[key]
+
+class UploadRoom:
+    """Bytes of uploads each chat session and each person may hold, stored or on the way.
+
+    What is stored is counted by the caller (Chainlit keeps a session's files until the
+    session ends: ui/security.py sums them); what is still being received is counted here,
+    from each request's declared size, so uploads sent at once cannot all pass one check.
+
+    Args:
+        per_chat: bytes one chat session may hold (``KIMI_UPLOAD_SESSION_MB`` x 10^6).
+        per_person: bytes one person may hold in all their chats (``KIMI_UPLOAD_USER_MB``
+            x 10^6).
+    """
+
+    def __init__(self, per_chat: int, per_person: int) -> None:
+        self.per_chat = per_chat
+        self.per_person = per_person
+        self._arriving = Tally()
+
+    def enter(self, chat: str, person: str, size: int, stored: tuple[int, int]) -> Place:
+        """A place for an upload of ``size`` bytes into ``chat`` by ``person``, who hold
+        ``stored`` bytes already (the chat's, the person's); leave it once the upload is
+        stored or failed.
+
+        Raises:
+            NoRoom: the upload would take the chat or the person past their bound.
+        """
+        in_chat = stored[0] + self._arriving.chats[chat] + size
+        of_person = stored[1] + self._arriving.people[person] + size
+        if in_chat > self.per_chat:
+            raise NoRoom(
+                msg(
+                    "This file would take this chat's uploads past the {limit:g} MB one chat "
+                    "may hold; it was not uploaded. Start a new chat for more files.",
+                    limit=self.per_chat / 1_000_000,
+                )
+            )
+        if of_person > self.per_person:
+            raise NoRoom(
+                msg(
+                    "This file would take your uploads past the {limit:g} MB one person may "
+                    "hold in all their open chats; it was not uploaded. Close chats you no "
+                    "longer need, then try again.",
+                    limit=self.per_person / 1_000_000,
+                )
+            )
+        return self._arriving.add(chat, person, size)

@@ -1,9 +1,12 @@
 """Fair use of a shared box, against the real app over raw socket.io (bench/_common.py's
-``Tab``): one tab flooding its chat with messages, one browser asking in many tabs.
+``Tab``) and real uploads: one tab flooding its chat with messages, one browser asking in
+many tabs, tabs uploading more than they may hold.
 
-The app runs open (no sign-in: a browser is known by its cookie) with its default bounds,
-``KIMI_CHAT_QUEUE=2`` and ``KIMI_USER_ANSWERS=3``, in front of the scripted server, whose
-record of the requests it got is the measure: what is refused never reaches it.
+The app runs open (no sign-in: a browser is known by its cookie) with its default answer
+bounds, ``KIMI_CHAT_QUEUE=2`` and ``KIMI_USER_ANSWERS=3``, in front of the scripted server,
+whose record of the requests it got is the measure: what is refused never reaches it. Its
+upload bounds are small (``KIMI_UPLOAD_SESSION_MB=3``, ``KIMI_UPLOAD_USER_MB=5``) so that a
+few files of 1.2 MB reach them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,16 @@ from tests.live_app import LiveApp, requests_seen, scripted_server
 
 CHAT_FULL = "This chat already has 3 answers running or waiting"
 PERSON_FULL = "You already have 3 answers running or waiting in your chats"
+CHAT_UPLOADS_FULL = (
+    "This file would take this chat's uploads past the 3 MB one chat may hold; it was not "
+    "uploaded. Start a new chat for more files."
+)
+PERSON_UPLOADS_FULL = (
+    "This file would take your uploads past the 5 MB one person may hold in all their open "
+    "chats; it was not uploaded. Close chats you no longer need, then try again."
+)
+FILE = b"\xff\xd8\xff" + bytes(1_200_000 - 3)
+"""1.2 MB, sent as a JPEG (what it holds does not matter to the quota)."""
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +45,8 @@ def server() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 async def app(tmp_path_factory: pytest.TempPathFactory, server: str) -> AsyncIterator[LiveApp]:
-    running = LiveApp(tmp_path_factory.mktemp("app"), server)
+    quota = {"KIMI_UPLOAD_SESSION_MB": "3", "KIMI_UPLOAD_USER_MB": "5"}
+    running = LiveApp(tmp_path_factory.mktemp("app"), server, env=quota)
     running.start()
     yield running
     running.stop()
@@ -114,4 +128,51 @@ async def test_one_browser_in_four_tabs_gets_three_answers_at_once_and_a_sentenc
         answer = await other.ask("someone else #scenario=quick")
         assert answer.complete, answer.error
         for tab in [*tabs, other]:
+            await tab.close()
+
+
+async def post_file(tab: Tab, name: str) -> httpx.Response:
+    """Upload :data:`FILE` as the browser does when it is attached; the app's answer."""
+    return await tab.http.post(
+        f"{tab.ui_url}/project/file",
+        params={"session_id": tab.session_id},
+        files={"file": (name, FILE, "image/jpeg")},
+        headers={"Cookie": tab.cookie_header()},
+    )
+
+
+def stored(app: LiveApp, tab: Tab) -> list[str]:
+    """The files Chainlit keeps for ``tab``'s session (its ``.files/<session id>``)."""
+    folder = app.workdir / ".files" / tab.session_id
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+async def test_uploads_beyond_a_chats_and_a_browsers_room_are_refused_with_a_sentence(
+    app: LiveApp,
+) -> None:
+    async with httpx.AsyncClient(timeout=60) as http:
+        first = Tab(app.url, http, load_page=True)
+        await first.open()
+        answers = [await post_file(first, f"photo{i}.jpg") for i in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 413]
+        assert answers[2].json() == {"detail": CHAT_UPLOADS_FULL}
+        assert len(stored(app, first)) == 2, "the refused file was not written"
+        # The same browser in a second tab: 2.4 MB more fit in 5, the third file does not.
+        second = Tab(app.url, http, cookies=first.cookies)
+        await second.open()
+        answers = [await post_file(second, f"more{i}.jpg") for i in range(2)]
+        assert [a.status_code for a in answers] == [200, 200]
+        third = Tab(app.url, http, cookies=first.cookies)
+        await third.open()
+        refused = await post_file(third, "one-more.jpg")
+        assert refused.status_code == 413
+        assert refused.json() == {"detail": PERSON_UPLOADS_FULL}
+        assert stored(app, third) == []
+        # Files sent at once cannot all pass one check: what is arriving counts too.
+        other = Tab(app.url, http, load_page=True)
+        await other.open()
+        at_once = await asyncio.gather(*(post_file(other, f"burst{i}.jpg") for i in range(5)))
+        assert sorted(a.status_code for a in at_once) == [200, 200, 413, 413, 413]
+        assert len(stored(app, other)) == 2
+        for tab in (first, second, third, other):
             await tab.close()

@@ -27,6 +27,10 @@ Chainlit's socket.io ``connect`` handler:
   form overhead) is refused from its ``Content-Length``, before a byte is read
   (Chainlit reads a whole upload into memory before it checks its size); one
   without ``Content-Length`` is refused too (browsers always send it).
+- **Upload quota** (:class:`backend.fair_use.UploadRoom`): an upload that would take its
+  chat session past ``KIMI_UPLOAD_SESSION_MB`` or its person (:func:`person_of`) past
+  ``KIMI_UPLOAD_USER_MB``, counting the files Chainlit holds for their sessions and the
+  uploads still arriving, is refused (413, one sentence) before a byte is read.
 - **Message size**: socket.io's frame limit (python-engineio
   ``max_http_buffer_size``, 1 MB) silently drops a longer message; it is raised
   to uvicorn's websocket limit (16 MiB), far above any text the model can take,
@@ -72,7 +76,9 @@ from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backend.errors import ChatError
 from backend.exposure import ADD_USER, is_loopback
+from backend.fair_use import Place, UploadRoom
 from backend.i18n import msg
 from backend.store.files import private_folder
 from ui import chainlit_patches
@@ -203,6 +209,33 @@ class Owners:
 OWNERS: Final = Owners()
 
 
+def person_of(session: Any) -> str:
+    """Whose a Chainlit session is, for the bounds of :mod:`backend.fair_use`: its
+    signed-in user; else its browser (the :data:`BROWSER_COOKIE` it was opened with);
+    else (a client without the cookie) the address it connects from."""
+    user = getattr(session, "user", None)
+    if user is not None:
+        return f"user:{user.identifier}"
+    browser = OWNERS.key_of(session)
+    if browser is not None:
+        return f"browser:{browser}"
+    environ = getattr(session, "environ", None) or {}
+    return f"address:{environ.get('REMOTE_ADDR', session.id)}"
+
+
+def held_bytes(session: Any) -> tuple[int, int]:
+    """Bytes of the uploads Chainlit holds for ``session`` (``WebsocketSession.files``),
+    and for all live sessions of its person."""
+    from chainlit.session import ws_sessions_id
+
+    def stored(one: Any) -> int:
+        return sum(int(f.get("size") or 0) for f in list(one.files.values()))
+
+    person = person_of(session)
+    others = [s for s in list(ws_sessions_id.values()) if person_of(s) == person]
+    return stored(session), sum(stored(s) for s in others)
+
+
 def browser_key(cookie_header: str | None) -> str | None:
     """The :data:`BROWSER_COOKIE` value in a ``Cookie`` header, or None.
 
@@ -290,6 +323,19 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+def leaving(place: Place, send: Send) -> Send:
+    """``send`` that gives ``place`` back as the answer starts: by then the upload is in
+    its session's files (which count it) or failed; the client may send the next one at
+    once, before the request's task goes on."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            place.leave()
+        await send(message)
+
+    return sending
+
+
 class Guard:
     """The ASGI middleware described in the module docstring.
 
@@ -299,6 +345,7 @@ class Guard:
         upload_limit_mb: Chainlit's ``max_size_mb`` for one upload, a callable
             so a changed config is read per request.
         root_path: Chainlit's ``--root-path`` (its routes live under it).
+        uploads: the upload quota; None: none.
     """
 
     def __init__(
@@ -307,11 +354,13 @@ class Guard:
         allowed_origins: Iterable[str],
         upload_limit_mb: Callable[[], float],
         root_path: str = "",
+        uploads: UploadRoom | None = None,
     ) -> None:
         self.app = app
         self.allowed_origins = tuple(allowed_origins)
         self.upload_limit_mb = upload_limit_mb
         self.root_path = root_path.rstrip("/")
+        self.uploads = uploads
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in {"http", "websocket"}:
@@ -350,6 +399,17 @@ class Guard:
                 text = msg("File not found.") if method == "GET" else NOT_OPEN_HERE
                 await refuse(scope, receive, send, 404, text)
                 return
+            if path == "/project/file" and method == "POST" and self.uploads is not None:
+                place = await self._upload_place(scope, receive, send, headers, session)
+                if place is None:
+                    return
+                try:
+                    await self.app(
+                        scope, receive, leaving(place, self._sender(send, scope, path, key))
+                    )
+                finally:
+                    place.leave()
+                return
         elif path in BODY_SESSION_ROUTES and method not in SAFE_METHODS:
             replay = await self._check_body_session(scope, receive, send, key)
             if replay is None:
@@ -371,6 +431,26 @@ class Guard:
             await refuse(scope, receive, send, 413, text)
             return False
         return True
+
+    async def _upload_place(
+        self, scope: Scope, receive: Receive, send: Send, headers: Headers, session: Any
+    ) -> Place | None:
+        """A place in the upload quota for this request's declared size, or None once
+        refused (413, the quota's sentence).
+
+        A refused body (at most Chainlit's ``max_size_mb``, checked before) is read and
+        dropped, never kept, before the answer: a browser still sending when the server
+        answers and closes gets a reset, and shows "Upload error" instead of the sentence.
+        """
+        assert self.uploads is not None
+        size = int(headers.get("content-length", "0"))
+        try:
+            return self.uploads.enter(session.id, person_of(session), size, held_bytes(session))
+        except ChatError as refused:
+            while (await receive()).get("more_body", False):
+                pass
+            await refuse(scope, receive, send, 413, refused.message)
+            return None
 
     async def _check_body_session(
         self, scope: Scope, receive: Receive, send: Send, key: str | None
@@ -512,12 +592,13 @@ def refuse_open_beyond_loopback(
     )
 
 
-def install(allowed_origins: str = "") -> None:
+def install(allowed_origins: str = "", uploads: UploadRoom | None = None) -> None:
     """Protect the running Chainlit server (call once, from ``app.py``, at import).
 
     Args:
         allowed_origins: origins accepted besides the app's own, separated by
             commas (``Settings.allowed_origins``), e.g. ``"https://chat.example.com"``.
+        uploads: the upload quota (``KIMI_UPLOAD_SESSION_MB``, ``KIMI_UPLOAD_USER_MB``).
     """
     from chainlit.config import FILES_DIRECTORY, config
     from chainlit.server import app
@@ -534,4 +615,5 @@ def install(allowed_origins: str = "") -> None:
         allowed_origins=tuple(o for o in allowed_origins.split(",") if o.strip()),
         upload_limit_mb=upload_limit_mb,
         root_path=config.run.root_path,
+        uploads=uploads,
     )

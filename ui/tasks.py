@@ -26,7 +26,7 @@ from backend.fair_use import AnswerQueues, Busy
 from backend.presenter import in_markdown
 from ui.answer import say
 from ui.language import session_translator
-from ui.security import OWNERS
+from ui.security import person_of
 
 _LOCK = "answer_lock"
 _TASKS = "answer_tasks"
@@ -41,26 +41,12 @@ def _tasks() -> set[asyncio.Task[object]]:
     return tasks
 
 
-def person() -> str:
-    """Whose answers these are, for :class:`backend.fair_use.AnswerQueues`: the signed-in
-    user; else the browser (its cookie, :data:`ui.security.BROWSER_COOKIE`); else (a
-    client without the cookie) the address it connects from."""
-    user = cl.user_session.get("user")
-    if user is not None:
-        return f"user:{user.identifier}"
-    session = cl.context.session
-    browser = OWNERS.key_of(session)
-    if browser is not None:
-        return f"browser:{browser}"
-    environ = getattr(session, "environ", None) or {}
-    return f"address:{environ.get('REMOTE_ADDR', session.id)}"
-
-
 @asynccontextmanager
 async def one_at_a_time(answers: AnswerQueues) -> AsyncIterator[None]:
     """Take a place in ``answers`` (or raise :class:`backend.fair_use.Busy`), then hold
     this chat's answer lock; the current task is cancelled by :func:`stop_answers`."""
-    place = answers.enter(cl.context.session.id, person())
+    session = cl.context.session
+    place = answers.enter(session.id, person_of(session))
     lock: asyncio.Lock | None = cl.user_session.get(_LOCK)
     if lock is None:
         lock = asyncio.Lock()
