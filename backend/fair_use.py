@@ -21,6 +21,7 @@ browsers on several workers gets the bound on each.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Container
 from dataclasses import dataclass
 
 from backend.errors import ChatError
@@ -119,9 +120,11 @@ class AnswerQueues:
 class UploadRoom:
     """Bytes of uploads each chat session and each person may hold, stored or on the way.
 
-    What is stored is counted by the caller (Chainlit keeps a session's files until the
-    session ends: ui/security.py sums them); what is still being received is counted here,
-    from each request's declared size, so uploads sent at once cannot all pass one check.
+    An upload is counted from its request's declared size as it starts arriving (so
+    uploads sent at once cannot all pass one check), and, once stored (:meth:`keep`), until
+    its chat session ends: Chainlit keeps a session's uploads on disk until then, sent or
+    not. Files the app itself shows (a starter's sample, a resumed chat's photos) are not
+    uploads and do not count.
 
     Args:
         per_chat: bytes one chat session may hold (``KIMI_UPLOAD_SESSION_MB`` x 10^6).
@@ -133,17 +136,22 @@ class UploadRoom:
         self.per_chat = per_chat
         self.per_person = per_person
         self._arriving = Tally()
+        self._kept = Tally()
+        self._kept_places: dict[str, list[Place]] = {}
 
-    def enter(self, chat: str, person: str, size: int, stored: tuple[int, int]) -> Place:
-        """A place for an upload of ``size`` bytes into ``chat`` by ``person``, who hold
-        ``stored`` bytes already (the chat's, the person's); leave it once the upload is
-        stored or failed.
+    def enter(self, chat: str, person: str, size: int, live: Container[str]) -> Place:
+        """A place for an upload of ``size`` bytes into ``chat`` by ``person``; give it to
+        :meth:`keep` once the upload is stored, or leave it if it failed. ``live``: the
+        chat sessions that still exist (what ended ones kept is forgotten).
 
         Raises:
             NoRoom: the upload would take the chat or the person past their bound.
         """
-        in_chat = stored[0] + self._arriving.chats[chat] + size
-        of_person = stored[1] + self._arriving.people[person] + size
+        for ended in [c for c in self._kept_places if c not in live]:
+            for place in self._kept_places.pop(ended):
+                place.leave()
+        in_chat = self._kept.chats[chat] + self._arriving.chats[chat] + size
+        of_person = self._kept.people[person] + self._arriving.people[person] + size
         if in_chat > self.per_chat:
             raise NoRoom(
                 msg(
@@ -162,3 +170,12 @@ class UploadRoom:
                 )
             )
         return self._arriving.add(chat, person, size)
+
+    def keep(self, place: Place) -> None:
+        """The upload of ``place`` (from :meth:`enter`) was stored: it counts until its
+        chat session ends."""
+        if place.left:
+            return
+        place.leave()
+        kept = self._kept.add(place.chat, place.person, place.amount)
+        self._kept_places.setdefault(place.chat, []).append(kept)

@@ -29,8 +29,8 @@ Chainlit's socket.io ``connect`` handler:
   without ``Content-Length`` is refused too (browsers always send it).
 - **Upload quota** (:class:`backend.fair_use.UploadRoom`): an upload that would take its
   chat session past ``KIMI_UPLOAD_SESSION_MB`` or its person (:func:`person_of`) past
-  ``KIMI_UPLOAD_USER_MB``, counting the files Chainlit holds for their sessions and the
-  uploads still arriving, is refused (413, one sentence) before a byte is read.
+  ``KIMI_UPLOAD_USER_MB``, counting the uploads their live sessions hold and those still
+  arriving, is refused (413, one sentence) before a byte is read.
 - **Message size**: socket.io's frame limit (python-engineio
   ``max_http_buffer_size``, 1 MB) silently drops a longer message; it is raised
   to uvicorn's websocket limit (16 MiB), far above any text the model can take,
@@ -223,19 +223,6 @@ def person_of(session: Any) -> str:
     return f"address:{environ.get('REMOTE_ADDR', session.id)}"
 
 
-def held_bytes(session: Any) -> tuple[int, int]:
-    """Bytes of the uploads Chainlit holds for ``session`` (``WebsocketSession.files``),
-    and for all live sessions of its person."""
-    from chainlit.session import ws_sessions_id
-
-    def stored(one: Any) -> int:
-        return sum(int(f.get("size") or 0) for f in list(one.files.values()))
-
-    person = person_of(session)
-    others = [s for s in list(ws_sessions_id.values()) if person_of(s) == person]
-    return stored(session), sum(stored(s) for s in others)
-
-
 def browser_key(cookie_header: str | None) -> str | None:
     """The :data:`BROWSER_COOKIE` value in a ``Cookie`` header, or None.
 
@@ -323,14 +310,17 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def leaving(place: Place, send: Send) -> Send:
-    """``send`` that gives ``place`` back as the answer starts: by then the upload is in
-    its session's files (which count it) or failed; the client may send the next one at
-    once, before the request's task goes on."""
+def leaving(uploads: UploadRoom, place: Place, send: Send) -> Send:
+    """``send`` that settles ``place`` as the answer starts (kept if the upload was stored,
+    given back if not): the client may send the next upload at once, before the request's
+    task goes on."""
 
     async def sending(message: Message) -> None:
         if message["type"] == "http.response.start":
-            place.leave()
+            if message["status"] == 200:
+                uploads.keep(place)
+            else:
+                place.leave()
         await send(message)
 
     return sending
@@ -400,15 +390,7 @@ class Guard:
                 await refuse(scope, receive, send, 404, text)
                 return
             if path == "/project/file" and method == "POST" and self.uploads is not None:
-                place = await self._upload_place(scope, receive, send, headers, session)
-                if place is None:
-                    return
-                try:
-                    await self.app(
-                        scope, receive, leaving(place, self._sender(send, scope, path, key))
-                    )
-                finally:
-                    place.leave()
+                await self._upload(scope, receive, self._sender(send, scope, path, key), session)
                 return
         elif path in BODY_SESSION_ROUTES and method not in SAFE_METHODS:
             replay = await self._check_body_session(scope, receive, send, key)
@@ -432,8 +414,19 @@ class Guard:
             return False
         return True
 
+    async def _upload(self, scope: Scope, receive: Receive, send: Send, session: Any) -> None:
+        """Let Chainlit store an upload into ``session`` if the quota has room for it."""
+        assert self.uploads is not None
+        place = await self._upload_place(scope, receive, send, session)
+        if place is None:
+            return
+        try:
+            await self.app(scope, receive, leaving(self.uploads, place, send))
+        finally:
+            place.leave()
+
     async def _upload_place(
-        self, scope: Scope, receive: Receive, send: Send, headers: Headers, session: Any
+        self, scope: Scope, receive: Receive, send: Send, session: Any
     ) -> Place | None:
         """A place in the upload quota for this request's declared size, or None once
         refused (413, the quota's sentence).
@@ -442,10 +435,12 @@ class Guard:
         dropped, never kept, before the answer: a browser still sending when the server
         answers and closes gets a reset, and shows "Upload error" instead of the sentence.
         """
+        from chainlit.session import ws_sessions_id
+
         assert self.uploads is not None
-        size = int(headers.get("content-length", "0"))
+        size = int(Headers(scope=scope).get("content-length", "0"))
         try:
-            return self.uploads.enter(session.id, person_of(session), size, held_bytes(session))
+            return self.uploads.enter(session.id, person_of(session), size, ws_sessions_id)
         except ChatError as refused:
             while (await receive()).get("more_body", False):
                 pass
