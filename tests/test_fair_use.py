@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
+from backend.fair_use import NoRoom, UploadRoom
 from bench._common import PACED_END, Tab
 from tests.live_app import LiveApp, requests_seen, scripted_server
 
@@ -176,3 +177,19 @@ async def test_uploads_beyond_a_chats_and_a_browsers_room_are_refused_with_a_sen
         assert len(stored(app, other)) == 2
         for tab in (first, second, third, other):
             await tab.close()
+
+
+def test_an_upload_counts_while_it_arrives_and_once_kept_until_its_chat_ends() -> None:
+    room = UploadRoom(per_chat=3_000_000, per_person=5_000_000)
+    live = {"a", "b"}
+    arriving = room.enter("a", "p", 2_000_000, live)
+    with pytest.raises(NoRoom):
+        room.enter("a", "p", 2_000_000, live)  # 4 MB in chat a: past its 3
+    room.keep(arriving)
+    room.keep(arriving)  # a second keep counts nothing more
+    room.enter("b", "p", 2_500_000, live).leave()  # failed: gives its room back
+    room.keep(room.enter("b", "p", 2_500_000, live))
+    with pytest.raises(NoRoom) as refused:
+        room.enter("c", "p", 1_000_000, live | {"c"})  # 5.5 MB for p: past its 5
+    assert "past the 5 MB one person may hold" in str(refused.value)
+    room.enter("c", "p", 1_000_000, {"b", "c"})  # chat a ended: its 2 MB are free again
