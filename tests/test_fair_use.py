@@ -7,15 +7,18 @@ bounds, ``KIMI_CHAT_QUEUE=2`` and ``KIMI_USER_ANSWERS=3``, in front of the scrip
 whose record of the requests it got is the measure: what is refused never reaches it. Its
 upload bounds are small (``KIMI_UPLOAD_SESSION_MB=3``, ``KIMI_UPLOAD_USER_MB=5``) so that a
 few files of 1.2 MB reach them.
+
+An empty (0-byte) file: Chainlit's upload route alone refuses it with HTTP 500 (its
+``persist_file`` takes no empty content), the browser says "Upload failed", drops the
+file and sends the text without it. The app stores it (ui/chainlit_patches.py) and, when
+the message is sent, names it as empty and keeps the message, with "Send without them".
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -34,6 +37,8 @@ PERSON_UPLOADS_FULL = (
     "This file would take your uploads past the 5 MB one person may hold in all their open "
     "chats; it was not uploaded. Close chats you no longer need, then try again."
 )
+EMPTY_NOTE = "empty.png: the file is empty (0 bytes)"
+KEPT = "Your message is kept: attach other files and send again, or send it without them."
 FILE = b"\xff\xd8\xff" + bytes(1_200_000 - 3)
 """1.2 MB, sent as a JPEG (what it holds does not matter to the quota)."""
 
@@ -51,20 +56,6 @@ async def app(tmp_path_factory: pytest.TempPathFactory, server: str) -> AsyncIte
     running.start()
     yield running
     running.stop()
-
-
-async def send(tab: Tab, text: str) -> None:
-    """Emit one message as the browser does (Enter), without waiting for its answer."""
-    message = {
-        "threadId": "",
-        "id": str(uuid.uuid4()),
-        "name": "User",
-        "type": "user_message",
-        "output": text,
-        "createdAt": datetime.now(UTC).isoformat(),
-        "metadata": {},
-    }
-    await tab.sio.emit("client_message", {"message": message, "fileReferences": []})
 
 
 def ended(tab: Tab, refusal: str) -> bool:
@@ -95,7 +86,7 @@ async def test_a_tab_sending_200_messages_at_once_gets_three_answers_and_a_sente
         await tab.open()
         started = time.monotonic()
         for i in range(200):
-            await send(tab, f"question {i} #scenario=paced")
+            await tab.send(f"question {i} #scenario=paced")
         assert time.monotonic() - started < 5, "sent within seconds"
         await settle(server, [tab], 3, CHAT_FULL)
         asked = requests_seen(server)
@@ -118,7 +109,7 @@ async def test_one_browser_in_four_tabs_gets_three_answers_at_once_and_a_sentenc
         tabs = [first] + [Tab(app.url, http, cookies=first.cookies) for _ in range(3)]
         for tab in tabs[1:]:
             await tab.open()
-        await asyncio.gather(*(send(tab, f"tab {i} #scenario=paced") for i, tab in enumerate(tabs)))
+        await asyncio.gather(*(tab.send(f"tab {i} #scenario=paced") for i, tab in enumerate(tabs)))
         await settle(server, tabs, 3, PERSON_FULL)
         assert len(requests_seen(server)) == 3
         refused = [tab for tab in tabs if any(PERSON_FULL in x for x in tab.texts())]
@@ -177,6 +168,31 @@ async def test_uploads_beyond_a_chats_and_a_browsers_room_are_refused_with_a_sen
         assert len(stored(app, other)) == 2
         for tab in (first, second, third, other):
             await tab.close()
+
+
+async def shown(tab: Tab, text: str, timeout_s: float = 30) -> str:
+    """The first message of ``tab`` that contains ``text``, once it is shown."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := [t for t in tab.texts() if text in t]):
+        assert time.monotonic() < deadline, tab.texts()
+        await asyncio.sleep(0.1)
+    return found[0]
+
+
+async def test_an_empty_file_is_attached_then_named_and_the_text_waits(
+    app: LiveApp, server: str
+) -> None:
+    httpx.delete(f"{server}/debug/requests")
+    async with httpx.AsyncClient(timeout=60) as http:
+        tab = Tab(app.url, http, load_page=True)
+        await tab.open()
+        file_id = await tab.upload(b"", "empty.png", "image/png")  # raised on HTTP 500 before
+        await tab.send("what is in it? #scenario=quick", [file_id])
+        note = await shown(tab, EMPTY_NOTE)
+        assert KEPT in note
+        await asyncio.sleep(1)
+        assert requests_seen(server) == [], "the text waits: nothing was asked"
+        await tab.close()
 
 
 def test_an_upload_counts_while_it_arrives_and_once_kept_until_its_chat_ends() -> None:
