@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import httpx
 import pytest
@@ -77,13 +78,22 @@ async def settle(
         await asyncio.sleep(0.2)
 
 
-async def test_a_tab_sending_200_messages_at_once_gets_three_answers_and_a_sentence_for_the_rest(
-    app: LiveApp, server: str
-) -> None:
+@asynccontextmanager
+async def browser(app: LiveApp, server: str) -> AsyncIterator[tuple[httpx.AsyncClient, Tab]]:
+    """A new browser's first tab (page loaded, chat open), the scripted server's record of
+    requests cleared; the tab is closed after."""
     httpx.delete(f"{server}/debug/requests")
     async with httpx.AsyncClient(timeout=60) as http:
         tab = Tab(app.url, http, load_page=True)
         await tab.open()
+        yield http, tab
+        await tab.close()
+
+
+async def test_a_tab_sending_200_messages_at_once_gets_three_answers_and_a_sentence_for_the_rest(
+    app: LiveApp, server: str
+) -> None:
+    async with browser(app, server) as (_, tab):
         started = time.monotonic()
         for i in range(200):
             await tab.send(f"question {i} #scenario=paced")
@@ -96,16 +106,12 @@ async def test_a_tab_sending_200_messages_at_once_gets_three_answers_and_a_sente
         ]
         refused = [t for t in tab.texts() if CHAT_FULL in t]
         assert len(refused) == 197
-        await tab.close()
 
 
 async def test_one_browser_in_four_tabs_gets_three_answers_at_once_and_a_sentence(
     app: LiveApp, server: str
 ) -> None:
-    httpx.delete(f"{server}/debug/requests")
-    async with httpx.AsyncClient(timeout=60) as http:
-        first = Tab(app.url, http, load_page=True)
-        await first.open()
+    async with browser(app, server) as (http, first):
         tabs = [first] + [Tab(app.url, http, cookies=first.cookies) for _ in range(3)]
         for tab in tabs[1:]:
             await tab.open()
@@ -119,7 +125,7 @@ async def test_one_browser_in_four_tabs_gets_three_answers_at_once_and_a_sentenc
         await other.open()
         answer = await other.ask("someone else #scenario=quick")
         assert answer.complete, answer.error
-        for tab in [*tabs, other]:
+        for tab in [*tabs[1:], other]:
             await tab.close()
 
 
@@ -182,17 +188,13 @@ async def shown(tab: Tab, text: str, timeout_s: float = 30) -> str:
 async def test_an_empty_file_is_attached_then_named_and_the_text_waits(
     app: LiveApp, server: str
 ) -> None:
-    httpx.delete(f"{server}/debug/requests")
-    async with httpx.AsyncClient(timeout=60) as http:
-        tab = Tab(app.url, http, load_page=True)
-        await tab.open()
+    async with browser(app, server) as (_, tab):
         file_id = await tab.upload(b"", "empty.png", "image/png")  # raised on HTTP 500 before
         await tab.send("what is in it? #scenario=quick", [file_id])
         note = await shown(tab, EMPTY_NOTE)
         assert KEPT in note
         await asyncio.sleep(1)
         assert requests_seen(server) == [], "the text waits: nothing was asked"
-        await tab.close()
 
 
 def test_an_upload_counts_while_it_arrives_and_once_kept_until_its_chat_ends() -> None:
