@@ -18,6 +18,7 @@ from chainlit.config import config as chainlit_config
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
+from backend.fair_use import UploadRoom
 from backend.i18n import in_any_language
 from backend.logs import LOGGER_NAME
 from backend.logs import configure as configure_logging
@@ -48,7 +49,8 @@ def prefetch(values: dict[str, Any], name: str, path: Path) -> None:
 
 
 SETTINGS = Settings()
-security.install(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
+UPLOADS = UploadRoom(SETTINGS.upload_session_mb * 1_000_000, SETTINGS.upload_user_mb * 1_000_000)
+security.install(SETTINGS.allowed_origins, UPLOADS)  # Origin, owner, upload size and quota, CSP
 chainlit_patches.on_file_stored(prefetch)  # uploaded images are prepared before sending
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 status.install()  # GET /kimi/status for ./launch.sh status
@@ -87,6 +89,7 @@ async def shutdown() -> None:
     """Close the shared resources once, when the app stops."""
     global _resources
     await server_panel.stop()
+    await history.close()
     if _resources is not None:
         await _resources.aclose()
         _resources = None
@@ -200,7 +203,7 @@ async def on_message(message: cl.Message) -> None:
     if in_any_language(history.EXPORT_COMMAND, message.command):
         await history.send_export(chat())
         return
-    async with one_at_a_time():
+    async with one_at_a_time(resources().answers):
         turns = runner()
         await find_others(turns.chat)
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
@@ -220,7 +223,7 @@ async def on_send_anyway(action: cl.Action) -> None:
     """Send the message this button sits under, with only the files that could be used."""
     await action.remove()
     turns, message_id = runner(), str(action.payload.get("message", ""))
-    start_answer_task(lambda: draw(turns.send_draft(message_id), turns.chat))
+    start_answer_task(lambda: draw(turns.send_draft(message_id), turns.chat), resources().answers)
 
 
 @cl.action_callback("retry")
@@ -235,7 +238,8 @@ async def on_retry(action: cl.Action) -> None:
     max_tokens = action.payload.get("max_tokens")
     make_room = bool(action.payload.get("make_room"))
     start_answer_task(
-        lambda: draw(turns.rerun(message_id, max_tokens, make_room), turns.chat, pressed=action)
+        lambda: draw(turns.rerun(message_id, max_tokens, make_room), turns.chat, pressed=action),
+        resources().answers,
     )
 
 
@@ -245,7 +249,9 @@ async def on_compare(action: cl.Action) -> None:
     """Ask another served model the turn this button sits under; its answer comes next."""
     turns, message_id = runner(), str(action.payload.get("message", ""))
     model = str(action.payload.get("model", ""))
-    start_answer_task(lambda: draw(turns.compare(message_id, model), turns.chat))
+    start_answer_task(
+        lambda: draw(turns.compare(message_id, model), turns.chat), resources().answers
+    )
 
 
 @cl.on_stop

@@ -110,6 +110,9 @@ class ChatSession:
     others: list[ServedModel] = field(default_factory=list)
     """Other models the app serves (on this or other servers): what Compare can ask."""
     token_counter: TokenCounter = field(default_factory=TokenCounter)
+    forgotten: list[str] = field(default_factory=list)
+    """Message ids of the turns rewound away (edit, rerun) since the last record took
+    them (:meth:`take_forgotten`): the store drops those turns, and no others."""
     _background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @classmethod
@@ -265,6 +268,7 @@ class ChatSession:
             self._rewind(self.conversation.turns.index(earlier))
         turn = self.conversation.start_turn(text, images)
         self.message_turns[message_id] = turn
+        self.forgotten = [m for m in self.forgotten if m != message_id]  # an edit keeps its id
         return turn
 
     def rewind_to(self, message_id: str) -> tuple[Turn, int] | None:
@@ -286,7 +290,13 @@ class ChatSession:
         """Keep the first ``keep`` turns; forget the UI messages of the others."""
         self.conversation.truncate(keep)
         kept = self.conversation.turns
+        self.forgotten += [k for k, t in self.message_turns.items() if t not in kept]
         self.message_turns = {k: t for k, t in self.message_turns.items() if t in kept}
+
+    def take_forgotten(self) -> tuple[str, ...]:
+        """The message ids rewound away since the last call (then forgotten here)."""
+        taken, self.forgotten = tuple(self.forgotten), []
+        return taken
 
     def restore(self, conversation: Conversation, message_turns: dict[str, Turn]) -> None:
         """Go on with a stored chat: its conversation and the UI message of each turn."""

@@ -38,6 +38,13 @@ SEND_ANYWAY_LABEL = msg("Send without them")
 """Button labels (render with the chat's translator)."""
 
 ALREADY_SENT_NOTE = msg("That message was already sent or replaced.")
+NOT_SAVED_NOTE = msg(
+    "This chat is not being saved for now: the app cannot write to its database. "
+    "Go on: what is said here is kept and saved once the database can be written again."
+)
+SAVED_AGAIN_NOTE = msg(
+    "The database can be written again: this chat is saved, what was said meanwhile included."
+)
 TURN_GONE_NOTE = msg("That turn is no longer part of the conversation; ask again below.")
 
 

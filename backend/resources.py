@@ -2,9 +2,10 @@
 
 For each model server (``KIMI_SERVERS``, else ``KIMI_BASE_URL``) one
 :class:`~backend.client.ChatClient` (all chats share its keep-alive connections)
-and its :class:`~backend.models.ModelDirectory`; and the
-:class:`~backend.uploads.MediaWorkers` that decode uploads. Chats borrow them
-and never close them; after :meth:`AppResources.aclose` a client raises
+and its :class:`~backend.models.ModelDirectory`; the
+:class:`~backend.uploads.MediaWorkers` that decode uploads; and the
+:class:`~backend.fair_use.AnswerQueues` that bound each chat's and each person's
+answers. Chats borrow them and never close them; after :meth:`AppResources.aclose` a client raises
 :class:`backend.errors.ClientClosed`.
 """
 
@@ -15,6 +16,7 @@ import contextlib
 from dataclasses import dataclass
 
 from backend.client import ChatClient, ServedModel
+from backend.fair_use import AnswerQueues
 from backend.models import ModelDirectory
 from backend.pacing import ServerPace
 from backend.settings import Settings
@@ -50,6 +52,8 @@ class AppResources:
     settings: Settings
     servers: list[Server]
     workers: MediaWorkers
+    answers: AnswerQueues
+    """How many answers each chat and each person have running or waiting."""
     _housekeeping: asyncio.Task[None] | None = None
 
     @classmethod
@@ -60,7 +64,8 @@ class AppResources:
         servers = []
         for url in settings.base_urls:
             servers.append(Server.of(ChatClient.from_settings(settings, url), settings))
-        return cls(settings, servers, MediaWorkers())
+        answers = AnswerQueues(1 + settings.chat_queue, settings.user_answers)
+        return cls(settings, servers, MediaWorkers(), answers)
 
     @property
     def client(self) -> ChatClient:

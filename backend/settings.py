@@ -164,6 +164,27 @@ class Settings(BaseSettings):
     )
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
+    upload_session_mb: int = Field(
+        300, gt=0, description="most MB of uploads one chat session may hold (sent or not)"
+    )
+    upload_user_mb: int = Field(
+        1000,
+        gt=0,
+        description="most MB of uploads one user (in open mode: one browser) may hold in "
+        "all their open chats together",
+    )
+    chat_queue: int = Field(
+        2,
+        ge=0,
+        description="answers that may wait behind the one a chat is giving; more are "
+        "refused with a sentence",
+    )
+    user_answers: int = Field(
+        3,
+        gt=0,
+        description="answers one user (in open mode: one browser) may have running or "
+        "waiting at once in all their tabs; more are refused with a sentence",
+    )
     allowed_origins: str = Field(
         "",
         description="origins allowed to drive the UI besides its own (comma-separated), "
@@ -184,4 +205,16 @@ class Settings(BaseSettings):
         "",
         description="SQLAlchemy async URL; empty = SQLite file chat.db in data_dir; "
         "postgresql+asyncpg://USER:PASSWORD@HOST/DB switches to PostgreSQL",
+    )
+    unsaved_mb: int = Field(
+        64,
+        gt=0,
+        description="most MB of chat kept in memory while the database cannot be written "
+        "(stopped, read-only, full); written once it can be again",
+    )
+    save_every_s: float = Field(
+        3.0,
+        gt=0,
+        description="an answer is stored this often while it streams, seconds: a crash "
+        "loses at most this much of it",
     )

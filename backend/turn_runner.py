@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from contextlib import aclosing
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from backend.batching import Pacing
@@ -36,18 +37,21 @@ from backend.client import ServedModel
 from backend.conversation import Turn, TurnStatus
 from backend.errors import ChatError
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
+from backend.i18n import msg
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
 from backend.planning import Planned, plan_compare, plan_turn
 from backend.presenter import (
     ALREADY_SENT_NOTE,
+    NOT_SAVED_NOTE,
     REGENERATE_LABEL,
+    SAVED_AGAIN_NOTE,
     TURN_GONE_NOTE,
     in_markdown,
     not_started_note,
     rerun_note,
 )
-from backend.record import TurnRecord, TurnSink
+from backend.record import Saving, TurnRecord, TurnSink
 from backend.render import (
     AnswerText,
     ButtonsUnder,
@@ -122,6 +126,8 @@ class TurnRunner:
     def __init__(self, chat: ChatSession, sink: TurnSink | None = None) -> None:
         self.chat = chat
         self.sink = sink
+        self.unsaved_said = False
+        """True once the chat said it is not being saved (said again only when it is)."""
 
     @property
     def records(self) -> bool:
@@ -243,6 +249,7 @@ class TurnRunner:
         shown = Shown(self.chat, answering.message_id, answering.compared)
         if answering.planned is None:  # one of the chat's turns, answered afresh
             turn.answer, turn.reasoning, turn.status = "", "", "pending"
+        saving = Checkpoints(self, turn, shown)
         try:
             for note in opened.notes:
                 yield note
@@ -250,30 +257,31 @@ class TurnRunner:
             request_id = planned.request.request_id
             for notice in planned.notices:
                 yield Note(in_markdown(notice, self.chat.tr))
-            await self._record(turn)
+            for note in await self._record(turn):
+                yield note
             async with aclosing(
                 answering.server.pace.paced(planned.request, self._pacing())
             ) as events:
                 async for event in events:
-                    for drawn in shown.on(event):
+                    for drawn in [*shown.on(event), *saving.due()]:
                         yield drawn
         except asyncio.CancelledError:
             if turn.status in ("done", "cut_off"):
                 raise  # finished is finished: a late Stop changes nothing
-            await self._end(turn, shown, "stopped", request_id)
-            for drawn in await shown.stopped(turn):
+            notes = await self._end(turn, shown, "stopped", request_id, saving=saving)
+            for drawn in [*await shown.stopped(turn), *notes]:
                 yield drawn
             raise
         except GeneratorExit:  # closed before the end by whoever reads it: stopped too
             if turn.status not in ("done", "cut_off"):
-                await self._end(turn, shown, "stopped", request_id)
+                await self._end(turn, shown, "stopped", request_id, saving=saving)
             raise
         except ChatError as exc:
-            await self._end(turn, shown, "failed", request_id)
-            for drawn in await shown.failed(turn, exc):
+            notes = await self._end(turn, shown, "failed", request_id, saving=saving)
+            for drawn in [*await shown.failed(turn, exc), *notes]:
                 yield drawn
             return
-        for drawn in await self._finished(answering, turn, shown, planned):
+        for drawn in await self._finished(answering, turn, shown, planned, saving):
             yield drawn
 
     async def _plan(self, answering: Answering) -> Planned:
@@ -292,17 +300,17 @@ class TurnRunner:
         )
 
     async def _finished(
-        self, answering: Answering, turn: Turn, shown: Shown, planned: Planned
+        self, answering: Answering, turn: Turn, shown: Shown, planned: Planned, saving: Checkpoints
     ) -> list[RenderEvent]:
         """End a turn whose stream ended normally; learn its exact token counts (not for a
         Compare: those are another model's) and return the events that show its end."""
         done = shown.done
         assert done is not None, "a stream that ends normally ends with Done"
         request = planned.request
-        await self._end(turn, shown, _status_of(done), request.request_id, done)
+        notes = await self._end(turn, shown, _status_of(done), request.request_id, done, saving)
         if answering.compared is None:
             self.chat.in_background(self._learn_token_counts(turn, request.model))
-        return await shown.finished(turn, done, planned)
+        return [*await shown.finished(turn, done, planned), *notes]
 
     async def _end(
         self,
@@ -311,38 +319,67 @@ class TurnRunner:
         status: TurnStatus,
         request_id: str | None,
         done: Done | None = None,
-    ) -> None:
+        saving: Checkpoints | None = None,
+    ) -> list[RenderEvent]:
         """End ``turn`` with what was shown of it and record it (a Stop landing during
-        the record does not cut it short)."""
+        the record does not cut it short; a save made while it streamed lands first);
+        the notes on how the chat's storing stands."""
         reasoning, answer = shown.texts(done)
         turn.reasoning, turn.answer, turn.status = reasoning, answer, status
         if request_id is not None:
             log.info("request %s ended: %s", request_id, status)
         timings = Timings.from_done(done) if done is not None else None
         answer_id = shown.answer_id if status != "failed" or shown.answer_started else None
-        await asyncio.shield(self._record(turn, answer_id, timings))
+
+        async def last() -> list[RenderEvent]:
+            earlier = await saving.settled() if saving is not None else []
+            return [*earlier, *await self._record(turn, answer_id, timings)]
+
+        return await asyncio.shield(last())
 
     async def _record(
-        self, turn: Turn, answer_id: str | None = None, timings: Timings | None = None
-    ) -> None:
+        self,
+        turn: Turn,
+        answer_id: str | None = None,
+        timings: Timings | None = None,
+        stored: Turn | None = None,
+    ) -> list[RenderEvent]:
         """Hand ``turn`` to the sink, if there is one and the turn is the chat's;
-        ``answer_id``: its answer message, once it has one."""
+        ``answer_id``: its answer message, once it has one; ``stored``: what to store of
+        it, if not the turn as it is (an answer still streaming). Returns the notes that
+        say how the chat's storing stands, when that changed."""
         chat = self.chat
         if self.sink is None or turn not in chat.conversation.turns:
-            return
+            return []
         message_id = chat.message_of(turn)
         if message_id is None:
-            return
+            return []
         record = TurnRecord(
             position=chat.conversation.turns.index(turn),
             message_id=message_id,
-            turn=turn,
+            turn=stored or turn,
             answer_id=answer_id,
             timings=timings,
             model=chat.model.id if chat.model else None,
             options=asdict(chat.options) if chat.options else {},
+            dropped=chat.take_forgotten(),
         )
-        await self.sink.record(record)
+        return self._storing_notes(await self.sink.record(record))
+
+    def _storing_notes(self, saving: Saving) -> list[RenderEvent]:
+        """Say once that the chat is not being saved, once that it is again, and each thing
+        that will not be saved."""
+        tr = self.chat.tr
+        notes: list[RenderEvent] = [
+            Note(in_markdown(msg("Not saved, and it will not be: {what}.", what=what), tr), "error")
+            for what in saving.lost
+        ]
+        if saving.held and not self.unsaved_said:
+            notes.append(Note(tr(NOT_SAVED_NOTE), "warning"))
+        elif not saving.held and self.unsaved_said:
+            notes.append(Note(tr(SAVED_AGAIN_NOTE), "info"))
+        self.unsaved_said = saving.held
+        return notes
 
     async def _learn_token_counts(self, turn: Turn, model: str) -> None:
         """Ask the server's tokenizer for the exact counts of a finished turn's texts."""
@@ -352,6 +389,50 @@ class TurnRunner:
                 count = await self.chat.client.count_text_tokens(model, text)
                 if count is not None:
                     counter.learn(text, count)
+
+
+class Checkpoints:
+    """Saves of one answer while it streams, every ``settings.save_every_s`` seconds, so a
+    crash of the app loses at most that much of it.
+
+    Each save runs as a task of its own (the stream never waits on the store) and holds
+    the turn as shown so far, still ``pending``; one at a time: a save due while the last
+    is still running is skipped. :meth:`settled` waits for the last one, so the turn's
+    final record always lands after it.
+    """
+
+    def __init__(self, runner: TurnRunner, turn: Turn, shown: Shown) -> None:
+        self.runner = runner
+        self.turn = turn
+        self.shown = shown
+        self.every_s = runner.chat.settings.save_every_s
+        self._last = time.monotonic()
+        self._task: asyncio.Task[list[RenderEvent]] | None = None
+
+    def due(self) -> list[RenderEvent]:
+        """Start a save if one is due; the notes of a save that has finished since."""
+        notes = self._collected()
+        if self._task is None and time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            reasoning, answer = self.shown.texts(None)
+            snapshot = replace(self.turn, reasoning=reasoning, answer=answer)
+            answer_id = self.shown.answer_id if self.shown.answer_started else None
+            self._task = asyncio.create_task(
+                self.runner._record(self.turn, answer_id, stored=snapshot)
+            )
+        return notes
+
+    def _collected(self) -> list[RenderEvent]:
+        if self._task is None or not self._task.done():
+            return []
+        task, self._task = self._task, None
+        return task.result() if not task.cancelled() else []
+
+    async def settled(self) -> list[RenderEvent]:
+        """Wait for the save in flight, if any; its notes."""
+        if self._task is not None:
+            await asyncio.wait([self._task])
+        return self._collected()
 
 
 def _status_of(done: Done) -> TurnStatus:

@@ -299,7 +299,8 @@ class Tab:
     answer sets (``cookies``: a load balancer's stickiness cookie, the app's
     browser cookie), sending them with its socket and uploads. Each tab keeps
     its own: ``http``'s shared cookie jar is never consulted, since every
-    request names its ``Cookie`` header.
+    request names its ``Cookie`` header. With ``thread_id`` (and a signed-in user's
+    cookies) the tab resumes that stored chat, as opening it from the sidebar does.
     """
 
     ui_url: str
@@ -307,6 +308,7 @@ class Tab:
     load_page: bool = False
     cookies: dict[str, str] = field(default_factory=dict)
     session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    thread_id: str = ""
     sio: socketio.AsyncClient = field(default_factory=socketio.AsyncClient)
     _seen: list[float] = field(default_factory=list)
     _messages: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -359,7 +361,7 @@ class Tab:
             auth={
                 "clientType": "webapp",
                 "sessionId": self.session_id,
-                "threadId": "",
+                "threadId": self.thread_id,
                 "userEnv": "{}",
                 "chatProfile": "",
             },
@@ -399,6 +401,20 @@ class Tab:
         await self.sio.emit("chat_settings_change", values)
         await asyncio.sleep(0.2)  # handled in its own task: let it land before a message
 
+    async def send(self, text: str, file_ids: Sequence[str] = ()) -> None:
+        """Send one message (Enter) with the uploads ``file_ids``; return at once."""
+        message = {
+            "threadId": "",
+            "id": str(uuid.uuid4()),
+            "name": "User",
+            "type": "user_message",
+            "output": text,
+            "createdAt": _iso_now(),
+            "metadata": {},
+        }
+        references = [{"id": i} for i in file_ids]
+        await self.sio.emit("client_message", {"message": message, "fileReferences": references})
+
     async def ask(
         self,
         text: str,
@@ -413,23 +429,11 @@ class Tab:
         ``cut_off_at``: the answer is expected to use all these tokens, so the app's
         note that it was cut off there ends a complete turn (random weights).
         """
-        message = {
-            "threadId": "",
-            "id": str(uuid.uuid4()),
-            "name": "User",
-            "type": "user_message",
-            "output": text,
-            "createdAt": _iso_now(),
-            "metadata": {},
-        }
         self._done.clear()  # on_chat_start's task_end, or the previous turn's
         self._seen.clear()
         self._messages.clear()
         start = time.perf_counter()
-        await self.sio.emit(
-            "client_message",
-            {"message": message, "fileReferences": [{"id": i} for i in file_ids]},
-        )
+        await self.send(text, file_ids)
         error = ""
         try:
             await asyncio.wait_for(self._done.wait(), timeout_s)

@@ -62,12 +62,37 @@ class PgServer:
 
     def stop(self) -> None:
         """Stop the server at once and delete the cluster."""
+        self.pause("immediate")
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def pause(self, mode: str = "fast") -> None:
+        """Stop the server, keeping the cluster: :meth:`resume` starts it again with its data.
+
+        ``mode`` is ``pg_ctl stop -m``'s: ``fast`` (the default) ends every connection and
+        keeps every commit (the cluster runs with ``synchronous_commit=off``, so
+        ``immediate``, a crash, may lose the last ones).
+        """
         subprocess.run(
             [*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.folder / "db"), "-m",
-             "immediate", "-w", "stop"],
+             mode, "-w", "stop"],
             capture_output=True, timeout=60, check=False,
         )  # fmt: skip
-        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def resume(self) -> None:
+        """Start the server (again) on the same socket and port, with its data.
+
+        Raises:
+            subprocess.CalledProcessError: ``pg_ctl start`` failed.
+        """
+        options = (
+            f"-p {self.port} -k {self.folder} -c listen_addresses='' -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=32MB"
+        )
+        subprocess.run(
+            [*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.folder / "db"), "-l",
+             str(self.folder / "server.log"), "-o", options, "-w", "-t", "60", "start"],
+            check=True, capture_output=True, timeout=90,
+        )  # fmt: skip
 
 
 def start_postgres() -> PgServer:
@@ -85,26 +110,17 @@ def start_postgres() -> PgServer:
         owner = pwd.getpwnam("postgres")
         os.chown(folder, owner.pw_uid, owner.pw_gid)
         run_as = ["runuser", "-u", "postgres", "--"]
-    port = free_port()
-    server = PgServer(folder, port, binaries, run_as)
-    log = folder / "server.log"
+    server = PgServer(folder, free_port(), binaries, run_as)
     try:
         subprocess.run(
             [*run_as, str(binaries / "initdb"), "-D", str(folder / "db"), "-U", SUPERUSER,
              "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
-        options = (
-            f"-p {port} -k {folder} -c listen_addresses='' -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=32MB"
-        )
-        subprocess.run(
-            [*run_as, str(binaries / "pg_ctl"), "-D", str(folder / "db"), "-l", str(log),
-             "-o", options, "-w", "-t", "60", "start"],
-            check=True, capture_output=True, timeout=90,
-        )  # fmt: skip
+        server.resume()
     except subprocess.CalledProcessError as exc:
         detail = (exc.stderr or b"").decode(errors="replace")[-2000:]
+        log = folder / "server.log"
         if log.exists():
             detail += log.read_text(errors="replace")[-2000:]
         server.stop()

@@ -57,6 +57,10 @@ def test_uploads_are_still_stored_by_persist_file_in_the_session_files() -> None
     assert parameters == ["self", "name", "mime", "path", "content"]
     assert "self.files[file_id] = {" in source(WebsocketSession.persist_file)
     assert "await session.persist_file(" in source(server.upload_file)
+    # An empty file is still refused (so the wrapper stores it from os.devnull) and a path
+    # is still copied.
+    assert "if not path and not content:" in source(WebsocketSession.persist_file)
+    assert 'aiofiles.open(path, "rb")' in source(WebsocketSession.persist_file)
 
 
 def test_chainlits_page_route_is_still_its_last_and_answers_every_path() -> None:

@@ -44,9 +44,11 @@ from backend.store.export import ChatExport, export_html
 from backend.store.files import FileStore
 from backend.store.resume import restore
 from backend.store.schema import LATEST, migrate
-from backend.store.turns import TurnStore
+from backend.store.turns import ThreadTurns, TurnStore
 from backend.timings import Timings
-from tests.conftest import DATA, rows
+from backend.turn_runner import TurnRunner
+from tests.conftest import DATA, RunningFake, SessionFactory, rows
+from tests.test_turn_runner import drain
 from ui import history
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
@@ -64,7 +66,7 @@ def photo(name: str = "rocket.jpg") -> Any:
 async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
     assert await migrate(store.engine) == []  # check() applied them; again: nothing
     versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
-    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5]
+    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6]
 
     def columns(sync: Any) -> set[str]:
         return {c["name"] for c in inspect(sync).get_columns("steps")}
@@ -90,11 +92,11 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
             "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
         )
     try:
-        assert await migrate(engine) == [1, 2, 3, 4, 5]
+        assert await migrate(engine) == [1, 2, 3, 4, 5, 6]
         async with engine.connect() as db:
             row = (await db.execute(text('SELECT output, "autoCollapse" FROM steps'))).one()
         assert tuple(row) == ("kept", None)
-        assert LATEST == 5
+        assert LATEST == 6
     finally:
         await engine.dispose()
 
@@ -119,7 +121,7 @@ async def test_turns_stored_with_their_stats_line_as_text_read_back_after_migrat
             )
         )
     try:
-        assert await migrate(engine) == [4, 5]
+        assert await migrate(engine) == [4, 5, 6]
         (old,) = await TurnStore(engine, FileStore(Path(settings.data_dir) / "files")).load("t")
     finally:
         await engine.dispose()
@@ -311,16 +313,53 @@ async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> No
     assert sorted(f.suffix for f in files) == [".jpg", ".png"]
 
 
-async def test_saving_an_earlier_turn_drops_the_later_ones(store: Store) -> None:
+async def test_saving_an_edited_turn_drops_the_turns_its_chat_rewound_away(store: Store) -> None:
     thread_id = str(uuid.uuid4())
     for i in range(3):
         turn = Turn(text=f"q{i}", images=[photo()] if i == 2 else [], answer=f"a{i}", status="done")
         await store.turns.save(thread_id, record(i, f"m{i}", turn))
     edited = Turn(text="q1 edited", answer="", status="pending")
-    await store.turns.save(thread_id, record(1, "m1", edited))
+    await store.turns.save(thread_id, record(1, "m1", edited, dropped=("m1", "m2")))
     loaded = await store.turns.load(thread_id)
-    assert [r.turn.text for r in loaded] == ["q0", "q1 edited"]
+    assert [(r.message_id, r.turn.text) for r in loaded] == [("m0", "q0"), ("m1", "q1 edited")]
     assert await rows(store, "SELECT * FROM kimi_images WHERE thread_id = :t", t=thread_id) == []
+
+
+async def test_one_chat_in_two_tabs_keeps_the_turns_of_both(
+    store: Store, fake: RunningFake, make_session: SessionFactory
+) -> None:
+    """Two tabs resume the same stored chat and each adds a turn (real turn runners, one
+    sink each on the same thread): both turns are stored, in the order they were added,
+    and an edit in one tab drops only what that tab rewound away."""
+    thread_id = str(uuid.uuid4())
+    settings = Settings(base_url=fake.base_url, data_dir=str(store.data_dir))
+    first = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
+    await drain(first.ask("m0", "first question #scenario=quick", []))
+    tabs = []
+    for _ in range(2):  # two tabs open the stored chat
+        tab = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
+        restored = restore(await store.turns.load(thread_id))
+        tab.chat.restore(restored.conversation, restored.message_turns)
+        tabs.append(tab)
+    await drain(tabs[0].ask("a1", "from tab A #scenario=quick", []))
+    await drain(tabs[1].ask("b1", "from tab B #scenario=quick", []))
+    await drain(tabs[0].ask("a2", "tab A again #scenario=quick", []))
+    stored = await store.turns.load(thread_id)
+    assert [r.message_id for r in stored] == ["m0", "a1", "b1", "a2"]
+    assert all(r.turn.status == "done" and r.turn.answer for r in stored)
+
+    # Tab B edits its own message: its turn is rewritten in place; tab A's stay.
+    await drain(tabs[1].ask("b1", "from tab B, edited #scenario=quick", []))
+    stored = await store.turns.load(thread_id)
+    assert [r.message_id for r in stored] == ["m0", "a1", "b1", "a2"]
+    assert stored[2].turn.text == "from tab B, edited #scenario=quick"
+    # Tab A edits the first message: it drops what it had after it (a1, a2), not b1.
+    await drain(tabs[0].ask("m0", "first, edited #scenario=quick", []))
+    stored = await store.turns.load(thread_id)
+    assert [(r.message_id, r.turn.text) for r in stored] == [
+        ("m0", "first, edited #scenario=quick"),
+        ("b1", "from tab B, edited #scenario=quick"),
+    ]
 
 
 async def test_resumed_conversation_sends_the_images_and_answers_without_reasoning(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from backend.chat import ChatSession
-from backend.record import TurnRecord
+from backend.record import SAVED, Saving, TurnRecord
 from backend.render import (
     AnswerEnd,
     AnswerText,
@@ -39,10 +39,11 @@ class Recorded:
     def __init__(self) -> None:
         self.records: list[TurnRecord] = []
 
-    async def record(self, record: TurnRecord) -> None:
+    async def record(self, record: TurnRecord) -> Saving:
         turn = record.turn
         snapshot = replace(turn, images=list(turn.images))
         self.records.append(replace(record, turn=snapshot))
+        return SAVED
 
 
 async def drain(events: object) -> list[RenderEvent]:

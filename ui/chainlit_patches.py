@@ -17,6 +17,7 @@ not by wrapping ``chainlit.auth``.
 from __future__ import annotations
 
 import importlib
+import os
 import time
 import types
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -94,8 +95,13 @@ def unpause_constructors() -> None:
 # ``WebsocketSession.persist_file`` and tells the app nothing until the message is sent.
 # The wrapper also reads Chainlit's user-session registry (``chainlit.user_session.
 # user_sessions``): the upload request carries no websocket context.
-# Ends when: Chainlit calls back on upload (an ``on_file_upload`` hook); then register the
-# callback there and delete this section.
+# The wrapper also lets an empty file through: ``persist_file`` refuses ``content=b""``
+# (``ValueError``: HTTP 500, the browser's toast "Upload failed", the file dropped and the
+# text sent without it). It is stored by copying ``os.devnull`` instead, so it stays
+# attached and the app names it as empty when the message is sent (backend/images.py
+# ``upload_size``), keeping the message.
+# Ends when: Chainlit calls back on upload (an ``on_file_upload`` hook) and stores empty
+# files; then register the callback there and delete this section.
 
 FileStored = Callable[[dict[str, Any], str, Path], None]
 """Told of a stored upload: the session's user-session values (``cl.user_session``), the
@@ -104,13 +110,16 @@ file's name and where it lies."""
 
 def on_file_stored(callback: FileStored) -> None:
     """Call ``callback`` after Chainlit stores each upload (wraps
-    ``WebsocketSession.persist_file`` once; a second call replaces the callback)."""
+    ``WebsocketSession.persist_file`` once; a second call replaces the callback); an
+    empty upload is stored as an empty file, not refused."""
     from chainlit.session import WebsocketSession
     from chainlit.user_session import user_sessions
 
     original = getattr(WebsocketSession.persist_file, "__wrapped__", WebsocketSession.persist_file)
 
     async def persist_file(self: WebsocketSession, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs.get("path") and kwargs.get("content") in (b"", ""):
+            kwargs = {**kwargs, "content": None, "path": os.devnull}  # an empty file
         reference = await original(self, *args, **kwargs)
         stored = self.files.get(reference["id"]) if isinstance(reference, dict) else None
         if stored is not None:

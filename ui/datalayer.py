@@ -35,11 +35,13 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Final, cast
 
-from chainlit.context import context
+from chainlit.context import ChainlitContextException, context
 from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
 from chainlit.data.storage_clients.base import BaseStorageClient
 from chainlit.data.utils import queue_until_user_message
@@ -49,8 +51,10 @@ from chainlit.types import PaginatedResponse, Pagination, ThreadDict, ThreadFilt
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.store import Store
+from backend.store.pending import Write, cause
 from ui.chainlit_patches import share_engine
 
 log = logging.getLogger(LOGGER_NAME)
@@ -81,6 +85,36 @@ def readable_title(text: str) -> str:
 def _writer_thread() -> str | None:
     """The thread of the session making the current data-layer call."""
     return context.session.thread_id
+
+
+def _writer_thread_or_none() -> str | None:
+    """:func:`_writer_thread`, or None outside a session (an HTTP route's write)."""
+    try:
+        return _writer_thread()
+    except ChainlitContextException:
+        return None
+
+
+_WRITE: Final = re.compile(r"\s*(INSERT INTO|UPDATE|DELETE FROM)\s+\"?(\w+)", re.IGNORECASE)
+
+
+def _held_write(query: str) -> bool:
+    """True for a statement that writes a table other than Chainlit's ``users``."""
+    found = _WRITE.match(query)
+    return found is not None and found.group(2).lower() != "users"
+
+
+_UPSERTED: Final = re.compile(r"\s*INSERT INTO (steps|elements) ", re.IGNORECASE)
+
+
+def _row_key(query: str, parameters: dict[str, Any]) -> Hashable:
+    """The row a write is about, for :class:`backend.store.pending.Write`: a step's or an
+    element's upsert writes the whole row (a later one replaces a held one); any other
+    statement is only the same as an identical one."""
+    upserted = _UPSERTED.match(query)
+    if upserted and "id" in parameters:
+        return (upserted.group(1), str(parameters["id"]))
+    return (query, json.dumps(parameters, sort_keys=True, default=str))
 
 
 def _finite(number: str) -> float | None:
@@ -121,19 +155,42 @@ class KimiDataLayer(SQLAlchemyDataLayer):
     async def execute_sql(
         self, query: str, parameters: dict[str, Any]
     ) -> list[dict[str, Any]] | int | None:
-        """Chainlit's contract (rows, row count, or None on failure), failures logged as errors."""
-        async with self.async_session() as session:
+        """Chainlit's contract (rows, row count, or None on failure), failures logged as errors.
+
+        A write (``INSERT``, ``UPDATE``, ``DELETE``) goes through the store's
+        :class:`backend.store.pending.PendingWrites`: while the database cannot take it,
+        it is held (None is returned) and written, in order, once it can. Chainlit's
+        writes of ``users`` are not held: it makes its user row again at the next
+        sign-in, and a held one would only fail then as a duplicate.
+        """
+        if not _held_write(query):
             try:
-                async with session.begin():
-                    result = await session.execute(text(query), parameters)
-                    if result.returns_rows:
-                        rows = [dict(row._mapping) for row in result.fetchall()]
-                        return cast(list[dict[str, Any]], self.clean_result(rows))
-                    return int(result.rowcount)
-            except SQLAlchemyError as exc:
+                return await self._run_sql(query, parameters)
+            except (SQLAlchemyError, OSError) as exc:
                 self.failed_statements += 1
-                log.error("database statement failed: %s", str(exc).splitlines()[0])
+                log.error("database statement failed: %s", cause(exc, self.store.where))
                 return None
+        thread = _writer_thread_or_none()
+        job = Write(
+            run=lambda: self._run_sql(query, parameters),
+            chat=thread,
+            what=msg("part of what the page shows of this chat"),
+            size=len(query) + sum(len(str(v)) for v in parameters.values()),
+            key=_row_key(query, parameters),
+        )
+        outcome = await self.store.pending.write(job)
+        if outcome.held or outcome.lost:
+            self.failed_statements += 1
+        return cast(list[dict[str, Any]] | int | None, outcome.value)
+
+    async def _run_sql(self, query: str, parameters: dict[str, Any]) -> list[dict[str, Any]] | int:
+        """Run one statement in its own transaction; raises the database's failure."""
+        async with self.async_session() as session, session.begin():
+            result = await session.execute(text(query), parameters)
+            if result.returns_rows:
+                rows = [dict(row._mapping) for row in result.fetchall()]
+                return cast(list[dict[str, Any]], self.clean_result(rows))
+            return int(result.rowcount)
 
     async def update_thread(
         self,
@@ -230,7 +287,35 @@ class KimiDataLayer(SQLAlchemyDataLayer):
             if element.thread_id != _writer_thread() or theirs:
                 log.warning("refused a write to element %s: it is in another chat", element.id)
                 return
-            await super().create_element(element)
+            try:
+                await super().create_element(element)
+            except OSError as exc:  # its file could not be written (a read-only or full disk)
+                await self._hold_element(element, exc)
+
+    async def _hold_element(self, element: Element, error: OSError) -> None:
+        """Hold the write of an element whose file could not be stored, with its bytes
+        (the session's upload folder goes with the session), to write it once the store
+        takes writes again (:mod:`backend.store.pending`)."""
+        if element.path and not element.content:
+            try:
+                element.content = await asyncio.to_thread(Path(element.path).read_bytes)
+            except OSError:
+                log.error("an upload's file is gone before it could be stored: %s", element.name)
+                return
+            element.path = None
+        write = SQLAlchemyDataLayer.create_element.__wrapped__  # not queued: sent already
+
+        async def again() -> None:
+            await write(self, element)
+
+        job = Write(
+            run=again,
+            chat=element.thread_id,
+            what=msg("the file {name}", name=element.name),
+            size=len(element.content or b""),
+            key=("elements", element.id),
+        )
+        await self.store.pending.hold(job, error)
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
     async def delete_element(self, element_id: str, thread_id: str | None = None) -> None:

@@ -29,6 +29,7 @@ from chainlit.types import CommandDict, ThreadDict
 from sqlalchemy.exc import SQLAlchemyError
 
 from backend.chat import ChatSession
+from backend.errors import ChatError
 from backend.i18n import ENGLISH, Translator, msg
 from backend.logs import LOGGER_NAME
 from backend.panel import sane_options
@@ -37,9 +38,11 @@ from backend.settings import Settings
 from backend.store import Store, StoreError, open_store
 from backend.store.db import DATABASE_FILE
 from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html
+from backend.store.pending import Write, cause
 from backend.store.resume import Restored, restore
 from backend.store.turns import ThreadTurns
 from ui import signin
+from ui.answer import say
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
 from ui.language import session_translator
@@ -51,6 +54,14 @@ EXPORT_COMMAND: Final = msg("Export")
 EXPORT_DESCRIPTION: Final = msg("Save this chat as one HTML file (images and reasoning included)")
 EXPORT_NOTE: Final = msg("This chat as one HTML file: it opens in any browser, offline.")
 """Chainlit command (the composer's button) that sends the chat as one HTML file."""
+
+CANNOT_OPEN: Final = msg(
+    "This chat cannot be opened right now: the app cannot read its database. Try again in a minute."
+)
+NOT_ALL_SAVED: Final = msg(
+    "Not all of this chat is saved yet: what was said last waits until the app can write "
+    "to its database again, and is not shown here until then."
+)
 
 _store: Store | None = None
 
@@ -99,6 +110,12 @@ def store() -> Store:
     return _store
 
 
+async def close() -> None:
+    """Close the store at app stop, if it is open (what it holds is written, or logged)."""
+    if _store is not None:
+        await _store.close()
+
+
 def data_layer() -> KimiDataLayer:
     """Chainlit's data layer on the open store."""
     opened = store()
@@ -115,24 +132,29 @@ def sink() -> TurnSink | None:
     someone is signed in, else None (open mode stores nothing)."""
     if _store is None or _owner() is None:
         return None
-    return ThreadTurns(_store.turns, cl.context.session.thread_id)
+    return ThreadTurns(_store.turns, _store.pending, cl.context.session.thread_id)
 
 
 async def forget_after(message: cl.Message) -> None:
     """Before an earlier message is answered again (Edit): drop what followed it.
 
     Keeps the step running now (Chainlit's ``on_message`` run of the edit). The
-    stored turns after it go when the edited turn is recorded (:func:`sink`).
+    stored turns after it go when the edited turn is recorded (:func:`sink`). While
+    the database cannot be written, the removal waits with the chat's other writes.
     """
     layer = get_data_layer()
     if _store is None or not isinstance(layer, KimiDataLayer) or not message.created_at:
         return
     running = cl.context.current_step
     keep = {running.id} if running is not None else set()
-    try:
-        await layer.delete_steps_after(cl.context.session.thread_id, message.created_at, keep)
-    except (SQLAlchemyError, OSError) as exc:
-        log.error("removing the steps after an edited message failed: %s", exc)
+    thread_id, after = cl.context.session.thread_id, message.created_at
+    job = Write(
+        run=lambda: layer.delete_steps_after(thread_id, after, keep),
+        chat=thread_id,
+        what=msg("the removal of the messages after an edited one"),
+        size=len(after) + sum(len(k) for k in keep),
+    )
+    await _store.pending.write(job)
 
 
 async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
@@ -140,25 +162,43 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
 
     Connects to the stored model if the server still serves it (else the chosen
     profile, else the first served); a server that cannot be reached leaves the
-    session unconnected (the caller says so). The stored sampling options win.
+    session unconnected (the caller says so). The stored sampling options win. If some
+    of the chat's writes still wait for the database (:mod:`backend.store.pending`),
+    a note says the chat shown is not all of it yet.
+
+    Raises:
+        ChatError: the stored turns cannot be read (the database cannot be reached).
     """
-    turns = store().turns
-    await turns.mark_interrupted(thread["id"])
-    restored = restore(await turns.load(thread["id"]))
+    opened = store()
+    turns, thread_id = opened.turns, thread["id"]
+    try:
+        await turns.mark_interrupted(thread_id)
+    except (SQLAlchemyError, OSError) as exc:  # they read back as interrupted all the same
+        log.error("marking chat %s's interrupted turns failed: %s", thread_id, exc)
+    try:
+        records = await turns.load(thread_id)
+    except (SQLAlchemyError, OSError) as exc:
+        log.error("opening chat %s failed: %s", thread_id, cause(exc, opened.where))
+        raise ChatError(CANNOT_OPEN) from None
+    restored = restore(records)
     session.restore(restored.conversation, restored.message_turns)
     profile = cl.user_session.get("chat_profile") or None
     await session.connect_first([restored.model, profile, None])
     session.with_stored_options(sane_options(restored.options, session.max_model_len))
     mark_interrupted(thread, restored.interrupted, session.tr)
+    if opened.pending.holds(thread_id):
+        await say("⚠️ " + session.tr(NOT_ALL_SAVED))
     return restored
 
 
 def mark_interrupted(
     thread: ThreadDict, records: list[TurnRecord], tr: Translator = ENGLISH
 ) -> None:
-    """Add a note after each interrupted turn's message in ``thread`` (what the page shows),
-    in ``tr``'s language. Its reasoning step, if any, is the step of type ``llm`` that
-    never ended (ui/reasoning_view.py stores a step's end when it closes it)."""
+    """Show each interrupted turn in ``thread`` (what the page shows) as far as it was
+    stored, in ``tr``'s language: its reasoning step (the step of type ``llm`` that never
+    ended: ui/reasoning_view.py stores a step's end when it closes it) with the reasoning
+    saved while it streamed, the answer saved while it streamed (Chainlit stores a
+    streaming message only once it ends), then a note that the app stopped there."""
     steps = cast(list[dict[str, Any]], thread["steps"])
     for record in records:
         index = next((i for i, s in enumerate(steps) if s["id"] == record.message_id), None)
@@ -172,7 +212,18 @@ def mark_interrupted(
             if step["type"] == "llm" and not step.get("end"):  # its reasoning never ended
                 step["name"] = tr("Thought (interrupted)")
                 step["end"] = step.get("start") or step.get("createdAt")
+                if len(record.turn.reasoning) > len(step.get("output") or ""):
+                    step["output"] = record.turn.reasoning
         created = str(steps[end - 1].get("createdAt") or "")
+        answer = record.turn.answer
+        shown = next((s for s in steps[index + 1 : end] if s["id"] == record.answer_id), None)
+        if shown is not None and len(answer) > len(shown.get("output") or ""):
+            shown["output"] = answer
+        elif shown is None and answer and record.answer_id:
+            partial = _note_step(thread["id"], record.message_id, created, answer)
+            partial.update(id=record.answer_id, name=config.ui.name)  # as the answer's own
+            steps.insert(end, partial)
+            end, created = end + 1, str(partial["createdAt"])
         note = "⚠️ " + tr(INTERRUPTED_NOTE)
         steps.insert(end, _note_step(thread["id"], record.message_id, created, note))
 

@@ -27,6 +27,10 @@ Chainlit's socket.io ``connect`` handler:
   form overhead) is refused from its ``Content-Length``, before a byte is read
   (Chainlit reads a whole upload into memory before it checks its size); one
   without ``Content-Length`` is refused too (browsers always send it).
+- **Upload quota** (:class:`backend.fair_use.UploadRoom`): an upload that would take its
+  chat session past ``KIMI_UPLOAD_SESSION_MB`` or its person (:func:`person_of`) past
+  ``KIMI_UPLOAD_USER_MB``, counting the uploads their live sessions hold and those still
+  arriving, is refused (413, one sentence) before a byte is read.
 - **Message size**: socket.io's frame limit (python-engineio
   ``max_http_buffer_size``, 1 MB) silently drops a longer message; it is raised
   to uvicorn's websocket limit (16 MiB), far above any text the model can take,
@@ -72,7 +76,9 @@ from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backend.errors import ChatError
 from backend.exposure import ADD_USER, is_loopback
+from backend.fair_use import Place, UploadRoom
 from backend.i18n import msg
 from backend.store.files import private_folder
 from ui import chainlit_patches
@@ -195,8 +201,26 @@ class Owners:
         """Whether ``session`` belongs to one browser (it was opened with the cookie)."""
         return self._owner.get(session) is not None
 
+    def key_of(self, session: Any) -> str | None:
+        """The cookie value of the browser that opened ``session``; None: none known."""
+        return self._owner.get(session)
+
 
 OWNERS: Final = Owners()
+
+
+def person_of(session: Any) -> str:
+    """Whose a Chainlit session is, for the bounds of :mod:`backend.fair_use`: its
+    signed-in user; else its browser (the :data:`BROWSER_COOKIE` it was opened with);
+    else (a client without the cookie) the address it connects from."""
+    user = getattr(session, "user", None)
+    if user is not None:
+        return f"user:{user.identifier}"
+    browser = OWNERS.key_of(session)
+    if browser is not None:
+        return f"browser:{browser}"
+    environ = getattr(session, "environ", None) or {}
+    return f"address:{environ.get('REMOTE_ADDR', session.id)}"
 
 
 def browser_key(cookie_header: str | None) -> str | None:
@@ -286,6 +310,22 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+def leaving(uploads: UploadRoom, place: Place, send: Send) -> Send:
+    """``send`` that settles ``place`` as the answer starts (kept if the upload was stored,
+    given back if not): the client may send the next upload at once, before the request's
+    task goes on."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            if message["status"] == 200:
+                uploads.keep(place)
+            else:
+                place.leave()
+        await send(message)
+
+    return sending
+
+
 class Guard:
     """The ASGI middleware described in the module docstring.
 
@@ -295,6 +335,7 @@ class Guard:
         upload_limit_mb: Chainlit's ``max_size_mb`` for one upload, a callable
             so a changed config is read per request.
         root_path: Chainlit's ``--root-path`` (its routes live under it).
+        uploads: the upload quota; None: none.
     """
 
     def __init__(
@@ -303,11 +344,13 @@ class Guard:
         allowed_origins: Iterable[str],
         upload_limit_mb: Callable[[], float],
         root_path: str = "",
+        uploads: UploadRoom | None = None,
     ) -> None:
         self.app = app
         self.allowed_origins = tuple(allowed_origins)
         self.upload_limit_mb = upload_limit_mb
         self.root_path = root_path.rstrip("/")
+        self.uploads = uploads
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in {"http", "websocket"}:
@@ -346,6 +389,9 @@ class Guard:
                 text = msg("File not found.") if method == "GET" else NOT_OPEN_HERE
                 await refuse(scope, receive, send, 404, text)
                 return
+            if path == "/project/file" and method == "POST" and self.uploads is not None:
+                await self._upload(scope, receive, self._sender(send, scope, path, key), session)
+                return
         elif path in BODY_SESSION_ROUTES and method not in SAFE_METHODS:
             replay = await self._check_body_session(scope, receive, send, key)
             if replay is None:
@@ -367,6 +413,39 @@ class Guard:
             await refuse(scope, receive, send, 413, text)
             return False
         return True
+
+    async def _upload(self, scope: Scope, receive: Receive, send: Send, session: Any) -> None:
+        """Let Chainlit store an upload into ``session`` if the quota has room for it."""
+        assert self.uploads is not None
+        place = await self._upload_place(scope, receive, send, session)
+        if place is None:
+            return
+        try:
+            await self.app(scope, receive, leaving(self.uploads, place, send))
+        finally:
+            place.leave()
+
+    async def _upload_place(
+        self, scope: Scope, receive: Receive, send: Send, session: Any
+    ) -> Place | None:
+        """A place in the upload quota for this request's declared size, or None once
+        refused (413, the quota's sentence).
+
+        A refused body (at most Chainlit's ``max_size_mb``, checked before) is read and
+        dropped, never kept, before the answer: a browser still sending when the server
+        answers and closes gets a reset, and shows "Upload error" instead of the sentence.
+        """
+        from chainlit.session import ws_sessions_id
+
+        assert self.uploads is not None
+        size = int(Headers(scope=scope).get("content-length", "0"))
+        try:
+            return self.uploads.enter(session.id, person_of(session), size, ws_sessions_id)
+        except ChatError as refused:
+            while (await receive()).get("more_body", False):
+                pass
+            await refuse(scope, receive, send, 413, refused.message)
+            return None
 
     async def _check_body_session(
         self, scope: Scope, receive: Receive, send: Send, key: str | None
@@ -508,12 +587,13 @@ def refuse_open_beyond_loopback(
     )
 
 
-def install(allowed_origins: str = "") -> None:
+def install(allowed_origins: str = "", uploads: UploadRoom | None = None) -> None:
     """Protect the running Chainlit server (call once, from ``app.py``, at import).
 
     Args:
         allowed_origins: origins accepted besides the app's own, separated by
             commas (``Settings.allowed_origins``), e.g. ``"https://chat.example.com"``.
+        uploads: the upload quota (``KIMI_UPLOAD_SESSION_MB``, ``KIMI_UPLOAD_USER_MB``).
     """
     from chainlit.config import FILES_DIRECTORY, config
     from chainlit.server import app
@@ -530,4 +610,5 @@ def install(allowed_origins: str = "") -> None:
         allowed_origins=tuple(o for o in allowed_origins.split(",") if o.strip()),
         upload_limit_mb=upload_limit_mb,
         root_path=config.run.root_path,
+        uploads=uploads,
     )

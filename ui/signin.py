@@ -14,7 +14,8 @@ of the app:
   Chainlit's own reader (``reuseable_oauth``: the cookie, then the header) and
   decoder (``decode_jwt``). If the database cannot be asked, the token is taken
   as valid (a signed-in person keeps chatting through an outage) and the log
-  says so once.
+  says so once, naming the cause. A sign-in attempt meanwhile is answered 503
+  with a sentence (:data:`NO_DATABASE`), not Chainlit's "Unable to sign in".
 - **Throttling** (:class:`backend.auth.SignInThrottle`, per user name and per
   client address): an attempt made while it must wait is answered 429 with
   ``Retry-After`` and a sentence, without checking the password (Chainlit's
@@ -51,6 +52,7 @@ from backend.auth import MAX_PASSWORD_CHARS, Ownership, SignInThrottle, Users
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.store import Store
+from backend.store.pending import cause
 from ui import share
 from ui.language import header_translator
 from ui.security import AUTH_COOKIE, json_field, read_body, refuse, replaying
@@ -65,14 +67,26 @@ TOO_MANY: Final = msg(
 )
 """The 429's ``detail``. Chainlit's sign-in page shows ``auth.login.errors.<status text>``
 instead (``too many requests`` in .chainlit/translations, the same sentence)."""
+NO_DATABASE: Final = msg(
+    "Signing in is not possible right now: the app cannot reach its database. Try again in "
+    "a minute; chats already open go on."
+)
+"""The 503's ``detail`` (``service unavailable`` in .chainlit/translations, the same)."""
 
 
 @dataclass
 class LoginAttempt:
-    """One ``POST /login`` as :class:`SignInGuard` saw it; the callback fills ``wait_s``."""
+    """One ``POST /login`` as :class:`SignInGuard` saw it; the callback fills ``wait_s``
+    (it had to wait) or ``unavailable`` (the database could not be asked)."""
 
     client: str
     wait_s: float = 0.0
+    unavailable: bool = False
+
+    @property
+    def refused(self) -> bool:
+        """True if the guard answers this attempt itself (429 or 503)."""
+        return self.wait_s > 0 or self.unavailable
 
 
 LOGIN: Final[ContextVar[LoginAttempt | None]] = ContextVar("kimi_login", default=None)
@@ -82,9 +96,12 @@ LOGIN: Final[ContextVar[LoginAttempt | None]] = ContextVar("kimi_login", default
 class Accounts:
     """Sign-in, sign-out and token checks on the store's users. Borrows ``users``."""
 
-    def __init__(self, users: Users, throttle: SignInThrottle | None = None) -> None:
+    def __init__(
+        self, users: Users, throttle: SignInThrottle | None = None, where: str = "the database"
+    ) -> None:
         self.users = users
         self.throttle = throttle or SignInThrottle()
+        self.where = where
         self._outage_said = False
 
     async def sign_in(self, username: str, password: str) -> cl.User | None:
@@ -102,7 +119,12 @@ class Accounts:
                 "sign-in refused for %s from %s: %.0f s to wait", shown, attempt.client, wait_s
             )
             return None
-        generation = await self.users.check(username, password[: MAX_PASSWORD_CHARS + 1])
+        try:
+            generation = await self.users.check(username, password[: MAX_PASSWORD_CHARS + 1])
+        except (SQLAlchemyError, OSError) as exc:  # the guard answers 503 with a sentence
+            attempt.unavailable = True
+            log.error("sign-in for %s cannot be checked: %s", shown, cause(exc, self.where))
+            return None
         if generation is None:
             run = self.throttle.failed(username, attempt.client)
             log.warning("sign-in failed for %s from %s (%d in a row)", shown, attempt.client, run)
@@ -133,7 +155,10 @@ class Accounts:
             current = await self.users.token_generation(name)
         except (SQLAlchemyError, OSError) as exc:
             if not self._outage_said:
-                log.error("cannot check sign-in tokens against the database: %s", exc)
+                log.error(
+                    "sign-in tokens are taken as valid while the database cannot be asked: %s",
+                    cause(exc, self.where),
+                )
                 self._outage_said = True
             return name
         self._outage_said = False
@@ -213,7 +238,8 @@ class SignInGuard:
         await self.app(scope, receive, send)
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Chainlit's sign-in, answered 429 instead when the attempt had to wait."""
+        """Chainlit's sign-in, answered 429 instead when the attempt had to wait, 503 when
+        the database could not be asked."""
         client = scope.get("client")
         attempt = LoginAttempt(str(client[0]) if client else "unknown")
         token = LOGIN.set(attempt)
@@ -222,9 +248,9 @@ class SignInGuard:
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 started.append(message)
-                if attempt.wait_s > 0:
+                if attempt.refused:
                     return
-            elif attempt.wait_s > 0:
+            elif attempt.refused:
                 return
             await send(message)
 
@@ -232,11 +258,15 @@ class SignInGuard:
             await self.app(scope, receive, sending)
         finally:
             LOGIN.reset(token)
+        tr = header_translator(Headers(scope=scope).get("accept-language"))
         if attempt.wait_s > 0:
-            tr = header_translator(Headers(scope=scope).get("accept-language"))
             wait = str(math.ceil(attempt.wait_s))
             refusal = JSONResponse({"detail": tr(TOO_MANY)}, 429, headers={"Retry-After": wait})
             await refusal(scope, receive, send)
+        elif attempt.unavailable:
+            await JSONResponse({"detail": tr(NO_DATABASE)}, 503, headers={"Retry-After": "30"})(
+                scope, receive, send
+            )
 
     async def _check_feedback(
         self, scope: Scope, receive: Receive, send: Send, user: str | None
@@ -290,7 +320,7 @@ def install(store: Store) -> Accounts:
     from chainlit.server import app
     from starlette.middleware import Middleware
 
-    accounts = Accounts(store.users)
+    accounts = Accounts(store.users, where=store.where)
     cl.password_auth_callback(accounts.sign_in)
     cl.on_logout(accounts.sign_out)
     guard = Middleware(SignInGuard, accounts=accounts, store=store, root_path=config.run.root_path)

@@ -15,7 +15,8 @@ The data folder and everything the store writes in it are private to the app's
 account (folders ``0700``, files ``0600``: :mod:`backend.store.files`,
 :mod:`backend.store.db`).
 
-:class:`Store` owns the engine and the file store; everything else borrows them.
+:class:`Store` owns the engine, the file store and the writes held while the database
+cannot take them (:mod:`backend.store.pending`); everything else borrows them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from backend.auth import Users
 from backend.settings import Settings
 from backend.store.db import StoreError, create_engine, database_url, is_sqlite
 from backend.store.files import FileStore, private_folder
+from backend.store.pending import PendingWrites
 from backend.store.schema import migrate
 from backend.store.turns import TurnStore
 
@@ -52,6 +54,8 @@ class Store:
         self.files = FileStore(self.data_dir / "files")
         self.turns = TurnStore(self.engine, self.files)
         self.users = Users(self.engine)
+        self.pending = PendingWrites(self.where, settings.unsaved_mb * 1_000_000)
+        """Every write of the store, held while the store cannot take it."""
 
     @property
     def where(self) -> str:
@@ -97,7 +101,9 @@ class Store:
             ) from None
 
     async def close(self) -> None:
-        """Close every database connection."""
+        """Write what is held if the store takes it within seconds (else the log names it),
+        then close every database connection."""
+        await self.pending.close()
         await self.engine.dispose()
 
 

@@ -6,6 +6,9 @@ aiosqlite with:
 * ``journal_mode=WAL``: readers never wait for the writer (sqlite.org/wal.html);
 * a busy timeout of :data:`BUSY_TIMEOUT_S`: a writer that finds the database
   locked waits for it instead of failing with "database is locked";
+* a connection that finds the database read-only ("attempt to write a readonly
+  database": it was opened while the folder was read-only) dropped, so that writes
+  work again once the folder is writable;
 * every transaction opened with ``BEGIN IMMEDIATE``: Python's ``sqlite3`` module
   begins transactions only before DML and never for DDL, and a deferred
   transaction that reads and then writes fails at once with SQLITE_BUSY, busy
@@ -27,13 +30,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from backend.store.files import FILE_MODE
 
 BUSY_TIMEOUT_S: Final = 30.0
 """Seconds a SQLite writer waits for the lock before giving up."""
+
+CONNECT_TIMEOUT_S: Final = 5.0
+"""Seconds a PostgreSQL connection may take before the write is held
+(:mod:`backend.store.pending`) and the chat goes on."""
 
 DATABASE_FILE: Final = "chat.db"
 """Name of the SQLite database inside the data folder."""
@@ -92,7 +99,9 @@ def create_engine(url: str) -> AsyncEngine:
     Nothing is connected yet: the first use connects, in the event loop that uses it.
     """
     if not url.startswith("sqlite"):
-        return create_async_engine(url, pool_pre_ping=True)
+        # A server that does not answer fails a connection in seconds, not asyncpg's 60.
+        connect = {"timeout": CONNECT_TIMEOUT_S}
+        return create_async_engine(url, pool_pre_ping=True, connect_args=connect)
     engine = create_async_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
     database = make_url(url).database
 
@@ -110,5 +119,13 @@ def create_engine(url: str) -> AsyncEngine:
     @event.listens_for(engine.sync_engine, "begin")
     def on_begin(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def on_error(context: ExceptionContext) -> None:
+        # SQLite opens a database read-only, for good, when its folder is read-only at
+        # that moment: such connections are dropped (SQLAlchemy's documented use of
+        # is_disconnect), so the pool opens writable ones once the folder is again.
+        if "readonly database" in str(context.original_exception):
+            context.is_disconnect = True
 
     return engine

@@ -16,7 +16,9 @@ decodes it on read, which Chainlit 2.12 does not do for SQLite.
 Our own tables: ``kimi_schema`` (the version applied), ``kimi_users`` (sign-in
 names, password hashes and token generations, :mod:`backend.auth`), ``kimi_turns`` and
 ``kimi_images`` (the conversation as the model saw it, :mod:`backend.store.turns`);
-migration 5 gives ``kimi_turns`` the measured numbers of each answer.
+migration 5 gives ``kimi_turns`` the measured numbers of each answer; migration 6 makes
+a turn's message id unique in its chat (turns are written by message id, positions
+only order them).
 
 :func:`migrate` applies what is missing, each migration in one transaction that
 also records its version; running it again does nothing. Two processes starting
@@ -167,6 +169,17 @@ _TOKEN_GENERATION: Final = (
 )
 """The generation a user's sign-in tokens must carry (:mod:`backend.auth`)."""
 
+_TURNS_BY_MESSAGE: Final = (
+    # A turn is its person's message: one row per message id (the latest position wins
+    # where a chat open in two tabs wrote one message twice before this migration).
+    """DELETE FROM kimi_turns WHERE EXISTS (SELECT 1 FROM kimi_turns later
+        WHERE later.thread_id = kimi_turns.thread_id AND later.message_id = kimi_turns.message_id
+        AND later."position" > kimi_turns."position")""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS kimi_turns_message ON kimi_turns (thread_id, message_id)",
+)
+"""Turns are found by their message id; ``position`` is only their order in the chat
+(:mod:`backend.store.turns`), so two tabs of one chat never write over each other's turn."""
+
 
 def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
     def apply(connection: Connection) -> None:
@@ -205,6 +218,7 @@ MIGRATIONS: Final = (
     Migration(
         5, "a turn's measured numbers instead of its stats line", _add_columns(_TIMING_COLUMNS)
     ),
+    Migration(6, "one turn per message id (positions only order them)", _run(_TURNS_BY_MESSAGE)),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 

@@ -10,8 +10,9 @@ a resumed chat never prepares an upload again). Tables ``kimi_turns`` and
 ``kimi_images`` (:mod:`backend.store.schema`); image bytes in the file store
 under ``prepared/<thread id>/<sha256>.<jpg|png>``.
 
-A turn is saved when its answer starts (status ``pending``) and again when it
-ends; a turn found ``pending`` later was cut short by a crash:
+A turn is found by its message id (one row per message in a chat); ``position``
+orders the turns. A turn is saved when its answer starts (status ``pending``) and again
+when it ends; a turn found ``pending`` later was cut short by a crash:
 :meth:`TurnStore.mark_interrupted` marks it ``interrupted``. :class:`ThreadTurns`
 is the turn runner's sink (:class:`backend.record.TurnSink`) for one chat.
 """
@@ -22,24 +23,21 @@ import asyncio
 import base64
 import hashlib
 import json
-import logging
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from sqlalchemy import RowMapping, text
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from backend.conversation import Turn, TurnStatus
+from backend.i18n import msg
 from backend.images import PreparedImage, decode_data_url
-from backend.logs import LOGGER_NAME
-from backend.record import INTERRUPTED, TurnRecord
+from backend.record import INTERRUPTED, Saving, TurnRecord
 from backend.store.files import FileStore
+from backend.store.pending import PendingWrites, Write
 from backend.timings import Timings
 
 _EXTENSIONS: Final = {"image/jpeg": "jpg", "image/png": "png"}
-
-log = logging.getLogger(LOGGER_NAME)
 
 
 def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
@@ -68,29 +66,34 @@ class TurnStore:
         self.files = files
 
     async def save(self, thread_id: str, record: TurnRecord) -> None:
-        """Store ``record`` as the last turn of ``thread_id``.
+        """Store ``record`` as the turn of ``record.message_id`` in ``thread_id``.
 
-        Turns after ``record.position`` are removed (an edit of an earlier message
-        rewinds the chat; a regenerate rewrites the last turn). Image files are
-        written before the rows that name them, off the event loop.
+        A turn already stored keeps its place (its ``position``); a new one goes after
+        the last stored turn, so two tabs of one chat that each add a turn keep both.
+        The turns named in ``record.dropped`` are removed (what an edit or a rerun of
+        an earlier turn rewound away in the recording chat), never any other. Image
+        files are written before the rows that name them, off the event loop. Writes
+        to one chat wait for each other (SQLite's BEGIN IMMEDIATE, a PostgreSQL
+        advisory lock per chat), so two writers never take the same place.
         """
         keys = await asyncio.to_thread(self._write_images, thread_id, record.turn.images)
-        row = _row(thread_id, record)
-        columns = ", ".join(f'"{c}"' for c in row)
-        values = ", ".join(f":{c}" for c in row)
-        kept = ("thread_id", "position", "created_at")
-        updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in row if c not in kept)
-        where = {"thread_id": thread_id, "position": record.position}
         async with self.engine.begin() as db:
+            if db.dialect.name == "postgresql":
+                await db.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": thread_id}
+                )
+            dropped = [m for m in record.dropped if m != record.message_id]
+            for message_id in dropped:
+                await _delete_turn(db, thread_id, message_id)
+            position = await _place_of(db, thread_id, record.message_id)
+            row = _row(thread_id, record, position)
+            columns = ", ".join(f'"{c}"' for c in row)
+            values = ", ".join(f":{c}" for c in row)
+            kept = ("thread_id", "position", "created_at")
+            updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in row if c not in kept)
             await db.execute(
-                text(
-                    'DELETE FROM kimi_turns WHERE thread_id = :thread_id AND "position" > :position'
-                ),
-                where,
-            )
-            await db.execute(
-                text("DELETE FROM kimi_images WHERE thread_id = :thread_id AND turn >= :position"),
-                where,
+                text("DELETE FROM kimi_images WHERE thread_id = :t AND turn = :p"),
+                {"t": thread_id, "p": position},
             )
             await db.execute(
                 text(
@@ -108,7 +111,7 @@ class TurnStore:
                     ),
                     {
                         "thread_id": thread_id,
-                        "turn": record.position,
+                        "turn": position,
                         "position": index,
                         "name": image.name,
                         "key": key,
@@ -182,12 +185,44 @@ class TurnStore:
         await asyncio.to_thread(self.files.delete_tree, f"prepared/{thread_id}")
 
 
-def _row(thread_id: str, record: TurnRecord) -> dict[str, Any]:
-    """The ``kimi_turns`` row of ``record``; the stats line is never stored as text."""
+async def _place_of(db: AsyncConnection, thread_id: str, message_id: str) -> int:
+    """The stored position of the turn of ``message_id``, or the next free one."""
+    found = await db.execute(
+        text('SELECT "position" FROM kimi_turns WHERE thread_id = :t AND message_id = :m'),
+        {"t": thread_id, "m": message_id},
+    )
+    position = found.scalar()
+    if position is not None:
+        return int(position)
+    last = await db.execute(
+        text('SELECT MAX("position") FROM kimi_turns WHERE thread_id = :t'), {"t": thread_id}
+    )
+    highest = last.scalar()
+    return 0 if highest is None else int(highest) + 1
+
+
+async def _delete_turn(db: AsyncConnection, thread_id: str, message_id: str) -> None:
+    """Remove the turn of ``message_id`` and its image rows (files stay: content-addressed,
+    another turn may show the same image; they go with the chat)."""
+    found = await db.execute(
+        text('SELECT "position" FROM kimi_turns WHERE thread_id = :t AND message_id = :m'),
+        {"t": thread_id, "m": message_id},
+    )
+    position = found.scalar()
+    if position is None:
+        return
+    where = {"t": thread_id, "p": int(position)}
+    await db.execute(text("DELETE FROM kimi_images WHERE thread_id = :t AND turn = :p"), where)
+    await db.execute(text('DELETE FROM kimi_turns WHERE thread_id = :t AND "position" = :p'), where)
+
+
+def _row(thread_id: str, record: TurnRecord, position: int) -> dict[str, Any]:
+    """The ``kimi_turns`` row of ``record`` at ``position``; the stats line is never
+    stored as text."""
     turn, timings, now = record.turn, record.timings or Timings(), _now()
     return {
         "thread_id": thread_id,
-        "position": record.position,
+        "position": position,
         "message_id": record.message_id,
         "answer_id": record.answer_id,
         "text": turn.text,
@@ -247,19 +282,34 @@ def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
 class ThreadTurns:
     """The turn runner's sink (:class:`backend.record.TurnSink`) for one stored chat.
 
-    Borrows ``turns``; a failed write is logged (the chat goes on without it).
+    Borrows ``turns`` and ``pending`` (the store's): every save goes through ``pending``,
+    which holds it while the store cannot take it (:mod:`backend.store.pending`).
     """
 
-    def __init__(self, turns: TurnStore, thread_id: str) -> None:
+    def __init__(self, turns: TurnStore, pending: PendingWrites, thread_id: str) -> None:
         self.turns = turns
+        self.pending = pending
         self.thread_id = thread_id
 
-    async def record(self, record: TurnRecord) -> None:
-        """Save ``record`` in this chat (:meth:`TurnStore.save`), logging a failure."""
-        try:
-            await self.turns.save(self.thread_id, record)
-        except (SQLAlchemyError, OSError) as exc:
-            log.error("saving turn %d failed: %s", record.position, exc)
+    async def record(self, record: TurnRecord) -> Saving:
+        """Save ``record`` in this chat (:meth:`TurnStore.save`), now or once the store
+        takes writes again; how this chat's storing stands."""
+        turn = record.turn
+        size = len(turn.text) + len(turn.answer) + len(turn.reasoning)
+        size += sum(len(i.data) for i in turn.images if isinstance(i.data, str))
+        first_line = turn.text.strip().splitlines()[0] if turn.text.strip() else ""
+        short = first_line[:60] + ("…" if len(first_line) > 60 else "")
+        job = Write(
+            run=lambda: self.turns.save(self.thread_id, record),
+            chat=self.thread_id,
+            what=msg("your message “{text}” and its answer", text=short),
+            size=size,
+            # The latest save of a turn replaces a held one, unless one drops turns.
+            key=None if record.dropped else ("turn", self.thread_id, record.message_id),
+        )
+        await self.pending.write(job)
+        lost = tuple(self.pending.take_lost(self.thread_id))
+        return Saving(held=self.pending.holds(self.thread_id) > 0, lost=lost)
 
 
 def _status(stored: str) -> TurnStatus:

@@ -184,6 +184,11 @@ SCENARIOS: dict[str, Scenario] = {
     "quick": Scenario(pieces=paced_pieces(200), delay_s=0.0),
     # Slow reasoning, for Stop.
     "slow": Scenario(pieces=tokens(f"◁think▷{REASONING * 20}◁/think▷{ANSWER}"), delay_s=0.05),
+    # A short thought, then an answer of 400 words over 20 s (an app killed mid-answer).
+    "slow-answer": Scenario(
+        pieces=("◁think▷", "A short ", "thought.", "◁/think▷", *(f"a{i} " for i in range(400))),
+        delay_s=0.05,
+    ),
     "error-context": Scenario(
         status=400,
         error="This model's maximum context length is 2048 tokens. However, your prompt "

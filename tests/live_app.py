@@ -1,0 +1,204 @@
+"""The real app as a subprocess, with sign-in and its own data, restartable; for tests that
+stop its database, kill it, or drive it over raw socket.io (bench/_common.py's ``Tab``).
+
+:class:`LiveApp` copies the app's files into a folder of its own (Chainlit deletes its
+``./.files`` when it stops), adds users with the store's own code, and runs ``chainlit run
+app.py`` there against a scripted server (:func:`scripted_server`, which records the
+requests it gets). :func:`signed_in` signs in over HTTP as the sign-in page does (``POST
+/login``) and returns the cookies a tab sends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import free_port, wait_for_200
+
+ROOT = Path(__file__).resolve().parent.parent
+APP_FILES = ("app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "chainlit_zh-CN.md")
+"""What ``chainlit run`` needs from the repository, copied into a UI's own directory."""
+LOGS = ROOT / "artifacts" / "logs"
+
+
+def copy_app(workdir: Path) -> None:
+    """Copy :data:`APP_FILES` into ``workdir`` (the folder a ``chainlit run`` runs in)."""
+    for name in APP_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, workdir / name)
+
+
+class Spawned:
+    """A subprocess writing to ``artifacts/logs/<name>.log``; :meth:`stop` ends it."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log = LOGS / f"{name}.log"
+        with self.log.open("wb") as out:
+            self.popen = subprocess.Popen(
+                args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}
+            )
+
+    def wait_ready(self, url: str, timeout_s: float = 90) -> None:
+        """Return once ``url`` answers 200.
+
+        Raises:
+            RuntimeError: the process exited or was not ready in time (with its log).
+        """
+
+        def alive() -> None:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.log.name} exited:\n{self.log.read_text()[-3000:]}")
+
+        if not wait_for_200(url, timeout_s, check=alive):
+            raise RuntimeError(f"{url} not ready:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        """Terminate the process (killed after 10 s)."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+@contextmanager
+def scripted_server(*models: str) -> Iterator[str]:
+    """The scripted Kimi-VL server (tests/fakes/kimi_server.py), recording its requests;
+    yields its root URL (``http://127.0.0.1:<port>``; the API is under ``/v1``)."""
+    port = free_port()
+    args = [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port)]
+    for model in models:
+        args += ["--model", model]
+    server = Spawned(f"scripted-{port}", args, {}, ROOT)
+    try:
+        server.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def requests_seen(server_url: str) -> list[dict[str, Any]]:
+    """Chat completion request bodies the scripted server at ``server_url`` received."""
+    found: list[dict[str, Any]] = httpx.get(f"{server_url}/debug/requests").json()["requests"]
+    return found
+
+
+class LiveApp:
+    """``chainlit run app.py`` in ``workdir`` with its own data, restartable.
+
+    Args:
+        workdir: an empty folder; the app's files are copied into it.
+        server_url: the scripted server's root URL.
+        database_url: ``KIMI_DATABASE_URL`` ("" = SQLite in ``data_dir``).
+        data_dir: ``KIMI_DATA_DIR`` (default ``workdir/data``).
+        users: name -> password of the users to add (at least one: sign-in on).
+        env: more environment for the app (``KIMI_*`` settings).
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        server_url: str,
+        *,
+        database_url: str = "",
+        data_dir: Path | None = None,
+        users: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        copy_app(workdir)
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = data_dir or workdir / "data"
+        self.env = {
+            "KIMI_BASE_URL": f"{server_url}/v1",
+            "KIMI_DATA_DIR": str(self.data_dir),
+            "KIMI_DATABASE_URL": database_url,
+            "KIMI_APP_LOG": str(workdir / "app.log"),
+            "CHAINLIT_AUTH_SECRET": secrets.token_urlsafe(48),
+            "PYTHONPATH": str(workdir),
+            **(env or {}),
+        }
+        self.process: Spawned | None = None
+        self.starts = 0
+        if users:
+            self.add_users(users)
+
+    @property
+    def app_log(self) -> Path:
+        """The app's own log (``KIMI_APP_LOG``)."""
+        return self.workdir / "app.log"
+
+    @property
+    def output(self) -> str:
+        """What the running (or last) process wrote to stdout and stderr."""
+        return self.process.log.read_text(errors="replace") if self.process else ""
+
+    def add_users(self, users: dict[str, str]) -> None:
+        """Add each name with its password (the store's own code, as the CLI adds them)."""
+        script = (
+            "import asyncio, json, sys\n"
+            "from backend.settings import Settings\n"
+            "from backend.store import open_store\n"
+            "store, _ = open_store(Settings())\n"
+            "async def add():\n"
+            "    for name, password in json.load(sys.stdin).items():\n"
+            "        await store.users.add(name, password)\n"
+            "    await store.close()\n"
+            "asyncio.run(add())\n"
+        )
+        subprocess.run(
+            [sys.executable, "-c", script], input=json.dumps(users), text=True, check=True,
+            cwd=self.workdir, env={**os.environ, **self.env}, timeout=60,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        """Start the app and wait until its page answers."""
+        self.starts += 1
+        chainlit = str(Path(sys.executable).with_name("chainlit"))
+        args = [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1"]
+        name = f"live-{self.port}-{self.starts}"
+        self.process = Spawned(name, [*args, "--port", str(self.port)], self.env, self.workdir)
+        self.process.wait_ready(f"{self.url}/")
+
+    def kill(self) -> None:
+        """``kill -9``: no clean-up of any kind."""
+        assert self.process is not None
+        self.process.popen.kill()
+        self.process.popen.wait()
+
+    def stop(self) -> None:
+        """Stop the app (SIGTERM)."""
+        if self.process is not None:
+            self.process.stop()
+
+
+def signed_in(app_url: str, name: str, password: str) -> dict[str, str]:
+    """The cookies of a browser in which ``name`` signed in (``POST /login``, as the page
+    does): Chainlit's ``access_token`` and the app's browser cookie.
+
+    Raises:
+        httpx.HTTPStatusError: the sign-in was refused.
+    """
+    with httpx.Client(base_url=app_url, timeout=30) as http:
+        page = http.get("/")
+        answer = http.post("/login", data={"username": name, "password": password})
+        answer.raise_for_status()
+        return {**dict(page.cookies.items()), **dict(answer.cookies.items())}
