@@ -215,6 +215,8 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     # Accepts the request, then sends no text for 4 s (a loaded server).
     "silent": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=4.0),
+    # Accepts the request, then sends no text for 1.5 s (bench: the client's work before it).
+    "late": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=1.5),
     # Sends some reasoning, then nothing for a minute.
     "stall": Scenario(pieces=tokens(f"◁think▷{REASONING}"), pause_at=20, pause_s=60.0),
     "garbled": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="garbled"),
