@@ -31,6 +31,9 @@ nanoseconds) over the second after Enter, less the same second with no
 question, averaged over ``--first-asks`` tabs. By then the request is with the
 server and the app only waits (its notice of a slow start comes at 3 s).
 
+Then, unless ``--no-steady``, the steady load at the same levels on the same app
+(:func:`bench.bench_load.sweep_level`, as many pairs as chats), printed beside it.
+
 Run from the repository root (Open WebUI installed: ``python -m bench.openwebui install``)::
 
     .venv/bin/python -m bench.bench_burst                       # 8/32/64, 3 rounds, both UIs
@@ -67,7 +70,17 @@ from bench._common import (
     scripted,
     write_results,
 )
-from bench.bench_load import PACED, Target, cpu_total, launched_pids, tok_s
+from bench.bench_load import (
+    PACED,
+    LevelResult,
+    Sampler,
+    Target,
+    cpu_total,
+    launched_pids,
+    sweep_level,
+    sweep_table,
+    tok_s,
+)
 from bench.media import make_photo
 from bench.openwebui import VERSION, OpenWebUITab, Peer, running_openwebui
 
@@ -321,9 +334,32 @@ async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -
                 levels.append(await run_level(here, http, chats, photo, args))
                 print(burst_table(levels[-1:]).splitlines()[-1], flush=True)
             first_ms = await first_question_cpu_ms(target, http, args.first_asks)
+            steady = []
+            if not args.no_steady:
+                steady = await steady_levels(target, direct, http, photo, args)
         finally:
             await direct.aclose()
-    return {"levels": levels, "first_question_cpu_ms": first_ms}
+    return {"levels": levels, "first_question_cpu_ms": first_ms, "steady": steady}
+
+
+async def steady_levels(
+    target: Target,
+    direct: DirectClient,
+    http: httpx.AsyncClient,
+    photo: bytes | None,
+    args: argparse.Namespace,
+) -> list[LevelResult]:
+    """The steady load at the same levels, on the same app (``bench/bench_load.py sweep``:
+    chats started a fraction of an answer apart, each level's pairs as many as its chats)."""
+    sampler = Sampler(target.pids)
+    sampler.start()
+    try:
+        return [
+            await sweep_level(target, direct, http, sampler, n, photo, n, PACED, args.think_s)
+            for n in args.levels
+        ]
+    finally:
+        await sampler.stop()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -349,6 +385,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--app-pid", type=int, action="append", default=[])
     parser.add_argument("--run-dir", default=".run", help="with --app-url: launch.sh's run dir")
     parser.add_argument("--app-log", default="", help="the app's log file (default: none)")
+    parser.add_argument("--no-steady", action="store_true", help="no steady-load table")
     parser.add_argument("--name", default="burst", help="results file name")
     args = parser.parse_args(argv)
     if args.app_url and not args.base_url:
@@ -367,6 +404,13 @@ def main(argv: list[str] | None = None) -> None:
             peer = running.enter_context(running_openwebui(target.base_url))
         result = asyncio.run(measure(args, target, peer))
     levels: list[Level] = result["levels"]
+    steady: list[LevelResult] = result["steady"]
+    steady_md = (
+        f"\n## The steady load beside it (the same app, `bench/bench_load.py sweep`)\n\n"
+        f"{sweep_table(steady)}\n"
+        if steady
+        else ""
+    )
     markdown = (
         f"# A burst of first questions\n\n{header}. Scripted server `paced` (200 tokens at "
         f"100 tokens/s per chat); each chat a fresh tab that connects, then all ask in the "
@@ -378,13 +422,14 @@ def main(argv: list[str] | None = None) -> None:
         f"request is with the server: {result['first_question_cpu_ms']:.1f} ms "
         f"(mean of {args.first_asks} fresh tabs, every thread). Run time "
         f"{time.monotonic() - started:.0f} s; load average "
-        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.\n"
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.\n{steady_md}"
     )
     data = {
         "when": header,
         "args": {k: v for k, v in vars(args).items()},
         "first_question_cpu_ms": result["first_question_cpu_ms"],
         "levels": [asdict(lv) for lv in levels],
+        "steady": [asdict(r) for r in steady],
     }
     print(markdown)
     for path in write_results(args.name, markdown, data):
