@@ -371,7 +371,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sides", nargs="+", choices=[APP, "openwebui"], default=[APP, "openwebui"]
     )
     parser.add_argument(
-        "--peer-levels", type=int, nargs="+", default=[8, 32, 64], help="levels Open WebUI runs"
+        "--peer-levels", type=int, nargs="+", default=[8, 32], help="levels Open WebUI runs"
     )
     parser.add_argument("--photo", action="store_true", help="each app tab attaches a photo")
     parser.add_argument("--think-s", type=float, default=1.0, help="attach to Enter (s)")
