@@ -57,7 +57,8 @@ def estimate_text_tokens(text: str) -> int:
     tests/test_conversation.py checks it against a real tokenizer (tiktoken's
     cl100k_base, weaker than Kimi-VL's on Chinese, so a strict bar). Used for
     texts the server's ``/tokenize`` has not counted yet (the current message)
-    or cannot count; exact counts replace it after each turn.
+    or cannot count; exact counts replace it once a conversation is long enough for
+    them to matter (:data:`backend.turn_runner.COUNT_TEXT_ABOVE`).
     """
     words = sum(math.ceil(len(word) / 3) for word in _WORD.findall(text))
     symbols = sum(1 for ch in text if ord(ch) < 128 and not ch.isalnum() and ch != " ")
@@ -71,7 +72,8 @@ class TokenCounter:
 
     Call it like a function (``counter(text) -> int``). Exact counts come from
     vLLM's ``/tokenize`` (see :meth:`backend.client.ChatClient.count_text_tokens`)
-    and are learnt after each turn, off the time-to-first-token path; texts not
+    and are learnt after a turn, off the time-to-first-token path, once the conversation
+    is long enough for them to matter; texts not
     counted yet (the current message) use :func:`estimate_text_tokens`, which
     over-estimates, so a plan made with it still fits.
     """

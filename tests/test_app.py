@@ -418,7 +418,9 @@ async def test_stop_just_after_the_end_keeps_the_finished_answer(browser: Browse
     browser.hold = lambda event, data: (
         event == "new_message" and "TTFT" in str(data.get("output", ""))
     )
-    task = asyncio.create_task(app.on_message(user_message("done soon #scenario=plain")))
+    long_enough_to_count = "word " * 2100  # a quarter of the room: its texts are counted
+    question = f"done soon {long_enough_to_count}#scenario=plain"
+    task = asyncio.create_task(app.on_message(user_message(question)))
     await asyncio.wait_for(browser.holding.wait(), timeout=10)  # sending the finished answer
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from backend.batching import Pacing
 from backend.client import ChatClient, ChatRequest
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
-from backend.pacing import ServerPace
+from backend.pacing import QUEUE_FRESH_S, ServerPace
 from tests.conftest import RunningFake
 from tests.fakes.kimi_server import ANSWER, REASONING
 
@@ -76,3 +78,27 @@ async def test_the_queue_is_read_from_the_servers_metrics(fake: RunningFake) -> 
     assert await pace.queued("not-served") is None
     await client.aclose()
     assert await pace.queued() is None  # closed: unknown
+
+
+async def test_waiting_chats_share_one_read_of_the_queue(fake: RunningFake) -> None:
+    """Defect: every chat waiting for its first token read and parsed /metrics itself
+    (about 100 ms of CPU each here): a burst of waiting chats paid for each one."""
+    client = ChatClient(fake.base_url, "k")
+    pace = ServerPace(client)
+    before = fake.server.metrics_reads
+    asked_at_once = await asyncio.gather(*(pace.queued("kimi-vl-dev") for _ in range(8)))
+    assert asked_at_once == [0] * 8
+    assert await pace.queued("kimi-vl-dev") == 0  # a moment later: the same read
+    assert fake.server.metrics_reads - before == 1
+    await client.aclose()
+
+
+async def test_the_queue_is_read_again_once_its_read_is_old(fake: RunningFake) -> None:
+    client = ChatClient(fake.base_url, "k")
+    pace = ServerPace(client)
+    before = fake.server.metrics_reads
+    await pace.queued()
+    await asyncio.sleep(QUEUE_FRESH_S + 0.1)
+    await pace.queued()
+    assert fake.server.metrics_reads - before == 2
+    await client.aclose()

