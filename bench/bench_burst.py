@@ -306,7 +306,7 @@ def started_target(args: argparse.Namespace) -> Iterator[Target]:
     """The app this run starts (``--app-workers`` processes) or the one at ``--app-url``."""
     if args.app_url:
         pids = args.app_pid or launched_pids(Path(args.run_dir))
-        yield Target(args.base_url.rstrip("/"), [args.app_url.rstrip("/")], pids, math.nan, True)
+        yield Target(args.base_url.rstrip("/"), [args.app_url.rstrip("/")], pids, math.nan)
         return
     with running_stack({"KIMI_APP_LOG": args.app_log}, None, args.app_workers) as stack:
         yield Target.started(stack)

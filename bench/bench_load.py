@@ -106,14 +106,15 @@ class Target:
         pids: the processes whose CPU and RSS are the app's, summed (one ``chainlit
             run``, or every worker and HAProxy).
         ready_s: seconds from starting the app to its first answer (NaN: started elsewhere).
-        sticky: tabs load the page first and keep its cookies (a proxy's stickiness).
+    Every tab loads the page first and keeps its cookies, as a fresh browser does: the
+    app's browser cookie (each tab is one person to the app's fair-use bounds, see
+    ui/security.py ``person_of``) and a proxy's stickiness cookie.
     """
 
     base_url: str
     ui_urls: list[str]
     pids: list[int]
     ready_s: float
-    sticky: bool = False
     _opened: int = 0
 
     @classmethod
@@ -125,7 +126,7 @@ class Target:
         """A new browser tab of the app (of its next process)."""
         url = self.ui_urls[self._opened % len(self.ui_urls)]
         self._opened += 1
-        return Tab(url, http, load_page=self.sticky)
+        return Tab(url, http, load_page=True)
 
 
 def rss_total(pids: list[int]) -> float:
@@ -810,7 +811,6 @@ def main(argv: list[str] | None = None) -> None:
             [args.app_url.rstrip("/")],
             args.app_pid,
             math.nan,
-            sticky=True,
         )
         markdown, data = asyncio.run(runners[args.mode](args, target))
         markdown += (
