@@ -12,6 +12,7 @@ buttons, a stopped or broken answer, an error note) from the turn's data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from backend.client import ServedModel
@@ -189,10 +190,35 @@ def draft_kept(message_id: str, problems: list[str], can_send: bool, tr: Transla
     return Note(note, "plain", (send,) if can_send else ())
 
 
-def error_note(exc: ChatError, message_id: str, tr: Translator) -> Note:
-    """Say what failed, with Retry when sending the same again may work."""
-    retry = (retry_button(message_id, tr),) if can_retry(exc) else ()
-    return Note(in_markdown(exc.message, tr), "error", retry)
+def error_note(exc: ChatError, message_id: str | None, tr: Translator, ref: str = "") -> Note:
+    """Say what failed, with Retry when sending the same again may work (``message_id``: the
+    turn Retry answers again; None: no Retry) and ``ref`` (:func:`reference`) below."""
+    retry = (retry_button(message_id, tr),) if message_id and can_retry(exc) else ()
+    text = in_markdown(exc.message, tr)
+    return Note(f"{text}\n\n{ref}" if ref else text, "error", retry)
+
+
+def short_ref(request_id: str) -> str:
+    """A request id as a person reads it out: ``chat-`` and the first 6 hex digits of the
+    id (``chat-1a2b3c``), enough to find its lines in app.log and llm.log, which hold
+    the whole id."""
+    prefix, _, digits = request_id.partition("-")
+    return f"{prefix}-{digits[:6]}" if digits else request_id[:11]
+
+
+def reference(request_id: str, at: datetime, tr: Translator) -> str:
+    """The quiet line under an error note that a person can read to the operator: the
+    request's short id and the time of the failure on the app's clock (app.log's), e.g.
+    ``*ref chat-1a2b3c, 14:03:07*``."""
+    ref = tr("ref {ref}, {time}", ref=short_ref(request_id), time=at.strftime("%H:%M:%S"))
+    return f"*{ref}*"
+
+
+def merged(notes: list[Note]) -> Note:
+    """One note saying what ``notes`` (info notes of one turn, at least one) say, one
+    paragraph each, with their buttons."""
+    text = "\n\n".join(note.text for note in notes)
+    return Note(text, notes[0].level, tuple(b for note in notes for b in note.buttons))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from contextlib import aclosing
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Literal
 
 from backend.batching import Pacing
@@ -38,7 +39,7 @@ from backend.errors import ChatError
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
-from backend.planning import Planned, plan_compare, plan_turn
+from backend.planning import Planned, new_request_id, plan_compare, plan_turn
 from backend.presenter import (
     ALREADY_SENT_NOTE,
     REGENERATE_LABEL,
@@ -65,6 +66,8 @@ from backend.render import (
     error_note,
     finished,
     incomplete,
+    merged,
+    reference,
     retry_button,
     stopped,
 )
@@ -72,6 +75,7 @@ from backend.resources import Server
 from backend.safety import escape_markdown, link_remote_images_off_loop
 from backend.settings import profile_for
 from backend.timings import StepEnd, Timings
+from backend.vllm_errors import log_reason
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -179,6 +183,11 @@ class TurnRunner:
         prepared = await self.chat.prepare_uploads(uploads)
         text = prepared.message_text(typed)  # with PDF pages / video frame times
         if prepared.problems:
+            log.warning(
+                "message %s kept back, files it cannot use: %s",
+                message_id,
+                " | ".join(map(str, prepared.problems)),
+            )
             self.chat.keep_draft(message_id, text, prepared.images)
             can_send = bool(typed.strip() or prepared.images)
             return Opening([draft_kept(message_id, prepared.problems, can_send, self.chat.tr)])
@@ -222,7 +231,9 @@ class TurnRunner:
             asked, planned = plan_compare(self.chat, turn, other)
             server = await self._server_of(other)
         except ChatError as exc:
-            return Opening([Note(in_markdown(exc.message, tr), "error")])
+            ref = new_request_id()
+            log.warning("request %s refused before sending: %s", ref, log_reason(exc))
+            return Opening([error_note(exc, None, tr, reference(ref, datetime.now(), tr))])
         label = tr.text(profile_for(other.id).label)
         return Opening([], Answering(message_id, asked, server, planned=planned, compared=label))
 
@@ -232,24 +243,29 @@ class TurnRunner:
 
     async def _run(self, opening: Awaitable[Opening]) -> Events:
         """The render events of one turn: the opening's notes, then (if there is an answer
-        to give) plan, stream, record and say how it ended."""
+        to give) plan, stream, record and say how it ended. The turn's notices (its files',
+        its plan's) are said in one note, once the plan is made."""
         opened = await opening
         answering = opened.answer
         if answering is None:
             for note in opened.notes:
                 yield note
             return
-        turn, request_id = answering.turn, None
+        turn, planned = answering.turn, answering.planned
+        request_id = (planned.request.request_id if planned else None) or new_request_id()
         shown = Shown(self.chat, answering.message_id, answering.compared)
         if answering.planned is None:  # one of the chat's turns, answered afresh
             turn.answer, turn.reasoning, turn.status = "", "", "pending"
+        notices = [n for n in opened.notes if isinstance(n, Note) and n.level == "info"]
         try:
             for note in opened.notes:
-                yield note
-            planned = answering.planned or await self._plan(answering)
-            request_id = planned.request.request_id
-            for notice in planned.notices:
-                yield Note(in_markdown(notice, self.chat.tr))
+                if note not in notices:
+                    yield note
+            planned = planned or await self._plan(answering, request_id)
+            notices += [Note(in_markdown(notice, self.chat.tr)) for notice in planned.notices]
+            if notices:
+                yield merged(notices)
+                notices = []
             await self._record(turn)
             async with aclosing(
                 answering.server.pace.paced(planned.request, self._pacing())
@@ -260,28 +276,35 @@ class TurnRunner:
         except asyncio.CancelledError:
             if turn.status in ("done", "cut_off"):
                 raise  # finished is finished: a late Stop changes nothing
-            await self._end(turn, shown, "stopped", request_id)
+            await self._end(turn, shown, "stopped", request_id if planned else None)
             for drawn in await shown.stopped(turn):
                 yield drawn
             raise
         except GeneratorExit:  # closed before the end by whoever reads it: stopped too
             if turn.status not in ("done", "cut_off"):
-                await self._end(turn, shown, "stopped", request_id)
+                await self._end(turn, shown, "stopped", request_id if planned else None)
             raise
         except ChatError as exc:
-            await self._end(turn, shown, "failed", request_id)
-            for drawn in await shown.failed(turn, exc):
+            if planned is None:
+                log.warning("request %s refused before sending: %s", request_id, log_reason(exc))
+            await self._end(turn, shown, "failed", request_id if planned else None, failure=exc)
+            ended = await shown.failed(turn, exc, request_id)
+            for drawn in [merged(notices), *ended] if notices else ended:
                 yield drawn
             return
         for drawn in await self._finished(answering, turn, shown, planned):
             yield drawn
 
-    async def _plan(self, answering: Answering) -> Planned:
+    async def _plan(self, answering: Answering, request_id: str) -> Planned:
         """Plan a turn of the chat for its model, connecting first if needed."""
         if not self.chat.connected:
             await self.chat.connect()
         return await plan_turn(
-            self.chat, answering.turn, answering.max_tokens, make_room=answering.make_room
+            self.chat,
+            answering.turn,
+            answering.max_tokens,
+            make_room=answering.make_room,
+            request_id=request_id,
         )
 
     def _pacing(self) -> Pacing:
@@ -311,12 +334,16 @@ class TurnRunner:
         status: TurnStatus,
         request_id: str | None,
         done: Done | None = None,
+        failure: ChatError | None = None,
     ) -> None:
         """End ``turn`` with what was shown of it and record it (a Stop landing during
-        the record does not cut it short)."""
+        the record does not cut it short). ``request_id``: the request sent, logged with
+        how it ended (and why it failed: ``failure``); None: nothing was sent."""
         reasoning, answer = shown.texts(done)
         turn.reasoning, turn.answer, turn.status = reasoning, answer, status
-        if request_id is not None:
+        if request_id is not None and failure is not None:
+            log.warning("request %s ended: failed: %s", request_id, log_reason(failure))
+        elif request_id is not None:
             log.info("request %s ended: %s", request_id, status)
         timings = Timings.from_done(done) if done is not None else None
         answer_id = shown.answer_id if status != "failed" or shown.answer_started else None
@@ -435,13 +462,15 @@ class Shown:
         drawn.append(stopped(self.answer_id, shown, self.message_id, self.chat.tr))
         return [*drawn, TurnEnded(turn.status, turn.answer, turn.reasoning)]
 
-    async def failed(self, turn: Turn, exc: ChatError) -> list[RenderEvent]:
-        """The end of an answer that failed: what came marked incomplete, and why."""
+    async def failed(self, turn: Turn, exc: ChatError, request_id: str) -> list[RenderEvent]:
+        """The end of an answer that failed: what came marked incomplete, and why (with the
+        request's reference, :func:`backend.render.reference`)."""
         drawn = [*self._waiting_over(), *self._step_end("failed")]
         if self.answer_started:
             shown = await link_remote_images_off_loop(turn.answer)
             drawn.append(incomplete(self.answer_id, shown, self.chat.tr))
-        drawn.append(error_note(exc, self.message_id, self.chat.tr))
+        ref = reference(request_id, datetime.now(), self.chat.tr)
+        drawn.append(error_note(exc, self.message_id, self.chat.tr, ref))
         return [*drawn, TurnEnded(turn.status, turn.answer, turn.reasoning)]
 
     def _waiting_over(self) -> list[RenderEvent]:

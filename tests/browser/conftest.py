@@ -157,6 +157,8 @@ class Stack:
     ui_url: str
     server_url: str
     processes: list[Process] = field(default_factory=list)
+    app_log: Path | None = None
+    """The UI's own app.log."""
 
     def requests(self) -> list[dict[str, object]]:
         """Chat completion request bodies the scripted server received."""
@@ -174,12 +176,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Scripted server serving Thinking and Instruct, and the UI in front of it."""
     server_port, ui_port = free_port(), free_port()
     server = start_scripted_server(server_port, THINKING_MODEL, INSTRUCT_MODEL)
+    ui_dir = tmp_path_factory.mktemp("ui")
+    app_log = ui_dir / "app.log"
     try:
-        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", tmp_path_factory.mktemp("ui"))
+        ui = start_ui(
+            ui_port, f"http://127.0.0.1:{server_port}/v1", ui_dir, KIMI_APP_LOG=str(app_log)
+        )
     except BaseException:
         server.stop()
         raise
-    yield Stack(f"http://127.0.0.1:{ui_port}", f"http://127.0.0.1:{server_port}", [server, ui])
+    urls = f"http://127.0.0.1:{ui_port}", f"http://127.0.0.1:{server_port}"
+    yield Stack(*urls, [server, ui], app_log)
     ui.stop()
     server.stop()
 
