@@ -54,7 +54,8 @@ class Button:
 @dataclass(frozen=True, slots=True)
 class Note:
     """A note from the app (not from the model). ``level``: ``info`` and ``warning`` get
-    their sign (ℹ️, ⚠️) when drawn, ``error`` is a failure said as a warning,
+    their sign when drawn (an icon, drawn by the page: not an emoji, which a machine
+    without an emoji font shows as a box), ``error`` is a failure said as a warning,
     ``plain`` is drawn as it is."""
 
     text: str
@@ -187,7 +188,7 @@ def draft_kept(message_id: str, problems: list[str], can_send: bool, tr: Transla
     with "Send without them" when something is left to send."""
     send = Button("send_anyway", tr(SEND_ANYWAY_LABEL), {"message": message_id})
     note = unusable_files_note(problems, can_send, tr)
-    return Note(note, "plain", (send,) if can_send else ())
+    return Note(note, "warning", (send,) if can_send else ())
 
 
 def error_note(exc: ChatError, message_id: str | None, tr: Translator, ref: str = "") -> Note:
@@ -233,6 +234,8 @@ class Ending:
         others: other served models, one Compare button each.
         compared: the label of the other model a Compare asked (its answer has no buttons).
         dev_mode: the stats line says the text is noise.
+        show_stats: the answer ends with its line of timings (the settings panel's
+            "Timings under answers"); without it, a dev answer still says it is noise.
     """
 
     message_id: str
@@ -242,6 +245,7 @@ class Ending:
     others: tuple[ServedModel, ...] = ()
     compared: str | None = None
     dev_mode: bool = False
+    show_stats: bool = True
 
 
 def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Translator) -> AnswerEnd:
@@ -256,21 +260,22 @@ def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Transla
     buttons += [compare_button(message_id, other, tr) for other in ending.others]
     if done.finish_reason == "length":
         cut_off = cut_off_note(ending.max_tokens, in_reasoning=done.reasoning_unclosed, tr=tr)
-        lines.append(f"⚠️ {cut_off}")
+        lines.append(f"*{cut_off}*")
         buttons = [retry_button(message_id, tr)]
         if ending.more_tokens:
             more = retry_button(message_id, tr, MORE_TOKENS_LABEL, ending.more_tokens, True)
             buttons.insert(0, more)
         else:
-            lines.append(f"ℹ️ {no_more_tokens_note(ending.max_tokens, ending.max_model_len, tr)}")
+            lines.append(f"*{no_more_tokens_note(ending.max_tokens, ending.max_model_len, tr)}*")
     if done.cut_at_chars:
-        lines.append(f"⚠️ {too_long_note(done.cut_at_chars, tr)}")
-    stats = stats_line(Timings.from_done(done), tr)
+        lines.append(f"*{too_long_note(done.cut_at_chars, tr)}*")
+    said = [stats_line(Timings.from_done(done), tr)] if ending.show_stats else []
     if ending.dev_mode:
-        stats += " · " + tr(DEV_STATS_SUFFIX)
+        said.append(tr(DEV_STATS_SUFFIX))
     if ending.compared:
-        stats, buttons = f"{ending.compared} · {stats}", []
-    lines.append(f"*{stats}*")
+        said, buttons = [ending.compared, *said], []
+    if said:
+        lines.append("*" + " · ".join(said) + "*")
     return AnswerEnd(answer_id, "\n\n".join(lines), tuple(buttons), ending.compared)
 
 

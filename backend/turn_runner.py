@@ -214,7 +214,7 @@ class TurnRunner:
         turn, later_turns = found
         notes: list[RenderEvent] = [ButtonUsed()]
         if later_turns:
-            notes.append(Note(rerun_note(turn.text, later_turns, self.chat.tr), "plain"))
+            notes.append(Note(rerun_note(turn.text, later_turns, self.chat.tr)))
         answering = Answering(message_id, turn, self.chat.server, max_tokens, make_room)
         return Opening(notes, answering)
 
@@ -449,6 +449,7 @@ class Shown:
             others=tuple(chat.others),
             compared=self.compared,
             dev_mode=chat.settings.dev_mode,
+            show_stats=chat.options is None or chat.options.show_stats,
         )
         drawn: list[RenderEvent] = [finished(self.answer_id, shown, done, ending, chat.tr)]
         if turn.images and turn.answer:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +42,7 @@ from ui import signin
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
 from ui.language import session_translator
+from ui.notes import note_id
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -173,7 +173,7 @@ def mark_interrupted(
                 step["name"] = tr("Thought (interrupted)")
                 step["end"] = step.get("start") or step.get("createdAt")
         created = str(steps[end - 1].get("createdAt") or "")
-        note = "⚠️ " + tr(INTERRUPTED_NOTE)
+        note = tr(INTERRUPTED_NOTE)
         steps.insert(end, _note_step(thread["id"], record.message_id, created, note))
 
 
@@ -184,7 +184,7 @@ def _note_step(thread_id: str, parent: str, after: str, note: str) -> dict[str, 
         moment = datetime.now(UTC)
     stamp = moment.isoformat().replace("+00:00", "Z")
     return {
-        "id": str(uuid.uuid4()),
+        "id": note_id("warning"),
         "threadId": thread_id,
         "parentId": None,
         "name": "Kimi-VL Chat",
