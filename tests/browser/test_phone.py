@@ -9,19 +9,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize, expect
+from playwright.sync_api import Browser, BrowserContext, FloatRect, Page, ViewportSize, expect
 
 from tests.browser.conftest import (
     INSTRUCT_MODEL,
     THINKING_MODEL,
     Stack,
-    free_port,
     functional_context,
     screenshot,
     start_scripted_server,
     start_ui,
     wait_answer_done,
 )
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -37,7 +37,7 @@ def open_ui(chromium: Browser, url: str, viewport: ViewportSize, locale: str = "
     return page
 
 
-def inside(inner: dict[str, float] | None, outer: ViewportSize) -> bool:
+def inside(inner: FloatRect | None, outer: ViewportSize) -> bool:
     assert inner is not None
     return (
         inner["x"] >= 0
@@ -47,7 +47,7 @@ def inside(inner: dict[str, float] | None, outer: ViewportSize) -> bool:
     )
 
 
-def overlap(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
+def overlap(a: FloatRect | None, b: FloatRect | None) -> bool:
     assert a is not None and b is not None
     return not (
         a["x"] + a["width"] <= b["x"]
