@@ -117,7 +117,7 @@ def test_settings_panel_labels_and_descriptions_follow_the_language() -> None:
 
 
 def test_a_message_is_its_english_text_until_rendered_and_survives_pickling() -> None:
-    inner = msg("page {first}", first=2)
+    inner = msg("page {numbers}", numbers="2")
     outer = msg("{name}: {sent} of {pages} sent as images", name="a.pdf", sent=inner, pages=5)
     assert outer == "a.pdf: page 2 of 5 sent as images"
     assert isinstance(outer, str)
