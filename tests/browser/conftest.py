@@ -8,11 +8,12 @@ fresh Chainlit session, and saves a screenshot under ``artifacts/screenshots/``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,6 +150,24 @@ def start_ui(
     )
     wait_http(f"http://127.0.0.1:{port}/", ui)
     return ui
+
+
+@contextlib.contextmanager
+def scripted_ui(workdir: Path, models: Sequence[str], **env: str) -> Iterator[str]:
+    """The scripted server serving ``models`` and a UI in front of it (run in ``workdir``,
+    ``env`` added to its environment); yields the UI's URL and stops both after."""
+    server_port, ui_port = free_port(), free_port()
+    server = start_scripted_server(server_port, *models)
+    try:
+        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", workdir, None, **env)
+    except BaseException:
+        server.stop()
+        raise
+    try:
+        yield f"http://127.0.0.1:{ui_port}"
+    finally:
+        ui.stop()
+        server.stop()
 
 
 @dataclass

@@ -6,7 +6,6 @@ header (its model picker) and the composer free."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, FloatRect, Page, ViewportSize, expect
@@ -17,11 +16,9 @@ from tests.browser.conftest import (
     Stack,
     functional_context,
     screenshot,
-    start_scripted_server,
-    start_ui,
+    scripted_ui,
     wait_answer_done,
 )
-from tests.conftest import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -109,17 +106,9 @@ def test_the_viewers_close_button_is_off_the_picture(
 @pytest.fixture(scope="module")
 def dev_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A UI in dev mode (KIMI_DEV_MODE=1) in front of the scripted server."""
-    server_port, ui_port = free_port(), free_port()
-    server = start_scripted_server(server_port, THINKING_MODEL, INSTRUCT_MODEL)
-    workdir: Path = tmp_path_factory.mktemp("dev-ui")
-    try:
-        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", workdir, KIMI_DEV_MODE="1")
-    except BaseException:
-        server.stop()
-        raise
-    yield f"http://127.0.0.1:{ui_port}"
-    ui.stop()
-    server.stop()
+    workdir = tmp_path_factory.mktemp("dev-ui")
+    with scripted_ui(workdir, (THINKING_MODEL, INSTRUCT_MODEL), KIMI_DEV_MODE="1") as url:
+        yield url
 
 
 def test_dev_modes_notice_leaves_the_model_picker_and_composer_free_on_a_phone(

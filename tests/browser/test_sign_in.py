@@ -16,10 +16,8 @@ from tests.browser.conftest import (
     THINKING_MODEL,
     new_context,
     screenshot,
-    start_scripted_server,
-    start_ui,
+    scripted_ui,
 )
-from tests.conftest import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -29,7 +27,6 @@ PASSWORD = "ada-password-1"
 @pytest.fixture(scope="module")
 def signed_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A UI with sign-in on (one user, ``ada``) in front of the scripted server."""
-    server_port, ui_port = free_port(), free_port()
     workdir = tmp_path_factory.mktemp("sign-in-ui")
     env = {"KIMI_DATA_DIR": str(workdir / "data"), "CHAINLIT_AUTH_SECRET": "s" * 64}
     made = subprocess.run(
@@ -38,15 +35,8 @@ def signed_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         env={**env, "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    server = start_scripted_server(server_port, THINKING_MODEL)
-    try:
-        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", workdir, None, **env)
-    except BaseException:
-        server.stop()
-        raise
-    yield f"http://127.0.0.1:{ui_port}"
-    ui.stop()
-    server.stop()
+    with scripted_ui(workdir, (THINKING_MODEL,), **env) as url:
+        yield url
 
 
 def sign_in_page(chromium: Browser, url: str, locale: str) -> Page:
