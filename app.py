@@ -162,7 +162,7 @@ async def on_settings_update(values: dict[str, Any]) -> None:
     try:
         session.with_options(**option_changes(values, fields))
     except SettingsRefused as exc:
-        await say("⚠️ " + in_markdown(exc.message, session.tr))
+        await say(in_markdown(exc.message, session.tr), kind="warning")
         await send_settings(session)  # the panel, and Chainlit's stored copy, as they were
 
 

@@ -47,12 +47,14 @@ Locate = Callable[[str], Awaitable[Server]]
 
 @dataclass(frozen=True, slots=True)
 class SamplingOptions:
-    """Per-chat sampling options (the settings panel)."""
+    """Per-chat sampling options (the settings panel), and what the panel shows of an
+    answer: its reasoning step, its line of timings (``show_stats``)."""
 
     temperature: float
     top_p: float
     max_tokens: int
     show_reasoning: bool = True
+    show_stats: bool = True
 
     @classmethod
     def for_profile(cls, profile: ModelProfile, max_model_len: int) -> SamplingOptions:
@@ -198,7 +200,8 @@ class ChatSession:
             )
         if self.model is None or self.model.id != chosen.id or self.options is None:
             self.model = chosen
-            self.options = SamplingOptions.for_profile(self.profile, self.max_model_len)
+            defaults = SamplingOptions.for_profile(self.profile, self.max_model_len)
+            self.options = replace(defaults, show_stats=self.settings.show_stats)
         return chosen
 
     async def connect_first(self, names: Sequence[str | None]) -> ServedModel | None:

@@ -1,12 +1,20 @@
-"""A PDF upload as page images, rendered with pypdfium2 (PDFium) at the model's budget.
+"""A PDF upload as the model reads it: the text layer of text pages, page images of the
+others, with pypdfium2 (PDFium), within the message's budget.
 
-Each page is rendered directly at the size the model takes as is (:func:`page_pixels`:
+A page with text (:data:`MIN_TEXT_CHARS` or more characters in PDFium's text layer) is
+sent as that text: exact, and a fraction of a page image's tokens (a page of text is
+hundreds of tokens; a letter page is about 4,200 as an image at Thinking-2506's
+budget). A page without (a scan, a photo, a chart) is rendered as an image.
+
+Each page image is rendered directly at the size the model takes as is (:func:`page_pixels`:
 the page at :data:`MAX_RENDER_DPI` scaled by :func:`backend.images.fit_to_budget`
 for the profile's ``in_token_limit``), not rendered large and shrunk. Pages are
 taken from the first on, as many as the message's budget allows
 (:class:`backend.media.MediaBudget`: image slots and tokens left); a notice says
-which pages were sent and which were left out, and the line ``Pages 1-4 of
-report.pdf (12 pages in all)`` tells the model what it sees.
+in words which pages were read, which sent as images and which were left out (and
+how to have those read), and the model reads the pages' text under a heading, or,
+when every page sent is an image, the line ``Pages 1-4 of report.pdf (12 pages in
+all)``.
 
 Encoding follows :func:`backend.images.choose_format` for a lossless source: PNG for
 text pages (flat colours), JPEG for pages that are mostly photograph; a page with no
@@ -34,13 +42,15 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import pypdfium2 as pdfium
 from PIL import Image, ImageChops
 
-from backend.conversation import IMAGE_OVERHEAD_TOKENS
+from backend.conversation import IMAGE_OVERHEAD_TOKENS, estimate_text_tokens
 from backend.errors import ImageError
 from backend.i18n import msg
 from backend.images import (
@@ -67,6 +77,15 @@ EOF_WINDOW: Final = 1024
 """Bytes at the end of a file in which a PDF reader looks for the ``%%EOF`` marker
 (ISO 32000-1, 7.5.5 and annex H: it "should" be within the last 1024 bytes)."""
 
+MIN_TEXT_CHARS: Final = 80
+"""Characters of text (white space aside) from which a page is read as text rather than
+sent as a picture: a few lines. A scan, a photo or a chart has none or a caption's worth."""
+
+PAGE_HEADING_TOKENS: Final = 12
+"""Tokens allowed for a text page's heading (``--- page 12 ---``) and the blank lines
+around it, on top of :func:`backend.conversation.estimate_text_tokens` of its text."""
+
+_BLANK: Final = re.compile(r"\s+")
 _PDFIUM_LOCK: Final = threading.Lock()
 _OBJECT: Final = re.compile(rb"\d+\s+\d+\s+obj\b")
 
@@ -142,28 +161,66 @@ def _open_failure(path: Path, label: str, error: pdfium.PdfiumError) -> ImageErr
     )
 
 
-def _page_range(first: int, last: int) -> str:
-    """English, for the line the model reads (``"page 1"``, ``"pages 1-3"``)."""
-    return f"page {first}" if first == last else f"pages {first}-{last}"
+def _numbers(numbers: Sequence[int]) -> str:
+    """Page numbers in runs, e.g. ``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
-def _pages(first: int, last: int) -> str:
-    """The same range, for people (translated where it is shown)."""
-    if first == last:
-        return msg("page {first}", first=first)
-    return msg("pages {first}-{last}", first=first, last=last)
+def _page_list(numbers: Sequence[int]) -> str:
+    """English, for the line the model reads (``"page 1"``, ``"pages 1-3, 5"``)."""
+    return ("page " if len(numbers) == 1 else "pages ") + _numbers(numbers)
+
+
+def _pages(numbers: Sequence[int]) -> str:
+    """The same list, for people (translated where it is shown)."""
+    if len(numbers) == 1:
+        return msg("page {numbers}", numbers=_numbers(numbers))
+    return msg("pages {numbers}", numbers=_numbers(numbers))
+
+
+@dataclass
+class _Reading:
+    """What was taken of a PDF, page by page from the first, until one did not fit.
+
+    Attributes:
+        pages: the document's page count.
+        texts: page number -> its text layer, for pages read as text.
+        pictures: page number -> the page rendered, for pages with (almost) no text.
+        left_out: page numbers not taken, from the first that did not fit.
+        slots, tokens: image slots and tokens still left.
+        no_slot: the page that did not fit was a picture and no image slot was left.
+    """
+
+    pages: int
+    slots: int
+    tokens: int
+    texts: dict[int, str] = field(default_factory=dict)
+    pictures: dict[int, Image.Image] = field(default_factory=dict)
+    left_out: list[int] = field(default_factory=list)
+    no_slot: bool = False
 
 
 def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) -> MediaResult:
-    """Render the first pages of a PDF upload that fit ``budget`` as images.
+    """Read a PDF upload within ``budget``: the text layer of text pages, pictures of the others.
 
-    Pages are taken in order while an image slot is left and the page's tokens
-    (plus the chat template's per-image overhead) fit the tokens left; the first
-    page that does not fit ends the run. Each page is named ``"NAME page N"``.
+    Pages are taken in order. A page with :data:`MIN_TEXT_CHARS` or more characters of
+    text is sent as its text (PDFium's text layer, which costs a fraction of a page
+    image's tokens and reads exactly); a page with less (a scan, a photo, a chart) is
+    rendered as an image, while an image slot is left. Each page must fit the tokens
+    left (a text page by :func:`backend.conversation.estimate_text_tokens`, an image by
+    its patches plus the chat template's overhead); the first page that does not fit
+    ends the run, and the notice names the pages left out and how to have them read.
+    Page images are named ``"NAME page N"``.
 
-    Synchronous and CPU-bound (about 0.1-0.3 s a page at the 16,384-patch budget,
-    most of it PNG encoding), and serialised across threads by the PDFium lock:
-    run it in a worker thread.
+    Synchronous and CPU-bound (about 0.1-0.3 s a rendered page at the 16,384-patch
+    budget, most of it PNG encoding; a text page takes milliseconds), and serialised
+    across threads by the PDFium lock: run it in a worker thread.
 
     Args:
         path: the uploaded file.
@@ -171,8 +228,8 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
         name: the name the person gave the file (defaults to the path's name).
 
     Returns:
-        The page images, the ``Pages ... of NAME`` line and a notice saying which
-        pages were sent and which were left out.
+        The page images, the text the model reads (the pages' text, or a line
+        ``Pages 1-3 of NAME`` when every page sent is a picture) and one notice.
 
     Raises:
         ImageError: too big, damaged or not a PDF, cut short, password-protected,
@@ -182,7 +239,7 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
     path = Path(path)
     label = name or path.name
     source_bytes = upload_size(path, label, budget.max_bytes)
-    rendered, pages, cost = _render_pages(path, label, budget)
+    reading = _read_pages(path, label, budget)
     # Encoding (most of the time) needs no PDFium: outside the lock.
     images = [
         encode_image(
@@ -192,52 +249,43 @@ def prepare_pdf(path: str | Path, budget: MediaBudget, name: str | None = None) 
             budget.in_token_limit,
             source_bytes,
         )
-        for number, page_image in enumerate(map(_without_colour, rendered), start=1)
+        for number, page_image in ((n, _without_colour(p)) for n, p in reading.pictures.items())
     ]
-    if pages == 0:
+    if reading.pages == 0:
         raise ImageError(msg("{name}: the PDF has no pages", name=label))
-    if not images:
+    if not images and not reading.texts:
         raise ImageError(
             msg(
                 "{name}: not used: no image slot is left in this message for even its first page",
                 name=label,
             )
-            if budget.images < 1
+            if reading.no_slot
             else msg(
                 "{name}: not used: too few tokens are left in this message for even its first page",
                 name=label,
             )
         )
-    return _sent(images, label, pages, budget, cost)
+    return _sent(images, label, reading)
 
 
-def _render_pages(
-    path: Path, label: str, budget: MediaBudget
-) -> tuple[list[Image.Image], int, int]:
-    """Render the first pages of the PDF that fit ``budget``, under the PDFium lock.
-
-    Returns the rendered pages, the document's page count, and the tokens of the
-    last page weighed (the first that did not fit, if one did not).
+def _read_pages(path: Path, label: str, budget: MediaBudget) -> _Reading:
+    """Take the PDF's pages that fit ``budget`` in order (:func:`_take_page`), under the
+    PDFium lock.
 
     Raises:
         ImageError: the PDF cannot be opened, or a page within the budget not loaded.
     """
-    rendered: list[Image.Image] = []
-    cost = 0
     with _PDFIUM_LOCK:
         try:
             document = pdfium.PdfDocument(path)
         except pdfium.PdfiumError as error:
             raise _open_failure(path, label, error) from error
         try:
-            pages = len(document)
-            tokens_left = budget.tokens
-            for index in range(min(pages, budget.images)):
-                page_image, cost = _render_page(document, index, label, budget, tokens_left)
-                if page_image is None:
+            reading = _Reading(len(document), budget.images, budget.tokens)
+            for index in range(reading.pages):
+                if not _take_page(document, index, label, budget.in_token_limit, reading):
+                    reading.left_out = list(range(index + 1, reading.pages + 1))
                     break
-                rendered.append(page_image)
-                tokens_left -= cost
         except pdfium.PdfiumError as error:
             reason = str(error).rstrip(".")
             raise ImageError(
@@ -245,20 +293,53 @@ def _render_pages(
             ) from error
         finally:
             document.close()
-    return rendered, pages, cost
+    return reading
 
 
-def _render_page(
-    document: pdfium.PdfDocument, index: int, label: str, budget: MediaBudget, tokens_left: int
-) -> tuple[Image.Image | None, int]:
-    """Page ``index`` rendered at the budget and its tokens, or None (and its tokens) when
-    it does not fit in ``tokens_left``. Hold the PDFium lock.
+def _take_page(
+    document: pdfium.PdfDocument, index: int, label: str, in_token_limit: int, reading: _Reading
+) -> bool:
+    """Add page ``index`` to ``reading`` as text or as a picture; False when it does not
+    fit what is left. Hold the PDFium lock.
 
     Raises:
         ImageError: PDFium cannot load the page, or it has no size.
     """
+    page = _load_page(document, index, label)
     try:
-        page = document[index]
+        text = _text_of(page)
+        if len(_BLANK.sub("", text)) >= MIN_TEXT_CHARS:
+            cost = estimate_text_tokens(text) + PAGE_HEADING_TOKENS
+            if cost > reading.tokens:
+                return False
+            reading.texts[index + 1] = text
+        else:
+            if reading.slots < 1:
+                reading.no_slot = True
+                return False
+            width_pt, height_pt = page.get_size()
+            if width_pt <= 0 or height_pt <= 0:
+                raise ImageError(msg("{name}: page {page} has no size", name=label, page=index + 1))
+            size = page_pixels(width_pt, height_pt, in_token_limit)
+            cost = image_tokens(*size, in_token_limit) + IMAGE_OVERHEAD_TOKENS
+            if cost > reading.tokens:
+                return False
+            reading.pictures[index + 1] = _render(page, size)
+            reading.slots -= 1
+        reading.tokens -= cost
+        return True
+    finally:
+        page.close()
+
+
+def _load_page(document: pdfium.PdfDocument, index: int, label: str) -> pdfium.PdfPage:
+    """Page ``index`` of ``document`` (hold the PDFium lock).
+
+    Raises:
+        ImageError: PDFium cannot load it (the PDF is damaged or cut short).
+    """
+    try:
+        return document[index]
     except pdfium.PdfiumError as error:
         raise ImageError(
             msg(
@@ -269,44 +350,68 @@ def _render_page(
                 pages=len(document),
             )
         ) from error
+
+
+def _text_of(page: pdfium.PdfPage) -> str:
+    """The page's text layer as PDFium reads it (``FPDFText_GetBoundedText`` over the
+    whole page), lines ending in ``\n``, trailing blanks removed (hold the lock)."""
+    text_page = page.get_textpage()
     try:
-        width_pt, height_pt = page.get_size()
-        if width_pt <= 0 or height_pt <= 0:
-            raise ImageError(msg("{name}: page {page} has no size", name=label, page=index + 1))
-        size = page_pixels(width_pt, height_pt, budget.in_token_limit)
-        cost = image_tokens(*size, budget.in_token_limit) + IMAGE_OVERHEAD_TOKENS
-        return (_render(page, size) if cost <= tokens_left else None), cost
+        text = text_page.get_text_bounded()
     finally:
-        page.close()
+        text_page.close()
+    lines = (line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    return "\n".join(lines).strip()
 
 
-def _sent(
-    images: list[PreparedImage], label: str, pages: int, budget: MediaBudget, cost: int
-) -> MediaResult:
-    """The pages sent, the line the model reads about them, and the notice for people
-    (with why the others were left out: image slots, or tokens at ``cost`` a page)."""
-    sent = len(images)
-    text = f"{_page_range(1, sent).capitalize()} of {label}"
-    notice: str = msg(
-        "{name}: {sent} of {pages} sent as images", name=label, sent=_pages(1, sent), pages=pages
-    )
-    if sent < pages:
-        limit = (
-            msg("at most {count} more images fit in this message", count=budget.images)
-            if sent == budget.images
-            else msg(
-                "{tokens} tokens were left for pictures in this message, about {cost} per page",
-                tokens=budget.tokens,
-                cost=cost,
-            )
-        )
-        text += f" ({pages} pages in all)"
-        notice = msg(
-            "{name}: {sent} of {pages} sent as images; {left} left out ({limit})",
+def _sent(images: list[PreparedImage], label: str, reading: _Reading) -> MediaResult:
+    """What the model reads of the pages taken, and the notice for people: which pages
+    were read as text, which sent as pictures, which left out (and how to have them read)."""
+    texts, pictures = sorted(reading.texts), sorted(reading.pictures)
+    if texts and pictures:
+        said = msg(
+            "{name}: {text} of {pages} read as text, {pictures} sent as images (no text on them)",
             name=label,
-            sent=_pages(1, sent),
-            pages=pages,
-            left=_pages(sent + 1, pages),
-            limit=limit,
+            text=_pages(texts),
+            pictures=_pages(pictures),
+            pages=reading.pages,
         )
-    return MediaResult(images, text, [notice])
+    elif texts:
+        said = msg(
+            "{name}: {text} of {pages} read as text",
+            name=label,
+            text=_pages(texts),
+            pages=reading.pages,
+        )
+    else:
+        said = msg(
+            "{name}: {sent} of {pages} sent as images",
+            name=label,
+            sent=_pages(pictures),
+            pages=reading.pages,
+        )
+    if reading.left_out:
+        said = msg(
+            "{sent}. Left out: {left}, for lack of room in this message; to have them read, "
+            "send them as a PDF of their own.",
+            sent=said,
+            left=_pages(reading.left_out),
+        )
+    return MediaResult(images, _model_text(label, reading), [said])
+
+
+def _model_text(label: str, reading: _Reading) -> str:
+    """What the model reads about the PDF: a line ``Pages 1-3 of NAME`` when every page
+    sent is a picture, else a heading and each page's text in order (a picture page
+    named by its image)."""
+    left = f" ({_page_list(reading.left_out)} not included)" if reading.left_out else ""
+    if not reading.texts:
+        whole = f" ({reading.pages} pages in all)" if reading.left_out else ""
+        return f"{_page_list(sorted(reading.pictures)).capitalize()} of {label}{whole}"
+    parts = [f"{label}, {reading.pages} pages{left}:"]
+    for number in range(1, reading.pages + 1):
+        if number in reading.texts:
+            parts.append(f"--- page {number} ---\n{reading.texts[number]}")
+        elif number in reading.pictures:
+            parts.append(f"--- page {number}: the image {label} page {number} ---")
+    return "\n\n".join(parts)

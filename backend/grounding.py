@@ -805,8 +805,9 @@ def caption(name: str, marks: Sequence[Mark], tr: Translator = ENGLISH) -> str:
 
 def not_drawn_note(grounding: Grounding, tr: Translator = ENGLISH) -> str:
     """One note for what :func:`read_marks` found but does not draw (Markdown, model text
-    escaped), e.g. ``"ℹ️ Not drawn: “x=0.5, y=0.5” does not say which of the 2 images it
-    is on."``; the marks and reasons beyond the limits are counted in a sentence each."""
+    escaped), e.g. ``"Not drawn: “x=0.5, y=0.5” does not say which of the 2 images it
+    is on."`` (an info note: the page draws its sign); the marks and reasons beyond the
+    limits are counted in a sentence each."""
     sentences = [tr.text(reason) for reason in grounding.not_drawn]
     if grounding.reasons_left_out:
         sentences.append(
@@ -821,7 +822,7 @@ def not_drawn_note(grounding: Grounding, tr: Translator = ENGLISH) -> str:
                 limit=MAX_MARKS,
             )
         )
-    return "ℹ️ " + tr("Not drawn:") + " " + " ".join(escape_markdown(s) for s in sentences)
+    return tr("Not drawn:") + " " + " ".join(escape_markdown(s) for s in sentences)
 
 
 def _decode(data_url: str) -> tuple[Image.Image, str]:

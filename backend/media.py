@@ -103,8 +103,8 @@ class MediaResult:
     Attributes:
         images: pages or frames, in order, each within the budget it was made for.
         notices: one-line remarks for the person (pages left out, frames taken).
-        text: a line for the model placed before the person's text, e.g.
-            ``"Frames of clip.mp4 at 00:00.0, 00:03.2"``.
+        text: what the model reads, placed before the person's text, e.g.
+            ``"Frames of clip.mp4 at 00:00.0, 00:03.2"``, or a PDF's pages' text.
     """
 
     images: list[PreparedImage]

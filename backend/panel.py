@@ -55,8 +55,9 @@ class PanelField:
 def panel_fields(
     profile: ModelProfile, options: SamplingOptions, max_model_len: int, tr: Translator = ENGLISH
 ) -> list[PanelField]:
-    """The controls for a model: temperature, top_p, max tokens, and for a
-    thinking model a switch to hide the reasoning; labels in ``tr``'s language.
+    """The controls for a model: temperature, top_p, max tokens, for a thinking model a
+    switch to hide the reasoning, and a switch for the timings under answers; labels in
+    ``tr``'s language.
 
     ``options`` are the current values (the profile's defaults in a new chat).
     Max tokens goes up to half the max model length (the other half is for the
@@ -109,6 +110,18 @@ def panel_fields(
                 tr("Show only the answer, not the model's thinking before it."),
             )
         )
+    fields.append(
+        PanelField(
+            "show_stats",
+            tr("Timings under answers"),
+            "switch",
+            options.show_stats,
+            tr(
+                "A line under each answer: time to first token (TTFT), thinking time, "
+                "tokens and tokens per second."
+            ),
+        )
+    )
     return fields
 
 
@@ -135,6 +148,8 @@ def option_changes(
             raise SettingsRefused(_rule(field))
         if field.id == "hide_reasoning":
             changes["show_reasoning"] = not value
+        elif field.kind == "switch":
+            changes[field.id] = bool(value)
         elif field.id == "max_tokens":
             changes["max_tokens"] = int(cast(float, value))
         else:
@@ -186,7 +201,7 @@ def sane_options(stored: Mapping[str, object], max_model_len: int) -> dict[str, 
     }
     kept: dict[str, object] = {}
     for key, value in stored.items():
-        if key == "show_reasoning" and isinstance(value, bool):
+        if key in ("show_reasoning", "show_stats") and isinstance(value, bool):
             kept[key] = value
         elif key in ranges and isinstance(value, int | float) and not isinstance(value, bool):
             low, high = ranges[key]

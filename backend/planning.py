@@ -57,6 +57,12 @@ class Planned:
     more_tokens: int | None
 
 
+def new_request_id() -> str:
+    """A fresh request id, ``chat-`` and 32 hex digits: sent as ``X-Request-Id`` (vLLM logs
+    it), named in app.log, and shortened on an error note (:func:`backend.render.short_ref`)."""
+    return f"chat-{uuid.uuid4().hex}"
+
+
 def exact_counter(client: ChatClient, model: str, deadline_s: float) -> ExactCount:
     """Count prompts with ``client``'s ``/tokenize``, all counts together within
     ``deadline_s`` seconds from now; past it (a stuck or slow tokenizer), None: the
@@ -81,7 +87,12 @@ def exact_counter(client: ChatClient, model: str, deadline_s: float) -> ExactCou
 
 
 async def plan_turn(
-    chat: ChatSession, turn: Turn, max_tokens: int | None = None, *, make_room: bool = False
+    chat: ChatSession,
+    turn: Turn,
+    max_tokens: int | None = None,
+    *,
+    make_room: bool = False,
+    request_id: str | None = None,
 ) -> Planned:
     """The request for ``turn`` of ``chat`` (which must be connected) within the server's limits.
 
@@ -89,6 +100,7 @@ async def plan_turn(
     older turns until that whole budget fits ("Retry with more tokens"). Notices say
     what was left out, and when the budget is below what was asked. Near the limit
     the prompt is counted by the server, within ``settings.plan_timeout_s``.
+    ``request_id``: the request's id (default: a fresh one, :func:`new_request_id`).
 
     Raises:
         TooManyImages, ContextTooLong: the turn alone does not fit.
@@ -110,6 +122,7 @@ async def plan_turn(
         chat.options,
         thinking=chat.profile.thinking or shaped,
         extra_body={"structured_outputs": {"regex": DEV_SHAPE_REGEX}} if shaped else {},
+        request_id=request_id,
     )
     log.info(
         "request %s model=%s messages=%d prompt_tokens~%d max_tokens=%d "
@@ -158,8 +171,9 @@ def _request(
     *,
     thinking: bool,
     extra_body: dict[str, Any] | None = None,
+    request_id: str | None = None,
 ) -> ChatRequest:
-    """The chat completion request of ``plan``, with a fresh request id."""
+    """The chat completion request of ``plan``, with ``request_id`` (default: a fresh one)."""
     return ChatRequest(
         model=model,
         messages=plan.messages,
@@ -167,6 +181,6 @@ def _request(
         temperature=options.temperature,
         top_p=options.top_p,
         thinking=thinking,
-        request_id=f"chat-{uuid.uuid4().hex}",
+        request_id=request_id or new_request_id(),
         extra_body=extra_body or {},
     )

@@ -75,26 +75,26 @@ def too_long_note(chars: int, tr: Translator = ENGLISH) -> str:
 def stopped_note(partial_answer: str, tr: Translator = ENGLISH) -> str:
     """The message left by Stop: the partial answer, if any, marked as stopped."""
     if partial_answer:
-        return partial_answer + "\n\n" + tr("*■ Stopped before the end of the answer.*")
-    return tr("*■ Stopped while thinking: the reasoning so far is kept above.*")
+        return partial_answer + "\n\n" + tr("*Stopped before the end of the answer.*")
+    return tr("*Stopped while thinking: the reasoning so far is kept above.*")
 
 
 def incomplete_note(partial_answer: str, tr: Translator = ENGLISH) -> str:
     """The partial answer of a stream that broke, marked as incomplete."""
-    mark = tr("*⚠️ Incomplete: the reply broke off here (see below).*")
+    mark = tr("*Incomplete: the reply broke off here (see below).*")
     return f"{partial_answer}\n\n{mark}" if partial_answer else mark
 
 
 def not_started_note(seconds: float, queued: int | None, tr: Translator = ENGLISH) -> str:
     """Said while the server has taken the request but sent no text yet."""
     if queued:
-        return "⏳ " + tr(
+        return tr(
             "The model server has not started answering yet ({seconds:.0f} s). "
             "The server has {queued} request(s) queued. Stop works at any time.",
             seconds=seconds,
             queued=queued,
         )
-    return "⏳ " + tr(
+    return tr(
         "The model server has not started answering yet ({seconds:.0f} s). Stop works at any time.",
         seconds=seconds,
     )
@@ -137,13 +137,13 @@ def rerun_note(text: str, later_turns: int, tr: Translator = ENGLISH) -> str:
     """Said when an older turn is answered again: which one, and what became of later ones."""
     quoted = text if len(text) <= 60 else text[:57] + "…"
     if later_turns:
-        return "↻ " + tr(
+        return tr(
             "Answering again: “{quoted}”. The {later_turns} later turn(s) above are no "
             "longer part of what the model sees.",
             quoted=escape_markdown(quoted),
             later_turns=later_turns,
         )
-    return "↻ " + tr("Answering again: “{quoted}”.", quoted=escape_markdown(quoted))
+    return tr("Answering again: “{quoted}”.", quoted=escape_markdown(quoted))
 
 
 def no_more_tokens_note(max_tokens: int, max_model_len: int, tr: Translator = ENGLISH) -> str:
@@ -169,4 +169,4 @@ def unusable_files_note(problems: list[str], can_send: bool, tr: Translator = EN
         if can_send
         else tr("Your message is kept: attach other files and send again.")
     )
-    return "⚠️ " + tr("Some files could not be used:") + f"\n{lines}\n\n{how}"
+    return tr("Some files could not be used:") + f"\n{lines}\n\n{how}"

@@ -12,6 +12,7 @@ buttons, a stopped or broken answer, an error note) from the turn's data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from backend.client import ServedModel
@@ -53,7 +54,8 @@ class Button:
 @dataclass(frozen=True, slots=True)
 class Note:
     """A note from the app (not from the model). ``level``: ``info`` and ``warning`` get
-    their sign (ℹ️, ⚠️) when drawn, ``error`` is a failure said as a warning,
+    their sign when drawn (an icon, drawn by the page: not an emoji, which a machine
+    without an emoji font shows as a box), ``error`` is a failure said as a warning,
     ``plain`` is drawn as it is."""
 
     text: str
@@ -186,13 +188,38 @@ def draft_kept(message_id: str, problems: list[str], can_send: bool, tr: Transla
     with "Send without them" when something is left to send."""
     send = Button("send_anyway", tr(SEND_ANYWAY_LABEL), {"message": message_id})
     note = unusable_files_note(problems, can_send, tr)
-    return Note(note, "plain", (send,) if can_send else ())
+    return Note(note, "warning", (send,) if can_send else ())
 
 
-def error_note(exc: ChatError, message_id: str, tr: Translator) -> Note:
-    """Say what failed, with Retry when sending the same again may work."""
-    retry = (retry_button(message_id, tr),) if can_retry(exc) else ()
-    return Note(in_markdown(exc.message, tr), "error", retry)
+def error_note(exc: ChatError, message_id: str | None, tr: Translator, ref: str = "") -> Note:
+    """Say what failed, with Retry when sending the same again may work (``message_id``: the
+    turn Retry answers again; None: no Retry) and ``ref`` (:func:`reference`) below."""
+    retry = (retry_button(message_id, tr),) if message_id and can_retry(exc) else ()
+    text = in_markdown(exc.message, tr)
+    return Note(f"{text}\n\n{ref}" if ref else text, "error", retry)
+
+
+def short_ref(request_id: str) -> str:
+    """A request id as a person reads it out: ``chat-`` and the first 6 hex digits of the
+    id (``chat-1a2b3c``), enough to find its lines in app.log and llm.log, which hold
+    the whole id."""
+    prefix, _, digits = request_id.partition("-")
+    return f"{prefix}-{digits[:6]}" if digits else request_id[:11]
+
+
+def reference(request_id: str, at: datetime, tr: Translator) -> str:
+    """The quiet line under an error note that a person can read to the operator: the
+    request's short id and the time of the failure on the app's clock (app.log's), e.g.
+    ``*ref chat-1a2b3c, 14:03:07*``."""
+    ref = tr("ref {ref}, {time}", ref=short_ref(request_id), time=at.strftime("%H:%M:%S"))
+    return f"*{ref}*"
+
+
+def merged(notes: list[Note]) -> Note:
+    """One note saying what ``notes`` (info notes of one turn, at least one) say, one
+    paragraph each, with their buttons."""
+    text = "\n\n".join(note.text for note in notes)
+    return Note(text, notes[0].level, tuple(b for note in notes for b in note.buttons))
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +234,8 @@ class Ending:
         others: other served models, one Compare button each.
         compared: the label of the other model a Compare asked (its answer has no buttons).
         dev_mode: the stats line says the text is noise.
+        show_stats: the answer ends with its line of timings (the settings panel's
+            "Timings under answers"); without it, a dev answer still says it is noise.
     """
 
     message_id: str
@@ -216,6 +245,7 @@ class Ending:
     others: tuple[ServedModel, ...] = ()
     compared: str | None = None
     dev_mode: bool = False
+    show_stats: bool = True
 
 
 def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Translator) -> AnswerEnd:
@@ -230,21 +260,22 @@ def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Transla
     buttons += [compare_button(message_id, other, tr) for other in ending.others]
     if done.finish_reason == "length":
         cut_off = cut_off_note(ending.max_tokens, in_reasoning=done.reasoning_unclosed, tr=tr)
-        lines.append(f"⚠️ {cut_off}")
+        lines.append(f"*{cut_off}*")
         buttons = [retry_button(message_id, tr)]
         if ending.more_tokens:
             more = retry_button(message_id, tr, MORE_TOKENS_LABEL, ending.more_tokens, True)
             buttons.insert(0, more)
         else:
-            lines.append(f"ℹ️ {no_more_tokens_note(ending.max_tokens, ending.max_model_len, tr)}")
+            lines.append(f"*{no_more_tokens_note(ending.max_tokens, ending.max_model_len, tr)}*")
     if done.cut_at_chars:
-        lines.append(f"⚠️ {too_long_note(done.cut_at_chars, tr)}")
-    stats = stats_line(Timings.from_done(done), tr)
+        lines.append(f"*{too_long_note(done.cut_at_chars, tr)}*")
+    said = [stats_line(Timings.from_done(done), tr)] if ending.show_stats else []
     if ending.dev_mode:
-        stats += " · " + tr(DEV_STATS_SUFFIX)
+        said.append(tr(DEV_STATS_SUFFIX))
     if ending.compared:
-        stats, buttons = f"{ending.compared} · {stats}", []
-    lines.append(f"*{stats}*")
+        said, buttons = [ending.compared, *said], []
+    if said:
+        lines.append("*" + " · ".join(said) + "*")
     return AnswerEnd(answer_id, "\n\n".join(lines), tuple(buttons), ending.compared)
 
 

@@ -163,6 +163,11 @@ class Settings(BaseSettings):
         False, description="let the UI listen beyond 127.0.0.1 with no user to sign in"
     )
     dev_mode: bool = Field(False, description="launch.sh --dev: the UI says answers are noise")
+    show_stats: bool = Field(
+        True,
+        description="new chats show the timings under each answer (TTFT, tokens/s); "
+        "the settings panel switches it per chat",
+    )
     max_upload_mb: int = Field(20, gt=0, description="largest accepted upload in MB")
     upload_session_mb: int = Field(
         300, gt=0, description="most MB of uploads one chat session may hold (sent or not)"

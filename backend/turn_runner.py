@@ -29,6 +29,7 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 from typing import Literal
 
 from backend.batching import Pacing
@@ -40,7 +41,7 @@ from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiti
 from backend.i18n import msg
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
-from backend.planning import Planned, plan_compare, plan_turn
+from backend.planning import Planned, new_request_id, plan_compare, plan_turn
 from backend.presenter import (
     ALREADY_SENT_NOTE,
     NOT_SAVED_NOTE,
@@ -69,6 +70,8 @@ from backend.render import (
     error_note,
     finished,
     incomplete,
+    merged,
+    reference,
     retry_button,
     stopped,
 )
@@ -76,6 +79,7 @@ from backend.resources import Server
 from backend.safety import escape_markdown, link_remote_images_off_loop
 from backend.settings import profile_for
 from backend.timings import StepEnd, Timings
+from backend.vllm_errors import log_reason
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -192,6 +196,11 @@ class TurnRunner:
         prepared = await self.chat.prepare_uploads(uploads)
         text = prepared.message_text(typed)  # with PDF pages / video frame times
         if prepared.problems:
+            log.warning(
+                "message %s kept back, files it cannot use: %s",
+                message_id,
+                " | ".join(map(str, prepared.problems)),
+            )
             self.chat.keep_draft(message_id, text, prepared.images)
             can_send = bool(typed.strip() or prepared.images)
             return Opening([draft_kept(message_id, prepared.problems, can_send, self.chat.tr)])
@@ -218,7 +227,7 @@ class TurnRunner:
         turn, later_turns = found
         notes: list[RenderEvent] = [ButtonUsed()]
         if later_turns:
-            notes.append(Note(rerun_note(turn.text, later_turns, self.chat.tr), "plain"))
+            notes.append(Note(rerun_note(turn.text, later_turns, self.chat.tr)))
         answering = Answering(message_id, turn, self.chat.server, max_tokens, make_room)
         return Opening(notes, answering)
 
@@ -235,7 +244,9 @@ class TurnRunner:
             asked, planned = plan_compare(self.chat, turn, other)
             server = await self._server_of(other)
         except ChatError as exc:
-            return Opening([Note(in_markdown(exc.message, tr), "error")])
+            ref = new_request_id()
+            log.warning("request %s refused before sending: %s", ref, log_reason(exc))
+            return Opening([error_note(exc, None, tr, reference(ref, datetime.now(), tr))])
         label = tr.text(profile_for(other.id).label)
         return Opening([], Answering(message_id, asked, server, planned=planned, compared=label))
 
@@ -245,25 +256,30 @@ class TurnRunner:
 
     async def _run(self, opening: Awaitable[Opening]) -> Events:
         """The render events of one turn: the opening's notes, then (if there is an answer
-        to give) plan, stream, record and say how it ended."""
+        to give) plan, stream, record and say how it ended. The turn's notices (its files',
+        its plan's) are said in one note, once the plan is made."""
         opened = await opening
         answering = opened.answer
         if answering is None:
             for note in opened.notes:
                 yield note
             return
-        turn, request_id = answering.turn, None
+        turn, planned = answering.turn, answering.planned
+        request_id = (planned.request.request_id if planned else None) or new_request_id()
         shown = Shown(self.chat, answering.message_id, answering.compared)
         if answering.planned is None:  # one of the chat's turns, answered afresh
             turn.answer, turn.reasoning, turn.status = "", "", "pending"
         saving = Checkpoints(self, turn, shown)
+        notices = [n for n in opened.notes if isinstance(n, Note) and n.level == "info"]
         try:
             for note in opened.notes:
-                yield note
-            planned = answering.planned or await self._plan(answering)
-            request_id = planned.request.request_id
-            for notice in planned.notices:
-                yield Note(in_markdown(notice, self.chat.tr))
+                if note not in notices:
+                    yield note
+            planned = planned or await self._plan(answering, request_id)
+            notices += [Note(in_markdown(notice, self.chat.tr)) for notice in planned.notices]
+            if notices:
+                yield merged(notices)
+                notices = []
             for note in await self._record(turn):
                 yield note
             async with aclosing(
@@ -275,28 +291,38 @@ class TurnRunner:
         except asyncio.CancelledError:
             if turn.status in ("done", "cut_off"):
                 raise  # finished is finished: a late Stop changes nothing
-            notes = await self._end(turn, shown, "stopped", request_id, saving=saving)
+            sent = request_id if planned else None
+            notes = await self._end(turn, shown, "stopped", sent, saving=saving)
             for drawn in [*await shown.stopped(turn), *notes]:
                 yield drawn
             raise
         except GeneratorExit:  # closed before the end by whoever reads it: stopped too
             if turn.status not in ("done", "cut_off"):
-                await self._end(turn, shown, "stopped", request_id, saving=saving)
+                sent = request_id if planned else None
+                await self._end(turn, shown, "stopped", sent, saving=saving)
             raise
         except ChatError as exc:
-            notes = await self._end(turn, shown, "failed", request_id, saving=saving)
-            for drawn in [*await shown.failed(turn, exc), *notes]:
+            if planned is None:
+                log.warning("request %s refused before sending: %s", request_id, log_reason(exc))
+            sent = request_id if planned else None
+            notes = await self._end(turn, shown, "failed", sent, failure=exc, saving=saving)
+            ended = [*await shown.failed(turn, exc, request_id), *notes]
+            for drawn in [merged(notices), *ended] if notices else ended:
                 yield drawn
             return
         for drawn in await self._finished(answering, turn, shown, planned, saving):
             yield drawn
 
-    async def _plan(self, answering: Answering) -> Planned:
+    async def _plan(self, answering: Answering, request_id: str) -> Planned:
         """Plan a turn of the chat for its model, connecting first if needed."""
         if not self.chat.connected:
             await self.chat.connect()
         return await plan_turn(
-            self.chat, answering.turn, answering.max_tokens, make_room=answering.make_room
+            self.chat,
+            answering.turn,
+            answering.max_tokens,
+            make_room=answering.make_room,
+            request_id=request_id,
         )
 
     def _pacing(self) -> Pacing:
@@ -314,7 +340,9 @@ class TurnRunner:
         done = shown.done
         assert done is not None, "a stream that ends normally ends with Done"
         request = planned.request
-        notes = await self._end(turn, shown, _status_of(done), request.request_id, done, saving)
+        notes = await self._end(
+            turn, shown, _status_of(done), request.request_id, done, saving=saving
+        )
         if answering.compared is None and self._counts_matter(planned.wanted_max_tokens):
             self.chat.in_background(self._learn_token_counts(request.model))
         return [*await shown.finished(turn, done, planned), *notes]
@@ -326,14 +354,18 @@ class TurnRunner:
         status: TurnStatus,
         request_id: str | None,
         done: Done | None = None,
+        failure: ChatError | None = None,
         saving: Checkpoints | None = None,
     ) -> list[RenderEvent]:
         """End ``turn`` with what was shown of it and record it (a Stop landing during
         the record does not cut it short; a save made while it streamed lands first);
-        the notes on how the chat's storing stands."""
+        the notes on how the chat's storing stands. ``request_id``: the request sent,
+        logged with how it ended (and why it failed: ``failure``); None: nothing was sent."""
         reasoning, answer = shown.texts(done)
         turn.reasoning, turn.answer, turn.status = reasoning, answer, status
-        if request_id is not None:
+        if request_id is not None and failure is not None:
+            log.warning("request %s ended: failed: %s", request_id, log_reason(failure))
+        elif request_id is not None:
             log.info("request %s ended: %s", request_id, status)
         timings = Timings.from_done(done) if done is not None else None
         answer_id = shown.answer_id if status != "failed" or shown.answer_started else None
@@ -519,6 +551,7 @@ class Shown:
             others=tuple(chat.others),
             compared=self.compared,
             dev_mode=chat.settings.dev_mode,
+            show_stats=chat.options is None or chat.options.show_stats,
         )
         drawn: list[RenderEvent] = [finished(self.answer_id, shown, done, ending, chat.tr)]
         if turn.images and turn.answer:
@@ -532,13 +565,15 @@ class Shown:
         drawn.append(stopped(self.answer_id, shown, self.message_id, self.chat.tr))
         return [*drawn, TurnEnded(turn.status, turn.answer, turn.reasoning)]
 
-    async def failed(self, turn: Turn, exc: ChatError) -> list[RenderEvent]:
-        """The end of an answer that failed: what came marked incomplete, and why."""
+    async def failed(self, turn: Turn, exc: ChatError, request_id: str) -> list[RenderEvent]:
+        """The end of an answer that failed: what came marked incomplete, and why (with the
+        request's reference, :func:`backend.render.reference`)."""
         drawn = [*self._waiting_over(), *self._step_end("failed")]
         if self.answer_started:
             shown = await link_remote_images_off_loop(turn.answer)
             drawn.append(incomplete(self.answer_id, shown, self.chat.tr))
-        drawn.append(error_note(exc, self.message_id, self.chat.tr))
+        ref = reference(request_id, datetime.now(), self.chat.tr)
+        drawn.append(error_note(exc, self.message_id, self.chat.tr, ref))
         return [*drawn, TurnEnded(turn.status, turn.answer, turn.reasoning)]
 
     def _waiting_over(self) -> list[RenderEvent]:

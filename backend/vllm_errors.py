@@ -212,3 +212,34 @@ def _says_too_long(detail: str) -> bool:
     (``vllm/renderers/params.py``) and older vLLMs' "max_model_len"."""
     lowered = detail.lower()
     return "maximum context length" in lowered or "max_model_len" in lowered
+
+
+def log_reason(error: ChatError) -> str:
+    """Why a request failed, for the operator's log: our error's class, what the HTTP stack
+    or vLLM said (the status and vLLM's error ``type``, or the transport's exception class),
+    then the sentence people read, in English.
+
+    E.g. ``"ServerFailed (HTTP 500, InternalServerError): The model server failed while
+    answering (500): EngineCore encountered an issue."``; an error raised by the app
+    itself (a plan that does not fit) has no cause: ``"ContextTooLong: ..."``.
+    """
+    said: list[str] = []
+    cause = error.__cause__
+    if isinstance(cause, openai.APIStatusError):
+        said.append(f"HTTP {cause.status_code}")
+        said += [_error_field(cause.body, "type")]
+    elif isinstance(cause, openai.APIError):  # an error event inside a started stream
+        code = _error_field(cause.body, "code")
+        said += [f"code {code}" if code else "", _error_field(cause.body, "type")]
+    elif cause is not None:
+        said.append(type(cause).__name__)
+    shown = ", ".join(part for part in said if part)
+    name = type(error).__name__
+    return f"{name} ({shown}): {error}" if shown else f"{name}: {error}"
+
+
+def _error_field(body: object, key: str) -> str:
+    """Field ``key`` of vLLM's error object in ``body`` (whole body or its ``error``), or ""."""
+    inner = body.get("error", body) if isinstance(body, Mapping) else None
+    value = inner.get(key) if isinstance(inner, Mapping) else None
+    return str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""

@@ -48,3 +48,11 @@
     };
   }
 })();
+
+// The page's other behaviour (folded long texts, a view that follows pictures): ux.js.
+(() => {
+  const script = document.createElement("script");
+  const here = document.currentScript?.src || `${location.origin}/public/links.js`;
+  script.src = new URL("ux.js", here).href;
+  document.head.appendChild(script);
+})();

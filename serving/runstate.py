@@ -84,6 +84,8 @@ class RunState:
         gpus: visible GPUs.
         ui_host: where the chat UI listens (``KIMI_UI_HOST``).
         servers: vLLM servers (2 with ``--both``; none with ``--ui-only``).
+        model_servers: with ``--ui-only``, the OpenAI base URLs of the model servers the
+            UI talks to (``KIMI_SERVERS`` or ``KIMI_BASE_URL``), which launch.sh did not start.
         ui: the single chat UI (None: none, or workers instead).
         workers: the chat UI workers behind HAProxy (``--ui-workers N``, N > 1).
         proxy: HAProxy (with workers).
@@ -94,6 +96,7 @@ class RunState:
     gpus: int = 0
     ui_host: str = ""
     servers: list[Server] = field(default_factory=list)
+    model_servers: list[str] = field(default_factory=list)
     ui: Process | None = None
     workers: list[Process] = field(default_factory=list)
     proxy: Proxy | None = None

@@ -59,6 +59,8 @@ class Probe:
         workers: per worker index, its own ``/`` status code and open chats.
         balanced: HAProxy's view of each worker by name (``w1``: ``UP``, ...), from its
             stats socket; empty without one.
+        model_servers: per model server launch.sh did not start (``--ui-only``, by index
+            of ``RunState.model_servers``), its ``/health`` status code and served models.
     """
 
     health: dict[int, int | None]
@@ -67,56 +69,76 @@ class Probe:
     open_chats: int | None
     workers: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
     balanced: dict[str, str] = field(default_factory=dict)
+    model_servers: dict[int, tuple[int | None, list[tuple[str, int | None]]]] = field(
+        default_factory=dict
+    )
 
 
 NO_ANSWER = Probe({}, {}, None, None)
 """What :func:`probe` finds when nothing is recorded."""
 
 
+Served = list[tuple[str, int | None]]
+"""A server's models: ``(id, max_model_len)`` pairs from ``/v1/models``."""
+
+
+def _get(url: str, timeout_s: float, **headers: str) -> httpx.Response | None:
+    try:
+        return httpx.get(url, timeout=timeout_s, headers=headers)
+    except httpx.HTTPError:
+        return None
+
+
+def _server_at(root: str, api_key: str, timeout_s: float) -> tuple[int | None, Served | None]:
+    """A model server's ``/health`` status code (None: no answer) and its models (None: not
+    listed), at ``root`` (its URL without ``/v1``)."""
+    answer = _get(f"{root}/health", timeout_s)
+    listed = _get(f"{root}/v1/models", timeout_s, Authorization=f"Bearer {api_key}")
+    models = None
+    if listed is not None and listed.status_code == 200:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            models = [(m["id"], m.get("max_model_len")) for m in listed.json()["data"]]
+    return (answer.status_code if answer else None), models
+
+
+def _ui_at(port: int, timeout_s: float) -> tuple[int | None, int | None]:
+    """A chat UI's status code for ``/`` and its open chats (``/kimi/status``), None: no answer."""
+    root = f"http://127.0.0.1:{port}"
+    answer = _get(f"{root}/", timeout_s)
+    count = None
+    chats = _get(f"{root}/kimi/status", timeout_s)
+    if chats is not None and chats.status_code == 200:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            count = int(chats.json()["open_chats"])
+    return (answer.status_code if answer else None), count
+
+
 def probe(state: RunState, api_key: str, timeout_s: float = 3.0) -> Probe:
     """Ask each recorded server and the UI how they are (each request at most ``timeout_s``)."""
-
-    def get(url: str, **headers: str) -> httpx.Response | None:
-        try:
-            return httpx.get(url, timeout=timeout_s, headers=headers)
-        except httpx.HTTPError:
-            return None
-
     health: dict[int, int | None] = {}
-    models: dict[int, list[tuple[str, int | None]]] = {}
+    models: dict[int, Served] = {}
     for i, server in enumerate(state.servers):
-        root = f"http://127.0.0.1:{server.port}"
-        answer = get(f"{root}/health")
-        health[i] = answer.status_code if answer else None
-        listed = get(f"{root}/v1/models", Authorization=f"Bearer {api_key}")
-        if listed is not None and listed.status_code == 200:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                models[i] = [(m["id"], m.get("max_model_len")) for m in listed.json()["data"]]
-
-    def ui_at(port: int) -> tuple[int | None, int | None]:
-        root = f"http://127.0.0.1:{port}"
-        answer = get(f"{root}/")
-        count = None
-        chats = get(f"{root}/kimi/status")
-        if chats is not None and chats.status_code == 200:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                count = int(chats.json()["open_chats"])
-        return (answer.status_code if answer else None), count
-
+        health[i], served = _server_at(f"http://127.0.0.1:{server.port}", api_key, timeout_s)
+        if served is not None:
+            models[i] = served
+    elsewhere: dict[int, tuple[int | None, Served]] = {}
+    for i, url in enumerate(state.model_servers):
+        code, served = _server_at(url.rstrip("/").removesuffix("/v1"), api_key, timeout_s)
+        elsewhere[i] = (code, served or [])
     ui = open_chats = None
     workers: dict[int, tuple[int | None, int | None]] = {}
     balanced: dict[str, str] = {}
     if state.proxy is not None:
-        workers = {i: ui_at(w.port) for i, w in enumerate(state.workers)}
-        answer = get(f"http://127.0.0.1:{state.proxy.port}/")
+        workers = {i: _ui_at(w.port, timeout_s) for i, w in enumerate(state.workers)}
+        answer = _get(f"http://127.0.0.1:{state.proxy.port}/", timeout_s)
         ui = answer.status_code if answer else None
         counts = [chats for _, chats in workers.values() if chats is not None]
         open_chats = sum(counts) if counts else None
         if state.proxy.socket:
             balanced = proxy.server_states(Path(state.proxy.socket), timeout_s)
     elif state.ui is not None:
-        ui, open_chats = ui_at(state.ui.port)
-    return Probe(health, models, ui, open_chats, workers, balanced)
+        ui, open_chats = _ui_at(state.ui.port, timeout_s)
+    return Probe(health, models, ui, open_chats, workers, balanced, elsewhere)
 
 
 Alive = Callable[[int, str], bool]
@@ -151,6 +173,10 @@ def report(
         healthy = seen.health.get(i) == 200
         ok = ok and healthy
         lines += _server_lines(i, server, seen, healthy, now, alive, errors)
+    for i, url in enumerate(state.model_servers):
+        line, healthy = _model_server_line(i, url, seen)
+        ok = ok and healthy
+        lines.append(line)
     if state.ui is not None:
         ui_up = seen.ui == 200
         ok = ok and ui_up
@@ -206,6 +232,17 @@ def _server_lines(
     else:
         lines.append(f"  no error lines in {log}")
     return lines
+
+
+def _model_server_line(i: int, url: str, seen: Probe) -> tuple[str, bool]:
+    """The line about model server ``i`` at ``url``, which launch.sh did not start
+    (``--ui-only``), and whether it is healthy."""
+    code, served = seen.model_servers.get(i, (None, []))
+    if code == 200:
+        models = ", ".join(f"{m} (max model len {n})" for m, n in served) or "no models listed"
+        return f"model server {i}: healthy, {url} (not started by launch.sh), {models}", True
+    why = "no answer" if code is None else f"/health answered {code}"
+    return f"model server {i}: DOWN ({why}), {url} (not started by launch.sh)", False
 
 
 def _ui_health(process: Process, code: int | None, alive: Alive) -> str:

@@ -445,6 +445,9 @@ def _run(supervisor: Supervisor, options: Options, app_env: dict[str, str]) -> i
         if options.server_only:
             say("server only: Ctrl-C or ./launch.sh stop stops it")
             supervisor.supervise()
+    else:  # ./launch.sh status asks them too
+        supervisor.state.model_servers = settings.base_urls
+        supervisor.record()
     url = _start_ui(supervisor, settings, {**os.environ, **app_env})
     if app_env.get("KIMI_DEV_MODE") == "1":
         banner("DEV MODE: answers are noise (random weights); this exercises the whole path")

@@ -79,3 +79,36 @@ def encrypted_pdf() -> bytes:
     encrypt = b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -4 >>" % (b"11" * 32, b"22" * 32)
     ids = b"/Encrypt 4 0 R /ID [<%s> <%s>] " % (b"33" * 16, b"33" * 16)
     return raw_pdf([*ONE_PAGE, encrypt], ids)
+
+
+def text_pdf(path: Path, pages: list[str | None]) -> Path:
+    """A US letter PDF whose page ``n`` shows ``pages[n]`` as real text (Helvetica, a line
+    per ``\\n``: a text layer PDFium reads back), or, for None, a picture: a blue
+    rectangle and no text at all (as a scanned page has none)."""
+    font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"", font]
+    kids = []
+    for text in pages:
+        if text is None:
+            content = b"0.1 0.3 0.8 rg 72 200 468 400 re f"
+        else:
+            lines = [line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+                     for line in text.split("\n")]  # fmt: skip
+            shown = b" T* ".join(b"(%s) Tj" % line.encode("latin-1") for line in lines)
+            content = b"BT /F1 11 Tf 14 TL 72 720 Td " + shown + b" ET"
+        page_number = len(objects) + 1
+        kids.append(b"%d 0 R" % page_number)
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (page_number + 1)
+        )
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(kids), len(pages))
+    path.write_bytes(raw_pdf(objects))
+    return path
+
+
+def paragraph(page: int) -> str:
+    """A page of a report: a dozen lines (about 700 characters) that name their page."""
+    return "\n".join(f"Section {page}.{line}: revenue grew in region {line} of {page}."
+                     for line in range(1, 13))  # fmt: skip

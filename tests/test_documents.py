@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.documents import page_pixels, prepare_pdf
+from backend.conversation import estimate_text_tokens
+from backend.documents import PAGE_HEADING_TOKENS, page_pixels, prepare_pdf
 from backend.errors import ImageError
 from backend.media import MediaBudget, UploadKind, sniff_kind
 from tests.media import (
@@ -17,7 +18,9 @@ from tests.media import (
     encrypted_pdf,
     make_pdf,
     one_line_naming,
+    paragraph,
     raw_pdf,
+    text_pdf,
 )
 from tests.test_images import LIMITS, decode
 
@@ -28,8 +31,8 @@ def test_pages_up_to_the_image_limit_with_a_notice_of_those_left_out(tmp_path: P
     assert [image.name for image in result.images] == [f"report.pdf page {n}" for n in range(1, 6)]
     assert result.text == "Pages 1-5 of report.pdf (12 pages in all)"
     assert result.notices == [
-        "report.pdf: pages 1-5 of 12 sent as images; pages 6-12 left out "
-        "(at most 5 more images fit in this message)"
+        "report.pdf: pages 1-5 of 12 sent as images. Left out: pages 6-12, for lack of room "
+        "in this message; to have them read, send them as a PDF of their own."
     ]
     for index, image in enumerate(result.images):  # in order: each page's own colour
         pixels = decode(image).convert("RGB")
@@ -50,8 +53,8 @@ def test_pages_up_to_the_token_budget(tmp_path: Path) -> None:
     result = prepare_pdf(pdf, budget(tokens=left))
     assert [image.tokens for image in result.images] == [LETTER_TOKENS, LETTER_TOKENS]
     assert result.notices == [
-        "report.pdf: pages 1-2 of 4 sent as images; pages 3-4 left out "
-        f"({left} tokens were left for pictures in this message, about 4222 per page)"
+        "report.pdf: pages 1-2 of 4 sent as images. Left out: pages 3-4, for lack of room "
+        "in this message; to have them read, send them as a PDF of their own."
     ]
 
 
@@ -61,6 +64,42 @@ def test_all_pages_fit_and_a_single_page_is_named_so(tmp_path: Path) -> None:
     assert result.notices == ["a.pdf: pages 1-3 of 3 sent as images"]
     single = prepare_pdf(make_pdf(tmp_path / "b.pdf", pages=1), budget())
     assert single.text == "Page 1 of b.pdf"
+
+
+def test_a_text_pdf_is_read_as_its_text_not_as_pictures(tmp_path: Path) -> None:
+    pdf = text_pdf(tmp_path / "report.pdf", [paragraph(n) for n in range(1, 7)])
+    result = prepare_pdf(pdf, budget(images=3, limit=16384))
+    assert result.images == []  # six pages, and no image slot spent on them
+    assert result.notices == ["report.pdf: pages 1-6 of 6 read as text"]
+    assert result.text.startswith("report.pdf, 6 pages:\n\n--- page 1 ---\nSection 1.1: revenue")
+    for page in range(1, 7):
+        assert f"--- page {page} ---\nSection {page}.1: " in result.text
+        assert f"Section {page}.12: revenue grew in region 12 of {page}." in result.text
+
+
+def test_a_picture_page_is_sent_as_an_image_between_text_pages(tmp_path: Path) -> None:
+    pdf = text_pdf(tmp_path / "mixed.pdf", [paragraph(1), None, paragraph(3)])
+    result = prepare_pdf(pdf, budget(limit=4096))
+    assert [image.name for image in result.images] == ["mixed.pdf page 2"]
+    picture = decode(result.images[0]).convert("RGB")
+    assert picture.getpixel((picture.width // 2, picture.height // 2)) == (26, 77, 204)
+    assert result.notices == [
+        "mixed.pdf: pages 1, 3 of 3 read as text, page 2 sent as images (no text on them)"
+    ]
+    assert "--- page 2: the image mixed.pdf page 2 ---" in result.text
+    assert result.text.index("--- page 1 ---") < result.text.index("--- page 3 ---")
+
+
+def test_text_pages_beyond_the_budget_are_left_out_in_a_plain_sentence(tmp_path: Path) -> None:
+    pdf = text_pdf(tmp_path / "long.pdf", [paragraph(n) for n in range(1, 11)])
+    two_pages = sum(estimate_text_tokens(paragraph(n)) + PAGE_HEADING_TOKENS for n in (1, 2))
+    result = prepare_pdf(pdf, budget(tokens=two_pages + 10))
+    assert result.notices == [
+        "long.pdf: pages 1-2 of 10 read as text. Left out: pages 3-10, for lack of room in "
+        "this message; to have them read, send them as a PDF of their own."
+    ]
+    assert result.text.startswith("long.pdf, 10 pages (pages 3-10 not included):")
+    assert "Section 2.12" in result.text and "Section 3.1" not in result.text
 
 
 # Render sizes worked by hand (tests/test_images.py FITTED shows the method): the page

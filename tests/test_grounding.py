@@ -429,7 +429,7 @@ def test_caption_names_the_image_and_escapes_markdown() -> None:
 def test_not_drawn_note_escapes_the_model_text() -> None:
     grounding = read_marks('"bbox_2d": [0.1, 0.2, 0.3] and "point_2d": [5]', [PHOTO])
     assert not_drawn_note(grounding) == (
-        'ℹ️ Not drawn: “"bbox\\_2d": \\[0.1, 0.2, 0.3\\]” has 3 numbers, not 4. '
+        'Not drawn: “"bbox\\_2d": \\[0.1, 0.2, 0.3\\]” has 3 numbers, not 4. '
         '“"point\\_2d": \\[5\\]” has 1 number, not 2.'
     )
 

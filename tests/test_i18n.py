@@ -103,15 +103,21 @@ def test_settings_panel_labels_and_descriptions_follow_the_language() -> None:
 
     options = SamplingOptions.for_profile(THINKING_2506, 32768)
     labels = [f.label for f in panel_fields(THINKING_2506, options, 32768, ZH)]
-    assert labels == ["温度", "Top p", "最大 token 数", "隐藏推理过程"]
+    assert labels == ["温度", "Top p", "最大 token 数", "隐藏推理过程", "回答下方的用时"]
     english = [f.label for f in panel_fields(THINKING_2506, options, 32768)]
-    assert english == ["Temperature", "Top p", "Max tokens", "Hide reasoning"]
+    assert english == [
+        "Temperature",
+        "Top p",
+        "Max tokens",
+        "Hide reasoning",
+        "Timings under answers",
+    ]
     temperature = panel_fields(THINKING_2506, options, 32768, ZH)[0].description
     assert temperature == "回答的随机程度。Kimi-VL Thinking (2506) 的推荐值：0.8。"
 
 
 def test_a_message_is_its_english_text_until_rendered_and_survives_pickling() -> None:
-    inner = msg("page {first}", first=2)
+    inner = msg("page {numbers}", numbers="2")
     outer = msg("{name}: {sent} of {pages} sent as images", name="a.pdf", sent=inner, pages=5)
     assert outer == "a.pdf: page 2 of 5 sent as images"
     assert isinstance(outer, str)

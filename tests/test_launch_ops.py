@@ -9,6 +9,7 @@ group, the restart, ``status`` and ``stop``.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -30,7 +31,7 @@ from backend import logs
 from serving import launcher, logpipe, runstate, status
 from serving.runstate import Process, RunState, Server
 from serving.settings import LaunchSettings, ensure_secrets
-from tests.conftest import free_port, wait_for_200
+from tests.conftest import RunningFake, free_port, wait_for_200
 from tests.launching import (
     LAUNCH,
     ROOT,
@@ -182,6 +183,35 @@ def test_status_report_from_a_record_and_fake_probes() -> None:
         "launch.sh is not running (no record in the run directory).",
         False,
     )
+
+
+def test_status_with_ui_only_asks_the_model_servers_it_did_not_start(
+    kimi_server: RunningFake,
+) -> None:
+    """``--ui-only``: the chat UI being up is not all well while the model server is down."""
+    down = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    state = RunState(
+        launcher_pid=10,
+        ui_host="127.0.0.1",
+        ui=Process(pid=12, port=8300, log="app.log", started=1000),
+        model_servers=[kimi_server.base_url, down],
+    )
+    seen = status.probe(state, "EMPTY", timeout_s=2)
+    seen = dataclasses.replace(seen, ui=200)  # the UI is up (no UI runs here)
+    text, ok = status.report(state, seen, now=1000, alive=lambda pid, marker: True)
+    assert not ok
+    lines = text.splitlines()
+    assert (
+        f"model server 0: healthy, {kimi_server.base_url} (not started by launch.sh), "
+        "kimi-vl-thinking-2506 (max model len 8192)"
+    ) in lines
+    assert f"model server 1: DOWN (no answer), {down} (not started by launch.sh)" in lines
+    assert lines[-1].startswith("chat UI: up, pid 12")
+    state.model_servers = [kimi_server.base_url]
+    healthy = dataclasses.replace(status.probe(state, "EMPTY", timeout_s=2), ui=200)
+    assert status.report(state, healthy, now=1000, alive=lambda pid, marker: True)[1]
+    runstate_text = state.to_json()
+    assert RunState.from_json(runstate_text).model_servers == [kimi_server.base_url]
 
 
 def test_the_run_state_reads_back_what_was_written(tmp_path: Path) -> None:

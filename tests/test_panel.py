@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
 import math
 
@@ -12,7 +13,8 @@ from markdown_it import MarkdownIt
 
 from backend.chat import SamplingOptions
 from backend.client import ServedModel
-from backend.i18n import msg, translator
+from backend.events import Done, Usage
+from backend.i18n import ENGLISH, msg, translator
 from backend.panel import (
     PanelField,
     SettingsRefused,
@@ -28,6 +30,7 @@ from backend.presenter import (
     unusable_files_note,
     waiting_note,
 )
+from backend.render import Ending, finished
 from backend.settings import DEV, INSTRUCT, THINKING_2506
 from backend.starters import sample_for, starters_for
 from bench._common import Tab, question, running_stack
@@ -47,6 +50,32 @@ def test_instruct_panel_has_its_temperature_and_no_reasoning_switch() -> None:
     fields = {f.id: f for f in panel_fields(INSTRUCT, options, 32768)}
     assert fields["temperature"].initial == 0.2
     assert "hide_reasoning" not in fields
+
+
+def test_every_model_has_a_switch_for_the_timings_under_answers() -> None:
+    for profile in (THINKING_2506, INSTRUCT, DEV):
+        options = SamplingOptions.for_profile(profile, 32768)
+        (timings,) = [f for f in panel_fields(profile, options, 32768) if f.id == "show_stats"]
+        assert timings.kind == "switch" and timings.initial is True
+        assert timings.label == "Timings under answers"
+    assert option_changes({"show_stats": False}, thinking_fields()) == {"show_stats": False}
+    with pytest.raises(SettingsRefused):
+        option_changes({"show_stats": "off"}, thinking_fields())
+    assert sane_options({"show_stats": False, "show_reasoning": 1}, 32768) == {"show_stats": False}
+
+
+def test_the_timings_line_follows_the_switch_and_a_dev_answer_still_says_it_is_noise() -> None:
+    done = Done("stop", Usage(10, 64), elapsed_s=2.0, ttft_s=0.5, reasoning_s=None)
+    shown = Ending(message_id="m1", max_tokens=4096, more_tokens=None, max_model_len=32768)
+    assert finished("a1", "Hi.", done, shown, ENGLISH).content == (
+        "Hi.\n\n*TTFT 0.50 s · 64 tokens · 42.0 tokens/s · total 2.0 s*"
+    )
+    hidden = dataclasses.replace(shown, show_stats=False)
+    assert finished("a1", "Hi.", done, hidden, ENGLISH).content == "Hi."
+    dev = dataclasses.replace(hidden, dev_mode=True)
+    assert finished("a1", "Hi.", done, dev, ENGLISH).content == (
+        "Hi.\n\n*dev model: the text is noise*"
+    )
 
 
 def test_max_tokens_range_never_hides_the_current_value() -> None:
@@ -122,8 +151,8 @@ def test_starters_attach_bundled_copies_of_the_test_images() -> None:
 
 
 def test_notes_read_well() -> None:
-    assert stopped_note("") == "*■ Stopped while thinking: the reasoning so far is kept above.*"
-    assert stopped_note("Half an").startswith("Half an\n\n*■ Stopped before the end")
+    assert stopped_note("") == "*Stopped while thinking: the reasoning so far is kept above.*"
+    assert stopped_note("Half an").startswith("Half an\n\n*Stopped before the end")
     assert waiting_note("Cannot reach it.").startswith("**Waiting for the model server.** Cannot")
     assert rendered(ready_note("Kimi-VL Instruct")) == (
         "<p>✓ <strong>The model server is ready</strong> (Kimi-VL Instruct). Ask away.</p>\n"

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import logging
+import re
+from collections.abc import Iterator
 from contextlib import aclosing
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
-from backend.chat import ChatSession
+from backend.chat import ChatSession, Upload
+from backend.logs import LOGGER_NAME
 from backend.record import SAVED, Saving, TurnRecord
 from backend.render import (
     AnswerEnd,
@@ -53,6 +58,28 @@ async def drain(events: object) -> list[RenderEvent]:
 @pytest.fixture
 def chat(fake: RunningFake, make_session: SessionFactory) -> ChatSession:
     return make_session(Settings(base_url=fake.base_url))
+
+
+class Lines(logging.Handler):
+    """The app log's lines (the app's logger does not propagate once configured)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+@pytest.fixture
+def app_log() -> Iterator[Lines]:
+    logger, lines = logging.getLogger(LOGGER_NAME), Lines()
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    yield lines
+    logger.removeHandler(lines)
+    logger.setLevel(level)
 
 
 async def test_a_turn_is_recorded_as_it_starts_and_as_it_ends_with_numbers_not_words(
@@ -138,6 +165,67 @@ async def test_a_failed_stream_is_recorded_failed_and_said_with_retry(chat: Chat
     note = next(e for e in events if isinstance(e, Note) and e.level == "error")
     assert "engine died" in note.text and [b.kind for b in note.buttons] == ["retry"]
     assert ReasoningEnd("failed") in events
+
+
+async def test_a_failed_request_is_logged_with_why_and_its_note_names_it(
+    chat: ChatSession, fake: RunningFake, app_log: Lines
+) -> None:
+    events = await drain(TurnRunner(chat).new_turn("m1", "#scenario=error-500", []))
+    sent = fake.server.headers[-1]["x-request-id"]
+    assert re.fullmatch(r"chat-[0-9a-f]{32}", sent)
+    assert (
+        f"WARNING request {sent} ended: failed: ServerFailed (HTTP 500, InternalServerError): "
+        "The model server failed while answering (500): EngineCore encountered an issue."
+    ) in app_log.lines
+    note = next(e for e in events if isinstance(e, Note) and e.level == "error")
+    text, ref = note.text.rsplit("\n\n", 1)
+    assert text.endswith("EngineCore encountered an issue.")
+    assert re.fullmatch(rf"\*ref {sent[:11]}, \d\d:\d\d:\d\d\*", ref)  # chat- and 6 digits
+
+
+async def test_a_refusal_before_sending_is_logged_and_named_on_screen(
+    chat: ChatSession, fake: RunningFake, app_log: Lines
+) -> None:
+    events = await drain(TurnRunner(chat).new_turn("m1", "word " * 40_000, []))
+    assert fake.requests == []  # nothing was sent
+    refused = [line for line in app_log.lines if "refused before sending" in line]
+    assert len(refused) == 1
+    assert re.fullmatch(
+        r"WARNING request (chat-[0-9a-f]{32}) refused before sending: ContextTooLong: "
+        r"This message needs about \d+ tokens, .*",
+        refused[0],
+    )
+    ref = refused[0].split()[2][:11]
+    note = next(e for e in events if isinstance(e, Note) and e.level == "error")
+    assert f"*ref {ref}, " in note.text
+    assert not any(" ended: " in line for line in app_log.lines)  # no request to end
+
+
+async def test_a_message_kept_back_for_its_files_is_logged(
+    chat: ChatSession, app_log: Lines, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
+    await drain(TurnRunner(chat).ask("m1", "what is it?", [Upload("broken.png", broken)]))
+    kept = [line for line in app_log.lines if "kept back" in line]
+    assert len(kept) == 1 and kept[0].startswith("WARNING message m1 kept back")
+    assert "broken.png" in kept[0]
+
+
+async def test_a_turns_notices_are_said_in_one_note(chat: ChatSession, tmp_path: Path) -> None:
+    """The upload's notice (an animated GIF) and the plan's (a smaller answer budget)."""
+    gif = tmp_path / "blink.gif"
+    frames = [Image.new("RGB", (64, 64), colour) for colour in ("red", "blue")]
+    frames[0].save(gif, save_all=True, append_images=frames[1:], duration=100)
+    await chat.connect()
+    chat.with_options(max_tokens=8_000)  # the text leaves less room in 8192 tokens
+    text = "word " * 1_000 + "#scenario=plain"
+    events = await drain(TurnRunner(chat).ask("m1", text, [Upload("blink.gif", gif)]))
+    notes = [e for e in events if isinstance(e, Note)]
+    assert len(notes) == 1 and notes[0].level == "info"
+    first, second = notes[0].text.split("\n\n")
+    assert first == "blink.gif: animated GIF, only the first frame is sent"
+    assert second.startswith("The answer may use at most ")
 
 
 async def test_a_rerun_rewinds_and_reanswers_the_same_turn(chat: ChatSession) -> None:

@@ -365,6 +365,7 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
         assert status.returncode == 0, status.stdout + status.stderr
         for i, port in enumerate(ports.values(), 1):
             assert re.search(rf"worker {i}: up, pid \d+, port {port}, .*HAProxy: UP", status.stdout)
+        assert f"model server 0: healthy, {fake.base_url} (not started" in status.stdout
 
         # A worker that dies is taken out by HAProxy's health check (new browsers go to
         # the other one) and restarted by the supervisor; status counts the restart.

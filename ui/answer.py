@@ -41,6 +41,7 @@ from backend.turn_runner import Events
 from ui.answer_view import AnswerView
 from ui.grounding_view import show_marks
 from ui.language import session_translator
+from ui.notes import NoteKind, note_id
 from ui.reasoning_view import ReasoningView
 
 log = logging.getLogger(LOGGER_NAME)
@@ -48,12 +49,11 @@ log = logging.getLogger(LOGGER_NAME)
 AUTHOR: Final = "Kimi-VL Chat"
 """Author of the app's own notes (not the model's answers)."""
 
-_SIGNS: Final = {"info": "ℹ️ ", "warning": "⚠️ ", "error": "⚠️ ", "plain": ""}
 
-
-async def say(text: str, buttons: Sequence[Button] = ()) -> None:
-    """A short note from the app (not from the model), with its buttons."""
-    await cl.Message(content=text, author=AUTHOR, actions=[action(b) for b in buttons]).send()
+async def say(text: str, buttons: Sequence[Button] = (), kind: NoteKind = "plain") -> None:
+    """A short note from the app (not from the model), with its buttons and its sign."""
+    actions = [action(b) for b in buttons]
+    await cl.Message(content=text, author=AUTHOR, actions=actions, id=note_id(kind)).send()
 
 
 def action(button: Button) -> cl.Action:
@@ -114,7 +114,7 @@ class TurnView:
             answer = self.answer(event.answer_id, event.author)
             await answer.finish(event.content, [action(b) for b in event.buttons])
         elif isinstance(event, Note):
-            await say(_SIGNS[event.level] + event.text, event.buttons)
+            await say(event.text, event.buttons, event.level)
         elif isinstance(event, WaitingNote | WaitingOver):
             await self.show_waiting(event.text if isinstance(event, WaitingNote) else None)
         elif isinstance(event, Marks):
@@ -129,7 +129,7 @@ class TurnView:
         """Show or update the note that the server has not started answering (one
         message, updated); None takes it off the screen."""
         if text is not None and self.waiting is None:
-            self.waiting = cl.Message(content=text, author=AUTHOR)
+            self.waiting = cl.Message(content=text, author=AUTHOR, id=note_id("waiting"))
             await self.waiting.send()
         elif text is not None and self.waiting is not None:
             self.waiting.content = text
@@ -154,17 +154,17 @@ def said(handler: Callable[P, Awaitable[Any]]) -> Callable[P, Awaitable[Any]]:
             return await handler(*args, **kwargs)
         except ChatError as exc:
             log.warning("%s: %s", handler.__name__, exc)
-            await say("⚠️ " + in_markdown(exc.message, session_translator()))
+            await say(in_markdown(exc.message, session_translator()), kind="warning")
         except Exception as exc:
             log.exception("%s failed", handler.__name__)
             tr = session_translator()
             await say(
-                "⚠️ "
-                + tr(
+                tr(
                     "Something went wrong inside the app ({error}); app.log has the details. "
                     "Try again.",
                     error=type(exc).__name__,
-                )
+                ),
+                kind="warning",
             )
         return None
 

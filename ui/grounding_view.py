@@ -22,6 +22,7 @@ from backend.i18n import ENGLISH, Translator
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
 from backend.uploads import MediaWorkers
+from ui.notes import note_id
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -69,4 +70,5 @@ async def show_marks(
         text = caption(images[overlay.image].name, overlay.marks, tr)  # in the chat's language
         await cl.Message(content=text, author=AUTHOR, elements=[picture]).send()
     if grounding.has_note:
-        await cl.Message(content=not_drawn_note(grounding, tr), author=AUTHOR).send()
+        note = not_drawn_note(grounding, tr)
+        await cl.Message(content=note, author=AUTHOR, id=note_id("info")).send()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,6 +45,7 @@ from ui.answer import say
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
 from ui.language import session_translator
+from ui.notes import note_id
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -224,7 +224,7 @@ def mark_interrupted(
             partial.update(id=record.answer_id, name=config.ui.name)  # as the answer's own
             steps.insert(end, partial)
             end, created = end + 1, str(partial["createdAt"])
-        note = "⚠️ " + tr(INTERRUPTED_NOTE)
+        note = tr(INTERRUPTED_NOTE)
         steps.insert(end, _note_step(thread["id"], record.message_id, created, note))
 
 
@@ -235,7 +235,7 @@ def _note_step(thread_id: str, parent: str, after: str, note: str) -> dict[str, 
         moment = datetime.now(UTC)
     stamp = moment.isoformat().replace("+00:00", "Z")
     return {
-        "id": str(uuid.uuid4()),
+        "id": note_id("warning"),
         "threadId": thread_id,
         "parentId": None,
         "name": "Kimi-VL Chat",

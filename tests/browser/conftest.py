@@ -8,11 +8,12 @@ fresh Chainlit session, and saves a screenshot under ``artifacts/screenshots/``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from playwright.sync_api import (
     Page,
     Playwright,
     Route,
+    ViewportSize,
     expect,
     sync_playwright,
 )
@@ -150,6 +152,24 @@ def start_ui(
     return ui
 
 
+@contextlib.contextmanager
+def scripted_ui(workdir: Path, models: Sequence[str], **env: str) -> Iterator[str]:
+    """The scripted server serving ``models`` and a UI in front of it (run in ``workdir``,
+    ``env`` added to its environment); yields the UI's URL and stops both after."""
+    server_port, ui_port = free_port(), free_port()
+    server = start_scripted_server(server_port, *models)
+    try:
+        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", workdir, None, **env)
+    except BaseException:
+        server.stop()
+        raise
+    try:
+        yield f"http://127.0.0.1:{ui_port}"
+    finally:
+        ui.stop()
+        server.stop()
+
+
 @dataclass
 class Stack:
     """The running UI and the scripted server behind it."""
@@ -157,6 +177,8 @@ class Stack:
     ui_url: str
     server_url: str
     processes: list[Process] = field(default_factory=list)
+    app_log: Path | None = None
+    """The UI's own app.log."""
 
     def requests(self) -> list[dict[str, object]]:
         """Chat completion request bodies the scripted server received."""
@@ -174,12 +196,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Scripted server serving Thinking and Instruct, and the UI in front of it."""
     server_port, ui_port = free_port(), free_port()
     server = start_scripted_server(server_port, THINKING_MODEL, INSTRUCT_MODEL)
+    ui_dir = tmp_path_factory.mktemp("ui")
+    app_log = ui_dir / "app.log"
     try:
-        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", tmp_path_factory.mktemp("ui"))
+        ui = start_ui(
+            ui_port, f"http://127.0.0.1:{server_port}/v1", ui_dir, KIMI_APP_LOG=str(app_log)
+        )
     except BaseException:
         server.stop()
         raise
-    yield Stack(f"http://127.0.0.1:{ui_port}", f"http://127.0.0.1:{server_port}", [server, ui])
+    urls = f"http://127.0.0.1:{ui_port}", f"http://127.0.0.1:{server_port}"
+    yield Stack(*urls, [server, ui], app_log)
     ui.stop()
     server.stop()
 
@@ -208,6 +235,23 @@ def new_context(chromium: Browser, locale: str = "en-US") -> BrowserContext:
     """A fresh browser context (a fresh Chainlit session) with CDN requests blocked."""
     context = chromium.new_context(
         locale=locale, viewport={"width": 1100, "height": 800}, device_scale_factor=1
+    )
+    context.set_default_timeout(TIMEOUT_MS)
+    context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)
+    return context
+
+
+def functional_context(
+    chromium: Browser, locale: str = "en-US", viewport: ViewportSize | None = None
+) -> BrowserContext:
+    """As :func:`new_context` (``viewport`` default 1100x800), but the test's own
+    predicates may run despite the page's CSP (``bypass_csp``): for tests of the page's
+    behaviour, never of its policy."""
+    context = chromium.new_context(
+        locale=locale,
+        viewport=viewport or {"width": 1100, "height": 800},
+        device_scale_factor=1,
+        bypass_csp=True,
     )
     context.set_default_timeout(TIMEOUT_MS)
     context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)

@@ -1,0 +1,71 @@
+// Kimi-VL Chat (loaded by public/links.js, config.toml's custom_js): what Chainlit's
+// page does not do for a long chat. public/style.css draws what is set here.
+(() => {
+  // A long text a person sent is folded to a few lines (class kimi-folded, a fade and a
+  // chevron drawn by style.css); a click or Enter on it unfolds it, and folds it again.
+  const TEXTS =
+    '[data-step-type="user_message"] .message-content [role="article"]:not([data-kimi-fold])';
+  const FOLD_PX = 240;
+  const toggle = (text) => {
+    const folded = text.classList.toggle("kimi-folded");
+    text.setAttribute("aria-expanded", String(!folded));
+  };
+  const fold = (text) => {
+    const long = text.scrollHeight > FOLD_PX * 1.25; // measured once per text
+    text.dataset.kimiFold = long ? "1" : "0";
+    if (!long) return;
+    text.tabIndex = 0;
+    toggle(text);
+    text.addEventListener("click", () => toggle(text));
+    text.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        toggle(text);
+      }
+    });
+  };
+  // The view follows a picture the app adds under an answer (a grounding overlay):
+  // Chainlit scrolls when a message arrives, before its picture has loaded, and keeps
+  // the person's own message at the top while the answer streams, so the overlay lands
+  // below the fold. Once it has loaded it is scrolled into view, unless the person has
+  // scrolled since they last sent a message.
+  const SENT = '[data-step-type="user_message"]';
+  let moved = false;
+  const follow = (event) => {
+    const picture = event.target;
+    const note = picture instanceof HTMLImageElement && picture.closest('[data-step-type="assistant_message"]');
+    const sent = document.querySelectorAll(SENT);
+    const last = sent[sent.length - 1];
+    if (!note || moved || !last) return;
+    if (!(last.compareDocumentPosition(note) & Node.DOCUMENT_POSITION_FOLLOWING)) return;
+    const tall = note.getBoundingClientRect().height > window.innerHeight * 0.7;
+    note.scrollIntoView({ block: tall ? "start" : "end" });
+  };
+  const byHand = (event) => {
+    const typing = event.type === "keydown" && event.target.closest?.("input, textarea, [contenteditable]");
+    if (!typing) moved = true;
+  };
+  const newTurn = (changes) => {
+    for (const change of changes) {
+      for (const node of change.addedNodes) {
+        if (node.nodeType === Node.ELEMENT_NODE && (node.matches(SENT) || node.querySelector(SENT))) {
+          moved = false;
+        }
+      }
+    }
+  };
+  const start = () => {
+    document.addEventListener("load", follow, true);
+    for (const name of ["wheel", "touchmove", "keydown"]) {
+      document.addEventListener(name, byHand, { capture: true, passive: true });
+    }
+    const scan = (changes) => {
+      newTurn(changes);
+      document.querySelectorAll(TEXTS).forEach(fold);
+    };
+    new MutationObserver(scan).observe(document.body, { childList: true, subtree: true });
+    scan([]);
+  };
+  if (document.body) start();
+  else document.addEventListener("DOMContentLoaded", start);
+})();

@@ -1,0 +1,101 @@
+"""Below the fold, on a desktop and a phone: photos a person sent are thumbnails, a long
+text is folded to a few lines (a click unfolds it), and the view follows a grounding
+overlay that arrives after the answer (public/ux.js, public/style.css)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, ViewportSize, expect
+
+from tests.browser.conftest import (
+    ANSWERS,
+    Stack,
+    ask,
+    functional_context,
+    screenshot,
+    wait_answer_done,
+)
+from tests.conftest import DATA
+
+pytestmark = pytest.mark.browser
+
+SIZES: dict[str, ViewportSize] = {
+    "desktop": {"width": 1440, "height": 900},
+    "phone": {"width": 390, "height": 844},
+}
+SENT = '[data-step-type="user_message"]'
+
+
+@pytest.fixture(params=list(SIZES))
+def sized_page(request: pytest.FixtureRequest, chromium: Browser, stack: Stack) -> Iterator[Page]:
+    """A page on the UI at the size ``request.param`` names."""
+    context = functional_context(chromium, viewport=SIZES[request.param])
+    page = context.new_page()
+    page.goto(stack.ui_url)
+    expect(page.locator("#chat-settings-open-modal")).to_be_attached()  # the session is up
+    yield page
+    context.close()
+
+
+def size_of(page: Page) -> str:
+    viewport = page.viewport_size
+    assert viewport is not None
+    return "phone" if viewport["width"] < 600 else "desktop"
+
+
+def test_ten_photos_are_thumbnails_and_the_reply_stays_in_view(
+    sized_page: Page, tmp_path: Path
+) -> None:
+    page = sized_page
+    photos = []
+    for number in range(10):
+        photos.append(tmp_path / f"photo{number}.jpg")
+        shutil.copy(DATA / "rocket.jpg", photos[-1])
+    ask(page, "What do these show? #scenario=plain", *photos)
+    wait_answer_done(page)
+    thumbnails = page.locator(f"{SENT} img.inline-image")
+    expect(thumbnails).to_have_count(10)
+    for thumbnail in thumbnails.all():
+        box = thumbnail.bounding_box()
+        assert box is not None and box["height"] <= 100 and box["width"] <= 100, box
+    sent = page.locator(SENT).last.bounding_box()
+    viewport = page.viewport_size
+    assert sent is not None and viewport is not None
+    assert sent["height"] < viewport["height"] / 2, sent  # the reply fits under it
+    expect(page.locator(ANSWERS).last).to_be_in_viewport()
+    screenshot(page, f"photos-as-thumbnails-{size_of(page)}")
+
+
+def test_a_long_text_is_folded_and_a_click_unfolds_it(sized_page: Page) -> None:
+    page = sized_page
+    long_text = " ".join(f"Line {n} of a long brief." for n in range(300))
+    ask(page, long_text + " #scenario=plain")
+    wait_answer_done(page)
+    text = page.locator(f'{SENT} [role="article"]').last
+    folded = text.bounding_box()
+    assert folded is not None and folded["height"] <= 260, folded
+    expect(text).to_have_attribute("aria-expanded", "false")
+    expect(page.locator(ANSWERS).last).to_be_in_viewport()
+    screenshot(page, f"long-text-folded-{size_of(page)}")
+    text.click()
+    expect(text).to_have_attribute("aria-expanded", "true")
+    unfolded = text.bounding_box()
+    assert unfolded is not None and unfolded["height"] > 3 * folded["height"], unfolded
+    expect(text).to_contain_text("Line 299 of a long brief.")
+    text.press("Enter")
+    expect(text).to_have_attribute("aria-expanded", "false")
+
+
+def test_the_view_follows_the_grounding_overlay(sized_page: Page) -> None:
+    page = sized_page
+    page.locator('[id="starter-where-should-i-click?"]').click()
+    wait_answer_done(page)
+    copy = page.locator('img[alt="settings (marked).png"]')
+    expect(copy).to_be_visible()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=copy.element_handle())
+    expect(copy).to_be_in_viewport(ratio=0.95, timeout=3000)
+    screenshot(page, f"grounding-overlay-followed-{size_of(page)}")
