@@ -22,12 +22,12 @@ from backend.i18n import in_any_language
 from backend.logs import LOGGER_NAME
 from backend.logs import configure as configure_logging
 from backend.panel import SettingsRefused, option_changes, panel_fields, profile_choices
-from backend.presenter import DEV_MODE_BANNER, in_markdown
+from backend.presenter import DEV_MODE_BANNER, in_markdown, upload_refusal
 from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from backend.turn_runner import TurnRunner
-from ui import chainlit_patches, history, security, server_panel, status
+from ui import bridge, chainlit_patches, history, security, server_panel, status
 from ui.answer import draw, said, say
 from ui.connection import connect_or_wait, send_settings, stop_waiting
 from ui.language import session_translator, translator_for_language
@@ -36,20 +36,25 @@ from ui.tasks import one_at_a_time, start_answer_task, stop_answers, stop_answer
 log = logging.getLogger(LOGGER_NAME)
 
 
-def prefetch(values: dict[str, Any], name: str, path: Path) -> None:
-    """An upload was stored: start preparing it for its chat now, before the message is
-    sent (``values``: the session's user-session values). Never fails the upload."""
+async def judge_upload(values: dict[str, Any], name: str, path: Path) -> str | None:
+    """An upload was stored: judge it for its chat now (an image is prepared, before the
+    message is sent) and return, in one plain sentence of the chat's language, why it
+    cannot be used; the page shows it at once and drops the attachment. None keeps it
+    (``values``: the session's user-session values). Never fails the upload itself."""
     runner = values.get("runner")
-    if isinstance(runner, TurnRunner):
-        try:
-            runner.chat.prefetch(Upload(name=name, path=path))
-        except Exception:  # preparing on send still works
-            log.exception("could not start preparing %s early", name)
+    if not isinstance(runner, TurnRunner):
+        return None
+    try:
+        problem = await runner.chat.judge_upload(Upload(name=name, path=path))
+    except Exception:  # judged again when the message is sent
+        log.exception("could not judge %s on upload", name)
+        return None
+    return None if problem is None else upload_refusal(problem, name, runner.chat.tr)
 
 
 SETTINGS = Settings()
 security.install(SETTINGS.allowed_origins)  # Origin, session owner, upload size, CSP
-chainlit_patches.on_file_stored(prefetch)  # uploaded images are prepared before sending
+chainlit_patches.on_file_stored(judge_upload)  # uploads judged (images prepared) on attach
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 status.install()  # GET /kimi/status for ./launch.sh status
 _resources: AppResources | None = None
@@ -181,8 +186,29 @@ async def on_chat_start() -> None:
 
 
 async def offer_commands() -> None:
-    """The composer's command buttons: the live server panel and Export."""
-    await cl.context.emitter.set_commands([server_panel.command(), history.export_command()])
+    """The composer's action buttons (the live server panel and Export: run at a click,
+    never sent as messages) and the page's own words (ui/bridge.py)."""
+    await bridge.offer_actions(
+        {"server_panel": server_panel.command(), "export": history.export_command()}
+    )
+    await bridge.send_strings(session_translator())
+
+
+async def run_action(action: bridge.Action) -> None:
+    """Run an action button's action in this chat (outside its transcript)."""
+    if action == "server_panel":
+        await server_panel.toggle_panel()
+    else:
+        await history.send_export(chat())
+
+
+@cl.on_window_message
+@said
+async def on_window_message(data: object) -> None:
+    """A click on an action button (public/bridge.js); anything else is ignored."""
+    action = bridge.action_of(data)
+    if action is not None:
+        await run_action(action)
 
 
 async def find_others(session: ChatSession) -> None:
@@ -190,15 +216,23 @@ async def find_others(session: ChatSession) -> None:
     session.served_besides([model for model, _ in await resources().served()])
 
 
+def action_of_command(command: str | None) -> bridge.Action | None:
+    """The action of a composer command, in any language (None: not one of them)."""
+    if in_any_language(server_panel.COMMAND, command):
+        return "server_panel"
+    if in_any_language(history.EXPORT_COMMAND, command):
+        return "export"
+    return None
+
+
 @cl.on_message
 @said
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), then answer, in one turn."""
-    if in_any_language(server_panel.COMMAND, message.command):  # the panel, not a question
-        await server_panel.toggle_panel()
-        return
-    if in_any_language(history.EXPORT_COMMAND, message.command):
-        await history.send_export(chat())
+    action = action_of_command(message.command)
+    if action is not None:  # picked from the "/" list: an action, not a question
+        await message.remove()  # off the transcript and the stored thread
+        await run_action(action)
         return
     async with one_at_a_time():
         turns = runner()

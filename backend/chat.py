@@ -21,9 +21,9 @@ from typing import Any
 
 from backend.client import ChatClient, ServedModel
 from backend.conversation import Conversation, TokenCounter, Turn
-from backend.errors import ChatError
+from backend.errors import ChatError, ImageError
 from backend.i18n import ENGLISH, Translator, msg
-from backend.images import PreparedImage
+from backend.images import PreparedImage, upload_size
 from backend.logs import LOGGER_NAME
 from backend.resources import Server
 from backend.settings import ModelProfile, Settings, profile_for
@@ -230,6 +230,20 @@ class ChatSession:
         videos wait for their message: their budget depends on what else it holds).
         """
         return self.prefetched.start(upload, self.upload_limits(), self.workers)
+
+    async def judge_upload(self, upload: Upload) -> str | None:
+        """Say at once why ``upload`` cannot be used, or None if it can: its size against
+        the limit for one file, and for an image its whole preparation (started now, kept
+        for its message). PDFs and videos are prepared with their message (their budget
+        depends on what else it holds). Returns the problem as a
+        :class:`backend.i18n.Message` (it starts with the file's name)."""
+        try:
+            upload_size(upload.path, upload.name, self.upload_limits().max_bytes)
+        except ImageError as error:
+            return error.message
+        if not self.prefetch(upload):
+            return None
+        return await self.prefetched.problem(upload.path)
 
     async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
         """Prepare the uploads of one message for the chosen model

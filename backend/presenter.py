@@ -150,16 +150,33 @@ def no_more_tokens_note(max_tokens: int, max_model_len: int, tr: Translator = EN
     )
 
 
-def unusable_files_note(problems: list[str], can_send: bool, tr: Translator = ENGLISH) -> str:
-    """Name each file that could not be used, and say the message is kept.
+def upload_refusal(problem: str, name: str, tr: Translator = ENGLISH) -> str:
+    """Why an upload is refused, as plain text after the page's "Failed to upload
+    <name>:" (Chainlit's words): ``problem`` (a file's :class:`backend.i18n.Message`,
+    which starts with the file's name) in ``tr``'s language, without that name."""
+    said = tr.text(problem)
+    for separator in (": ", "："):
+        said = said.removeprefix(name + separator)
+    return said
 
-    ``can_send``: something is left to send (text or usable files), so the note
-    offers to send it without the refused files.
+
+def unusable_files_note(
+    problems: list[str], can_send: bool, text_back: bool = False, tr: Translator = ENGLISH
+) -> str:
+    """Name each file that could not be used, and say what the person can do now.
+
+    ``can_send``: something is left to send (text or usable files), so the note offers
+    to send the message without the refused files. ``text_back``: the message's text
+    was put back in the message box, so attaching other files and sending again is real.
     """
     lines = "\n".join(f"- {in_markdown(problem, tr)}" for problem in problems)
-    how = (
-        tr("Your message is kept: attach other files and send again, or send it without them.")
-        if can_send
-        else tr("Your message is kept: attach other files and send again.")
-    )
+    if text_back:
+        how = tr(
+            "Your text is back in the message box: attach other files and send it again, "
+            "or send this message without them."
+        )
+    elif can_send:
+        how = tr("Attach other files and send again, or send this message without them.")
+    else:
+        how = tr("Attach other files and send again.")
     return "⚠️ " + tr("Some files could not be used:") + f"\n{lines}\n\n{how}"

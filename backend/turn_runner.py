@@ -58,6 +58,7 @@ from backend.render import (
     ReasoningEnd,
     ReasoningText,
     RenderEvent,
+    TextBack,
     TurnEnded,
     WaitingNote,
     WaitingOver,
@@ -180,8 +181,10 @@ class TurnRunner:
         text = prepared.message_text(typed)  # with PDF pages / video frame times
         if prepared.problems:
             self.chat.keep_draft(message_id, text, prepared.images)
-            can_send = bool(typed.strip() or prepared.images)
-            return Opening([draft_kept(message_id, prepared.problems, can_send, self.chat.tr)])
+            text_back = bool(typed.strip())
+            can_send = text_back or bool(prepared.images)
+            note = draft_kept(message_id, prepared.problems, can_send, text_back, self.chat.tr)
+            return Opening([note, TextBack(typed)] if text_back else [note])
         opened = await self._started(message_id, text, prepared.images)
         notes: list[RenderEvent] = [Note(in_markdown(n, self.chat.tr)) for n in prepared.notices]
         return Opening(notes, opened.answer)

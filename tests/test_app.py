@@ -7,6 +7,7 @@ for the browser; the scripted server stands in for vLLM.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -568,6 +569,57 @@ async def test_a_stalled_answer_shows_what_came_then_gives_up(
     assert app.chat().conversation.turns[-1].status == "failed"
 
 
+async def upload(session: object, path: Path, mime: str, name: str | None = None) -> dict[str, Any]:
+    """Upload ``path`` as the page does: Chainlit's ``POST /project/file`` handler."""
+    from chainlit import server
+    from fastapi import UploadFile
+    from starlette.datastructures import Headers
+
+    assert isinstance(session, WebsocketSession)
+
+    with path.open("rb") as data:
+        file = UploadFile(data, filename=name or path.name, headers=Headers({"content-type": mime}))
+        response = await server.upload_file(None, session.id, file)
+    reference: dict[str, Any] = json.loads(bytes(response.body))
+    return reference
+
+
+async def test_a_stored_file_of_the_app_is_not_judged_as_an_upload(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """Defect: the upload hook prepared every file Chainlit stored, the app's own (a
+    starter's sample image, a grounding overlay) included, as if it were an upload."""
+    session = cl.context.session
+    try:
+        await session.persist_file(
+            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
+        )
+        assert len(app.chat().prefetched) == 0
+    finally:
+        shutil.rmtree(session.files_dir, ignore_errors=True)
+
+
+async def test_an_upload_the_app_cannot_use_is_refused_with_its_sentence(
+    browser: Browser, fake: RunningFake, tmp_path: Path
+) -> None:
+    """Judged on attach: the upload answers 400 with the reason (the page shows it after
+    "Failed to upload <name>:") and the file is forgotten and deleted."""
+    from fastapi import HTTPException
+
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes((DATA / "rocket.jpg").read_bytes()[:300])
+    session = cl.context.session
+    try:
+        with pytest.raises(HTTPException) as refused:
+            await upload(session, broken, "image/jpeg")
+        assert refused.value.status_code == 400
+        assert str(refused.value.detail).startswith("the image is damaged")
+        assert session.files == {} and not any(session.files_dir.iterdir())
+        assert len(app.chat().prefetched) == 0
+    finally:
+        shutil.rmtree(session.files_dir, ignore_errors=True)
+
+
 async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
     browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -585,12 +637,10 @@ async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
     monkeypatch.setattr(backend.uploads, "prepare_image", counted)
     session = cl.context.session
     try:
-        reference = await session.persist_file(
-            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
-        )
+        reference = await upload(session, DATA / "rocket.jpg", "image/jpeg")
         stored = Path(session.files[reference["id"]]["path"])
         assert len(app.chat().prefetched) == 1
-        await wait_for(lambda: calls == [stored])  # in the media workers, before any message
+        assert calls == [stored]  # in the media workers, before any message
         element = cl.Image(name="rocket.jpg", path=str(stored), mime="image/jpeg")
         message = cl.Message(content="What is it?", type="user_message", elements=[element])
         await app.on_message(message)
@@ -733,12 +783,8 @@ async def test_an_attachment_removed_before_sending_frees_its_prepared_image(
     browser tells the server nothing) stayed in memory until the chat ended."""
     session = cl.context.session
     try:
-        kept = await session.persist_file(
-            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
-        )
-        await session.persist_file(
-            name="removed.png", mime="image/png", path=str(DATA / "chelsea.png")
-        )
+        kept = await upload(session, DATA / "rocket.jpg", "image/jpeg")
+        await upload(session, DATA / "chelsea.png", "image/png", "removed.png")
         assert len(app.chat().prefetched) == 2
         path = session.files[kept["id"]]["path"]
         element = cl.Image(name="rocket.jpg", path=str(path), mime="image/jpeg")

@@ -26,6 +26,7 @@ from backend.presenter import (
     rerun_note,
     stopped_note,
     unusable_files_note,
+    upload_refusal,
     waiting_note,
 )
 from backend.settings import DEV, INSTRUCT, THINKING_2506
@@ -133,8 +134,21 @@ def test_notes_read_well() -> None:
 def test_unusable_files_note_names_each_file_and_offers_what_is_possible() -> None:
     note = unusable_files_note(["a.jpg: empty file", "b.png: not an image"], can_send=True)
     assert "<li>a.jpg: empty file</li>\n<li>b.png: not an image</li>" in rendered(note)
-    assert note.endswith("or send it without them.")
+    assert note.endswith("or send this message without them.")
+    assert "message box" not in note  # nothing was put back: it does not say so
+    back = unusable_files_note(["a.jpg: empty file"], can_send=True, text_back=True)
+    assert "Your text is back in the message box" in back
     assert unusable_files_note(["a.jpg: empty file"], can_send=False).endswith("send again.")
+
+
+def test_an_upload_refusal_drops_the_file_name_the_page_already_shows() -> None:
+    """The page says "Failed to upload <name>:" before the app's sentence."""
+    problem = msg("{name}: the file is empty (0 bytes)", name="a: b.jpg")
+    assert upload_refusal(problem, "a: b.jpg") == "the file is empty (0 bytes)"
+    assert upload_refusal(problem, "a: b.jpg", ZH) == ZH(
+        "{name}: the file is empty (0 bytes)", name=""
+    ).removeprefix("：")
+    assert upload_refusal("no name here", "x.jpg") == "no name here"
 
 
 ZH = translator("zh-CN")
@@ -152,7 +166,7 @@ def rendered(markdown: str) -> str:
     [
         unusable_files_note([msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True),
         unusable_files_note(
-            [msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True, ZH
+            [msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True, tr=ZH
         ),
         waiting_note(
             msg(

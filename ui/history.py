@@ -39,7 +39,7 @@ from backend.store.db import DATABASE_FILE
 from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html
 from backend.store.resume import Restored, restore
 from backend.store.turns import ThreadTurns
-from ui import signin
+from ui import bridge, signin
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
 from ui.language import session_translator
@@ -207,8 +207,8 @@ async def may_view_shared(thread: ThreadDict, viewer: cl.User | None) -> bool:
     return bool(isinstance(metadata, dict) and metadata.get("is_shared"))
 
 
-async def export(session: ChatSession) -> cl.File:
-    """This chat as one HTML file (see :mod:`backend.store.export`), as a Chainlit file."""
+async def export(session: ChatSession) -> tuple[str, str]:
+    """This chat as one HTML file (see :mod:`backend.store.export`): its name and text."""
     records: list[TurnRecord] = []
     if _store is not None and _owner() is not None:
         try:
@@ -233,8 +233,7 @@ async def export(session: ChatSession) -> cl.File:
         ),
         session.tr,
     )
-    name = f"kimi-vl-chat-{now.strftime('%Y%m%d-%H%M%S')}.html"
-    return cl.File(name=name, content=html.encode("utf-8"), mime="text/html", display="inline")
+    return f"kimi-vl-chat-{now.strftime('%Y%m%d-%H%M%S')}.html", html
 
 
 def export_command() -> CommandDict:
@@ -250,10 +249,11 @@ def export_command() -> CommandDict:
 
 
 async def send_export(session: ChatSession) -> None:
-    """Send this chat as one self-contained HTML file."""
-    file = await export(session)
-    text = session.tr(EXPORT_NOTE)
-    await cl.Message(content=text, author="Kimi-VL Chat", elements=[file]).send()
+    """Have the page save this chat as one self-contained HTML file (a download, not a
+    message: the transcript and the stored thread stay as they were), and say so."""
+    name, html = await export(session)
+    await bridge.offer_download(name, html.encode("utf-8"), "text/html")
+    await cl.context.emitter.send_toast(session.tr(EXPORT_NOTE), "success")
 
 
 def register(settings: Settings) -> Store | None:

@@ -24,6 +24,7 @@ from playwright.sync_api import (
     Page,
     Playwright,
     Route,
+    ViewportSize,
     expect,
     sync_playwright,
 )
@@ -208,6 +209,23 @@ def new_context(chromium: Browser, locale: str = "en-US") -> BrowserContext:
     """A fresh browser context (a fresh Chainlit session) with CDN requests blocked."""
     context = chromium.new_context(
         locale=locale, viewport={"width": 1100, "height": 800}, device_scale_factor=1
+    )
+    context.set_default_timeout(TIMEOUT_MS)
+    context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)
+    return context
+
+
+def functional_context(
+    chromium: Browser, locale: str = "en-US", viewport: ViewportSize | None = None
+) -> BrowserContext:
+    """As :func:`new_context` (``viewport`` default 1100x800), but the test's own
+    predicates may run despite the page's CSP (``bypass_csp``): for tests of the page's
+    behaviour, never of its policy."""
+    context = chromium.new_context(
+        locale=locale,
+        viewport=viewport or {"width": 1100, "height": 800},
+        device_scale_factor=1,
+        bypass_csp=True,
     )
     context.set_default_timeout(TIMEOUT_MS)
     context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)
