@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from contextlib import aclosing
@@ -34,7 +35,7 @@ from backend.batching import Pacing
 from backend.chat import ChatSession, Upload
 from backend.client import ServedModel
 from backend.conversation import Turn, TurnStatus
-from backend.errors import ChatError
+from backend.errors import ChatError, ServerLoading, ServerUnreachable
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
@@ -46,6 +47,7 @@ from backend.presenter import (
     in_markdown,
     not_started_note,
     rerun_note,
+    server_away_note,
 )
 from backend.record import TurnRecord, TurnSink
 from backend.render import (
@@ -242,25 +244,30 @@ class TurnRunner:
             for note in opened.notes:
                 yield note
             return
-        turn, request_id = answering.turn, None
+        turn = answering.turn
         shown = Shown(self.chat, answering.message_id, answering.compared)
+        attempt = Attempt(self.chat.settings.server_back_wait_s)
         if answering.planned is None:  # one of the chat's turns, answered afresh
             turn.answer, turn.reasoning, turn.status = "", "", "pending"
         try:
             for note in opened.notes:
                 yield note
-            planned = answering.planned or await self._plan(answering)
-            request_id = planned.request.request_id
-            for notice in planned.notices:
-                yield Note(in_markdown(notice, self.chat.tr))
-            await self._record(turn)
-            async with aclosing(
-                answering.server.pace.paced(planned.request, self._pacing())
-            ) as events:
-                async for event in events:
-                    for drawn in shown.on(event):
+            while True:
+                try:
+                    async for drawn in self._attempt(answering, shown, attempt):
                         yield drawn
+                    break
+                except (ServerUnreachable, ServerLoading) as exc:
+                    if shown.started or not attempt.may_wait():
+                        raise
+                    log.info("waiting for the model server to come back: %s", exc)
+                    shown.waiting = True  # taken off the screen by what comes next
+                    yield WaitingNote(server_away_note(attempt.waited_s, self.chat.tr))
+                    await asyncio.sleep(SERVER_POLL_S)
+            planned = attempt.planned
+            assert planned is not None
         except asyncio.CancelledError:
+            request_id = attempt.request_id
             if turn.status in ("done", "cut_off"):
                 raise  # finished is finished: a late Stop changes nothing
             await self._end(turn, shown, "stopped", request_id)
@@ -269,15 +276,30 @@ class TurnRunner:
             raise
         except GeneratorExit:  # closed before the end by whoever reads it: stopped too
             if turn.status not in ("done", "cut_off"):
-                await self._end(turn, shown, "stopped", request_id)
+                await self._end(turn, shown, "stopped", attempt.request_id)
             raise
         except ChatError as exc:
-            await self._end(turn, shown, "failed", request_id)
+            await self._end(turn, shown, "failed", attempt.request_id)
             for drawn in await shown.failed(turn, exc):
                 yield drawn
             return
         for drawn in await self._finished(answering, turn, shown, planned):
             yield drawn
+
+    async def _attempt(self, answering: Answering, shown: Shown, attempt: Attempt) -> Events:
+        """Plan (unless planned) and stream one answer once, recording the turn as it
+        starts; what it yields is drawn. Raises what the server's failure maps to."""
+        planned = answering.planned or await self._plan(answering)
+        attempt.planned, attempt.request_id = planned, planned.request.request_id
+        if not attempt.noticed:  # said once, however often the server is waited for
+            attempt.noticed = True
+            for notice in planned.notices:
+                yield Note(in_markdown(notice, self.chat.tr))
+        await self._record(answering.turn)
+        async with aclosing(answering.server.pace.paced(planned.request, self._pacing())) as events:
+            async for event in events:
+                for drawn in shown.on(event):
+                    yield drawn
 
     async def _plan(self, answering: Answering) -> Planned:
         """Plan a turn of the chat for its model, connecting first if needed."""
@@ -357,6 +379,37 @@ class TurnRunner:
                     counter.learn(text, count)
 
 
+SERVER_POLL_S = 1.0
+"""Seconds between two tries of a message while its model server cannot be reached."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """The tries of one answer: what was planned, and how long the server was waited for.
+
+    Args:
+        wait_s: how long a server that cannot be reached (or is loading) is waited for
+            before the answer fails (``Settings.server_back_wait_s``).
+    """
+
+    wait_s: float
+    planned: Planned | None = None
+    request_id: str | None = None
+    noticed: bool = False
+    _since: float | None = None
+
+    @property
+    def waited_s(self) -> float:
+        """Seconds since the first try that found the server away (0 before)."""
+        return 0.0 if self._since is None else time.monotonic() - self._since
+
+    def may_wait(self) -> bool:
+        """The server was found away (again): True while it may still be waited for."""
+        if self._since is None:
+            self._since = time.monotonic()
+        return self.waited_s < self.wait_s
+
+
 def _status_of(done: Done) -> TurnStatus:
     return "cut_off" if done.finish_reason == "length" else "done"
 
@@ -383,6 +436,11 @@ class Shown:
         self.answer_started = False
         self.waiting = False
         self.done: Done | None = None
+
+    @property
+    def started(self) -> bool:
+        """True once any of the answer (reasoning or text) came."""
+        return bool(self.reasoning or self.answer or self.done)
 
     def on(self, event: StreamEvent | Waiting) -> list[RenderEvent]:
         """The render events for one paced stream event."""

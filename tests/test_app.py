@@ -237,7 +237,7 @@ async def test_unreachable_server_is_said_at_chat_start(monkeypatch: pytest.Monk
     settings = Settings(base_url=f"http://127.0.0.1:{free_port()}/v1", connect_timeout_s=1)
     browser = await start_chat(settings, monkeypatch)
     assert "Connecting to the model server" in browser.texts()[-1]  # at once
-    await wait_for(lambda: "Cannot reach the model server" in browser.texts()[-1])
+    await wait_for(lambda: "The model server cannot be reached" in browser.texts()[-1])
     await app.on_chat_end()
 
 
