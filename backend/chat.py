@@ -198,6 +198,21 @@ class ChatSession:
             self.options = SamplingOptions.for_profile(self.profile, self.max_model_len)
         return chosen
 
+    async def switch_model(self, model_name: str) -> ServedModel:
+        """Go on with the served model ``model_name``, the conversation as it is (the
+        history the model sees has no reasoning, which suits either model); its
+        sampling options are the new model's defaults unless it was already chosen.
+
+        Raises:
+            ChatError: as :meth:`connect`; the chat is then left as it was.
+        """
+        kept = (self.wanted_model, self.server)
+        try:
+            return await self.connect(model_name)
+        except ChatError:
+            self.wanted_model, self.server = kept
+            raise
+
     async def connect_first(self, names: Sequence[str | None]) -> ServedModel | None:
         """Connect to the first of ``names`` that is served (None: the default choice);
         None if none is (or the server cannot be reached): the chat then says so."""

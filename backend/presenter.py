@@ -119,9 +119,25 @@ def waiting_note(problem: str, tr: Translator = ENGLISH) -> str:
 
 
 def ready_note(label: str, tr: Translator = ENGLISH) -> str:
-    """Said once the model server answers."""
-    return "✓ " + tr(
-        "**The model server is ready** ({label}). Ask away.", label=escape_markdown(label)
+    """Said once the model server answers (plain text: a toast)."""
+    return tr("The model server is ready ({label}). Ask away.", label=label)
+
+
+def model_switched_note(label: str, tr: Translator = ENGLISH) -> str:
+    """Said where the person picked another served model (``label``, e.g. "Kimi-VL
+    Instruct"): the chat goes on, history and all."""
+    return tr(
+        "{model} answers from here on, with the conversation so far.",
+        model=escape_markdown(label),
+    )
+
+
+def switch_refused_note(problem: str, tr: Translator = ENGLISH) -> str:
+    """Said when the picked model cannot answer (``problem``: a ChatError's sentence):
+    the message was not sent, its text is back in the message box."""
+    return "⚠️ " + tr(
+        "{problem} Your text is back in the message box: send it again, or pick another model.",
+        problem=in_markdown(problem, tr),
     )
 
 

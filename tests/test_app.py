@@ -79,11 +79,10 @@ class Browser:
 async def start_chat(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
-    chat_profile: str | None = None,
     before_start: Callable[[], None] | None = None,
 ) -> Browser:
     """A chat as a new tab starts it: the app's resources for ``settings`` (``before_start``
-    runs once they exist), then ``on_chat_start`` with ``chat_profile`` chosen."""
+    runs once they exist), then ``on_chat_start``."""
     browser = Browser()
 
     async def emit_call(*_: Any) -> None:
@@ -96,7 +95,6 @@ async def start_chat(
         emit_call=emit_call,
         user_env={},
         client_type="webapp",
-        chat_profile=chat_profile,
     )
     init_ws_context(session)
     await app.shutdown()  # each test's settings get their own shared resources
@@ -136,9 +134,19 @@ def action_frames(browser: Browser, label: str | None = None) -> list[dict[str, 
     return [d for e, d in browser.frames if e == "action" and label in (None, d["label"])]
 
 
-def user_message(text: str, *paths: Path) -> cl.Message:
+def user_message(text: str, *paths: Path, model: str | None = None) -> cl.Message:
+    """A person's message with ``paths`` attached, ``model`` picked in the model picker."""
     elements = [cl.Image(name=p.name, path=str(p), mime="image/jpeg") for p in paths]
-    return cl.Message(content=text, author="User", type="user_message", elements=elements)
+    message = cl.Message(content=text, author="User", type="user_message", elements=elements)
+    message.modes = {"model": model} if model else None
+    return message
+
+
+def picker_options(browser: Browser) -> list[tuple[str, bool]]:
+    """The model picker the app last showed: (served name, picked) per entry."""
+    modes = [data for event, data in browser.frames if event == "set_modes"]
+    assert modes, "no model picker was sent"
+    return [(o["id"], o["default"]) for mode in modes[-1] for o in mode["options"]]
 
 
 @pytest.fixture
@@ -370,17 +378,6 @@ async def wait_for(condition: Callable[[], bool], timeout_s: float = 10) -> None
             return
         await asyncio.sleep(0.01)
     pytest.fail("condition not met in time")
-
-
-async def test_loading_the_page_in_another_tab_does_not_break_this_chat(
-    browser: Browser,
-) -> None:
-    """Defect: a page load (the chat profiles) closed the HTTP client every chat shares."""
-    await app.on_message(user_message("first #scenario=plain"))
-    await app.chat_profiles(None)  # what another tab's page load runs
-    await app.on_message(user_message("second #scenario=plain"))
-    assert browser.texts()[-1].startswith(ANSWER.strip())
-    assert not any("Unexpected failure" in text for text in browser.texts())
 
 
 async def test_regenerate_under_an_older_answer_reruns_that_turn(
@@ -660,8 +657,7 @@ async def test_compare_asks_the_other_server_the_same_turn(
     instruct_server.reset()
     settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
     browser = await start_chat(settings, monkeypatch)
-    profiles = await app.chat_profiles(None)
-    assert [p.name for p in profiles] == ["kimi-vl-thinking-2506", "kimi-vl"]
+    assert picker_options(browser) == [("kimi-vl-thinking-2506", True), ("kimi-vl", False)]
     await app.on_message(user_message("first #scenario=plain"))
     await app.on_message(user_message("What is in this picture?", DATA / "rocket.jpg"))
     asked = fake.requests[-1]["messages"]
@@ -731,11 +727,59 @@ async def test_a_tab_that_comes_back_within_the_grace_keeps_its_answer(
     assert app.chat().conversation.turns[-1].status == "done"
 
 
+async def test_picking_the_other_model_mid_chat_keeps_the_conversation(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: the model was a chat profile, and switching it started a new chat (the
+    history gone). Picked in the composer, the next message goes to the other model with
+    the whole conversation (answers without their reasoning), and a note says so."""
+    instruct_server.reset()
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch)
+    await app.on_message(user_message("first #scenario=plain"))
+    first = fake.requests[-1]["messages"]
+    await app.on_message(user_message("second #scenario=plain", model="kimi-vl"))
+    sent = instruct_server.requests[-1]
+    assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2  # Instruct's defaults
+    assert sent["messages"][: len(first)] == first
+    assert sent["messages"][len(first)] == {"role": "assistant", "content": ANSWER}
+    assert "Kimi-VL Instruct answers from here on, with the conversation so far." in (
+        browser.texts()
+    )
+    assert len(app.chat().conversation.turns) == 2
+    assert picker_options(browser) == [("kimi-vl-thinking-2506", False), ("kimi-vl", True)]
+    await app.on_message(user_message("third #scenario=plain", model="kimi-vl"))
+    assert len(instruct_server.requests) == 2  # it stays with the picked model
+
+
+async def test_a_picked_model_that_is_gone_keeps_the_chat_and_the_text(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model the servers no longer serve: said, the text back in the message box, the
+    chat on its own model, nothing asked."""
+    instruct_server.reset()
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch)
+    asked = len(fake.requests)
+    await app.on_message(user_message("hello there", model="gone"))
+    assert len(fake.requests) == asked and instruct_server.requests == []
+    assert "does not serve 'gone'" in browser.texts()[-1]
+    assert "Your text is back in the message box" in browser.texts()[-1]
+    backs = [d["kimi"] for e, d in browser.frames if e == "window_message" and "kimi" in d]
+    assert {"kind": "composer", "text": "hello there"} in backs
+    model = app.chat().model
+    assert model is not None and model.id == "kimi-vl-thinking-2506"
+    assert app.chat().conversation.turns == []
+    await app.on_message(user_message("hello #scenario=plain"))
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+
+
 async def test_a_failed_model_list_does_not_bind_the_chat_to_the_first_server(
     fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Defect: with two servers, a model-list error of the second one at chat start made
-    the chat ask the first server for the second one's model, for good."""
+    the chat ask the first server for the second one's model, for good (then picked
+    with the chat profile; now with the model picker, mid-chat)."""
     instruct_server.reset()
     failures = [ServerUnreachable(msg("Cannot reach the model server at {url}.", url="x"))] * 2
 
@@ -751,9 +795,8 @@ async def test_a_failed_model_list_does_not_bind_the_chat_to_the_first_server(
         monkeypatch.setattr(client, "list_models", list_models)
 
     settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
-    browser = await start_chat(settings, monkeypatch, "kimi-vl", flaky_second_server)
-    await wait_for(lambda: "The model server is ready" in browser.texts()[-1], timeout_s=10)
-    await app.on_message(user_message("hello #scenario=plain"))
+    browser = await start_chat(settings, monkeypatch, flaky_second_server)
+    await app.on_message(user_message("hello #scenario=plain", model="kimi-vl"))
     assert [r["model"] for r in instruct_server.requests] == ["kimi-vl"]
     assert browser.texts()[-1].startswith(ANSWER.strip())
     assert not any("does not serve" in text for text in browser.texts())

@@ -1,4 +1,4 @@
-"""Settings panel fields, panel values to options, chat profiles, starters, UI notes."""
+"""Settings panel fields, panel values to options, the model picker, starters, UI notes."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from backend.i18n import msg, translator
 from backend.panel import (
     PanelField,
     SettingsRefused,
+    model_choices,
     option_changes,
     panel_fields,
-    profile_choices,
     sane_options,
 )
 from backend.presenter import (
@@ -101,15 +101,19 @@ def test_stored_options_keep_only_what_the_panel_could_give() -> None:
     assert sane_options(good, 32768) == good
 
 
-def test_profiles_only_when_several_models_are_served() -> None:
+def test_model_picker_only_when_several_models_are_served() -> None:
     thinking = ServedModel("kimi-vl-thinking-2506", 131072)
-    assert profile_choices([thinking]) == []
-    choices = profile_choices([thinking, ServedModel("kimi-vl", 131072)])
+    assert model_choices([thinking]) == []
+    served = [thinking, ServedModel("kimi-vl", 131072)]
+    choices = model_choices(served)
     assert [(c.name, c.label, c.default) for c in choices] == [
         ("kimi-vl-thinking-2506", "Kimi-VL Thinking (2506)", True),
         ("kimi-vl", "Kimi-VL Instruct", False),
     ]
-    assert "without a reasoning step" in choices[1].description
+    assert choices[1].description == "Answers at once, without a reasoning step."
+    # The chat's own model is the one picked; a name the server does not serve is not.
+    assert [c.default for c in model_choices(served, "kimi-vl")] == [False, True]
+    assert [c.default for c in model_choices(served, "gone")] == [True, False]
 
 
 def test_starters_attach_bundled_copies_of_the_test_images() -> None:
@@ -126,8 +130,9 @@ def test_notes_read_well() -> None:
     assert stopped_note("") == "*■ Stopped while thinking: the reasoning so far is kept above.*"
     assert stopped_note("Half an").startswith("Half an\n\n*■ Stopped before the end")
     assert waiting_note("Cannot reach it.").startswith("**Waiting for the model server.** Cannot")
-    assert rendered(ready_note("Kimi-VL Instruct")) == (
-        "<p>✓ <strong>The model server is ready</strong> (Kimi-VL Instruct). Ask away.</p>\n"
+    # A toast: plain text, which the page never reads as markup.
+    assert (
+        ready_note("Kimi-VL Instruct") == "The model server is ready (Kimi-VL Instruct). Ask away."
     )
 
 
@@ -175,12 +180,8 @@ def rendered(markdown: str) -> str:
             )
         ),
         waiting_note(HOSTILE_NAME),  # a server's own words
-        ready_note(HOSTILE_NAME),  # a served model's name
         rerun_note(HOSTILE_NAME, 0),
         rerun_note(HOSTILE_NAME, 2),
-        profile_choices([ServedModel(HOSTILE_NAME, None), ServedModel("kimi-vl", None)])[
-            0
-        ].description,
     ],
 )
 def test_names_in_the_apps_notes_show_as_written_never_as_markup(note: str) -> None:

@@ -206,7 +206,8 @@ async def test_a_message_sent_while_the_server_is_away_is_answered_once_it_is_ba
         async with aclosing(TurnRunner(chat).new_turn("m1", "hi #scenario=plain", [])) as turn:
             async for event in turn:
                 events.append(event)
-                if sum(isinstance(e, WaitingNote) for e in events) == 3:  # the server comes back after three tries
+                # The server comes back after three tries.
+                if sum(isinstance(e, WaitingNote) for e in events) == 3:
                     stack.enter_context(serving(KimiServer(max_model_len=8192), port))
     notes = [e.text for e in events if isinstance(e, WaitingNote)]
     assert len(notes) >= 3 and notes[0] != notes[-1]  # updated: the seconds count up

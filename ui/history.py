@@ -138,16 +138,15 @@ async def forget_after(message: cl.Message) -> None:
 async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
     """Rebuild the chat of ``thread`` into ``session`` and mark interrupted answers on the page.
 
-    Connects to the stored model if the server still serves it (else the chosen
-    profile, else the first served); a server that cannot be reached leaves the
+    Connects to the stored model if the server still serves it (else the first
+    served); a server that cannot be reached leaves the
     session unconnected (the caller says so). The stored sampling options win.
     """
     turns = store().turns
     await turns.mark_interrupted(thread["id"])
     restored = restore(await turns.load(thread["id"]))
     session.restore(restored.conversation, restored.message_turns)
-    profile = cl.user_session.get("chat_profile") or None
-    await session.connect_first([restored.model, profile, None])
+    await session.connect_first([restored.model, None])
     session.with_stored_options(sane_options(restored.options, session.max_model_len))
     mark_interrupted(thread, restored.interrupted, session.tr)
     return restored
