@@ -194,7 +194,7 @@ async def run_action(action: bridge.Action) -> None:
     if action == "server_panel":
         await server_panel.toggle_panel()
     else:
-        await history.send_export(chat())
+        await history.send_export(runner())
 
 
 @cl.on_window_message

@@ -9,7 +9,7 @@ answer, reasoning, status, the measured numbers), never rendered text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from backend.conversation import Turn
@@ -17,6 +17,21 @@ from backend.timings import Timings
 
 INTERRUPTED: Final = "interrupted"
 """Stored status of a turn whose answer never ended (the app was killed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComparedAnswer:
+    """Another model's answer to a turn (Compare), as the chat showed it.
+
+    Attributes:
+        label: the other model's label (e.g. "Kimi-VL Instruct").
+        turn: its answer, reasoning and status (text and images are the turn's own).
+        timings: what was measured of it, if it ended normally.
+    """
+
+    label: str
+    turn: Turn
+    timings: Timings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +51,8 @@ class TurnRecord:
         created_at: ISO 8601 UTC time the turn was first saved.
         legacy_stats: the stats line as text, as versions before :class:`Timings` stored
             it (their rows have no numbers but the reasoning time); None for newer rows.
+        compared: other models' answers to it (Compare), oldest first; only what this
+            session showed (:class:`ShownAnswers`), never stored.
     """
 
     position: int
@@ -48,6 +65,7 @@ class TurnRecord:
     stored_status: str = "done"
     created_at: str = ""
     legacy_stats: str | None = None
+    compared: tuple[ComparedAnswer, ...] = ()
 
     @property
     def interrupted(self) -> bool:
@@ -71,3 +89,34 @@ class TurnSink(Protocol):
     async def record(self, record: TurnRecord) -> None:
         """Store ``record`` (see the class docstring)."""
         ...
+
+
+class ShownAnswers:
+    """What this session showed of each turn's answers beyond the turn itself: the
+    measured numbers (open mode stores none) and the Compare answers, by the person's
+    message id (Chainlit's); for an export of what the chat looks like."""
+
+    def __init__(self) -> None:
+        self._timings: dict[str, Timings | None] = {}
+        self._compared: dict[str, list[ComparedAnswer]] = {}
+
+    def ended(
+        self, message_id: str, turn: Turn, timings: Timings | None, compared: str | None
+    ) -> None:
+        """An answer to ``message_id`` ended: the turn's own (``compared`` None; its
+        earlier Compare answers were of an answer now replaced) or another model's,
+        labelled ``compared``."""
+        if compared is None:
+            self._timings[message_id] = timings
+            self._compared.pop(message_id, None)
+        else:
+            answer = ComparedAnswer(compared, turn, timings)
+            self._compared.setdefault(message_id, []).append(answer)
+
+    def completed(self, record: TurnRecord) -> TurnRecord:
+        """``record`` with what this session showed of it: its numbers if the record has
+        none, and its Compare answers."""
+        shown = self._timings.get(record.message_id)
+        timings = record.timings if record.timings is not None else shown
+        compared = tuple(self._compared.get(record.message_id, ()))
+        return replace(record, timings=timings, compared=compared)

@@ -49,7 +49,7 @@ from backend.presenter import (
     rerun_note,
     server_away_note,
 )
-from backend.record import TurnRecord, TurnSink
+from backend.record import ShownAnswers, TurnRecord, TurnSink
 from backend.render import (
     AnswerText,
     ButtonsUnder,
@@ -125,6 +125,8 @@ class TurnRunner:
     def __init__(self, chat: ChatSession, sink: TurnSink | None = None) -> None:
         self.chat = chat
         self.sink = sink
+        self.shown = ShownAnswers()
+        """What the chat showed beyond its turns (numbers, Compare answers): the export's."""
 
     @property
     def records(self) -> bool:
@@ -344,6 +346,7 @@ class TurnRunner:
         if request_id is not None:
             log.info("request %s ended: %s", request_id, status)
         timings = Timings.from_done(done) if done is not None else None
+        self.shown.ended(shown.message_id, turn, timings, shown.compared)
         answer_id = shown.answer_id if status != "failed" or shown.answer_started else None
         await asyncio.shield(self._record(turn, answer_id, timings))
 

@@ -120,7 +120,7 @@ async def test_export_sends_one_html_file_with_the_stored_chat(
     await app.on_message(cl.Message(content="What is this?", type="user_message", elements=[
         cl.Image(name="rocket.jpg", path=str(DATA / "rocket.jpg"), mime="image/jpeg"),
     ]))  # fmt: skip
-    name, document = await history.export(app.chat())
+    name, document = await history.export(app.runner())
     assert name.endswith(".html")
     assert document.count('<img src="data:image/') == 1
     assert "Thought for " in document and "<details>" in document

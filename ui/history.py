@@ -36,9 +36,10 @@ from backend.record import TurnRecord, TurnSink
 from backend.settings import Settings
 from backend.store import Store, StoreError, open_store
 from backend.store.db import DATABASE_FILE
-from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html
+from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html, marked_copies
 from backend.store.resume import Restored, restore
 from backend.store.turns import ThreadTurns
+from backend.turn_runner import TurnRunner
 from ui import bridge, signin
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
@@ -206,8 +207,10 @@ async def may_view_shared(thread: ThreadDict, viewer: cl.User | None) -> bool:
     return bool(isinstance(metadata, dict) and metadata.get("is_shared"))
 
 
-async def export(session: ChatSession) -> tuple[str, str]:
-    """This chat as one HTML file (see :mod:`backend.store.export`): its name and text."""
+async def export(turns: TurnRunner) -> tuple[str, str]:
+    """This chat as one HTML file (see :mod:`backend.store.export`): its name and text;
+    what the chat showed beyond its turns (numbers, Compare answers, drawn copies) too."""
+    session = turns.chat
     records: list[TurnRecord] = []
     if _store is not None and _owner() is not None:
         try:
@@ -220,6 +223,8 @@ async def export(session: ChatSession) -> tuple[str, str]:
             TurnRecord(position=i, message_id=message_ids.get(id(t), ""), turn=t)
             for i, t in enumerate(session.conversation.turns)
         ]
+    records = [turns.shown.completed(record) for record in records]
+    marked = await session.workers.run(marked_copies, records, session.tr)
     first = records[0].turn.text.strip().splitlines()[0] if records and records[0].turn.text else ""
     now = datetime.now(UTC)
     html = export_html(
@@ -229,6 +234,7 @@ async def export(session: ChatSession) -> tuple[str, str]:
             options=asdict(session.options) if session.options else {},
             records=records,
             exported_at=now.strftime("%Y-%m-%d %H:%M UTC"),
+            marked=marked,
         ),
         session.tr,
     )
@@ -247,12 +253,12 @@ def export_command() -> CommandDict:
     }
 
 
-async def send_export(session: ChatSession) -> None:
+async def send_export(turns: TurnRunner) -> None:
     """Have the page save this chat as one self-contained HTML file (a download, not a
     message: the transcript and the stored thread stay as they were), and say so."""
-    name, html = await export(session)
+    name, html = await export(turns)
     await bridge.offer_download(name, html.encode("utf-8"), "text/html")
-    await cl.context.emitter.send_toast(session.tr(EXPORT_NOTE), "success")
+    await cl.context.emitter.send_toast(turns.chat.tr(EXPORT_NOTE), "success")
 
 
 def register(settings: Settings) -> Store | None:
