@@ -227,17 +227,15 @@ async def export(turns: TurnRunner) -> tuple[str, str]:
     marked = await session.workers.run(marked_copies, records, session.tr)
     first = records[0].turn.text.strip().splitlines()[0] if records and records[0].turn.text else ""
     now = datetime.now(UTC)
-    html = export_html(
-        ChatExport(
-            title=first[:80] or "Kimi-VL chat",
-            model=session.tr.text(session.profile.label),
-            options=asdict(session.options) if session.options else {},
-            records=records,
-            exported_at=now.strftime("%Y-%m-%d %H:%M UTC"),
-            marked=marked,
-        ),
-        session.tr,
+    page = ChatExport(
+        title=first[:80] or "Kimi-VL chat",
+        model=session.tr.text(session.profile.label),
+        options=asdict(session.options) if session.options else {},
+        records=records,
+        exported_at=now.strftime("%Y-%m-%d %H:%M UTC"),
+        marked=marked,
     )
+    html = await session.workers.run(export_html, page, session.tr)  # seconds for long chats
     return f"kimi-vl-chat-{now.strftime('%Y%m%d-%H%M%S')}.html", html
 
 
