@@ -6,6 +6,7 @@ from __future__ import annotations
 import gettext
 import json
 import pickle
+import re
 import string
 from pathlib import Path
 
@@ -83,6 +84,15 @@ def test_every_msgid_has_a_chinese_translation_with_the_same_placeholders() -> N
         assert fields(msgstr) == fields(msgid), msgid
         if msgid != "Top p":  # a parameter's name, kept as is
             assert msgstr != msgid, msgid
+
+
+def test_no_sentence_a_person_reads_names_the_servers_address_or_its_log() -> None:
+    """Defect: "Cannot reach the model server at http://127.0.0.1:.../v1 ... (launch.sh
+    restarts it; see llm.log)" and "Try again, or check llm.log" were the person's words;
+    the address, the launcher and the log are the operator's (app.log's warnings)."""
+    operators = re.compile(r"llm\.log|launch\.sh|\{url\}|https?://|127\.0\.0\.1")
+    said = [msgid for msgid in code_msgids() if operators.search(msgid)]
+    assert said == []
 
 
 def test_english_is_the_msgids_and_chinese_comes_from_the_catalogue() -> None:
