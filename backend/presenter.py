@@ -105,7 +105,7 @@ def server_away_note(seconds: float, tr: Translator = ENGLISH) -> str:
 
 def connecting_note(tr: Translator = ENGLISH) -> str:
     """Said at chat start while the model server's models are not known yet."""
-    return tr("**Connecting to the model server…** *This message changes when it answers.*")
+    return tr("**Connecting to the model server…** *This note goes away when it answers.*")
 
 
 def waiting_note(problem: str, tr: Translator = ENGLISH) -> str:
@@ -113,7 +113,7 @@ def waiting_note(problem: str, tr: Translator = ENGLISH) -> str:
     (a :class:`backend.i18n.Message`, e.g. the error's, is translated)."""
     return tr(
         "**Waiting for the model server.** {problem}\n\n"
-        "*This message changes when the server is ready.*",
+        "*This note keeps up to date and goes away when the server is ready.*",
         problem=in_markdown(problem, tr),
     )
 

@@ -286,7 +286,7 @@ def test_the_waiting_note_translates_the_problem_it_quotes() -> None:
     error = map_error(httpx.ConnectError("refused"), base_url="http://h:1/v1", model="m")
     note = waiting_note(error.message, ZH)  # the address is escaped: no link of it
     assert note.startswith("**正在等待模型服务器。** 现在连不上模型服务器")
-    assert note.endswith("*服务器就绪后这条消息会更新。*")
+    assert note.endswith("*这条提示会随时更新，服务器就绪后即消失。*")
     assert waiting_note(error.message).startswith(
         "**Waiting for the model server.** The model server cannot be reached right now"
     )
