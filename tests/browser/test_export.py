@@ -16,7 +16,9 @@ from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from tests.browser.conftest import (
     ANSWERS,
+    DESKTOP,
     INSTRUCT_MODEL,
+    PHONE,
     ROOT,
     THINKING_MODEL,
     Stack,
@@ -32,8 +34,6 @@ from tests.conftest import DATA, free_port
 
 pytestmark = pytest.mark.browser
 
-DESKTOP: ViewportSize = {"width": 1440, "height": 900}
-PHONE: ViewportSize = {"width": 390, "height": 844}
 USER_MESSAGES = '[data-step-type="user_message"]'
 
 

@@ -13,7 +13,9 @@ from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from tests.browser.conftest import (
     ANSWERS,
+    DESKTOP,
     INSTRUCT_MODEL,
+    PHONE,
     REASONING_STEP,
     THINKING_MODEL,
     Process,
@@ -29,8 +31,6 @@ from tests.conftest import free_port
 
 pytestmark = pytest.mark.browser
 
-DESKTOP: ViewportSize = {"width": 1440, "height": 900}
-PHONE: ViewportSize = {"width": 390, "height": 844}
 PICKER = "#mode-picker-trigger-model"
 
 
