@@ -93,30 +93,38 @@ class TurnSink(Protocol):
 
 class ShownAnswers:
     """What this session showed of each turn's answers beyond the turn itself: the
-    measured numbers (open mode stores none) and the Compare answers, by the person's
+    measured numbers and model (open mode stores none) and the Compare answers, by the person's
     message id (Chainlit's); for an export of what the chat looks like."""
 
     def __init__(self) -> None:
         self._timings: dict[str, Timings | None] = {}
+        self._models: dict[str, str | None] = {}
         self._compared: dict[str, list[ComparedAnswer]] = {}
 
     def ended(
-        self, message_id: str, turn: Turn, timings: Timings | None, compared: str | None
+        self,
+        message_id: str,
+        turn: Turn,
+        timings: Timings | None,
+        compared: str | None,
+        model: str | None = None,
     ) -> None:
-        """An answer to ``message_id`` ended: the turn's own (``compared`` None; its
-        earlier Compare answers were of an answer now replaced) or another model's,
-        labelled ``compared``."""
+        """An answer to ``message_id`` ended: the turn's own, from served ``model``
+        (``compared`` None; its earlier Compare answers were of an answer now replaced),
+        or another model's, labelled ``compared``."""
         if compared is None:
             self._timings[message_id] = timings
+            self._models[message_id] = model
             self._compared.pop(message_id, None)
         else:
             answer = ComparedAnswer(compared, turn, timings)
             self._compared.setdefault(message_id, []).append(answer)
 
     def completed(self, record: TurnRecord) -> TurnRecord:
-        """``record`` with what this session showed of it: its numbers if the record has
-        none, and its Compare answers."""
+        """``record`` with what this session showed of it: its numbers and model if the
+        record has none, and its Compare answers."""
         shown = self._timings.get(record.message_id)
         timings = record.timings if record.timings is not None else shown
+        model = record.model or self._models.get(record.message_id)
         compared = tuple(self._compared.get(record.message_id, ()))
-        return replace(record, timings=timings, compared=compared)
+        return replace(record, timings=timings, model=model, compared=compared)

@@ -148,3 +148,18 @@ def test_open_mode_has_the_times_compare_answers_and_the_drawn_copies() -> None:
     images = [attrs["src"] or "" for tag, attrs in page.tags if tag == "img"]
     assert len(images) == 2 and images[0] != images[1]  # the photo and its drawn copy
     assert images[1].startswith("data:image/")
+
+
+def test_a_switch_of_model_mid_chat_is_marked_where_it_happened() -> None:
+    """As the chat shows it: a note before the first turn the other model answered (the
+    model of an open-mode turn comes from what the session showed)."""
+    shown = ShownAnswers()
+    turns = [Turn(text=f"q{i}", answer=f"a{i}", status="done") for i in range(3)]
+    for i, model in enumerate(["kimi-vl-thinking-2506", "kimi-vl", "kimi-vl"]):
+        shown.ended(f"m{i}", turns[i], None, None, model)
+    records = [shown.completed(TurnRecord(i, f"m{i}", t)) for i, t in enumerate(turns)]
+    assert [r.model for r in records] == ["kimi-vl-thinking-2506", "kimi-vl", "kimi-vl"]
+    text = "".join(parse(chat(records)).text)
+    note = "Kimi-VL Instruct answers from here on, with the conversation so far."
+    assert text.count(note) == 1
+    assert text.index("q0") < text.index(note) < text.index("q1")

@@ -30,6 +30,7 @@ from backend.i18n import ENGLISH, Translator, msg
 from backend.markdown_html import to_html
 from backend.record import TurnRecord
 from backend.safety import escape_markdown
+from backend.settings import profile_for
 from backend.timings import Timings, stats_line, thought_label
 
 CONTENT_SECURITY_POLICY: Final = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -215,6 +216,23 @@ def _stats(record: TurnRecord, tr: Translator) -> str:
     return stats_line(timings, tr) if timings is not None and timings.elapsed_s is not None else ""
 
 
+def _turns(chat: ChatExport, tr: Translator) -> list[str]:
+    """Each turn, with the chat's note where another model took over (a switch)."""
+    parts, model = [], None
+    for record in chat.records:
+        if model is not None and record.model is not None and record.model != model:
+            label = tr.text(profile_for(record.model).label)
+            # The chat's note there (backend/presenter.py, model_switched_note).
+            switched = tr(
+                "{model} answers from here on, with the conversation so far.",
+                model=escape_markdown(label),
+            )
+            parts.append(f'<div class="note">{to_html(switched)}</div>')
+        model = record.model or model
+        parts.append(_turn(record, chat.marked, tr))
+    return parts
+
+
 def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
     """The whole chat as one HTML document (UTF-8 text) in ``tr``'s language; see the
     module docstring. (Stats lines stored as text by older versions stay as they were.)"""
@@ -237,7 +255,7 @@ def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
             f"<title>{_e(chat.title)}</title><style>{_STYLE}</style></head><body>",
             f"<header><h1>{_e(chat.title)}</h1><dl><dt>{model}</dt><dd>{_e(chat.model)}</dd>",
             f"{settings}<dt>{exported}</dt><dd>{_e(chat.exported_at)}</dd></dl></header>",
-            *(_turn(record, chat.marked, tr) for record in chat.records),
+            *_turns(chat, tr),
             sign_in,
             "</body></html>",
             "",
