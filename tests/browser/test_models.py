@@ -69,6 +69,16 @@ def test_switching_to_instruct_keeps_the_conversation(
         expect(page.locator(REASONING_STEP)).to_have_count(1)  # Thinking reasoned
         first = page.locator(ANSWERS).first.inner_text()
 
+        send = page.locator("#chat-submit").bounding_box()
+        assert send is not None
+        row = send["y"] + send["height"] / 2
+        buttons = page.locator(f"{PICKER}, .command-buttons-container button").all()
+        assert len(buttons) == 3  # the picker, Server, Export: one row with Send
+        for button in buttons:
+            box = button.bounding_box()
+            assert box is not None and box["y"] < row < box["y"] + box["height"]
+            assert box["x"] + box["width"] <= send["x"]
+        screenshot(page, f"model-picker-thinking-{locale}")
         stack.clear_requests()
         pick_model(page, instruct)
         screenshot(page, f"model-picker-{locale}")
