@@ -18,40 +18,52 @@ from chainlit.config import config as chainlit_config
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
+from backend.errors import ChatError
 from backend.fair_use import UploadRoom
 from backend.i18n import in_any_language
 from backend.logs import LOGGER_NAME
 from backend.logs import configure as configure_logging
-from backend.panel import SettingsRefused, option_changes, panel_fields, profile_choices
-from backend.presenter import DEV_MODE_BANNER, in_markdown
+from backend.panel import SettingsRefused, option_changes, panel_fields
+from backend.presenter import (
+    DEV_MODE_BANNER,
+    in_markdown,
+    model_switched_note,
+    switch_refused_note,
+    upload_refusal,
+)
 from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from backend.turn_runner import TurnRunner
-from ui import chainlit_patches, history, security, server_panel, status
+from ui import bridge, chainlit_patches, history, model_picker, security, server_panel, status
 from ui.answer import draw, said, say
 from ui.connection import connect_or_wait, send_settings, stop_waiting
-from ui.language import session_translator, translator_for_language
+from ui.language import session_translator
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers, stop_answers_when_gone
 
 log = logging.getLogger(LOGGER_NAME)
 
 
-def prefetch(values: dict[str, Any], name: str, path: Path) -> None:
-    """An upload was stored: start preparing it for its chat now, before the message is
-    sent (``values``: the session's user-session values). Never fails the upload."""
+async def judge_upload(values: dict[str, Any], name: str, path: Path) -> str | None:
+    """An upload was stored: judge it for its chat now (an image is prepared, before the
+    message is sent) and return, in one plain sentence of the chat's language, why it
+    cannot be used; the page shows it at once and drops the attachment. None keeps it
+    (``values``: the session's user-session values). Never fails the upload itself."""
     runner = values.get("runner")
-    if isinstance(runner, TurnRunner):
-        try:
-            runner.chat.prefetch(Upload(name=name, path=path))
-        except Exception:  # preparing on send still works
-            log.exception("could not start preparing %s early", name)
+    if not isinstance(runner, TurnRunner):
+        return None
+    try:
+        problem = await runner.chat.judge_upload(Upload(name=name, path=path))
+    except Exception:  # judged again when the message is sent
+        log.exception("could not judge %s on upload", name)
+        return None
+    return None if problem is None else upload_refusal(problem, name, runner.chat.tr)
 
 
 SETTINGS = Settings()
 UPLOADS = UploadRoom(SETTINGS.upload_session_mb * 1_000_000, SETTINGS.upload_user_mb * 1_000_000)
 security.install(SETTINGS.allowed_origins, UPLOADS)  # Origin, owner, upload size and quota, CSP
-chainlit_patches.on_file_stored(prefetch)  # uploaded images are prepared before sending
+chainlit_patches.on_file_stored(judge_upload)  # uploads judged (images prepared) on attach
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 status.install()  # GET /kimi/status for ./launch.sh status
 _resources: AppResources | None = None
@@ -107,11 +119,10 @@ def chat() -> ChatSession:
 
 
 async def new_chat(shared: AppResources, wanted_model: str = "") -> TurnRunner:
-    """This session's chat (for ``wanted_model``, "" = any), on the server of the chosen
-    profile (looked for again at every connect), and its turn runner; a stored chat's
+    """This session's chat (for ``wanted_model``, "" = the setting's), on its model's
+    server (looked for again at every connect), and its turn runner; a stored chat's
     turns are recorded."""
-    profile = cl.user_session.get("chat_profile") or SETTINGS.model
-    server = await shared.server_for(profile)
+    server = await shared.server_for(wanted_model or SETTINGS.model)
     session = ChatSession.create(
         SETTINGS,
         server,
@@ -123,22 +134,6 @@ async def new_chat(shared: AppResources, wanted_model: str = "") -> TurnRunner:
     turns = TurnRunner(session, history.sink())
     cl.user_session.set("runner", turns)
     return turns
-
-
-@cl.set_chat_profiles
-async def chat_profiles(user: cl.User | None, language: str | None = None) -> list[cl.ChatProfile]:
-    """One profile per served model when the server serves several (Thinking, Instruct).
-
-    From a cache: a page load waits at most a moment on the model server.
-    """
-    return [
-        cl.ChatProfile(
-            name=c.name, display_name=c.label, markdown_description=c.description, default=c.default
-        )
-        for c in profile_choices(
-            [model for model, _ in await resources().served()], translator_for_language(language)
-        )
-    ]
 
 
 @cl.set_starters
@@ -174,18 +169,44 @@ async def on_chat_start() -> None:
     The served models come from the shared cache: a chat start never waits on a
     server that does not answer; it says it is connecting and goes on trying.
     """
-    profile = cl.user_session.get("chat_profile") or SETTINGS.model
-    session = (await new_chat(resources(), profile)).chat
+    session = (await new_chat(resources(), SETTINGS.model)).chat
     await offer_commands()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
+    await connect_or_wait(session, await session.server.models.current(), served_now)
+
+
+async def served_now(session: ChatSession) -> None:
+    """The chat knows what is served (at chat start, once the server is up, at each
+    message): Compare's other models and the model picker (sent when it changed)."""
     await find_others(session)
-    await connect_or_wait(session, await session.server.models.current())
+    await model_picker.offer(session, [model for model, _ in await resources().served()])
 
 
 async def offer_commands() -> None:
-    """The composer's command buttons: the live server panel and Export."""
-    await cl.context.emitter.set_commands([server_panel.command(), history.export_command()])
+    """The composer's action buttons (the live server panel and Export: run at a click,
+    never sent as messages) and the page's own words (ui/bridge.py)."""
+    await bridge.offer_actions(
+        {"server_panel": server_panel.command(), "export": history.export_command()}
+    )
+    await bridge.send_strings(session_translator())
+
+
+async def run_action(action: bridge.Action) -> None:
+    """Run an action button's action in this chat (outside its transcript)."""
+    if action == "server_panel":
+        await server_panel.toggle_panel()
+    else:
+        await history.send_export(runner())
+
+
+@cl.on_window_message
+@said
+async def on_window_message(data: object) -> None:
+    """A click on an action button (public/bridge.js); anything else is ignored."""
+    action = bridge.action_of(data)
+    if action is not None:
+        await run_action(action)
 
 
 async def find_others(session: ChatSession) -> None:
@@ -193,19 +214,29 @@ async def find_others(session: ChatSession) -> None:
     session.served_besides([model for model, _ in await resources().served()])
 
 
+def action_of_command(command: str | None) -> bridge.Action | None:
+    """The action of a composer command, in any language (None: not one of them)."""
+    if in_any_language(server_panel.COMMAND, command):
+        return "server_panel"
+    if in_any_language(history.EXPORT_COMMAND, command):
+        return "export"
+    return None
+
+
 @cl.on_message
 @said
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), then answer, in one turn."""
-    if in_any_language(server_panel.COMMAND, message.command):  # the panel, not a question
-        await server_panel.toggle_panel()
-        return
-    if in_any_language(history.EXPORT_COMMAND, message.command):
-        await history.send_export(chat())
+    action = action_of_command(message.command)
+    if action is not None:  # picked from the "/" list: an action, not a question
+        await message.remove()  # off the transcript and the stored thread
+        await run_action(action)
         return
     async with one_at_a_time(resources().answers):
         turns = runner()
-        await find_others(turns.chat)
+        if not await switch_model(turns.chat, message):
+            return
+        await served_now(turns.chat)  # a server that came up since: Compare, the picker
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
@@ -215,6 +246,28 @@ async def on_message(message: cl.Message) -> None:
         if turns.chat.turn_of(message.id) is not None:  # an edit: what followed it is gone
             await history.forget_after(message)
         await draw(turns.ask(message.id, message.content, uploads), turns.chat)
+
+
+async def switch_model(session: ChatSession, message: cl.Message) -> bool:
+    """Go on with the served model picked for ``message`` (the model picker), keeping the
+    chat: the settings panel is the new model's, and a note says who answers from here
+    on. False when it cannot answer: said, the message off the transcript and its text
+    back in the message box, the picker back on the chat's model."""
+    wanted = model_picker.picked(message)
+    if wanted is None or session.model is None or wanted == session.model.id:
+        return True
+    try:
+        await session.switch_model(wanted)
+    except ChatError as exc:
+        log.warning("switching to %s: %s", wanted, exc)
+        await message.remove()
+        await bridge.put_back(message.content)
+        await say(switch_refused_note(exc.message, session.tr), kind="warning")
+        await served_now(session)
+        return False
+    await send_settings(session)
+    await say(model_switched_note(session.tr.text(session.profile.label), session.tr))
+    return True
 
 
 @cl.action_callback("send_anyway")
@@ -285,7 +338,6 @@ async def on_chat_resume(thread: ThreadDict) -> None:
     """Rebuild a stored chat: turns, images, model and settings; Regenerate on its last answer."""
     turns = await new_chat(resources())
     restored = await history.resume(thread, turns.chat)
-    await find_others(turns.chat)
-    await connect_or_wait(turns.chat, [])
+    await connect_or_wait(turns.chat, [], served_now)
     await draw(turns.resumed(restored.last_answer_id), turns.chat)
     await offer_commands()

@@ -143,7 +143,7 @@ async def coalesce(
                         raise FirstTokenTimeout(
                             msg(
                                 "The model server has not started answering in {seconds:.0f} s; "
-                                "it may be overloaded or stuck. Try again, or check llm.log.",
+                                "it may be overloaded or stuck. Try again in a moment.",
                                 seconds=limit,
                             )
                         ) from None

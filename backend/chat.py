@@ -21,9 +21,9 @@ from typing import Any
 
 from backend.client import ChatClient, ServedModel
 from backend.conversation import Conversation, TokenCounter, Turn
-from backend.errors import ChatError
+from backend.errors import ChatError, ImageError
 from backend.i18n import ENGLISH, Translator, msg
-from backend.images import PreparedImage
+from backend.images import PreparedImage, upload_size
 from backend.logs import LOGGER_NAME
 from backend.resources import Server
 from backend.settings import ModelProfile, Settings, profile_for
@@ -204,6 +204,21 @@ class ChatSession:
             self.options = replace(defaults, show_stats=self.settings.show_stats)
         return chosen
 
+    async def switch_model(self, model_name: str) -> ServedModel:
+        """Go on with the served model ``model_name``, the conversation as it is (the
+        history the model sees has no reasoning, which suits either model); its
+        sampling options are the new model's defaults unless it was already chosen.
+
+        Raises:
+            ChatError: as :meth:`connect`; the chat is then left as it was.
+        """
+        kept = (self.wanted_model, self.server)
+        try:
+            return await self.connect(model_name)
+        except ChatError:
+            self.wanted_model, self.server = kept
+            raise
+
     async def connect_first(self, names: Sequence[str | None]) -> ServedModel | None:
         """Connect to the first of ``names`` that is served (None: the default choice);
         None if none is (or the server cannot be reached): the chat then says so."""
@@ -236,6 +251,20 @@ class ChatSession:
         videos wait for their message: their budget depends on what else it holds).
         """
         return self.prefetched.start(upload, self.upload_limits(), self.workers)
+
+    async def judge_upload(self, upload: Upload) -> str | None:
+        """Say at once why ``upload`` cannot be used, or None if it can: its size against
+        the limit for one file, and for an image its whole preparation (started now, kept
+        for its message). PDFs and videos are prepared with their message (their budget
+        depends on what else it holds). Returns the problem as a
+        :class:`backend.i18n.Message` (it starts with the file's name)."""
+        try:
+            upload_size(upload.path, upload.name, self.upload_limits().max_bytes)
+        except ImageError as error:
+            return error.message
+        if not self.prefetch(upload):
+            return None
+        return await self.prefetched.problem(upload.path)
 
     async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
         """Prepare the uploads of one message for the chosen model

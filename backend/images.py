@@ -386,7 +386,7 @@ def _unidentified_reason(path: Path) -> str:
         return msg("an SVG drawing, which is not supported (export it as PNG)")
     if head.startswith(b"<") and b"<html" in head:
         return msg("an HTML page, not an image")
-    return msg("not an image Pillow can read (cannot identify image file)")
+    return msg("not a picture, PDF or video the app can read (only those can be attached)")
 
 
 def _first_frame_notice(image: Image.Image, label: str) -> tuple[str, ...]:
@@ -480,7 +480,8 @@ def prepare_image(
         ImageError: the file is missing, empty, too big, not an image Pillow can read
             (with the likely reason: PDF, SVG, HTML), truncated or corrupt, or has too
             many pixels. The message is one line starting with the file name, e.g.
-            ``"cat.jpg: not an image Pillow can read (cannot identify image file)"``.
+            ``"cat.jpg: not a picture, PDF or video the app can read (only those can be
+            attached)"``.
         ValueError: ``in_token_limit`` is not positive (a programming error).
     """
     if in_token_limit < 1:

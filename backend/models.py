@@ -67,6 +67,14 @@ class ModelDirectory:
                     await asyncio.shield(self._refreshing)
         return list(self._models)
 
+    async def refresh(self) -> list[ServedModel]:
+        """Ask the server now, whatever the cache's age (a chat just found it ready), wait
+        for its answer and return the served models as then known. Never raises."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self._refresh())
+        await asyncio.shield(self._refreshing)
+        return list(self._models)
+
     async def _refresh(self) -> None:
         """Ask ``/v1/models``; keep the last good answer if the server fails."""
         try:

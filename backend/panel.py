@@ -6,8 +6,8 @@ model's profile); :func:`option_changes` turns the panel's values back into
 :meth:`backend.chat.ChatSession.with_options` keywords, refusing (:class:`SettingsRefused`)
 any the panel's controls cannot give: the values come over the socket, from the browser or
 from anyone who speaks its protocol; :func:`sane_options` does the same for stored ones.
-:func:`profile_choices` builds one chat profile per served model (from
-:class:`backend.models.ModelDirectory`) when the server serves several.
+:func:`model_choices` builds one entry of the model picker per served model (from
+:class:`backend.models.ModelDirectory`) when the servers serve several.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from backend.chat import SamplingOptions
 from backend.client import ServedModel
 from backend.errors import ChatError
 from backend.i18n import ENGLISH, Message, Translator, msg
-from backend.safety import escape_markdown
 from backend.settings import ModelProfile, profile_for
 
 MIN_MAX_TOKENS = 256
@@ -211,8 +210,9 @@ def sane_options(stored: Mapping[str, object], max_model_len: int) -> dict[str, 
 
 
 @dataclass(frozen=True, slots=True)
-class ProfileChoice:
-    """One entry of the model choice: the served name and what people read."""
+class ModelChoice:
+    """One entry of the model picker: the served name and what people read (plain text);
+    ``default``: the one the chat answers with now."""
 
     name: str
     label: str
@@ -220,22 +220,24 @@ class ProfileChoice:
     default: bool
 
 
-def profile_choices(models: Sequence[ServedModel], tr: Translator = ENGLISH) -> list[ProfileChoice]:
-    """One choice per served model, the first served one as default, in ``tr``'s language.
+def model_choices(
+    models: Sequence[ServedModel], current: str | None = None, tr: Translator = ENGLISH
+) -> list[ModelChoice]:
+    """One choice per served model in ``tr``'s language, ``current`` (a served name) as the
+    default, else the first served.
 
     Empty when the server serves fewer than two models: there is nothing to choose.
     """
     if len(models) < 2:
         return []
+    chosen = current if any(m.id == current for m in models) else models[0].id
     choices = []
-    for index, model in enumerate(models):
+    for model in models:
         profile = profile_for(model.id)
         kind = (
             tr("Reasons step by step before it answers (slower, better at hard questions).")
             if profile.thinking
             else tr("Answers at once, without a reasoning step.")
         )
-        label = tr.text(profile.label)
-        described = f"**{escape_markdown(label)}** · {kind}"  # a served name is the server's
-        choices.append(ProfileChoice(model.id, label, described, index == 0))
+        choices.append(ModelChoice(model.id, tr.text(profile.label), kind, model.id == chosen))
     return choices

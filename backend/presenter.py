@@ -100,9 +100,19 @@ def not_started_note(seconds: float, queued: int | None, tr: Translator = ENGLIS
     )
 
 
+def server_away_note(seconds: float, tr: Translator = ENGLISH) -> str:
+    """Said, and updated, while a sent message waits for a model server that cannot be
+    reached or is still loading (``seconds`` so far); it is answered once the server is back."""
+    return "⏳ " + tr(
+        "The model server is not answering right now: it may be restarting ({seconds:.0f} s). "
+        "Your message will be answered as soon as it is back. Stop works at any time.",
+        seconds=seconds,
+    )
+
+
 def connecting_note(tr: Translator = ENGLISH) -> str:
     """Said at chat start while the model server's models are not known yet."""
-    return tr("**Connecting to the model server…** *This message changes when it answers.*")
+    return tr("**Connecting to the model server…** *This note goes away when it answers.*")
 
 
 def waiting_note(problem: str, tr: Translator = ENGLISH) -> str:
@@ -110,15 +120,31 @@ def waiting_note(problem: str, tr: Translator = ENGLISH) -> str:
     (a :class:`backend.i18n.Message`, e.g. the error's, is translated)."""
     return tr(
         "**Waiting for the model server.** {problem}\n\n"
-        "*This message changes when the server is ready.*",
+        "*This note keeps up to date and goes away when the server is ready.*",
         problem=in_markdown(problem, tr),
     )
 
 
 def ready_note(label: str, tr: Translator = ENGLISH) -> str:
-    """Said once the model server answers."""
-    return "✓ " + tr(
-        "**The model server is ready** ({label}). Ask away.", label=escape_markdown(label)
+    """Said once the model server answers (plain text: a toast)."""
+    return tr("The model server is ready ({label}). Ask away.", label=label)
+
+
+def model_switched_note(label: str, tr: Translator = ENGLISH) -> str:
+    """Said where the person picked another served model (``label``, e.g. "Kimi-VL
+    Instruct"): the chat goes on, history and all."""
+    return tr(
+        "{model} answers from here on, with the conversation so far.",
+        model=escape_markdown(label),
+    )
+
+
+def switch_refused_note(problem: str, tr: Translator = ENGLISH) -> str:
+    """Said when the picked model cannot answer (``problem``: a ChatError's sentence):
+    the message was not sent, its text is back in the message box."""
+    return tr(
+        "{problem} Your text is back in the message box: send it again, or pick another model.",
+        problem=in_markdown(problem, tr),
     )
 
 
@@ -157,16 +183,33 @@ def no_more_tokens_note(max_tokens: int, max_model_len: int, tr: Translator = EN
     )
 
 
-def unusable_files_note(problems: list[str], can_send: bool, tr: Translator = ENGLISH) -> str:
-    """Name each file that could not be used, and say the message is kept.
+def upload_refusal(problem: str, name: str, tr: Translator = ENGLISH) -> str:
+    """Why an upload is refused, as plain text after the page's "Failed to upload
+    <name>:" (Chainlit's words): ``problem`` (a file's :class:`backend.i18n.Message`,
+    which starts with the file's name) in ``tr``'s language, without that name."""
+    said = tr.text(problem)
+    for separator in (": ", "："):
+        said = said.removeprefix(name + separator)
+    return said
 
-    ``can_send``: something is left to send (text or usable files), so the note
-    offers to send it without the refused files.
+
+def unusable_files_note(
+    problems: list[str], can_send: bool, text_back: bool = False, tr: Translator = ENGLISH
+) -> str:
+    """Name each file that could not be used, and say what the person can do now.
+
+    ``can_send``: something is left to send (text or usable files), so the note offers
+    to send the message without the refused files. ``text_back``: the message's text
+    was put back in the message box, so attaching other files and sending again is real.
     """
     lines = "\n".join(f"- {in_markdown(problem, tr)}" for problem in problems)
-    how = (
-        tr("Your message is kept: attach other files and send again, or send it without them.")
-        if can_send
-        else tr("Your message is kept: attach other files and send again.")
-    )
+    if text_back:
+        how = tr(
+            "Your text is back in the message box: attach other files and send it again, "
+            "or send this message without them."
+        )
+    elif can_send:
+        how = tr("Attach other files and send again, or send this message without them.")
+    else:
+        how = tr("Attach other files and send again.")
     return tr("Some files could not be used:") + f"\n{lines}\n\n{how}"

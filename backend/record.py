@@ -9,7 +9,7 @@ answer, reasoning, status, the measured numbers), never rendered text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from backend.conversation import Turn
@@ -17,6 +17,21 @@ from backend.timings import Timings
 
 INTERRUPTED: Final = "interrupted"
 """Stored status of a turn whose answer never ended (the app was killed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComparedAnswer:
+    """Another model's answer to a turn (Compare), as the chat showed it.
+
+    Attributes:
+        label: the other model's label (e.g. "Kimi-VL Instruct").
+        turn: its answer, reasoning and status (text and images are the turn's own).
+        timings: what was measured of it, if it ended normally.
+    """
+
+    label: str
+    turn: Turn
+    timings: Timings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +58,8 @@ class TurnRecord:
         dropped: message ids of the turns the recording chat rewound away since its
             previous record (an edit or a rerun of an earlier turn): the store drops
             those, and only those (another tab's turns of the same chat stay).
+        compared: other models' answers to it (Compare), oldest first; only what this
+            session showed (:class:`ShownAnswers`), never stored.
     """
 
     position: int
@@ -56,6 +73,7 @@ class TurnRecord:
     created_at: str = ""
     legacy_stats: str | None = None
     dropped: tuple[str, ...] = ()
+    compared: tuple[ComparedAnswer, ...] = ()
 
     @property
     def interrupted(self) -> bool:
@@ -99,3 +117,42 @@ class TurnSink(Protocol):
     async def record(self, record: TurnRecord) -> Saving:
         """Store ``record`` (see the class docstring); how the chat's storing stands."""
         ...
+
+
+class ShownAnswers:
+    """What this session showed of each turn's answers beyond the turn itself: the
+    measured numbers and model (open mode stores none) and the Compare answers, by the person's
+    message id (Chainlit's); for an export of what the chat looks like."""
+
+    def __init__(self) -> None:
+        self._timings: dict[str, Timings | None] = {}
+        self._models: dict[str, str | None] = {}
+        self._compared: dict[str, list[ComparedAnswer]] = {}
+
+    def ended(
+        self,
+        message_id: str,
+        turn: Turn,
+        timings: Timings | None,
+        compared: str | None,
+        model: str | None = None,
+    ) -> None:
+        """An answer to ``message_id`` ended: the turn's own, from served ``model``
+        (``compared`` None; its earlier Compare answers were of an answer now replaced),
+        or another model's, labelled ``compared``."""
+        if compared is None:
+            self._timings[message_id] = timings
+            self._models[message_id] = model
+            self._compared.pop(message_id, None)
+        else:
+            answer = ComparedAnswer(compared, turn, timings)
+            self._compared.setdefault(message_id, []).append(answer)
+
+    def completed(self, record: TurnRecord) -> TurnRecord:
+        """``record`` with what this session showed of it: its numbers and model if the
+        record has none, and its Compare answers."""
+        shown = self._timings.get(record.message_id)
+        timings = record.timings if record.timings is not None else shown
+        model = record.model or self._models.get(record.message_id)
+        compared = tuple(self._compared.get(record.message_id, ()))
+        return replace(record, timings=timings, model=model, compared=compared)

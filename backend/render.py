@@ -133,6 +133,13 @@ class ButtonsUnder:
 
 
 @dataclass(frozen=True, slots=True)
+class TextBack:
+    """Put ``text`` back in the message box: its message was kept back, not sent."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     """The turn is over and recorded; nothing to draw (the CLI reads how it ended)."""
 
@@ -153,6 +160,7 @@ RenderEvent = (
     | Marks
     | ButtonUsed
     | ButtonsUnder
+    | TextBack
     | TurnEnded
 )
 """Everything the turn runner yields."""
@@ -183,11 +191,14 @@ def compare_button(message_id: str, other: ServedModel, tr: Translator) -> Butto
     return Button("compare", label, {"message": message_id, "model": other.id}, "columns-2")
 
 
-def draft_kept(message_id: str, problems: list[str], can_send: bool, tr: Translator) -> Note:
+def draft_kept(
+    message_id: str, problems: list[str], can_send: bool, text_back: bool, tr: Translator
+) -> Note:
     """The note under a message kept back because some of its files could not be used,
-    with "Send without them" when something is left to send."""
+    with "Send without them" when something is left to send; ``text_back``: its text is
+    put back in the message box too (:class:`TextBack`)."""
     send = Button("send_anyway", tr(SEND_ANYWAY_LABEL), {"message": message_id})
-    note = unusable_files_note(problems, can_send, tr)
+    note = unusable_files_note(problems, can_send, text_back, tr)
     return Note(note, "warning", (send,) if can_send else ())
 
 

@@ -138,6 +138,12 @@ class Settings(BaseSettings):
     idle_timeout_s: float = Field(
         120.0, gt=0, description="give up when a started answer is silent this long, seconds"
     )
+    server_back_wait_s: float = Field(
+        600.0,
+        ge=0,
+        description="how long a message sent while the model server cannot be reached "
+        "(restarting, loading) waits for it, then is answered by itself, seconds",
+    )
     plan_timeout_s: float = Field(
         2.0,
         gt=0,

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from contextlib import aclosing
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
@@ -36,7 +36,7 @@ from backend.batching import Pacing
 from backend.chat import ChatSession, Upload
 from backend.client import ServedModel
 from backend.conversation import Turn, TurnStatus
-from backend.errors import ChatError
+from backend.errors import ChatError, ServerLoading, ServerUnreachable
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
 from backend.i18n import msg
 from backend.images import PreparedImage
@@ -51,8 +51,9 @@ from backend.presenter import (
     in_markdown,
     not_started_note,
     rerun_note,
+    server_away_note,
 )
-from backend.record import Saving, TurnRecord, TurnSink
+from backend.record import Saving, ShownAnswers, TurnRecord, TurnSink
 from backend.render import (
     AnswerText,
     ButtonsUnder,
@@ -63,6 +64,7 @@ from backend.render import (
     ReasoningEnd,
     ReasoningText,
     RenderEvent,
+    TextBack,
     TurnEnded,
     WaitingNote,
     WaitingOver,
@@ -139,6 +141,8 @@ class TurnRunner:
         self.sink = sink
         self.unsaved_said = False
         """True once the chat said it is not being saved (said again only when it is)."""
+        self.shown = ShownAnswers()
+        """What the chat showed beyond its turns (numbers, Compare answers): the export's."""
 
     @property
     def records(self) -> bool:
@@ -202,8 +206,10 @@ class TurnRunner:
                 " | ".join(map(str, prepared.problems)),
             )
             self.chat.keep_draft(message_id, text, prepared.images)
-            can_send = bool(typed.strip() or prepared.images)
-            return Opening([draft_kept(message_id, prepared.problems, can_send, self.chat.tr)])
+            text_back = bool(typed.strip())
+            can_send = text_back or bool(prepared.images)
+            note = draft_kept(message_id, prepared.problems, can_send, text_back, self.chat.tr)
+            return Opening([note, TextBack(typed)] if text_back else [note])
         opened = await self._started(message_id, text, prepared.images)
         notes: list[RenderEvent] = [Note(in_markdown(n, self.chat.tr)) for n in prepared.notices]
         return Opening(notes, opened.answer)
@@ -257,61 +263,100 @@ class TurnRunner:
     async def _run(self, opening: Awaitable[Opening]) -> Events:
         """The render events of one turn: the opening's notes, then (if there is an answer
         to give) plan, stream, record and say how it ended. The turn's notices (its files',
-        its plan's) are said in one note, once the plan is made."""
+        its plan's) are said in one note, once the plan is made. A model server that cannot
+        be reached (or is loading) is waited for, with a note, before the answer fails."""
         opened = await opening
         answering = opened.answer
         if answering is None:
             for note in opened.notes:
                 yield note
             return
-        turn, planned = answering.turn, answering.planned
-        request_id = (planned.request.request_id if planned else None) or new_request_id()
+        turn = answering.turn
         shown = Shown(self.chat, answering.message_id, answering.compared)
+        attempt = Attempt(self.chat.settings.server_back_wait_s, answering.planned)
         if answering.planned is None:  # one of the chat's turns, answered afresh
             turn.answer, turn.reasoning, turn.status = "", "", "pending"
         saving = Checkpoints(self, turn, shown)
-        notices = [n for n in opened.notes if isinstance(n, Note) and n.level == "info"]
+        attempt.notices = [n for n in opened.notes if isinstance(n, Note) and n.level == "info"]
         try:
             for note in opened.notes:
-                if note not in notices:
+                if note not in attempt.notices:
                     yield note
-            planned = planned or await self._plan(answering, request_id)
-            notices += [Note(in_markdown(notice, self.chat.tr)) for notice in planned.notices]
-            if notices:
-                yield merged(notices)
-                notices = []
-            for note in await self._record(turn):
-                yield note
-            async with aclosing(
-                answering.server.pace.paced(planned.request, self._pacing())
-            ) as events:
-                async for event in events:
-                    for drawn in [*shown.on(event), *saving.due()]:
-                        yield drawn
+            async for drawn in self._attempts(answering, shown, attempt, saving):
+                yield drawn
+            planned = attempt.planned
+            assert planned is not None
         except asyncio.CancelledError:
             if turn.status in ("done", "cut_off"):
                 raise  # finished is finished: a late Stop changes nothing
-            sent = request_id if planned else None
-            notes = await self._end(turn, shown, "stopped", sent, saving=saving)
+            notes = await self._end(turn, shown, "stopped", attempt.sent, saving=saving)
             for drawn in [*await shown.stopped(turn), *notes]:
                 yield drawn
             raise
         except GeneratorExit:  # closed before the end by whoever reads it: stopped too
             if turn.status not in ("done", "cut_off"):
-                sent = request_id if planned else None
-                await self._end(turn, shown, "stopped", sent, saving=saving)
+                await self._end(turn, shown, "stopped", attempt.sent, saving=saving)
             raise
         except ChatError as exc:
-            if planned is None:
-                log.warning("request %s refused before sending: %s", request_id, log_reason(exc))
-            sent = request_id if planned else None
-            notes = await self._end(turn, shown, "failed", sent, failure=exc, saving=saving)
-            ended = [*await shown.failed(turn, exc, request_id), *notes]
-            for drawn in [merged(notices), *ended] if notices else ended:
+            for drawn in await self._failed(turn, shown, attempt, saving, exc):
                 yield drawn
             return
         for drawn in await self._finished(answering, turn, shown, planned, saving):
             yield drawn
+
+    async def _attempts(
+        self, answering: Answering, shown: Shown, attempt: Attempt, saving: Checkpoints
+    ) -> Events:
+        """:meth:`_attempt` until it streams, waiting (with a note that keeps counting) while
+        the model server cannot be reached and nothing was shown yet."""
+        while True:
+            try:
+                async for drawn in self._attempt(answering, shown, attempt, saving):
+                    yield drawn
+                return
+            except (ServerUnreachable, ServerLoading) as exc:
+                if shown.started or not attempt.may_wait():
+                    raise
+                log.info("waiting for the model server to come back: %s", exc)
+                shown.waiting = True  # taken off the screen by what comes next
+                yield WaitingNote(server_away_note(attempt.waited_s, self.chat.tr))
+                await asyncio.sleep(SERVER_POLL_S)
+
+    async def _attempt(
+        self, answering: Answering, shown: Shown, attempt: Attempt, saving: Checkpoints
+    ) -> Events:
+        """Plan (unless planned) and stream one answer once, recording the turn as it
+        starts and saving it while it streams; what it yields is drawn. Raises what the
+        server's failure maps to."""
+        planned = answering.planned or await self._plan(answering, attempt.request_id)
+        attempt.planned = planned
+        attempt.request_id = planned.request.request_id or attempt.request_id
+        if not attempt.noticed:  # said once, however often the server is waited for
+            attempt.noticed = True
+            tr = self.chat.tr
+            attempt.notices += [Note(in_markdown(notice, tr)) for notice in planned.notices]
+            if attempt.notices:
+                yield merged(attempt.notices)
+                attempt.notices = []
+        for note in await self._record(answering.turn):
+            yield note
+        async with aclosing(answering.server.pace.paced(planned.request, self._pacing())) as events:
+            async for event in events:
+                for drawn in [*shown.on(event), *saving.due()]:
+                    yield drawn
+
+    async def _failed(
+        self, turn: Turn, shown: Shown, attempt: Attempt, saving: Checkpoints, exc: ChatError
+    ) -> list[RenderEvent]:
+        """End a turn that failed with ``exc``: logged (a refusal before sending too),
+        recorded, and the events that say so (after the turn's notices not said yet)."""
+        if attempt.planned is None:
+            log.warning(
+                "request %s refused before sending: %s", attempt.request_id, log_reason(exc)
+            )
+        notes = await self._end(turn, shown, "failed", attempt.sent, failure=exc, saving=saving)
+        ended = [*await shown.failed(turn, exc, attempt.request_id), *notes]
+        return [merged(attempt.notices), *ended] if attempt.notices else ended
 
     async def _plan(self, answering: Answering, request_id: str) -> Planned:
         """Plan a turn of the chat for its model, connecting first if needed."""
@@ -368,6 +413,8 @@ class TurnRunner:
         elif request_id is not None:
             log.info("request %s ended: %s", request_id, status)
         timings = Timings.from_done(done) if done is not None else None
+        model = self.chat.model.id if self.chat.model else None
+        self.shown.ended(shown.message_id, turn, timings, shown.compared, model)
         answer_id = shown.answer_id if status != "failed" or shown.answer_started else None
 
         async def last() -> list[RenderEvent]:
@@ -483,6 +530,49 @@ class Checkpoints:
         return self._collected()
 
 
+SERVER_POLL_S = 1.0
+"""Seconds between two tries of a message while its model server cannot be reached."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    """The tries of one answer: its request id, what was planned, the turn's notices not
+    said yet, and how long the server was waited for.
+
+    Args:
+        wait_s: how long a server that cannot be reached (or is loading) is waited for
+            before the answer fails (``Settings.server_back_wait_s``).
+        planned: the answer's plan if made before (a Compare's); else made by the first try.
+    """
+
+    wait_s: float
+    planned: Planned | None = None
+    request_id: str = ""
+    notices: list[Note] = field(default_factory=list)
+    noticed: bool = False
+    _since: float | None = None
+
+    def __post_init__(self) -> None:
+        planned_id = self.planned.request.request_id if self.planned is not None else ""
+        self.request_id = self.request_id or planned_id or new_request_id()
+
+    @property
+    def sent(self) -> str | None:
+        """The request id once planned (the request is sent, or about to be); else None."""
+        return self.request_id if self.planned is not None else None
+
+    @property
+    def waited_s(self) -> float:
+        """Seconds since the first try that found the server away (0 before)."""
+        return 0.0 if self._since is None else time.monotonic() - self._since
+
+    def may_wait(self) -> bool:
+        """The server was found away (again): True while it may still be waited for."""
+        if self._since is None:
+            self._since = time.monotonic()
+        return self.waited_s < self.wait_s
+
+
 def _status_of(done: Done) -> TurnStatus:
     return "cut_off" if done.finish_reason == "length" else "done"
 
@@ -509,6 +599,11 @@ class Shown:
         self.answer_started = False
         self.waiting = False
         self.done: Done | None = None
+
+    @property
+    def started(self) -> bool:
+        """True once any of the answer (reasoning or text) came."""
+        return bool(self.reasoning or self.answer or self.done)
 
     def on(self, event: StreamEvent | Waiting) -> list[RenderEvent]:
         """The render events for one paced stream event."""

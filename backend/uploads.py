@@ -220,6 +220,28 @@ class Prefetched:
             found[1].cancel()
         return _preparing(upload, limits, workers)
 
+    async def problem(self, path: Path) -> str | None:
+        """Wait for the preparation started for ``path`` and say why it cannot be used (its
+        :class:`~backend.errors.ImageError` message; the entry is dropped), or None: it
+        can, nothing was started, or it failed otherwise (said again when it is sent).
+        The preparation itself is never cancelled by the wait being cancelled."""
+        found = self._tasks.get(path)
+        if found is None:
+            return None
+        task = found[1]
+        try:
+            await asyncio.shield(task)
+        except ImageError as error:
+            if self._tasks.get(path) is found:
+                del self._tasks[path]
+            return error.message
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # the wait itself was cancelled
+        except Exception:
+            return None  # said when its message is sent
+        return None
+
     def clear(self) -> None:
         """Cancel and forget everything not yet sent (the chat ended)."""
         for _, task in self._tasks.values():

@@ -121,20 +121,20 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
         return ClientClosed(CLOSED_MESSAGE)
     if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+        log.warning("the model server at %s did not answer in time: %r", base_url, exc)
         return RequestTimeout(
-            msg(
-                "The model server at {url} did not answer in time. It may be busy; try again.",
-                url=base_url,
-            )
+            msg("The model server did not answer in time. It may be busy; try again.")
         )
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+        # The address and where to look are the operator's (app.log), not the person's.
+        log.warning(
+            "cannot reach the model server at %s (%r); launch.sh restarts a vLLM that "
+            "died: see llm.log",
+            base_url,
+            exc,
+        )
         return ServerUnreachable(
-            msg(
-                "Cannot reach the model server at {url}. It may be starting, or restarting "
-                "after a crash (launch.sh restarts it; see llm.log); otherwise check that it "
-                "is running.",
-                url=base_url,
-            )
+            msg("The model server cannot be reached right now: it may be starting or restarting.")
         )
     if isinstance(exc, openai.APIStatusError):
         return status_error(exc.status_code, VllmError.of(exc.body, exc.message), model)

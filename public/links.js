@@ -56,3 +56,9 @@
   script.src = new URL("ux.js", here).href;
   document.head.appendChild(script);
 })();
+// The page's side of the app's window-message bridge (ui/bridge.py): action buttons
+// that stay out of the transcript, the drop zone, text put back in the message box.
+{
+  const here = document.currentScript?.src || `${location.origin}/public/links.js`;
+  import(new URL("bridge.js", here).href);
+}

@@ -105,9 +105,9 @@ class RunningFake:
 
 
 @contextmanager
-def serving(fake: KimiServer) -> Iterator[RunningFake]:
-    """Run ``fake`` on a free port in a thread until the block ends."""
-    port = free_port()
+def serving(fake: KimiServer, port: int | None = None) -> Iterator[RunningFake]:
+    """Run ``fake`` on ``port`` (default a free one) in a thread until the block ends."""
+    port = port or free_port()
     config = uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

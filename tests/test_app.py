@@ -7,6 +7,7 @@ for the browser; the scripted server stands in for vLLM.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -78,11 +79,10 @@ class Browser:
 async def start_chat(
     settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
-    chat_profile: str | None = None,
     before_start: Callable[[], None] | None = None,
 ) -> Browser:
     """A chat as a new tab starts it: the app's resources for ``settings`` (``before_start``
-    runs once they exist), then ``on_chat_start`` with ``chat_profile`` chosen."""
+    runs once they exist), then ``on_chat_start``."""
     browser = Browser()
 
     async def emit_call(*_: Any) -> None:
@@ -95,7 +95,6 @@ async def start_chat(
         emit_call=emit_call,
         user_env={},
         client_type="webapp",
-        chat_profile=chat_profile,
     )
     init_ws_context(session)
     await app.shutdown()  # each test's settings get their own shared resources
@@ -135,9 +134,19 @@ def action_frames(browser: Browser, label: str | None = None) -> list[dict[str, 
     return [d for e, d in browser.frames if e == "action" and label in (None, d["label"])]
 
 
-def user_message(text: str, *paths: Path) -> cl.Message:
+def user_message(text: str, *paths: Path, model: str | None = None) -> cl.Message:
+    """A person's message with ``paths`` attached, ``model`` picked in the model picker."""
     elements = [cl.Image(name=p.name, path=str(p), mime="image/jpeg") for p in paths]
-    return cl.Message(content=text, author="User", type="user_message", elements=elements)
+    message = cl.Message(content=text, author="User", type="user_message", elements=elements)
+    message.modes = {"model": model} if model else None
+    return message
+
+
+def picker_options(browser: Browser) -> list[tuple[str, bool]]:
+    """The model picker the app last showed: (served name, picked) per entry."""
+    modes = [data for event, data in browser.frames if event == "set_modes"]
+    assert modes, "no model picker was sent"
+    return [(o["id"], o["default"]) for mode in modes[-1] for o in mode["options"]]
 
 
 @pytest.fixture
@@ -236,7 +245,7 @@ async def test_unreachable_server_is_said_at_chat_start(monkeypatch: pytest.Monk
     settings = Settings(base_url=f"http://127.0.0.1:{free_port()}/v1", connect_timeout_s=1)
     browser = await start_chat(settings, monkeypatch)
     assert "Connecting to the model server" in browser.texts()[-1]  # at once
-    await wait_for(lambda: "Cannot reach the model server" in browser.texts()[-1])
+    await wait_for(lambda: "The model server cannot be reached" in browser.texts()[-1])
     await app.on_chat_end()
 
 
@@ -371,17 +380,6 @@ async def wait_for(condition: Callable[[], bool], timeout_s: float = 10) -> None
             return
         await asyncio.sleep(0.01)
     pytest.fail("condition not met in time")
-
-
-async def test_loading_the_page_in_another_tab_does_not_break_this_chat(
-    browser: Browser,
-) -> None:
-    """Defect: a page load (the chat profiles) closed the HTTP client every chat shares."""
-    await app.on_message(user_message("first #scenario=plain"))
-    await app.chat_profiles(None)  # what another tab's page load runs
-    await app.on_message(user_message("second #scenario=plain"))
-    assert browser.texts()[-1].startswith(ANSWER.strip())
-    assert not any("Unexpected failure" in text for text in browser.texts())
 
 
 async def test_regenerate_under_an_older_answer_reruns_that_turn(
@@ -572,6 +570,57 @@ async def test_a_stalled_answer_shows_what_came_then_gives_up(
     assert app.chat().conversation.turns[-1].status == "failed"
 
 
+async def upload(session: object, path: Path, mime: str, name: str | None = None) -> dict[str, Any]:
+    """Upload ``path`` as the page does: Chainlit's ``POST /project/file`` handler."""
+    from chainlit import server
+    from fastapi import UploadFile
+    from starlette.datastructures import Headers
+
+    assert isinstance(session, WebsocketSession)
+
+    with path.open("rb") as data:
+        file = UploadFile(data, filename=name or path.name, headers=Headers({"content-type": mime}))
+        response = await server.upload_file(None, session.id, file)
+    reference: dict[str, Any] = json.loads(bytes(response.body))
+    return reference
+
+
+async def test_a_stored_file_of_the_app_is_not_judged_as_an_upload(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """Defect: the upload hook prepared every file Chainlit stored, the app's own (a
+    starter's sample image, a grounding overlay) included, as if it were an upload."""
+    session = cl.context.session
+    try:
+        await session.persist_file(
+            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
+        )
+        assert len(app.chat().prefetched) == 0
+    finally:
+        shutil.rmtree(session.files_dir, ignore_errors=True)
+
+
+async def test_an_upload_the_app_cannot_use_is_refused_with_its_sentence(
+    browser: Browser, fake: RunningFake, tmp_path: Path
+) -> None:
+    """Judged on attach: the upload answers 400 with the reason (the page shows it after
+    "Failed to upload <name>:") and the file is forgotten and deleted."""
+    from fastapi import HTTPException
+
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes((DATA / "rocket.jpg").read_bytes()[:300])
+    session = cl.context.session
+    try:
+        with pytest.raises(HTTPException) as refused:
+            await upload(session, broken, "image/jpeg")
+        assert refused.value.status_code == 400
+        assert str(refused.value.detail).startswith("the image is damaged")
+        assert session.files == {} and not any(session.files_dir.iterdir())
+        assert len(app.chat().prefetched) == 0
+    finally:
+        shutil.rmtree(session.files_dir, ignore_errors=True)
+
+
 async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
     browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -589,12 +638,10 @@ async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
     monkeypatch.setattr(backend.uploads, "prepare_image", counted)
     session = cl.context.session
     try:
-        reference = await session.persist_file(
-            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
-        )
+        reference = await upload(session, DATA / "rocket.jpg", "image/jpeg")
         stored = Path(session.files[reference["id"]]["path"])
         assert len(app.chat().prefetched) == 1
-        await wait_for(lambda: calls == [stored])  # in the media workers, before any message
+        assert calls == [stored]  # in the media workers, before any message
         element = cl.Image(name="rocket.jpg", path=str(stored), mime="image/jpeg")
         message = cl.Message(content="What is it?", type="user_message", elements=[element])
         await app.on_message(message)
@@ -614,8 +661,7 @@ async def test_compare_asks_the_other_server_the_same_turn(
     instruct_server.reset()
     settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
     browser = await start_chat(settings, monkeypatch)
-    profiles = await app.chat_profiles(None)
-    assert [p.name for p in profiles] == ["kimi-vl-thinking-2506", "kimi-vl"]
+    assert picker_options(browser) == [("kimi-vl-thinking-2506", True), ("kimi-vl", False)]
     await app.on_message(user_message("first #scenario=plain"))
     await app.on_message(user_message("What is in this picture?", DATA / "rocket.jpg"))
     asked = fake.requests[-1]["messages"]
@@ -685,11 +731,59 @@ async def test_a_tab_that_comes_back_within_the_grace_keeps_its_answer(
     assert app.chat().conversation.turns[-1].status == "done"
 
 
+async def test_picking_the_other_model_mid_chat_keeps_the_conversation(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: the model was a chat profile, and switching it started a new chat (the
+    history gone). Picked in the composer, the next message goes to the other model with
+    the whole conversation (answers without their reasoning), and a note says so."""
+    instruct_server.reset()
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch)
+    await app.on_message(user_message("first #scenario=plain"))
+    first = fake.requests[-1]["messages"]
+    await app.on_message(user_message("second #scenario=plain", model="kimi-vl"))
+    sent = instruct_server.requests[-1]
+    assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2  # Instruct's defaults
+    assert sent["messages"][: len(first)] == first
+    assert sent["messages"][len(first)] == {"role": "assistant", "content": ANSWER}
+    assert "Kimi-VL Instruct answers from here on, with the conversation so far." in (
+        browser.texts()
+    )
+    assert len(app.chat().conversation.turns) == 2
+    assert picker_options(browser) == [("kimi-vl-thinking-2506", False), ("kimi-vl", True)]
+    await app.on_message(user_message("third #scenario=plain", model="kimi-vl"))
+    assert len(instruct_server.requests) == 2  # it stays with the picked model
+
+
+async def test_a_picked_model_that_is_gone_keeps_the_chat_and_the_text(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model the servers no longer serve: said, the text back in the message box, the
+    chat on its own model, nothing asked."""
+    instruct_server.reset()
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch)
+    asked = len(fake.requests)
+    await app.on_message(user_message("hello there", model="gone"))
+    assert len(fake.requests) == asked and instruct_server.requests == []
+    assert "does not serve 'gone'" in browser.texts()[-1]
+    assert "Your text is back in the message box" in browser.texts()[-1]
+    backs = [d["kimi"] for e, d in browser.frames if e == "window_message" and "kimi" in d]
+    assert {"kind": "composer", "text": "hello there"} in backs
+    model = app.chat().model
+    assert model is not None and model.id == "kimi-vl-thinking-2506"
+    assert app.chat().conversation.turns == []
+    await app.on_message(user_message("hello #scenario=plain"))
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+
+
 async def test_a_failed_model_list_does_not_bind_the_chat_to_the_first_server(
     fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Defect: with two servers, a model-list error of the second one at chat start made
-    the chat ask the first server for the second one's model, for good."""
+    the chat ask the first server for the second one's model, for good (then picked
+    with the chat profile; now with the model picker, mid-chat)."""
     instruct_server.reset()
     failures = [ServerUnreachable(msg("Cannot reach the model server at {url}.", url="x"))] * 2
 
@@ -705,9 +799,8 @@ async def test_a_failed_model_list_does_not_bind_the_chat_to_the_first_server(
         monkeypatch.setattr(client, "list_models", list_models)
 
     settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
-    browser = await start_chat(settings, monkeypatch, "kimi-vl", flaky_second_server)
-    await wait_for(lambda: "The model server is ready" in browser.texts()[-1], timeout_s=10)
-    await app.on_message(user_message("hello #scenario=plain"))
+    browser = await start_chat(settings, monkeypatch, flaky_second_server)
+    await app.on_message(user_message("hello #scenario=plain", model="kimi-vl"))
     assert [r["model"] for r in instruct_server.requests] == ["kimi-vl"]
     assert browser.texts()[-1].startswith(ANSWER.strip())
     assert not any("does not serve" in text for text in browser.texts())
@@ -737,12 +830,8 @@ async def test_an_attachment_removed_before_sending_frees_its_prepared_image(
     browser tells the server nothing) stayed in memory until the chat ended."""
     session = cl.context.session
     try:
-        kept = await session.persist_file(
-            name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
-        )
-        await session.persist_file(
-            name="removed.png", mime="image/png", path=str(DATA / "chelsea.png")
-        )
+        kept = await upload(session, DATA / "rocket.jpg", "image/jpeg")
+        await upload(session, DATA / "chelsea.png", "image/png", "removed.png")
         assert len(app.chat().prefetched) == 2
         path = session.files[kept["id"]]["path"]
         element = cl.Image(name="rocket.jpg", path=str(path), mime="image/jpeg")

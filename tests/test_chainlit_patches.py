@@ -47,7 +47,8 @@ def test_steps_and_messages_still_pause_and_date_themselves_through_their_module
 
 
 def test_uploads_are_still_stored_by_persist_file_in_the_session_files() -> None:
-    """Patch 2 wraps ``WebsocketSession.persist_file`` and reads ``user_sessions``."""
+    """Patch 2 wraps ``WebsocketSession.persist_file`` and ``chainlit.server.validate_file_upload``
+    (called by the upload route only, before it stores the file) and reads ``user_sessions``."""
     from chainlit import server
     from chainlit.session import WebsocketSession
     from chainlit.user_session import user_sessions
@@ -56,7 +57,11 @@ def test_uploads_are_still_stored_by_persist_file_in_the_session_files() -> None
     parameters = list(inspect.signature(inspect.unwrap(WebsocketSession.persist_file)).parameters)
     assert parameters == ["self", "name", "mime", "path", "content"]
     assert "self.files[file_id] = {" in source(WebsocketSession.persist_file)
-    assert "await session.persist_file(" in source(server.upload_file)
+    route = source(server.upload_file)
+    # The wrapped check marks the request as an upload before the file is stored.
+    assert route.index("validate_file_upload(file") < route.index("await session.persist_file(")
+    assert "validate_file_upload(" not in source(WebsocketSession.persist_file)
+    assert callable(server.validate_file_upload)
     # An empty file is still refused (so the wrapper stores it from os.devnull) and a path
     # is still copied.
     assert "if not path and not content:" in source(WebsocketSession.persist_file)

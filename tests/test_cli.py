@@ -80,8 +80,9 @@ def test_bad_image_is_one_line(fake: RunningFake, tmp_path: Path) -> None:
 def test_unreachable_server_is_one_line() -> None:
     result = cli("--base-url", f"http://127.0.0.1:{free_port()}/v1", "hi")
     assert result.returncode == 1
-    assert "Cannot reach the model server" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert "The model server cannot be reached" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr
 
 
 def test_rejected_request_is_one_line(fake: RunningFake) -> None:

@@ -117,7 +117,7 @@ async def test_server_errors_become_our_errors(
 
 async def test_unreachable_server() -> None:
     client = ChatClient(f"http://127.0.0.1:{free_port()}/v1", "k", connect_timeout_s=1)
-    with pytest.raises(ServerUnreachable, match="Cannot reach the model server"):
+    with pytest.raises(ServerUnreachable, match="The model server cannot be reached"):
         await collect(client, "hello")
     with pytest.raises(ServerUnreachable):
         await client.list_models()

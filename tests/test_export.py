@@ -1,4 +1,5 @@
-"""The HTML export: self-contained, reasoning collapsed, nothing from the model runs."""
+"""The HTML export: self-contained, rendered as the chat shows it, reasoning collapsed,
+nothing from the model runs."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from html.parser import HTMLParser
 
 from backend.conversation import Turn
 from backend.images import prepare_image
-from backend.record import TurnRecord
-from backend.store.export import ChatExport, export_html
+from backend.record import ShownAnswers, TurnRecord
+from backend.store.export import ChatExport, export_html, marked_copies
 from backend.timings import Timings
 from tests.conftest import DATA
+from tests.fakes.kimi_server import ANSWER, BBOX_ANSWER
 
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>"\' &amp;'
 
@@ -86,3 +88,78 @@ def test_reasoning_is_collapsed_with_its_time_and_the_settings_are_named() -> No
     assert "Interrupted: the app stopped before this answer ended." in page.text
     assert {"Kimi-VL Thinking (2506)", "temperature", "0.8", "max_tokens", "2048"} <= set(page.text)
     assert "http://" not in document and "https://" not in document  # opens offline
+
+
+def test_answers_read_as_the_chat_shows_them() -> None:
+    """Defect: answers were their Markdown source (``##``, ``**``, ``$$``, fences)."""
+    turn = Turn(text="Q", answer=ANSWER, reasoning="Let me **think**.", status="done")
+    page = parse(chat([TurnRecord(0, "m", turn, timings=Timings(reasoning_s=1.5))]))
+    tags = [tag for tag, _ in page.tags]
+    for tag in ("h2", "strong", "ul", "li", "pre", "code", "math", "mfrac", "details"):
+        assert tag in tags, tag
+    text = "".join(page.text)
+    assert "What the picture shows" in text and "##" not in text and "**" not in text
+    assert "$$" not in text and "```" not in text
+    assert "print('liftoff')" in text
+    code = [attrs for tag, attrs in page.tags if tag == "code" and attrs.get("class")]
+    assert code == [{"class": "language-python"}]
+
+
+def test_math_is_mathml_and_cannot_carry_markup() -> None:
+    """latex2mathml copies ``\\text{...}`` unescaped: its output is rebuilt, not trusted."""
+    evil = (
+        r"$\text{<img src=x onerror=alert(1)>}$ and $\href{javascript:alert(1)}{x}$ "
+        r"$\text{<b>bold</b>}$ $\frac{1}{$ $x^2$"
+    )
+    page = parse(chat([TurnRecord(0, "m", Turn(text="Q", answer=evil, status="done"))]))
+    assert [tag for tag, _ in page.tags].count("math") == 3  # \href, the <b>, x^2
+    assert not any(tag in ("img", "a", "b") for tag, _ in page.tags)
+    assert "bold" in page.text
+    assert all("href" not in attrs and not any(k.startswith("on") for k in attrs)
+               for _, attrs in page.tags)  # fmt: skip
+    assert "\\text{<img src=x onerror=alert(1)>}" in "".join(page.text)  # as its source
+    assert r"\frac{1}{" in "".join(page.text)  # not convertible: shown as its source
+
+
+def test_open_mode_has_the_times_compare_answers_and_the_drawn_copies() -> None:
+    """Defect: in open mode no "Thought for N s" and no stats; no Compare answers and no
+    grounding overlays in any mode."""
+    image = prepare_image(DATA / "coffee.png", 16384, "coffee.png")
+    turn = Turn(text="Find the spoon", images=[image], answer=BBOX_ANSWER, reasoning="r",
+                status="done")  # fmt: skip
+    shown = ShownAnswers()
+    timings = Timings(ttft_s=0.4, reasoning_s=2.5, completion_tokens=80, elapsed_s=3.0)
+    shown.ended("m", turn, timings, None)
+    other = Turn(text=turn.text, images=turn.images, answer="**Plain** answer", status="done")
+    shown.ended(
+        "m", other, Timings(ttft_s=0.2, completion_tokens=5, elapsed_s=0.5), "Kimi-VL Instruct"
+    )
+    records = [shown.completed(TurnRecord(0, "m", turn))]
+    document = export_html(
+        ChatExport("t", "Kimi-VL Thinking (2506)", {}, records, "now",
+                   marked=marked_copies(records))
+    )  # fmt: skip
+    page = parse(document)
+    text = "".join(page.text)
+    assert "Thought for 2.5s" in text
+    assert "TTFT 0.40 s · thought 2.5 s · 80 tokens" in text
+    assert "Kimi-VL Instruct (compare):" in text and "Kimi-VL Instruct · TTFT 0.20 s" in text
+    assert "Marked on coffee.png" in text
+    images = [attrs["src"] or "" for tag, attrs in page.tags if tag == "img"]
+    assert len(images) == 2 and images[0] != images[1]  # the photo and its drawn copy
+    assert images[1].startswith("data:image/")
+
+
+def test_a_switch_of_model_mid_chat_is_marked_where_it_happened() -> None:
+    """As the chat shows it: a note before the first turn the other model answered (the
+    model of an open-mode turn comes from what the session showed)."""
+    shown = ShownAnswers()
+    turns = [Turn(text=f"q{i}", answer=f"a{i}", status="done") for i in range(3)]
+    for i, model in enumerate(["kimi-vl-thinking-2506", "kimi-vl", "kimi-vl"]):
+        shown.ended(f"m{i}", turns[i], None, None, model)
+    records = [shown.completed(TurnRecord(i, f"m{i}", t)) for i, t in enumerate(turns)]
+    assert [r.model for r in records] == ["kimi-vl-thinking-2506", "kimi-vl", "kimi-vl"]
+    text = "".join(parse(chat(records)).text)
+    note = "Kimi-VL Instruct answers from here on, with the conversation so far."
+    assert text.count(note) == 1
+    assert text.index("q0") < text.index(note) < text.index("q1")

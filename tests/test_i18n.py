@@ -6,6 +6,7 @@ from __future__ import annotations
 import gettext
 import json
 import pickle
+import re
 import string
 from pathlib import Path
 
@@ -85,6 +86,15 @@ def test_every_msgid_has_a_chinese_translation_with_the_same_placeholders() -> N
             assert msgstr != msgid, msgid
 
 
+def test_no_sentence_a_person_reads_names_the_servers_address_or_its_log() -> None:
+    """Defect: "Cannot reach the model server at http://127.0.0.1:.../v1 ... (launch.sh
+    restarts it; see llm.log)" and "Try again, or check llm.log" were the person's words;
+    the address, the launcher and the log are the operator's (app.log's warnings)."""
+    operators = re.compile(r"llm\.log|launch\.sh|\{url\}|https?://|127\.0\.0\.1")
+    said = [msgid for msgid in code_msgids() if operators.search(msgid)]
+    assert said == []
+
+
 def test_english_is_the_msgids_and_chinese_comes_from_the_catalogue() -> None:
     assert thought_label(12.34) == "Thought for 12.3s"
     assert thought_label(12.34, tr=ZH) == "思考了 12.3 秒"
@@ -132,8 +142,9 @@ def test_an_error_from_the_client_is_english_for_the_cli_and_chinese_in_the_ui()
     refused = httpx.ConnectError("connection refused")
     error = map_error(refused, base_url="http://127.0.0.1:9/v1", model="m")
     assert isinstance(error, ServerUnreachable)
-    assert str(error).startswith("Cannot reach the model server at http://127.0.0.1:9/v1.")
-    assert ZH.text(error.message).startswith("无法连接位于 http://127.0.0.1:9/v1 的模型服务器。")
+    assert str(error).startswith("The model server cannot be reached right now")
+    assert "127.0.0.1" not in str(error) and "llm.log" not in str(error)  # the operator's
+    assert ZH.text(error.message).startswith("现在连不上模型服务器")
 
 
 def test_a_file_problem_raised_deep_in_the_backend_is_translated(tmp_path: Path) -> None:
@@ -280,8 +291,8 @@ def test_the_waiting_note_translates_the_problem_it_quotes() -> None:
 
     error = map_error(httpx.ConnectError("refused"), base_url="http://h:1/v1", model="m")
     note = waiting_note(error.message, ZH)  # the address is escaped: no link of it
-    assert note.startswith("**正在等待模型服务器。** 无法连接位于 http\\://h:1/v1 的模型服务器。")
-    assert note.endswith("*服务器就绪后这条消息会更新。*")
+    assert note.startswith("**正在等待模型服务器。** 现在连不上模型服务器")
+    assert note.endswith("*这条提示会随时更新，服务器就绪后即消失。*")
     assert waiting_note(error.message).startswith(
-        "**Waiting for the model server.** Cannot reach the model server at http\\://h:1/v1."
+        "**Waiting for the model server.** The model server cannot be reached right now"
     )

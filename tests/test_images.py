@@ -381,7 +381,7 @@ def test_text_named_jpg_is_refused(save: Callable[..., Path]) -> None:
     with pytest.raises(ImageError) as error:
         prepare_image(path, 4096, name="cat.jpg")
     message = one_line_naming(error.value, "cat.jpg")
-    assert "not an image" in message
+    assert "not a picture, PDF or video" in message
 
 
 def test_missing_file_is_refused(tmp_path: Path) -> None:
@@ -537,7 +537,7 @@ class BadInput:
 
 PNG_CAT = encoded(CAT, "PNG")
 JPEG_ROCKET = (DATA / "rocket.jpg").read_bytes()
-NOT_AN_IMAGE = "not an image Pillow can read"
+NOT_AN_IMAGE = "not a picture, PDF or video the app can read"
 TOO_MANY = "megapixels accepted (a possible decompression bomb)"
 
 BAD_INPUTS = [

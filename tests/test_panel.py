@@ -1,4 +1,4 @@
-"""Settings panel fields, panel values to options, chat profiles, starters, UI notes."""
+"""Settings panel fields, panel values to options, the model picker, starters, UI notes."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from backend.i18n import ENGLISH, msg, translator
 from backend.panel import (
     PanelField,
     SettingsRefused,
+    model_choices,
     option_changes,
     panel_fields,
-    profile_choices,
     sane_options,
 )
 from backend.presenter import (
@@ -28,6 +28,7 @@ from backend.presenter import (
     rerun_note,
     stopped_note,
     unusable_files_note,
+    upload_refusal,
     waiting_note,
 )
 from backend.render import Ending, finished
@@ -129,15 +130,19 @@ def test_stored_options_keep_only_what_the_panel_could_give() -> None:
     assert sane_options(good, 32768) == good
 
 
-def test_profiles_only_when_several_models_are_served() -> None:
+def test_model_picker_only_when_several_models_are_served() -> None:
     thinking = ServedModel("kimi-vl-thinking-2506", 131072)
-    assert profile_choices([thinking]) == []
-    choices = profile_choices([thinking, ServedModel("kimi-vl", 131072)])
+    assert model_choices([thinking]) == []
+    served = [thinking, ServedModel("kimi-vl", 131072)]
+    choices = model_choices(served)
     assert [(c.name, c.label, c.default) for c in choices] == [
         ("kimi-vl-thinking-2506", "Kimi-VL Thinking (2506)", True),
         ("kimi-vl", "Kimi-VL Instruct", False),
     ]
-    assert "without a reasoning step" in choices[1].description
+    assert choices[1].description == "Answers at once, without a reasoning step."
+    # The chat's own model is the one picked; a name the server does not serve is not.
+    assert [c.default for c in model_choices(served, "kimi-vl")] == [False, True]
+    assert [c.default for c in model_choices(served, "gone")] == [True, False]
 
 
 def test_starters_attach_bundled_copies_of_the_test_images() -> None:
@@ -154,16 +159,30 @@ def test_notes_read_well() -> None:
     assert stopped_note("") == "*Stopped while thinking: the reasoning so far is kept above.*"
     assert stopped_note("Half an").startswith("Half an\n\n*Stopped before the end")
     assert waiting_note("Cannot reach it.").startswith("**Waiting for the model server.** Cannot")
-    assert rendered(ready_note("Kimi-VL Instruct")) == (
-        "<p>✓ <strong>The model server is ready</strong> (Kimi-VL Instruct). Ask away.</p>\n"
+    # A toast: plain text, which the page never reads as markup.
+    assert (
+        ready_note("Kimi-VL Instruct") == "The model server is ready (Kimi-VL Instruct). Ask away."
     )
 
 
 def test_unusable_files_note_names_each_file_and_offers_what_is_possible() -> None:
     note = unusable_files_note(["a.jpg: empty file", "b.png: not an image"], can_send=True)
     assert "<li>a.jpg: empty file</li>\n<li>b.png: not an image</li>" in rendered(note)
-    assert note.endswith("or send it without them.")
+    assert note.endswith("or send this message without them.")
+    assert "message box" not in note  # nothing was put back: it does not say so
+    back = unusable_files_note(["a.jpg: empty file"], can_send=True, text_back=True)
+    assert "Your text is back in the message box" in back
     assert unusable_files_note(["a.jpg: empty file"], can_send=False).endswith("send again.")
+
+
+def test_an_upload_refusal_drops_the_file_name_the_page_already_shows() -> None:
+    """The page says "Failed to upload <name>:" before the app's sentence."""
+    problem = msg("{name}: the file is empty (0 bytes)", name="a: b.jpg")
+    assert upload_refusal(problem, "a: b.jpg") == "the file is empty (0 bytes)"
+    assert upload_refusal(problem, "a: b.jpg", ZH) == ZH(
+        "{name}: the file is empty (0 bytes)", name=""
+    ).removeprefix("：")
+    assert upload_refusal("no name here", "x.jpg") == "no name here"
 
 
 ZH = translator("zh-CN")
@@ -181,7 +200,7 @@ def rendered(markdown: str) -> str:
     [
         unusable_files_note([msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True),
         unusable_files_note(
-            [msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True, ZH
+            [msg("{name}: the file is empty (0 bytes)", name=HOSTILE_NAME)], True, tr=ZH
         ),
         waiting_note(
             msg(
@@ -190,12 +209,8 @@ def rendered(markdown: str) -> str:
             )
         ),
         waiting_note(HOSTILE_NAME),  # a server's own words
-        ready_note(HOSTILE_NAME),  # a served model's name
         rerun_note(HOSTILE_NAME, 0),
         rerun_note(HOSTILE_NAME, 2),
-        profile_choices([ServedModel(HOSTILE_NAME, None), ServedModel("kimi-vl", None)])[
-            0
-        ].description,
     ],
 )
 def test_names_in_the_apps_notes_show_as_written_never_as_markup(note: str) -> None:

@@ -120,17 +120,18 @@ async def test_export_sends_one_html_file_with_the_stored_chat(
     await app.on_message(cl.Message(content="What is this?", type="user_message", elements=[
         cl.Image(name="rocket.jpg", path=str(DATA / "rocket.jpg"), mime="image/jpeg"),
     ]))  # fmt: skip
-    file = await history.export(app.chat())
-    assert file.content is not None and file.mime == "text/html"
-    document = file.content.decode() if isinstance(file.content, bytes) else file.content
+    name, document = await history.export(app.runner())
+    assert name.endswith(".html")
     assert document.count('<img src="data:image/') == 1
     assert "Thought for " in document and "<details>" in document
     assert "TTFT" in document  # the stats line, stored with the turn
 
-    await app.on_message(cl.Message(content="", type="user_message", command="Export"))
-    sent = [data for event, data in page.frames if event == "element"]
-    assert sent[-1]["name"].endswith(".html")
-    assert len(fake.requests) == 1  # the command asked the model nothing
+    await app.on_window_message({"kimi_action": "export"})  # the Export button's click
+    said = [data["kimi"] for event, data in page.frames if event == "window_message"]
+    assert said[-1]["kind"] == "download" and said[-1]["name"].endswith(".html")
+    assert "/project/file/" in said[-1]["url"]
+    assert not [data for event, data in page.frames if event == "element"]  # no message
+    assert len(fake.requests) == 1  # the button asked the model nothing
 
 
 async def test_a_stored_nan_option_is_never_sent_after_resume(

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Iterator
-from contextlib import aclosing
+from contextlib import ExitStack, aclosing
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,12 +28,13 @@ from backend.render import (
     ReasoningText,
     RenderEvent,
     TurnEnded,
+    WaitingNote,
 )
 from backend.settings import Settings
 from backend.timings import Timings
 from backend.turn_runner import TurnRunner
-from tests.conftest import RunningFake, SessionFactory
-from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.conftest import RunningFake, SessionFactory, free_port, serving
+from tests.fakes.kimi_server import ANSWER, REASONING, KimiServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -280,6 +281,42 @@ def imports(path: Path) -> set[str]:
 
 def under(folder: str) -> list[Path]:
     return sorted((ROOT / folder).rglob("*.py"))
+
+
+async def test_a_message_sent_while_the_server_is_away_is_answered_once_it_is_back(
+    make_session: SessionFactory,
+) -> None:
+    """A vLLM restart mid-demo: the message waits, a note says so in the person's words
+    (no address, no log file) and counts up, and the answer comes by itself."""
+    port = free_port()
+    chat = make_session(Settings(base_url=f"http://127.0.0.1:{port}/v1", connect_timeout_s=1))
+    events: list[RenderEvent] = []
+    with ExitStack() as stack:
+        async with aclosing(TurnRunner(chat).new_turn("m1", "hi #scenario=plain", [])) as turn:
+            async for event in turn:
+                events.append(event)
+                # The server comes back after three tries.
+                if sum(isinstance(e, WaitingNote) for e in events) == 3:
+                    stack.enter_context(serving(KimiServer(max_model_len=8192), port))
+    notes = [e.text for e in events if isinstance(e, WaitingNote)]
+    assert len(notes) >= 3 and notes[0] != notes[-1]  # updated: the seconds count up
+    assert all("as soon as it is back" in n for n in notes)
+    assert not any("127.0.0.1" in n or "llm.log" in n for n in notes)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.index("WaitingOver") > kinds.index("WaitingNote")  # the note goes
+    assert isinstance(events[-1], TurnEnded) and events[-1].status == "done"
+    assert events[-1].answer.startswith("## What the picture shows")
+
+
+async def test_a_server_away_past_the_wait_fails_with_retry(make_session: SessionFactory) -> None:
+    port = free_port()
+    settings = Settings(base_url=f"http://127.0.0.1:{port}/v1", server_back_wait_s=0)
+    events = await drain(TurnRunner(make_session(settings)).new_turn("m1", "hi", []))
+    assert not [e for e in events if isinstance(e, WaitingNote)]
+    failure = next(e for e in events if isinstance(e, Note) and e.level == "error")
+    assert "cannot be reached" in failure.text and "127.0.0.1" not in failure.text
+    assert [b.kind for b in failure.buttons] == ["retry"]
+    assert isinstance(events[-1], TurnEnded) and events[-1].status == "failed"
 
 
 def test_the_backend_never_imports_the_ui_or_chainlit() -> None:

@@ -34,10 +34,12 @@ from backend.render import (
     ReasoningEnd,
     ReasoningText,
     RenderEvent,
+    TextBack,
     WaitingNote,
     WaitingOver,
 )
 from backend.turn_runner import Events
+from ui import bridge
 from ui.answer_view import AnswerView
 from ui.grounding_view import show_marks
 from ui.language import session_translator
@@ -121,6 +123,8 @@ class TurnView:
             await show_marks(event.answer, event.images, self.chat.workers, self.chat.tr)
         elif isinstance(event, ButtonUsed) and self.pressed is not None:
             await self.pressed.remove()
+        elif isinstance(event, TextBack):
+            await bridge.put_back(event.text)
         elif isinstance(event, ButtonsUnder):
             for button in event.buttons:
                 await action(button).send(for_id=event.message_id)

@@ -21,12 +21,13 @@ import os
 import time
 import types
 from collections.abc import Awaitable, Callable, MutableMapping
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
 from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 CHAINLIT_VERSION: Final = "2.12.0"
@@ -90,44 +91,77 @@ def unpause_constructors() -> None:
 
 # --- 2. An upload hook --------------------------------------------------------------------
 # Why: an image is prepared for the model while the person types, so a photo adds no
-# decoding to the time to first token. Chainlit 2.12 has no upload callback:
-# ``POST /project/file`` (chainlit/server.py, ``upload_file``) stores the file with
+# decoding to the time to first token, and a file the app cannot use is refused on attach
+# (the page shows the sentence and drops the attachment) rather than after Send. Chainlit
+# 2.12 has no upload callback: ``POST /project/file`` (chainlit/server.py, ``upload_file``)
+# checks the file with ``validate_file_upload``, stores it with
 # ``WebsocketSession.persist_file`` and tells the app nothing until the message is sent.
-# The wrapper also reads Chainlit's user-session registry (``chainlit.user_session.
-# user_sessions``): the upload request carries no websocket context.
-# The wrapper also lets an empty file through: ``persist_file`` refuses ``content=b""``
-# (``ValueError``: HTTP 500, the browser's toast "Upload failed", the file dropped and the
-# text sent without it). It is stored by copying ``os.devnull`` instead, so it stays
-# attached and the app names it as empty when the message is sent (backend/images.py
-# ``upload_size``), keeping the message.
-# Ends when: Chainlit calls back on upload (an ``on_file_upload`` hook) and stores empty
-# files; then register the callback there and delete this section.
+# The same ``persist_file`` stores every file the app itself sends (elements, exports), so
+# the wrapped ``validate_file_upload`` marks the request as an upload (a context variable of
+# its task) and only those are handed to the callback. The wrapper also reads Chainlit's
+# user-session registry (``chainlit.user_session.user_sessions``): the upload request
+# carries no websocket context.
+# The wrapper also lets an empty file through to the callback: ``persist_file`` refuses
+# ``content=b""`` (``ValueError``: HTTP 500, the browser's toast "Upload failed", the file
+# dropped without a word). It is stored by copying ``os.devnull`` instead, so the callback
+# judges it like any other file and refuses it with a sentence naming it.
+# Ends when: Chainlit calls back on upload (an ``on_file_upload`` hook that may refuse the
+# file) and stores empty files; then register the callback there and delete this section.
 
-FileStored = Callable[[dict[str, Any], str, Path], None]
+FileStored = Callable[[dict[str, Any], str, Path], Awaitable[str | None]]
 """Told of a stored upload: the session's user-session values (``cl.user_session``), the
-file's name and where it lies."""
+file's name and where it lies; returns a sentence that refuses it (shown to the person as
+the upload's error), or None to keep it."""
+
+_UPLOADING: ContextVar[bool] = ContextVar("kimi_uploading", default=False)
 
 
 def on_file_stored(callback: FileStored) -> None:
     """Call ``callback`` after Chainlit stores each upload (wraps
-    ``WebsocketSession.persist_file`` once; a second call replaces the callback); an
-    empty upload is stored as an empty file, not refused."""
+    ``WebsocketSession.persist_file`` and ``chainlit.server.validate_file_upload`` once; a
+    second call replaces the callback). An empty upload is stored as an empty file (for the
+    callback to judge), not refused with HTTP 500. A refused upload is forgotten and its file
+    deleted, and the request answers 400 with the sentence as its ``detail``."""
+    from chainlit import server
     from chainlit.session import WebsocketSession
     from chainlit.user_session import user_sessions
 
     original = getattr(WebsocketSession.persist_file, "__wrapped__", WebsocketSession.persist_file)
+    validate = getattr(server.validate_file_upload, "__wrapped__", server.validate_file_upload)
+
+    def validate_file_upload(*args: Any, **kwargs: Any) -> None:
+        validate(*args, **kwargs)
+        _UPLOADING.set(True)  # this request's task stores an upload next
 
     async def persist_file(self: WebsocketSession, *args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs.get("path") and kwargs.get("content") in (b"", ""):
             kwargs = {**kwargs, "content": None, "path": os.devnull}  # an empty file
         reference = await original(self, *args, **kwargs)
         stored = self.files.get(reference["id"]) if isinstance(reference, dict) else None
-        if stored is not None:
-            callback(user_sessions.get(self.id, {}), str(stored["name"]), Path(stored["path"]))
+        if stored is None or not _UPLOADING.get():
+            return reference
+        path = Path(stored["path"])
+        refusal = await callback(user_sessions.get(self.id, {}), str(stored["name"]), path)
+        if refusal is not None:
+            self.files.pop(reference["id"], None)
+            path.unlink(missing_ok=True)
+            raise HTTPException(status_code=400, detail=refusal)
         return reference
 
+    validate_file_upload.__wrapped__ = validate  # type: ignore[attr-defined]
     persist_file.__wrapped__ = original  # type: ignore[attr-defined]
+    server.validate_file_upload = validate_file_upload
     WebsocketSession.persist_file = persist_file  # type: ignore[method-assign,assignment]
+
+
+async def store_file(session: Any, **file: Any) -> Any:
+    """Store a file the app made with the session's files (Chainlit's own
+    ``persist_file``, never judged as an upload): ``name``, ``content``, ``mime``; returns
+    Chainlit's ``{"id": ...}``."""
+    from chainlit.session import WebsocketSession
+
+    persist = getattr(WebsocketSession.persist_file, "__wrapped__", WebsocketSession.persist_file)
+    return await persist(session, **file)
 
 
 # --- 3. Routes of the app's own, ahead of Chainlit's page route ---------------------------

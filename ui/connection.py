@@ -3,13 +3,17 @@
 At chat start (and resume) :func:`connect_or_wait` connects from the served-model
 cache when it can, so the page never waits on a silent server; otherwise a
 note says the app is connecting, and a task of the chat polls until the server
-is ready, then says so and shows the settings panel (:func:`send_settings`).
+is ready, then takes the note away (the page's welcome screen, starters included,
+comes back when the chat has no message yet), says so in a toast and shows the
+settings panel (:func:`send_settings`). Either way the caller's ``on_ready`` runs
+once the served models are known (the model picker, Compare's other models).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import chainlit as cl
 from chainlit.input_widget import InputWidget, Slider, Switch
@@ -40,7 +44,11 @@ async def send_settings(session: ChatSession) -> None:
     await cl.ChatSettings(widgets).send()
 
 
-async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
+Ready = Callable[[ChatSession], Awaitable[None]]
+"""Told that the chat is connected and what is served is known."""
+
+
+async def wait_until_ready(session: ChatSession, status: cl.Message, on_ready: Ready) -> None:
     """Connect, polling while the server is unreachable or loading; then say it is ready."""
     while True:
         try:
@@ -51,27 +59,33 @@ async def wait_until_ready(session: ChatSession, status: cl.Message) -> None:
             await asyncio.sleep(READY_POLL_S)
             continue
         except ChatError as exc:
-            status.content = "⚠️ " + in_markdown(exc.message, session.tr)
+            status.content = in_markdown(exc.message, session.tr)
             await status.update()
             return
         break
-    status.content = ready_note(session.tr.text(session.profile.label), session.tr)
-    await status.update()
+    await status.remove()
+    ready = ready_note(session.tr.text(session.profile.label), session.tr)
+    await cl.context.emitter.send_toast(ready, "success")
     await send_settings(session)
+    await session.server.models.refresh()  # what the server serves now, for on_ready
+    await on_ready(session)
 
 
-async def connect_or_wait(session: ChatSession, served: list[ServedModel]) -> None:
+async def connect_or_wait(session: ChatSession, served: list[ServedModel], on_ready: Ready) -> None:
     """Connect to a model of ``served`` (the cache) and show the settings, or, when
-    that cannot be done yet, say the app is connecting and keep trying in a task."""
+    that cannot be done yet, say the app is connecting and keep trying in a task;
+    ``on_ready`` once connected."""
     if session.options is None and served:
         with contextlib.suppress(ChatError):  # said below, and tried again
             await session.connect(served=served)
     if session.options is not None:
         await send_settings(session)
+        await on_ready(session)
         return
     status = cl.Message(content=connecting_note(session.tr), author=AUTHOR)
     await status.send()
-    cl.user_session.set(_STATUS_TASK, asyncio.create_task(wait_until_ready(session, status)))
+    waiting = wait_until_ready(session, status, on_ready)
+    cl.user_session.set(_STATUS_TASK, asyncio.create_task(waiting))
 
 
 def stop_waiting() -> None:

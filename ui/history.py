@@ -36,11 +36,12 @@ from backend.record import TurnRecord, TurnSink
 from backend.settings import Settings
 from backend.store import Store, StoreError, open_store
 from backend.store.db import DATABASE_FILE
-from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html
+from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html, marked_copies
 from backend.store.pending import Write, cause
 from backend.store.resume import Restored, restore
 from backend.store.turns import ThreadTurns
-from ui import signin
+from backend.turn_runner import TurnRunner
+from ui import bridge, signin
 from ui.answer import say
 from ui.datalayer import KimiDataLayer
 from ui.files import LocalStorageClient, mount_file_route
@@ -160,11 +161,11 @@ async def forget_after(message: cl.Message) -> None:
 async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
     """Rebuild the chat of ``thread`` into ``session`` and mark interrupted answers on the page.
 
-    Connects to the stored model if the server still serves it (else the chosen
-    profile, else the first served); a server that cannot be reached leaves the
-    session unconnected (the caller says so). The stored sampling options win. If some
-    of the chat's writes still wait for the database (:mod:`backend.store.pending`),
-    a note says the chat shown is not all of it yet.
+    Connects to the stored model if the server still serves it (else the first
+    served); a server that cannot be reached leaves the session unconnected (the caller
+    says so). The stored sampling options win. If some of the chat's writes still wait
+    for the database (:mod:`backend.store.pending`), a note says the chat shown is not
+    all of it yet.
 
     Raises:
         ChatError: the stored turns cannot be read (the database cannot be reached).
@@ -182,12 +183,11 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
         raise ChatError(CANNOT_OPEN) from None
     restored = restore(records)
     session.restore(restored.conversation, restored.message_turns)
-    profile = cl.user_session.get("chat_profile") or None
-    await session.connect_first([restored.model, profile, None])
+    await session.connect_first([restored.model, None])
     session.with_stored_options(sane_options(restored.options, session.max_model_len))
     mark_interrupted(thread, restored.interrupted, session.tr)
     if opened.pending.holds(thread_id):
-        await say("⚠️ " + session.tr(NOT_ALL_SAVED))
+        await say(session.tr(NOT_ALL_SAVED))
     return restored
 
 
@@ -258,8 +258,10 @@ async def may_view_shared(thread: ThreadDict, viewer: cl.User | None) -> bool:
     return bool(isinstance(metadata, dict) and metadata.get("is_shared"))
 
 
-async def export(session: ChatSession) -> cl.File:
-    """This chat as one HTML file (see :mod:`backend.store.export`), as a Chainlit file."""
+async def export(turns: TurnRunner) -> tuple[str, str]:
+    """This chat as one HTML file (see :mod:`backend.store.export`): its name and text;
+    what the chat showed beyond its turns (numbers, Compare answers, drawn copies) too."""
+    session = turns.chat
     records: list[TurnRecord] = []
     if _store is not None and _owner() is not None:
         try:
@@ -272,20 +274,20 @@ async def export(session: ChatSession) -> cl.File:
             TurnRecord(position=i, message_id=message_ids.get(id(t), ""), turn=t)
             for i, t in enumerate(session.conversation.turns)
         ]
+    records = [turns.shown.completed(record) for record in records]
+    marked = await session.workers.run(marked_copies, records, session.tr)
     first = records[0].turn.text.strip().splitlines()[0] if records and records[0].turn.text else ""
     now = datetime.now(UTC)
-    html = export_html(
-        ChatExport(
-            title=first[:80] or "Kimi-VL chat",
-            model=session.tr.text(session.profile.label),
-            options=asdict(session.options) if session.options else {},
-            records=records,
-            exported_at=now.strftime("%Y-%m-%d %H:%M UTC"),
-        ),
-        session.tr,
+    page = ChatExport(
+        title=first[:80] or "Kimi-VL chat",
+        model=session.tr.text(session.profile.label),
+        options=asdict(session.options) if session.options else {},
+        records=records,
+        exported_at=now.strftime("%Y-%m-%d %H:%M UTC"),
+        marked=marked,
     )
-    name = f"kimi-vl-chat-{now.strftime('%Y%m%d-%H%M%S')}.html"
-    return cl.File(name=name, content=html.encode("utf-8"), mime="text/html", display="inline")
+    html = await session.workers.run(export_html, page, session.tr)  # seconds for long chats
+    return f"kimi-vl-chat-{now.strftime('%Y%m%d-%H%M%S')}.html", html
 
 
 def export_command() -> CommandDict:
@@ -300,11 +302,12 @@ def export_command() -> CommandDict:
     }
 
 
-async def send_export(session: ChatSession) -> None:
-    """Send this chat as one self-contained HTML file."""
-    file = await export(session)
-    text = session.tr(EXPORT_NOTE)
-    await cl.Message(content=text, author="Kimi-VL Chat", elements=[file]).send()
+async def send_export(turns: TurnRunner) -> None:
+    """Have the page save this chat as one self-contained HTML file (a download, not a
+    message: the transcript and the stored thread stay as they were), and say so."""
+    name, html = await export(turns)
+    await bridge.offer_download(name, html.encode("utf-8"), "text/html")
+    await cl.context.emitter.send_toast(turns.chat.tr(EXPORT_NOTE), "success")
 
 
 def register(settings: Settings) -> Store | None:

@@ -2,7 +2,7 @@
 
 Chainlit 2.12 keeps the first tag of the websocket's ``Accept-Language`` header as
 ``session.language`` (chainlit/session.py, ``WebsocketSession.__init__``) and passes
-the same choice to ``set_starters``/``set_chat_profiles`` as ``language``, after
+the same choice to ``set_starters`` as ``language``, after
 ``[UI] language`` in ``.chainlit/config.toml``, which forces one language for everyone
 (chainlit/server.py, ``project_settings``). The app follows the same order, so its own
 words and Chainlit's (``.chainlit/translations/zh-CN.json``) agree.

@@ -14,6 +14,7 @@ shared view instead (``ui/signin.py`` decides which).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Final
 from urllib.parse import quote
@@ -59,4 +60,5 @@ async def public_page(
         exported_at=thread.shared_at.replace("T", " ")[:16],
         sign_in_url=f"{root}/login?next={quote(f'{root}/share/{thread_id}')}",
     )
-    return HTMLResponse(export_html(page, tr), headers=headers)
+    # Rendering Markdown and math takes seconds for a long chat: off the event loop.
+    return HTMLResponse(await asyncio.to_thread(export_html, page, tr), headers=headers)

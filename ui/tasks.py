@@ -81,7 +81,7 @@ def start_answer_task(work: Callable[[], Awaitable[None]], answers: AnswerQueues
             async with one_at_a_time(answers):
                 await work()
         except Busy as refused:
-            await say("⚠️ " + in_markdown(refused.message, session_translator()))
+            await say(in_markdown(refused.message, session_translator()), kind="warning")
         except asyncio.CancelledError:
             pass
         finally:

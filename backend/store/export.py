@@ -1,28 +1,37 @@
-"""Export a chat as one self-contained HTML file.
+"""Export a chat as one self-contained HTML file that reads as the chat looks.
 
 The file needs nothing else to open, online or not: the images are the prepared
 copies the model saw, inline as ``data:`` URLs; the style is inline; there is no
 script at all. Each answer's reasoning sits in a collapsed ``<details>`` titled
-"Thought for N.Ns", followed by the answer, its stats line and how it ended; the
-head names the model and the sampling options.
+"Thought for N.Ns", followed by the answer rendered as the chat renders it
+(Markdown, code blocks, math as MathML: :mod:`backend.markdown_html`), its stats
+line and how it ended; then the other models' answers to the same turn (Compare),
+labelled as in the chat, and the copies of the turn's images with the answer's
+points and boxes drawn on them. The head names the model and the sampling options.
 
-Everything that comes from a person or the model is escaped (``html.escape``
-with quotes), and the page's Content-Security-Policy allows no script and no
-request except ``data:`` images: a ``<script>`` in an answer shows as text and
-could not run even if it slipped through. Answers are shown as their Markdown
-source (``white-space: pre-wrap``), not rendered.
+The model's text is kept exactly as it came: only its rendering differs from the
+Markdown source. Everything that comes from a person or the model is escaped (the
+person's text with ``html.escape``; Markdown with raw HTML off), and the page's
+Content-Security-Policy allows no script and no request except ``data:`` images: a
+``<script>`` in an answer shows as text and could not run even if it slipped through.
 """
 
 from __future__ import annotations
 
+import base64
 import html
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
+from backend.conversation import Turn
+from backend.grounding import caption, overlays
 from backend.i18n import ENGLISH, Translator, msg
+from backend.markdown_html import to_html
 from backend.record import TurnRecord
-from backend.timings import stats_line, thought_label
+from backend.safety import escape_markdown
+from backend.settings import profile_for
+from backend.timings import Timings, stats_line, thought_label
 
 CONTENT_SECURITY_POLICY: Final = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -35,11 +44,23 @@ dt { color: #666; }
 .turn { margin-bottom: 2rem; }
 .user { background: #f1f3f5; border-radius: 12px; padding: .75rem 1rem; }
 .user img { max-width: 100%; max-height: 24rem; display: block; margin: .5rem 0; }
-.text, .answer, .reasoning { white-space: pre-wrap; overflow-wrap: anywhere; }
+.text { white-space: pre-wrap; overflow-wrap: anywhere; }
+.answer, .reasoning { overflow-wrap: anywhere; }
+.answer > :first-child, .reasoning > :first-child { margin-top: .5rem; }
 details { margin: .75rem 0; color: #555; }
 summary { cursor: pointer; }
 .reasoning { border-left: 3px solid #ccc; padding-left: .75rem; }
 .stats, .note { color: #666; font-size: 13px; margin-top: .5rem; }
+.stats { font-style: italic; }
+.compared { border-top: 1px dashed #ccc; margin-top: 1rem; padding-top: .5rem; }
+pre { background: #f6f8fa; border: 1px solid #e1e4e8; border-radius: 8px; padding: .75rem;
+      overflow-x: auto; }
+code { font: 13px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+:not(pre) > code { background: #f1f3f5; border-radius: 4px; padding: .1em .3em; }
+table { border-collapse: collapse; } th, td { border: 1px solid #ddd; padding: .3rem .6rem; }
+math[display="block"] { margin: .75rem 0; font-size: 1.15em; }
+figure { margin: 1rem 0; } figure img { max-width: 100%; display: block; }
+figcaption { color: #555; font-size: 13px; margin-bottom: .25rem; }
 """
 
 INTERRUPTED_NOTE: Final = msg("Interrupted: the app stopped before this answer ended.")
@@ -52,6 +73,26 @@ _ENDINGS: Final = {
 
 
 @dataclass(frozen=True, slots=True)
+class MarkedCopy:
+    """A copy of one of a turn's images with an answer's points and boxes drawn on it,
+    as the chat showed it under that answer.
+
+    Attributes:
+        caption: the line above it (Markdown, from :func:`backend.grounding.caption`).
+        data_url: the drawn copy, ``data:image/png;base64,...`` or ``image/jpeg``.
+    """
+
+    caption: str
+    data_url: str
+
+
+def answer_key(message_id: str, compared: str | None = None) -> str:
+    """The key of an answer in :attr:`ChatExport.marked`: the turn's own answer
+    (``compared`` None) or another model's, by its label."""
+    return f"{message_id}\n{compared or ''}"
+
+
+@dataclass(frozen=True, slots=True)
 class ChatExport:
     """What an export shows.
 
@@ -59,11 +100,12 @@ class ChatExport:
         title: the chat's name (the first message, as Chainlit names threads).
         model: label of the model (e.g. "Kimi-VL Thinking (2506)").
         options: sampling options of the last turn (temperature, top_p, max_tokens, ...).
-        records: the stored turns, oldest first.
+        records: the stored turns, oldest first (with their Compare answers, if any).
         exported_at: when, as text (e.g. ISO 8601).
         sign_in_url: set for a shared chat's public page (``ui/share.py``): the
             time is labelled "Shared" and the page ends with a link to sign in
             (a relative URL of the app, e.g. ``"/login?next=/share/<id>"``).
+        marked: the drawn copies under each answer, by :func:`answer_key`.
     """
 
     title: str
@@ -72,31 +114,49 @@ class ChatExport:
     records: Sequence[TurnRecord]
     exported_at: str
     sign_in_url: str | None = None
+    marked: Mapping[str, Sequence[MarkedCopy]] = field(default_factory=dict)
+
+
+def marked_copies(
+    records: Sequence[TurnRecord], tr: Translator = ENGLISH
+) -> dict[str, list[MarkedCopy]]:
+    """The drawn copies the chat shows under each answer of ``records`` (the turn's own
+    and its Compare answers), by :func:`answer_key`, captions in ``tr``'s language.
+    Decodes and draws images (tens to hundreds of ms each,
+    :func:`backend.grounding.overlays`): call it off the event loop."""
+    marked: dict[str, list[MarkedCopy]] = {}
+    for record in records:
+        images = record.turn.images
+        answers: list[tuple[str | None, str]] = [(None, record.turn.answer)]
+        answers += [(c.label, c.turn.answer) for c in record.compared]
+        for label, answer in answers:
+            if not images or not answer:
+                continue
+            drawn, _ = overlays(answer, images)
+            copies = [
+                MarkedCopy(
+                    caption(images[o.image].name, o.marks, tr),
+                    f"data:{o.mime};base64,{base64.b64encode(o.content).decode('ascii')}",
+                )
+                for o in drawn
+            ]
+            if copies:
+                marked[answer_key(record.message_id, label)] = copies
+    return marked
 
 
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _turn(record: TurnRecord, tr: Translator) -> str:
+def _turn(record: TurnRecord, marked: Mapping[str, Sequence[MarkedCopy]], tr: Translator) -> str:
     turn = record.turn
     parts = ['<section class="turn">', '<div class="user">']
     for image in turn.images:
         # The data URL is base64 of our own encoder's bytes; escaped all the same.
         parts.append(f'<img src="{_e(image.data_url)}" alt="{_e(image.name)}">')
     parts.append(f'<div class="text">{_e(turn.text)}</div></div>')
-    if turn.reasoning:
-        label = (
-            thought_label(record.reasoning_s, tr=tr)
-            if record.reasoning_s is not None
-            else tr("Thought")
-        )
-        parts.append(
-            f"<details><summary>{_e(label)}</summary>"
-            f'<div class="reasoning">{_e(turn.reasoning)}</div></details>'
-        )
-    if turn.answer:
-        parts.append(f'<div class="answer">{_e(turn.answer)}</div>')
+    parts += _answer(turn, record.reasoning_s, tr)
     if record.interrupted:
         parts.append(f'<div class="note">{_e(tr(INTERRUPTED_NOTE))}</div>')
     elif turn.status in _ENDINGS:
@@ -104,8 +164,47 @@ def _turn(record: TurnRecord, tr: Translator) -> str:
     stats = _stats(record, tr)
     if stats:
         parts.append(f'<div class="stats">{_e(stats)}</div>')
+    parts += _marked(marked.get(answer_key(record.message_id), ()))
+    for compared in record.compared:
+        parts.append('<div class="compared">')
+        label = tr("**{model}** (compare):", model=escape_markdown(compared.label))
+        parts.append(f'<div class="label">{to_html(label)}</div>')
+        parts += _answer(compared.turn, _reasoning_s(compared.timings), tr)
+        if compared.turn.status in _ENDINGS:
+            parts.append(f'<div class="note">{_e(tr(_ENDINGS[compared.turn.status]))}</div>')
+        if compared.timings is not None and compared.timings.elapsed_s is not None:
+            line = f"{compared.label} · {stats_line(compared.timings, tr)}"
+            parts.append(f'<div class="stats">{_e(line)}</div>')
+        parts += _marked(marked.get(answer_key(record.message_id, compared.label), ()))
+        parts.append("</div>")
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _reasoning_s(timings: Timings | None) -> float | None:
+    return timings.reasoning_s if timings is not None else None
+
+
+def _answer(turn: Turn, reasoning_s: float | None, tr: Translator) -> list[str]:
+    """The reasoning step (folded) and the answer, rendered."""
+    parts = []
+    if turn.reasoning:
+        label = thought_label(reasoning_s, tr=tr) if reasoning_s is not None else tr("Thought")
+        parts.append(
+            f"<details><summary>{_e(label)}</summary>"
+            f'<div class="reasoning">{to_html(turn.reasoning)}</div></details>'
+        )
+    if turn.answer:
+        parts.append(f'<div class="answer">{to_html(turn.answer)}</div>')
+    return parts
+
+
+def _marked(copies: Sequence[MarkedCopy]) -> list[str]:
+    return [
+        f"<figure><figcaption>{to_html(copy.caption)}</figcaption>"
+        f'<img src="{_e(copy.data_url)}" alt=""></figure>'
+        for copy in copies
+    ]
 
 
 def _stats(record: TurnRecord, tr: Translator) -> str:
@@ -115,6 +214,23 @@ def _stats(record: TurnRecord, tr: Translator) -> str:
         return record.legacy_stats
     timings = record.timings
     return stats_line(timings, tr) if timings is not None and timings.elapsed_s is not None else ""
+
+
+def _turns(chat: ChatExport, tr: Translator) -> list[str]:
+    """Each turn, with the chat's note where another model took over (a switch)."""
+    parts, model = [], None
+    for record in chat.records:
+        if model is not None and record.model is not None and record.model != model:
+            label = tr.text(profile_for(record.model).label)
+            # The chat's note there (backend/presenter.py, model_switched_note).
+            switched = tr(
+                "{model} answers from here on, with the conversation so far.",
+                model=escape_markdown(label),
+            )
+            parts.append(f'<div class="note">{to_html(switched)}</div>')
+        model = record.model or model
+        parts.append(_turn(record, chat.marked, tr))
+    return parts
 
 
 def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
@@ -139,7 +255,7 @@ def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
             f"<title>{_e(chat.title)}</title><style>{_STYLE}</style></head><body>",
             f"<header><h1>{_e(chat.title)}</h1><dl><dt>{model}</dt><dd>{_e(chat.model)}</dd>",
             f"{settings}<dt>{exported}</dt><dd>{_e(chat.exported_at)}</dd></dl></header>",
-            *(_turn(record, tr) for record in chat.records),
+            *_turns(chat, tr),
             sign_in,
             "</body></html>",
             "",

@@ -48,6 +48,9 @@ CHROMIUM_ARGS = [
 ]
 THINKING_MODEL = "kimi-vl-thinking-2506"
 INSTRUCT_MODEL = "kimi-vl"
+DESKTOP: ViewportSize = {"width": 1440, "height": 900}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+"""The two viewports of the layout tests: a laptop and a phone (iPhone 12-15 size)."""
 TIMEOUT_MS = 30_000
 """Generous: two cores run chromium, Chainlit and the scripted server at once."""
 expect.set_options(timeout=TIMEOUT_MS)

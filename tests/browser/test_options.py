@@ -1,11 +1,10 @@
-"""Settings panel, model choice, languages, server status, update rate, README shots."""
+"""Settings panel, languages, update rate, README shots (the model choice and the server's
+status: test_models.py)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -18,11 +17,9 @@ from tests.browser.conftest import (
     ask,
     new_context,
     screenshot,
-    start_scripted_server,
-    start_ui,
     wait_answer_done,
 )
-from tests.conftest import DATA, free_port
+from tests.conftest import DATA
 
 pytestmark = pytest.mark.browser
 
@@ -76,30 +73,6 @@ def test_settings_panel_changes_sampling_and_hides_reasoning(page: Page, stack: 
     screenshot(page, "settings-reasoning-hidden")
     request = stack.requests()[-1]
     assert request["temperature"] == 0.6 and request["top_p"] == 1.0
-
-
-def test_instruct_profile_has_its_defaults_and_no_reasoning_step(page: Page, stack: Stack) -> None:
-    page.locator("#chat-profiles").click()
-    page.locator('[data-test="select-item:kimi-vl"]').click()
-    confirm = page.locator("#confirm")  # Chainlit may ask before starting a new chat
-    if confirm.is_visible():
-        confirm.click()
-    expect(page.locator("#chat-profiles")).to_contain_text("Kimi-VL Instruct")
-    page.wait_for_load_state("networkidle")
-    open_settings(page)
-    expect(page.locator("#temperature [role=slider]")).to_have_attribute("aria-valuenow", "0.2")
-    expect(page.locator("#hide_reasoning")).to_have_count(0)
-    page.keyboard.press("Escape")
-    expect(page.locator("#confirm")).to_be_hidden()
-
-    stack.clear_requests()
-    ask(page, "What is in this picture?", DATA / "rocket.jpg")
-    wait_answer_done(page)
-    expect(page.locator(ANSWERS).last).to_contain_text("What the picture shows")
-    expect(page.locator(REASONING_STEP)).to_have_count(0)
-    screenshot(page, "instruct-profile")
-    request = stack.requests()[-1]
-    assert request["model"] == "kimi-vl" and request["temperature"] == 0.2
 
 
 def test_chinese_welcome_readme_and_starters(chromium: Browser, stack: Stack) -> None:
@@ -157,41 +130,6 @@ def test_long_reasoning_is_batched_and_the_page_keeps_painting(
     print(report)
     assert report["ui_updates_per_second"] <= 25  # batched at 20 a second (backend.batching)
     assert longest_frame_ms < 1000  # the page never froze for a second
-
-
-@pytest.fixture
-def server_down_ui(chromium: Browser, tmp_path: Path) -> Iterator[tuple[Page, int]]:
-    """A UI whose model server is not started yet; yields a page on it and the server port."""
-    server_port, ui_port = free_port(), free_port()
-    ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", tmp_path)
-    context = new_context(chromium)
-    try:
-        page = context.new_page()
-        page.goto(f"http://127.0.0.1:{ui_port}")
-        yield page, server_port
-    finally:
-        context.close()
-        ui.stop()
-
-
-def test_server_status_while_loading_then_ready(server_down_ui: tuple[Page, int]) -> None:
-    page, server_port = server_down_ui
-    status = page.locator(ANSWERS).first
-    expect(status).to_contain_text("Waiting for the model server")
-    expect(status).to_contain_text("Cannot reach the model server")
-    expect(page.locator("#root")).not_to_contain_text("Traceback")
-    screenshot(page, "server-waiting")
-
-    server = start_scripted_server(server_port, "kimi-vl-thinking-2506")
-    try:
-        expect(status).to_contain_text("The model server is ready", timeout=60_000)
-        expect(status).to_contain_text("Kimi-VL Thinking (2506)")
-        screenshot(page, "server-ready")
-        ask(page, "What is in this picture?")
-        wait_answer_done(page)
-        expect(page.locator(ANSWERS).last).to_contain_text("What the picture shows")
-    finally:
-        server.stop()
 
 
 def test_readme_screenshots(page: Page) -> None:
