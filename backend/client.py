@@ -280,8 +280,9 @@ class ChatClient:
         stream_interval: tokens per streamed chunk asked of vLLM (its
             ``stream_interval`` chat completion field, vLLM >= 0.32; the first
             token always comes at once); 0 = from the server's measured speed,
-            one UI update's worth (:class:`backend.batching.StreamPace`); 1 = every
-            token (the field is not sent).
+            one UI update's worth (:class:`backend.batching.StreamPace`), except for
+            thinking requests (:meth:`tokens_per_chunk`); 1 = every token (the field
+            is not sent).
     """
 
     def __init__(
@@ -420,6 +421,19 @@ class ChatClient:
         count = answer.get("count") if isinstance(answer, dict) else None
         return count if isinstance(count, int) and not isinstance(count, bool) else None
 
+    def tokens_per_chunk(self, request: ChatRequest) -> int:
+        """The ``stream_interval`` to ask for ``request``; 1 = every token (not sent).
+
+        A pinned :attr:`stream_interval` wins. A thinking request asks for every
+        token: its first token is the opening marker alone, which vLLM sends at
+        once, and the next chunk comes only ``stream_interval`` tokens later, so
+        the first words a person can read would wait about one UI update (50 ms).
+        Other requests ask for the learnt pace (:class:`backend.batching.StreamPace`).
+        """
+        if self.stream_interval:
+            return self.stream_interval
+        return 1 if request.thinking else self.pace.tokens_per_chunk()
+
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one chat completion as typed events.
 
@@ -444,7 +458,7 @@ class ChatClient:
         splitter = ReasoningSplitter(starts_in_reasoning=request.thinking)
         headers = {"X-Request-Id": request.request_id} if request.request_id else None
         extra_body = dict(request.extra_body)
-        interval = self.stream_interval or self.pace.tokens_per_chunk()
+        interval = self.tokens_per_chunk(request)
         if interval > 1:
             extra_body.setdefault("stream_interval", interval)
         started = time.perf_counter()

@@ -220,18 +220,34 @@ async def test_a_stream_that_breaks_says_how_and_keeps_what_came(
 
 
 async def test_chunks_follow_the_learnt_speed_with_the_same_text(fake: RunningFake) -> None:
-    """Issue 14 item 1: as many tokens per chunk as the UI shows per update (50 ms)."""
+    """As many tokens per chunk as the UI shows per update (50 ms), for a request whose
+    first token shows (not a thinking one)."""
     every_token = ChatClient(fake.base_url, "k", stream_interval=1)
     learnt = ChatClient(fake.base_url, "k")
-    first = await collect(learnt, "#scenario=thinking", thinking=True)
+    first = await collect(learnt, "#scenario=thinking")
     assert "stream_interval" not in fake.requests[-1]  # nothing learnt yet: every token
     learnt.pace.tokens_per_s = 100.0  # whatever it learnt from the first: now 100 tokens/s
-    grouped = await collect(learnt, "#scenario=thinking", thinking=True)
+    grouped = await collect(learnt, "#scenario=thinking")
     assert fake.requests[-1]["stream_interval"] == 5  # 100 tokens/s x 50 ms
-    plain = await collect(every_token, "#scenario=thinking", thinking=True)
+    plain = await collect(every_token, "#scenario=thinking")
     assert "stream_interval" not in fake.requests[-1]
     assert texts(grouped) == texts(plain) == texts(first) == (REASONING, ANSWER.lstrip())
     assert len(grouped) < len(plain) / 3  # fewer chunks, fewer events
+
+
+async def test_a_thinking_request_asks_every_token_so_its_first_words_come_at_once(
+    fake: RunningFake,
+) -> None:
+    """Its first token is the opening marker alone: with a learnt stream_interval of 5 the
+    first reasoning words would come 5 tokens (one UI update) after it."""
+    learnt = ChatClient(fake.base_url, "k")
+    learnt.pace.tokens_per_s = 100.0
+    events = await collect(learnt, "#scenario=thinking", thinking=True)
+    assert "stream_interval" not in fake.requests[-1]
+    assert texts(events) == (REASONING, ANSWER.lstrip())
+    pinned = ChatClient(fake.base_url, "k", stream_interval=4)  # an operator's choice stands
+    await collect(pinned, "#scenario=thinking", thinking=True)
+    assert fake.requests[-1]["stream_interval"] == 4
 
 
 async def test_a_fixed_stream_interval_is_sent_from_the_first_request(fake: RunningFake) -> None:
