@@ -36,9 +36,9 @@ from backend.presenter import (
     stopped_note,
     unusable_files_note,
 )
-from backend.safety import link_remote_images
 from backend.settings import profile_for
 from ui import history
+from ui.blocks import MessageBlocks
 from ui.grounding_view import show_marks
 from ui.reasoning_view import ReasoningView
 
@@ -69,11 +69,6 @@ def retry_action(
     if max_tokens:
         payload |= {"max_tokens": max_tokens, "make_room": make_room}
     return cl.Action(name="retry", payload=payload, label=tr(label), icon="refresh-cw")
-
-
-def new_answer(compared: str | None) -> cl.Message:
-    """An empty answer message; a compared model's answer is authored by that model."""
-    return cl.Message(content="", author=compared) if compared else cl.Message(content="")
 
 
 def compare_action(message_id: str, other: ServedModel, tr: Translator) -> cl.Action:
@@ -189,7 +184,8 @@ async def stream_answer(
     for notice in planned.notices:
         await say("ℹ️ " + tr.text(notice))
     show_reasoning = session.options is None or session.options.show_reasoning
-    answer: cl.Message | None = None
+    heading = tr("**{model}** (compare):", model=compared) if compared else ""
+    answer = MessageBlocks(compared, heading)  # a compared model's answer is authored by it
     reasoning = ReasoningView(tr=tr)
     waiting = WaitingNote()
     pacing = Pacing(
@@ -219,36 +215,31 @@ async def stream_answer(
                         await reasoning.add(event.text)
                 elif isinstance(event, AnswerDelta):
                     await reasoning.close()
-                    answer = answer or new_answer(compared)
-                    await answer.stream_token(event.text)
+                    await answer.add(event.text)
                 elif isinstance(event, Done):
                     done = event
                     if event.answer_in_reasoning:
                         await reasoning.discard()  # no marker came: that text was the answer
+                        await answer.add(turn.answer)
                     await reasoning.close()
-                    answer = answer or new_answer(compared)
                     await finish_answer(answer, message_id, turn, event, planned, session, compared)
     except asyncio.CancelledError:
         await waiting.remove()
         if turn.status in ("done", "cut_off"):
             raise  # finished is finished: a late Stop changes nothing
         await reasoning.close("stopped")
-        answer = answer or cl.Message(content="")
-        answer.content = stopped_note(link_remote_images(turn.answer), tr)
-        answer.actions = [retry_action(message_id, tr)]
-        await answer.send()
+        await answer.end(lambda tail: stopped_note(tail, tr), [retry_action(message_id, tr)])
         raise
     except ChatError as exc:
         turn.status = "failed"
         await waiting.remove()
         await reasoning.close("failed")
-        if answer is not None:
-            answer.content = incomplete_note(link_remote_images(turn.answer), tr)
-            await answer.send()
+        if answer.id is not None:
+            await answer.end(lambda tail: incomplete_note(tail, tr), [])
         retry = [retry_action(message_id, tr)] if can_retry(exc) else None
         await say("⚠️ " + tr.text(exc.message), retry)
     finally:
-        await history.save_turn(session, turn, done, answer.id if answer else None)
+        await history.save_turn(session, turn, done, answer.id)
 
 
 class WaitingNote:
@@ -274,7 +265,7 @@ class WaitingNote:
 
 
 async def finish_answer(
-    answer: cl.Message,
+    answer: MessageBlocks,
     message_id: str,
     turn: Turn,
     done: Done,
@@ -284,13 +275,11 @@ async def finish_answer(
 ) -> None:
     """End the answer message: stats line, cut-off note, its buttons.
 
-    ``compared``: the label of the other model a Compare asked; its answer says
-    so first and has no buttons.
+    ``compared``: the label of the other model a Compare asked; its answer has
+    no buttons.
     """
-    lines = [link_remote_images(turn.answer)] if turn.answer else []  # no image fetches
+    lines: list[str] = []
     tr = session.tr
-    if compared:
-        lines.insert(0, tr("**{model}** (compare):", model=compared))
     actions = [retry_action(message_id, tr, REGENERATE_LABEL)]
     actions += [compare_action(message_id, other, tr) for other in session.others]
     if done.finish_reason == "length":
@@ -310,7 +299,5 @@ async def finish_answer(
         stats = f"{compared} · {stats}"
         actions = []
     lines.append(f"*{stats}*")
-    answer.content = "\n\n".join(lines)
-    answer.actions = actions
-    await answer.send()
+    await answer.end(lambda tail: "\n\n".join([tail, *lines] if tail else lines), actions)
     await show_marks(turn.answer, turn.images, session.workers, tr)  # drawn on a copy, below

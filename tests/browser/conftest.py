@@ -233,6 +233,8 @@ def screenshot(page: Page, name: str) -> Path:
 
 ANSWERS = '[data-step-type="assistant_message"] .message-content'
 REASONING_STEP = '[data-step-type="llm"]'
+REASONING_TEXT = f'{REASONING_STEP} [data-step-type="undefined"] .message-content'
+"""The reasoning's text: one block each (ui/blocks.py), in order; the step's own output is empty."""
 
 
 def attach(page: Page, *files: Path) -> None:
