@@ -188,17 +188,20 @@ def long_code(prefix: str, count: int) -> list[str]:
 
 
 def long_scenario(name: str, text: str) -> Scenario:
-    """A ``long-think`` or ``long-code`` stream sized by the tags of ``text`` (:data:`LONG_TAG`).
+    """A ``long-*`` stream sized by the tags of ``text`` (:data:`LONG_TAG`).
 
     ``long-think``: ``◁think▷``, ``reasoning`` tokens of prose (default 10,000), the
     closing marker, then ``answer`` tokens of prose (default 2,000) ending in a code
     block and :data:`LONG_END`. ``long-code``: no reasoning, ``answer`` tokens of code
-    (default 10,000). Paced at ``rate`` tokens a second (default 200), on schedule.
+    (default 10,000). ``long-answer``: no reasoning, ``answer`` tokens of prose (default
+    2,000). Paced at ``rate`` tokens a second (default 200), on schedule.
     """
     sizes = {key: int(value) for key, value in LONG_TAG.findall(text)}
     rate = sizes.get("rate", 200)
     if name == "long-code":
         pieces = [*long_code("a", sizes.get("answer", 10_000)), LONG_END]
+    elif name == "long-answer":
+        pieces = [*long_prose("a", sizes.get("answer", 2_000)), f" {LONG_END}"]
     else:
         answer = long_prose("a", sizes.get("answer", 2_000))
         answer[-1] += "\n\n```python\nprint('done')\n```\n\n"
