@@ -162,10 +162,11 @@ class MessageBlocks:
         await block.send()
 
     def _new_message(self) -> cl.Message:
-        author = {"author": self._author} if self._author else {}
-        later = {"id": block_id()} if self._last is not None else {}
-        self._last = cl.Message(content="", **author, **later)  # type: ignore[arg-type]
-        return self._last
+        message = cl.Message(content="", author=self._author) if self._author else cl.Message("")
+        if self._last is not None:
+            message.id = block_id()  # a block after the first: no avatar of its own
+        self._last = message
+        return message
 
     async def _close(self, closing: str) -> None:
         if self._open is None:

@@ -33,35 +33,34 @@ class ReasoningView:
     ) -> None:
         self._clock = clock
         self._tr = tr
-        self._step: cl.Step | None = None
-        self._blocks: StepBlocks | None = None
+        self._open: tuple[cl.Step, StepBlocks] | None = None
         self._since = 0.0
 
     async def add(self, text: str) -> None:
         """Stream reasoning text, opening the step (expanded) on the first call."""
-        if self._step is None:
+        if self._open is None:
             self._since = self._clock()
             # Same parent as the answer message (the run of on_message), so the
             # browser shows the step above the answer, not after the whole run.
             parent = cl.context.current_step
-            self._step = cl.Step(
+            step = cl.Step(
                 name=self._tr(THINKING_LABEL),
                 type="llm",
                 parent_id=parent.id if parent else None,
                 default_open=True,  # folded when it ends by public/stream.js
             )
-            self._step.start = cl.utils.utc_now()
-            await self._step.send()
-            self._blocks = StepBlocks(self._step)
-        assert self._blocks is not None
-        await self._blocks.add(text)
+            step.start = cl.utils.utc_now()
+            await step.send()
+            self._open = (step, StepBlocks(step))
+        await self._open[1].add(text)
 
     async def discard(self) -> None:
         """Remove the open step: what streamed into it turned out to be the answer."""
-        if self._step is not None and self._blocks is not None:
-            await self._blocks.remove()
-            await self._step.remove()
-            self._step = self._blocks = None
+        if self._open is not None:
+            step, blocks = self._open
+            self._open = None
+            await blocks.remove()
+            await step.remove()
 
     async def close(self, ended: StepEnd = "done") -> None:
         """Retitle the open step "Thought for N.Ns" (plus how it ended); no-op if none is open.
@@ -69,10 +68,11 @@ class ReasoningView:
         The page folds it then (``public/stream.js``); a resumed chat shows it folded
         (Chainlit's data layer does not give ``defaultOpen`` back).
         """
-        if self._step is None or self._blocks is None:
+        if self._open is None:
             return
-        await self._blocks.close()
-        self._step.name = thought_label(self._clock() - self._since, ended, self._tr)
-        self._step.end = cl.utils.utc_now()
-        await self._step.update()
-        self._step = self._blocks = None
+        step, blocks = self._open
+        self._open = None
+        await blocks.close()
+        step.name = thought_label(self._clock() - self._since, ended, self._tr)
+        step.end = cl.utils.utc_now()
+        await step.update()
