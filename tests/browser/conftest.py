@@ -109,6 +109,19 @@ APP_FILES = ("app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "c
 """What ``chainlit run`` needs from the repository, copied into a UI's own directory."""
 
 
+def copy_app(workdir: Path) -> None:
+    """Copy what ``chainlit run`` needs (:data:`APP_FILES`) into ``workdir``.
+
+    Copies, not links: Chainlit refuses files that resolve outside its root.
+    """
+    for name in APP_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, workdir / name)
+
+
 def start_ui(
     port: int,
     base_url: str,
@@ -120,17 +133,11 @@ def start_ui(
 
     It runs in ``workdir``, where the app's files are copied: Chainlit keeps
     uploads in ``./.files`` and deletes that folder when it stops, so two UIs
-    (or a developer's UI) sharing the repository root would break each other.
-    Copies, not links: Chainlit refuses files that resolve outside its root.
-    ``edit_config`` rewrites the copy's ``.chainlit/config.toml`` text (a test's
-    own limits, e.g. a short ``session_timeout``).
+    (or a developer's UI) sharing the repository root would break each other
+    (:func:`copy_app`). ``edit_config`` rewrites the copy's ``.chainlit/config.toml``
+    text (a test's own limits, e.g. a short ``session_timeout``).
     """
-    for name in APP_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, workdir / name)
+    copy_app(workdir)
     if edit_config is not None:
         config = workdir / ".chainlit" / "config.toml"
         config.write_text(edit_config(config.read_text()))
@@ -199,10 +206,19 @@ def block_cdn(route: Route) -> None:
     route.abort()
 
 
-def new_context(chromium: Browser, locale: str = "en-US") -> BrowserContext:
-    """A fresh browser context (a fresh Chainlit session) with CDN requests blocked."""
+def new_context(
+    chromium: Browser, locale: str = "en-US", bypass_csp: bool = False
+) -> BrowserContext:
+    """A fresh browser context (a fresh Chainlit session) with CDN requests blocked.
+
+    ``bypass_csp``: for a functional test whose own script runs in the page (never
+    for the security tests, which test the policy).
+    """
     context = chromium.new_context(
-        locale=locale, viewport={"width": 1100, "height": 800}, device_scale_factor=1
+        locale=locale,
+        viewport={"width": 1100, "height": 800},
+        device_scale_factor=1,
+        bypass_csp=bypass_csp,
     )
     context.set_default_timeout(TIMEOUT_MS)
     context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)
