@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -53,6 +54,7 @@ from typing import Any, Protocol
 
 import httpx
 from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
@@ -270,8 +272,10 @@ def toggle(page: Page, app: ChatApp) -> float:
 
 
 def settle(page: Page) -> None:
-    """Let a freshly loaded page finish its own loading before a measurement starts."""
-    page.wait_for_load_state("networkidle")
+    """Let a freshly loaded page finish its own loading before a measurement starts (at
+    most 5 s without network traffic: Open WebUI's page never stops polling), then 0.5 s."""
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_load_state("networkidle", timeout=5_000)
     time.sleep(0.5)
 
 
