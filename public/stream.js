@@ -1,15 +1,20 @@
 // Kimi-VL Chat (config.toml: custom_js, through kimi.js): fold and unfold a reasoning step
-// without rendering it again.
+// without rendering it again, and unfold a resumed one a little at a time.
 //
 // Chainlit's step is a Radix accordion: folding it takes its content off the page and
 // unfolding renders all of its markdown again, which for a reasoning of thousands of
 // tokens keeps the tab busy for longer than a click should take. While a step's content
 // is on the page (Radix's data-state="open"), a click on the step's title hides or shows
 // that content here instead; it stays mounted, so the stream goes on into it and
-// unfolding only lays it out. A folded step (data-state="closed": a resumed chat) is left
-// to Radix, which renders it once. The app sends its reasoning steps without Chainlit's
+// unfolding only lays it out. The app sends its reasoning steps without Chainlit's
 // auto_collapse (ui/reasoning_view.py): this script folds a step when its reasoning ends,
 // which is when Chainlit drops the title's running style (the class loading-shimmer).
+//
+// A resumed chat's step comes folded and so do its blocks (ui/blocks.py: child steps whose
+// titles public/style.css hides), as Chainlit's data layer does not give defaultOpen back.
+// A click on the step lets Radix show it, with its blocks folded; this script then opens
+// the blocks first to last, one per animation frame, so no single task renders the whole
+// reasoning and the first blocks show at once.
 (() => {
   const FOLDED = "data-kimi-folded";
   const RUNNING = "loading-shimmer";
@@ -43,6 +48,33 @@
     true,
   );
 
+  // The blocks of a step that Radix just showed, still folded (a resumed chat): open them
+  // in order, one per frame.
+  const folded = [];
+  let scheduled = false;
+  const openSome = () => {
+    scheduled = false;
+    // One a frame: React renders what a click opens after the click returns (in a
+    // microtask), so clicks made together would render together.
+    while (folded.length) {
+      const button = folded.shift();
+      if (button.isConnected && button.getAttribute("data-state") === "closed") {
+        button.click();
+        break;
+      }
+    }
+    if (folded.length) schedule();
+  };
+  const schedule = () => {
+    if (!scheduled) {
+      scheduled = true;
+      requestAnimationFrame(openSome);
+    }
+  };
+  const isBlockTitle = (button) =>
+    button.closest("[data-step-type]")?.getAttribute("data-step-type") === "undefined" &&
+    button.closest('[data-step-type="llm"]') !== null;
+
   // A step whose reasoning ended folds, as Chainlit's auto_collapse would, but stays on the
   // page: when its title stops running, or when it first shows already ended (a busy page
   // renders the whole short reasoning at once). Each title once: a person may unfold it.
@@ -66,7 +98,14 @@
       }
       for (const node of change.addedNodes) {
         if (node.nodeType !== Node.ELEMENT_NODE || !node.closest('[data-step-type="llm"]')) continue;
-        for (const button of node.querySelectorAll("h3[data-orientation] > button")) settle(button);
+        for (const button of node.querySelectorAll("h3[data-orientation] > button")) {
+          if (isBlockTitle(button)) {
+            if (button.getAttribute("data-state") === "closed") {
+              folded.push(button);
+              schedule();
+            }
+          } else settle(button);
+        }
       }
     }
   });

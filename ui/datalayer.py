@@ -9,19 +9,15 @@ Chainlit 2.12's ``SQLAlchemyDataLayer`` (research-turn2.md, read in its source):
 * runs ``send()`` and the later ``update()`` of a step as two tasks that race;
   the empty first write can land last and blank the step (#2789);
 * returns JSON columns as strings and booleans as 0/1 from SQLite;
-* writes a step's ``defaultOpen`` but never reads it back, so every step of a
-  resumed chat comes folded, the blocks of a long text too (ui/blocks.py), which
-  have no title to unfold them by;
 * logs write errors as warnings and carries on.
 
 Here: lists and dicts are JSON-encoded before binding; writes of one step run
 one after the other in the order they were started (a FIFO lock per step id;
 tasks start in creation order, so the last ``update()`` lands last), and so do
 the element writes of one thread (uploads come back in upload order); JSON and
-booleans are decoded on read, and blocks come back open; a failed statement is
-logged as an error. The engine is the app's (:class:`backend.store.Store`), not
-a second one, and deleting a thread also deletes its stored turns and prepared
-images.
+booleans are decoded on read; a failed statement is logged as an error. The
+engine is the app's (:class:`backend.store.Store`), not a second one, and
+deleting a thread also deletes its stored turns and prepared images.
 """
 
 from __future__ import annotations
@@ -45,7 +41,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.logs import LOGGER_NAME
 from backend.store import Store
-from ui.blocks import BLOCK_ID_TAIL
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -158,8 +153,6 @@ class KimiDataLayer(SQLAlchemyDataLayer):
             record["metadata"] = _decoded(record.get("metadata")) or {}
             record["tags"] = _decoded(record.get("tags"))
             for step in record.get("steps", []):
-                if str(step.get("id", "")).endswith(BLOCK_ID_TAIL):
-                    step["defaultOpen"] = True  # a block shows inside its (folded) parent
                 for key in _STEP_JSON:
                     if key in step:
                         step[key] = _decoded(step[key])

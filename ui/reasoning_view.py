@@ -66,7 +66,8 @@ class ReasoningView:
         """Retitle the open step "Thought for N.Ns" (plus how it ended); no-op if none is open.
 
         The page folds it then (``public/stream.js``); a resumed chat shows it folded
-        (Chainlit's data layer does not give ``defaultOpen`` back).
+        (Chainlit's data layer does not give ``defaultOpen`` back), and unfolds its
+        blocks a few at a time when it is unfolded.
         """
         if self._open is None:
             return
