@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Generic, Protocol, TypeVar
 
 import chainlit as cl
 
@@ -47,7 +47,46 @@ def block_id() -> str:
     return str(uuid.uuid4())[:-12] + BLOCK_ID_TAIL
 
 
-class StepBlocks:
+class _Block(Protocol):
+    """What a block is in Chainlit: a step or a message that streams."""
+
+    async def stream_token(self, token: str, is_sequence: bool = False) -> None: ...
+
+
+B = TypeVar("B", bound=_Block)
+
+
+class _Blocks(Generic[B]):
+    """Text streamed into a run of blocks: the open one streams, a cut closes it."""
+
+    def __init__(self, soft_chars: int, hard_chars: int, opening: str = "") -> None:
+        self._splitter = BlockSplitter(soft_chars, hard_chars)
+        self._open: B | None = None
+        self._opening = opening  # shown first in the next block
+
+    async def add(self, text: str) -> None:
+        """Stream ``text`` into the open block, closing and opening blocks where cut."""
+        for part in self._splitter.feed(text):
+            if isinstance(part, BlockCut):
+                if self._open is not None:
+                    block, self._open = self._open, None
+                    await self._finish(block, part.closing)
+                self._opening = part.opening
+                continue
+            if self._open is None:
+                self._open = self._new_block()
+                part, self._opening = self._opening + part, ""
+            await self._open.stream_token(part)
+
+    def _new_block(self) -> B:
+        raise NotImplementedError
+
+    async def _finish(self, block: B, closing: str) -> None:
+        """Give a closed block its final text (``closing`` added) and store it."""
+        raise NotImplementedError
+
+
+class StepBlocks(_Blocks[cl.Step]):
     """Reasoning text as child steps of one step (the reasoning step), block by block.
 
     Args:
@@ -58,35 +97,15 @@ class StepBlocks:
     def __init__(
         self, parent: cl.Step, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_CHARS
     ) -> None:
+        super().__init__(soft_chars, hard_chars)
         self._parent = parent
-        self._splitter = BlockSplitter(soft_chars, hard_chars)
         self._blocks: list[cl.Step] = []
-        self._open: cl.Step | None = None
-        self._opening = ""
-
-    async def add(self, text: str) -> None:
-        """Stream ``text`` into the open block, closing and opening blocks where cut."""
-        for part in self._splitter.feed(text):
-            if isinstance(part, BlockCut):
-                await self._close(part.closing)
-                self._opening = part.opening
-                continue
-            if self._open is None:
-                self._open = cl.Step(
-                    name=BLOCK_NAME,
-                    type="undefined",
-                    id=block_id(),
-                    parent_id=self._parent.id,
-                    default_open=True,
-                    show_input=False,
-                )
-                self._blocks.append(self._open)
-                part, self._opening = self._opening + part, ""
-            await self._open.stream_token(part)
 
     async def close(self) -> None:
         """Give the open block its final text and store it; no-op if none is open."""
-        await self._close("")
+        if self._open is not None:
+            block, self._open = self._open, None
+            await self._finish(block, "")
 
     async def remove(self) -> None:
         """Take every block off the page and out of the store (before their parent goes)."""
@@ -95,15 +114,24 @@ class StepBlocks:
             await block.remove()
         self._blocks.clear()
 
-    async def _close(self, closing: str) -> None:
-        if self._open is None:
-            return
-        block, self._open = self._open, None
+    def _new_block(self) -> cl.Step:
+        block = cl.Step(
+            name=BLOCK_NAME,
+            type="undefined",
+            id=block_id(),
+            parent_id=self._parent.id,
+            default_open=True,
+            show_input=False,
+        )
+        self._blocks.append(block)
+        return block
+
+    async def _finish(self, block: cl.Step, closing: str) -> None:
         block.output = link_remote_images(block.output + closing)  # no image fetches
         await block.update()
 
 
-class MessageBlocks:
+class MessageBlocks(_Blocks[cl.Message]):
     """An answer as a run of messages, block by block; the last one carries its buttons.
 
     The first block is an ordinary message (its avatar shows); the later ones have
@@ -122,28 +150,14 @@ class MessageBlocks:
         soft_chars: int = ANSWER_SOFT_CHARS,
         hard_chars: int = ANSWER_HARD_CHARS,
     ) -> None:
+        super().__init__(soft_chars, hard_chars, f"{heading}\n\n" if heading else "")
         self._author = author
-        self._splitter = BlockSplitter(soft_chars, hard_chars)
-        self._opening = f"{heading}\n\n" if heading else ""
-        self._open: cl.Message | None = None
         self._last: cl.Message | None = None
 
     @property
     def id(self) -> str | None:
         """The id of the message that ends the answer (the last block), or None before any."""
         return self._last.id if self._last is not None else None
-
-    async def add(self, text: str) -> None:
-        """Stream ``text`` into the open block, closing and opening blocks where cut."""
-        for part in self._splitter.feed(text):
-            if isinstance(part, BlockCut):
-                await self._close(part.closing)
-                self._opening = part.opening
-                continue
-            if self._open is None:
-                self._open = self._new_message()
-                part, self._opening = self._opening + part, ""
-            await self._open.stream_token(part)
 
     async def end(self, compose: Callable[[str], str], actions: list[cl.Action]) -> None:
         """End the answer: its last block becomes ``compose(the block's text)``, with ``actions``.
@@ -152,7 +166,7 @@ class MessageBlocks:
         """
         block = self._open or self._last
         if block is None:
-            block = self._new_message()
+            block = self._new_block()
             text, self._opening = self._opening, ""
         else:
             text = block.content
@@ -161,16 +175,13 @@ class MessageBlocks:
         block.actions = actions
         await block.send()
 
-    def _new_message(self) -> cl.Message:
+    def _new_block(self) -> cl.Message:
         message = cl.Message(content="", author=self._author) if self._author else cl.Message("")
         if self._last is not None:
             message.id = block_id()  # a block after the first: no avatar of its own
         self._last = message
         return message
 
-    async def _close(self, closing: str) -> None:
-        if self._open is None:
-            return
-        block, self._open = self._open, None
+    async def _finish(self, block: cl.Message, closing: str) -> None:
         block.content = link_remote_images(block.content + closing)  # no image fetches
         await block.send()
