@@ -502,12 +502,9 @@ def scripted_server(models: Sequence[str] = ()) -> Iterator[tuple[str, subproces
     Yields its OpenAI base URL (``http://127.0.0.1:<port>/v1``) and its process.
     """
     port = free_port()
-    named = [arg for model in models for arg in ("--model", model)]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port), "--no-record"]
-        + named,
-        cwd=ROOT,
-    )
+    args = [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port), "--no-record"]
+    args += [arg for model in models for arg in ("--model", model)]
+    server = subprocess.Popen(args, cwd=ROOT)
     try:
         wait_for_200(f"http://127.0.0.1:{port}/health", 60)
         yield f"http://127.0.0.1:{port}/v1", server

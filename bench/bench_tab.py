@@ -145,8 +145,10 @@ class ChatApp(Protocol):
     def step(self, page: Page) -> Locator:
         """The reasoning step's toggle (its title) in the newest answer."""
 
-    def step_open(self, page: Page) -> bool:
-        """Whether the reasoning step is open now."""
+
+def step_open(page: Page, app: ChatApp) -> bool:
+    """Whether ``app``'s reasoning step is open now (both say it with ``aria-expanded``)."""
+    return app.step(page).get_attribute("aria-expanded") == "true"
 
 
 @dataclass
@@ -180,9 +182,6 @@ class KimiApp:
         # Its title, not one of its blocks' (ui/blocks.py names them "block"; hidden).
         return page.locator('[data-step-type="llm"] button[id^="step-"]:not(#step-block)').last
 
-    def step_open(self, page: Page) -> bool:
-        return self.step(page).get_attribute("aria-expanded") == "true"
-
 
 @dataclass
 class OpenWebUIApp:
@@ -198,9 +197,6 @@ class OpenWebUIApp:
 
     def step(self, page: Page) -> Locator:
         return page.locator("#response-content-container button[aria-expanded]").last
-
-    def step_open(self, page: Page) -> bool:
-        return self.step(page).get_attribute("aria-expanded") == "true"
 
 
 @dataclass
@@ -265,9 +261,9 @@ def click_timing(page: Page, target: Locator) -> float:
 
 def toggle(page: Page, app: ChatApp) -> float:
     """Click the step's title; how long until that click was painted (ms)."""
-    was_open = app.step_open(page)
+    was_open = step_open(page, app)
     duration = click_timing(page, app.step(page))
-    assert app.step_open(page) != was_open, f"{app.name}: the step did not toggle"
+    assert step_open(page, app) != was_open, f"{app.name}: the step did not toggle"
     return duration
 
 
@@ -289,7 +285,7 @@ def stream_once(page: Page, app: ChatApp, case: Case, server_root: str) -> TabRu
     toggles: list[float] = []
     if case.step_open is not None:
         app.step(page).wait_for(timeout=TIMEOUT_MS)
-        if app.step_open(page) != case.step_open:
+        if step_open(page, app) != case.step_open:
             app.step(page).click()
     for at in case.toggles:
         time.sleep(max(0.0, sent_at + at * case.reasoning_s - time.monotonic()))

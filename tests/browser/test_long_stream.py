@@ -25,15 +25,13 @@ from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
     REASONING_TEXT,
-    THINKING_MODEL,
     copy_app,
     new_context,
     screenshot,
-    start_scripted_server,
     wait_answer_done,
 )
 from tests.browser.test_persistence import PASSWORDS, App
-from tests.conftest import free_port
+from tests.browser.test_persistence import scripted as scripted  # the scripted server
 from tests.fakes.kimi_server import LONG_END, long_prose
 
 pytestmark = pytest.mark.browser
@@ -69,14 +67,6 @@ def reasoning_text(page: Page) -> str:
     """All of the reasoning as shown, block after block (``textContent``: a block off
     screen is not laid out, public/style.css, so it has no ``innerText``)."""
     return "\n".join(page.locator(REASONING_TEXT).all_text_contents())
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[str]:
-    port = free_port()
-    server = start_scripted_server(port, THINKING_MODEL)
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
 
 
 @pytest.fixture
