@@ -1,40 +1,80 @@
-"""One answer message in Chainlit: created at its first text, streamed into, finished once.
+"""One answer in Chainlit: streamed as blocks, finished as one message.
 
 The answer's text goes on screen through :class:`AnswerView` only (as the reasoning's
 goes through :class:`ui.reasoning_view.ReasoningView`), so how streamed text is drawn
 can change here without touching the turn's flow.
+
+While it streams, a long answer is a run of messages, one per block
+(:class:`ui.blocks.Blocks`): Chainlit renders a message's whole markdown again at
+every update, so one growing message would cost the browser more at each update.
+When the answer ends, its first message (the id the turn's record names) gets the
+whole answer and its buttons and the other blocks leave the page: the answer is one
+message, so Copy, the stored chat, a resume and the export see the same text.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 import chainlit as cl
 
+from backend.safety import link_remote_images
+from ui.blocks import Blocks, block_id
 
-class AnswerView:
-    """The message of one answer.
+ANSWER_SOFT_CHARS: Final = 8_000
+"""An answer's blocks are larger than the reasoning's (most answers are one block, so
+they are never drawn twice)."""
+
+ANSWER_HARD_CHARS: Final = 12_000
+"""See :data:`ANSWER_SOFT_CHARS`."""
+
+
+class AnswerView(Blocks[cl.Message]):
+    """The message(s) of one answer.
 
     Args:
-        answer_id: the Chainlit id the message gets (the turn's record names it).
+        answer_id: the Chainlit id the answer's message gets (the turn's record names it).
         author: a compared model's label; None for the chat's own model.
+        soft_chars, hard_chars: block sizes (:class:`backend.blocks.BlockSplitter`).
     """
 
-    def __init__(self, answer_id: str, author: str | None = None) -> None:
+    def __init__(
+        self,
+        answer_id: str,
+        author: str | None = None,
+        soft_chars: int = ANSWER_SOFT_CHARS,
+        hard_chars: int = ANSWER_HARD_CHARS,
+    ) -> None:
+        super().__init__(soft_chars, hard_chars)
         self.answer_id = answer_id
         self.author = author
-        self._message: cl.Message | None = None
+        self._messages: list[cl.Message] = []
+        self._sent: set[str] = set()  # ids of the blocks already sent whole
 
-    def _made(self) -> cl.Message:
-        if self._message is None:
-            self._message = cl.Message(content="", author=self.author, id=self.answer_id)
-        return self._message
+    def _new_block(self) -> cl.Message:
+        first = not self._messages
+        message = cl.Message(
+            content="", author=self.author, id=self.answer_id if first else block_id()
+        )
+        self._messages.append(message)
+        return message
 
-    async def add(self, text: str) -> None:
-        """Stream more of the answer (the message is created, below the step, at the first)."""
-        await self._made().stream_token(text)
+    async def _finish(self, block: cl.Message, closing: str) -> None:
+        block.content = link_remote_images(block.content + closing)  # no image fetches
+        await block.send()
+        self._sent.add(block.id)
 
     async def finish(self, content: str, actions: list[cl.Action]) -> None:
-        """The answer as it stays: its whole ``content`` and its buttons."""
-        message = self._made()
+        """The answer as it stays: one message with its whole ``content`` and its buttons
+        (made now if no text streamed); the other blocks leave the page."""
+        message = self._messages[0] if self._messages else self._new_block()
+        self._open = None
         message.content = content
         message.actions = actions
-        await message.send()
+        if message.id in self._sent:
+            await message.update()
+        else:
+            await message.send()
+        for block in self._messages[1:]:
+            await block.remove()
+        del self._messages[1:]

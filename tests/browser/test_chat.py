@@ -16,6 +16,7 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
+    REASONING_TEXT,
     Stack,
     ask,
     attach,
@@ -39,12 +40,12 @@ def test_reasoning_streams_open_then_collapses_and_answer_renders(page: Page, st
     thinking = page.locator(f'{REASONING_STEP} button[id="step-Thinking…"]')
     expect(thinking).to_have_attribute("aria-expanded", "true")
     expect(thinking).to_have_text(re.compile(r"^\s*Thinking…\s*$"))
-    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    reasoning = page.locator(REASONING_TEXT).last
     expect(reasoning).to_contain_text("Okay, the user")
     seen = len(reasoning.inner_text())
     page.wait_for_function(
         "([sel, n]) => document.querySelector(sel).innerText.length > n",
-        arg=[f"{REASONING_STEP} .message-content", seen + 20],
+        arg=[REASONING_TEXT, seen + 20],
     )  # still streaming into the open step
     screenshot(page, "reasoning-streaming")
 
@@ -91,7 +92,7 @@ def test_several_images_show_previews_and_all_are_sent(page: Page, stack: Stack)
 
 def test_stop_mid_reasoning_is_tidy_and_the_next_question_works(page: Page) -> None:
     ask(page, "Think slowly #scenario=slow")
-    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    reasoning = page.locator(REASONING_TEXT).last
     expect(reasoning).to_contain_text("Let me look carefully")
     page.locator("#stop-button").click()
 
@@ -146,7 +147,7 @@ def test_cut_off_in_reasoning_offers_more_tokens(page: Page, stack: Stack) -> No
     expect(more).to_be_visible()
     if step.get_attribute("aria-expanded") == "false":
         step.click()
-    expect(page.locator(f"{REASONING_STEP} .message-content").first).to_contain_text(REASONING)
+    expect(page.locator(REASONING_TEXT).first).to_contain_text(REASONING)
     screenshot(page, "cut-off-in-reasoning")
 
     first = stack.requests()[-1]["max_tokens"]
