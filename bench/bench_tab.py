@@ -403,6 +403,51 @@ def first_words(apps: list[tuple[Page, ChatApp]], base_url: str, pairs: int) -> 
     return out
 
 
+async def socket_first_words(
+    base_url: str, ui_url: str, peer: Any | None, pairs: int, sign_in: bool
+) -> Sides:
+    """Interleaved rounds of the short answer through socket clients, as the project's load
+    benchmarks measure (no browser): straight to the server (``bench._common.DirectClient``),
+    this app (``bench._common.Tab``, a fresh session each) and Open WebUI (``peer``:
+    ``bench.openwebui.OpenWebUITab``, a fresh chat each); seconds to the first text."""
+    from bench._common import DirectClient, Tab, Workload
+
+    work = Workload(SHORT_ANSWER, 20, 0.1, "(end of answer)", model=INSTRUCT)
+    out: Sides = {}
+    async with httpx.AsyncClient(timeout=120) as http:
+        cookies: dict[str, str] = {}
+        if sign_in:
+            form = {"username": USER, "password": PASSWORD}
+            answer = await http.post(f"{ui_url}/login", data=form, headers={"Origin": ui_url})
+            answer.raise_for_status()
+            cookies = dict(answer.cookies.items())
+        direct = DirectClient(base_url)
+        try:
+            for i in range(pairs + 1):
+                seen = {"direct": (await direct.ask(work)).first_s}
+                tab = Tab(ui_url, http, cookies=dict(cookies))
+                await tab.open()
+                try:
+                    seen["Kimi-VL Chat"] = (await tab.ask(SHORT_ANSWER, marker=work.end)).first_s
+                finally:
+                    await tab.close()
+                if peer is not None:
+                    from bench.openwebui import OpenWebUITab
+
+                    owui = OpenWebUITab(peer, http)
+                    await owui.open()
+                    try:
+                        seen["Open WebUI 0.12.4"] = (await owui.ask(SHORT_ANSWER, work.end)).first_s
+                    finally:
+                        await owui.close()
+                if i:  # the first round warms up
+                    for side, seconds in seen.items():
+                        out.setdefault(side, []).append((seconds, seconds))
+        finally:
+            await direct.aclose()
+    return out
+
+
 def add_user(data_dir: Path) -> None:
     """The store in ``data_dir`` with the benchmark's user (sign-in on: chats are stored)."""
     store, _ = open_store(Settings(data_dir=str(data_dir), database_url=""))
@@ -482,9 +527,11 @@ def words_table(words: dict[str, Sides]) -> list[str]:
             if side == "direct":
                 lines.append(f"| {stream} | direct (httpx) | {direct * 1000:.1f} ms | |")
                 continue
+            shown = "" if "socket" in stream else f"{screen * 1000:.1f} ms "
+            shown += "" if "socket" in stream else f"({(screen - direct) * 1000:+.1f})"
             lines.append(
                 f"| {stream} | {side} | {socket * 1000:.1f} ms ({(socket - direct) * 1000:+.1f}) "
-                f"| {screen * 1000:.1f} ms ({(screen - direct) * 1000:+.1f}) |"
+                f"| {shown} |"
             )
     return lines
 
@@ -505,7 +552,10 @@ def report(runs: list[TabRun], words: dict[str, Sides], resume: dict[str, float]
 
 
 def plot(runs: list[TabRun], path: Path) -> None:
-    """Frame gaps over each stream, one panel per case (requirements-bench.txt)."""
+    """Frame gaps over each stream, one panel per case (requirements-bench.txt); none
+    without streams."""
+    if not runs:
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -528,6 +578,36 @@ def plot(runs: list[TabRun], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def in_browser(
+    args: argparse.Namespace, base_url: str, ours: KimiApp, peer: Any | None
+) -> tuple[list[TabRun], dict[str, Sides], dict[str, float]]:
+    """The streams, the resume and the first-words rounds in chromium."""
+    server_root = base_url.removesuffix("/v1")
+    runs: list[TabRun] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = new_page(browser)
+        if args.sign_in:
+            ours.sign_in(page)
+        apps: list[tuple[Page, ChatApp]] = [(page, ours)]
+        if peer is not None:
+            apps.append((new_page(browser, peer.storage_state()), OpenWebUIApp(peer.url)))
+        for app_page, app in apps:  # a warm-up stream each
+            tab_first_words(app_page, app, SHORT_THINK, r"\br0\b", app.reasoning_first, THINKING)
+        chosen = [cases(*args.tokens)[name] for name in args.cases]
+        for case in chosen:
+            for app_page, app in apps:
+                run = stream_once(app_page, app, case, server_root)
+                print(runs_table([run])[-1], flush=True)
+                runs.append(run)
+        last = rf"\br{args.tokens[0] - 1}\b"
+        resumed = args.resume and args.sign_in and any(c.name == "open" for c in chosen)
+        resume = resume_once(page, ours, last) if resumed else {}
+        words = first_words(apps, base_url, args.pairs) if args.pairs else {}
+        browser.close()
+    return runs, words, resume
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cases", nargs="*", default=list(cases()), choices=list(cases()))
@@ -544,38 +624,20 @@ def main() -> None:
         metavar=("REASONING", "ANSWER", "CODE"), help="stream sizes (default 10000 2000 10000)",
     )  # fmt: skip
     args = p.parse_args()
-    chosen = [cases(*args.tokens)[name] for name in args.cases]
     started, header = now_utc(), machine()
-    runs: list[TabRun] = []
     with ExitStack() as exits:
         base_url, _ = exits.enter_context(scripted_server([THINKING, INSTRUCT]))
-        server_root = base_url.removesuffix("/v1")
         data_dir = Path(exits.enter_context(tempfile.TemporaryDirectory()))
         ours = KimiApp(exits.enter_context(our_app(data_dir, base_url, args.sign_in)))
-        pw = exits.enter_context(sync_playwright())
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        exits.callback(browser.close)
-        page = new_page(browser)
-        if args.sign_in:
-            ours.sign_in(page)
-        apps: list[tuple[Page, ChatApp]] = [(page, ours)]
+        peer = None
         if args.openwebui:
             from bench.openwebui import running_openwebui
 
             peer = exits.enter_context(running_openwebui(base_url))
-            apps.append((new_page(browser, peer.storage_state()), OpenWebUIApp(peer.url)))
-        for app_page, app in apps:  # a warm-up stream each
-            tab_first_words(app_page, app, SHORT_THINK, r"\br0\b", app.reasoning_first, THINKING)
-        for case in chosen:
-            for app_page, app in apps:
-                run = stream_once(app_page, app, case, server_root)
-                print(runs_table([run])[-1], flush=True)
-                runs.append(run)
-        last = rf"\br{args.tokens[0] - 1}\b"
-        opened = any(c.name == "open" for c in chosen)
-        resumed = args.resume and opened and args.sign_in
-        resume = resume_once(page, ours, last) if resumed else {}
-        words = first_words(apps, base_url, args.pairs) if args.pairs else {}
+        runs, words, resume = in_browser(args, base_url, ours, peer)
+        if args.pairs:  # after the browser: Playwright's sync API holds an event loop
+            socket = socket_first_words(base_url, ours.url, peer, args.pairs, args.sign_in)
+            words["answer (socket clients)"] = asyncio.run(socket)
     title = f"# A long answer in a tab ({started})\n\n{header}\n\n"
     text = title + report(runs, words, resume)
     print(text)

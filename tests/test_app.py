@@ -68,8 +68,25 @@ class Browser:
         return latest
 
     def texts(self) -> list[str]:
-        """Final text of every assistant message."""
-        return [s["output"] for s in self.steps("assistant_message").values()]
+        """Final text of every assistant message, each with what the app says under it
+        (the system message after an answer: its stats line, how it ended) as the page
+        shows them, one answer."""
+        latest: dict[str, dict[str, Any]] = {}
+        for event, data in self.frames:
+            if event in ("new_message", "update_message", "stream_start") and data["type"] in (
+                "assistant_message",
+                "system_message",
+            ):
+                latest[data["id"]] = {**latest.get(data["id"], {}), **data}
+            elif event == "delete_message":
+                latest.pop(data["id"], None)
+        texts: list[str] = []
+        for step in latest.values():
+            if step["type"] == "system_message" and texts:
+                texts[-1] = "\n\n".join(t for t in (texts[-1], step["output"]) if t)
+            else:
+                texts.append(step["output"])
+        return texts
 
     def reasoning(self) -> str:
         """The reasoning as shown: its blocks' final text, in order (ui/blocks.py)."""
@@ -625,8 +642,8 @@ async def test_compare_asks_the_other_server_the_same_turn(
     assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2
     assert sent["messages"] == asked  # same history, same prepared image
     answer = browser.texts()[-1]
-    assert answer.startswith("**Kimi-VL Instruct** (compare):")
-    assert "*Kimi-VL Instruct · TTFT" in answer
+    assert answer.startswith(ANSWER.strip())  # Copy copies the answer, not the label
+    assert "***Kimi-VL Instruct** (compare) · TTFT" in answer
     assert len(app.chat().conversation.turns) == 2  # the chat goes on with its own model
     model = app.chat().model
     assert model is not None and model.id == "kimi-vl-thinking-2506"

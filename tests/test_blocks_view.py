@@ -75,9 +75,11 @@ async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
     assert (
         first["output"].startswith(answer) and LONG_END in first["output"]
     )  # one message holds the whole answer at the end
-    assert re.search(r"TTFT [\d.]+ s", first["output"])
+    assert first["output"] == app.chat().conversation.turns[-1].answer  # what Copy copies
+    (footer,) = browser.steps("system_message").values()
+    assert re.search(r"TTFT [\d.]+ s", footer["output"])
     actions = [d for e, d in browser.frames if e == "action"]
-    assert actions and all(a["forId"] == first["id"] for a in actions)  # Regenerate, under it
+    assert actions and all(a["forId"] == footer["id"] for a in actions)  # Regenerate, under it
     turn = app.chat().conversation.turns[-1]
     assert turn.reasoning == browser.reasoning() and turn.status == "done"
 

@@ -8,8 +8,9 @@ While it streams, a long answer is a run of messages, one per block
 (:class:`ui.blocks.Blocks`): Chainlit renders a message's whole markdown again at
 every update, so one growing message would cost the browser more at each update.
 When the answer ends, its first message (the id the turn's record names) gets the
-whole answer and its buttons and the other blocks leave the page: the answer is one
-message, so Copy, the stored chat, a resume and the export see the same text.
+whole answer and the other blocks leave the page: the answer is one message, exactly
+the model's text (what Copy copies), with what the app says about it and its buttons
+in a message under it.
 """
 
 from __future__ import annotations
@@ -64,13 +65,21 @@ class AnswerView(Blocks[cl.Message]):
         await block.send()
         self._sent.add(block.id)
 
-    async def finish(self, content: str, actions: list[cl.Action]) -> None:
-        """The answer as it stays: one message with its whole ``content`` and its buttons
-        (made now if no text streamed); the other blocks leave the page."""
-        message = self._messages[0] if self._messages else self._new_block()
+    async def finish(self, content: str, actions: list[cl.Action], footer: str = "") -> None:
+        """The answer as it stays: one message with exactly ``content`` (what its Copy
+        button copies), made now if no text streamed; the other blocks leave the page.
+        ``footer`` (how it ended, the stats line) and ``actions`` go in a message of their
+        own under it, a system message: Chainlit gives Copy to the last assistant message
+        of a run, and the page shows the two as one answer (``public/style.css``).
+        With no answer text (stopped while thinking, cut off before the answer) the
+        system message alone is the answer's message: nothing to copy."""
         self._open = None
+        if not content and not self._messages:
+            await self._footer(footer, actions, self.answer_id)
+            return
+        message = self._messages[0] if self._messages else self._new_block()
         message.content = content
-        message.actions = actions
+        message.actions = [] if footer else actions
         if message.id in self._sent:
             await message.update()
         else:
@@ -78,3 +87,11 @@ class AnswerView(Blocks[cl.Message]):
         for block in self._messages[1:]:
             await block.remove()
         del self._messages[1:]
+        if footer:
+            await self._footer(footer, actions, block_id())
+
+    async def _footer(self, text: str, actions: list[cl.Action], message_id: str) -> None:
+        under = cl.Message(
+            text, author=self.author, actions=actions, type="system_message", id=message_id
+        )
+        await under.send()

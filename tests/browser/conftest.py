@@ -262,6 +262,8 @@ def screenshot(page: Page, name: str) -> Path:
 
 
 ANSWERS = '[data-step-type="assistant_message"] .message-content'
+UNDER_ANSWERS = '[data-step-type="system_message"] .message-content'
+"""What the app says under an answer (how it ended, the stats line; ui/answer_view.py)."""
 REASONING_STEP = '[data-step-type="llm"]'
 REASONING_TEXT = f'{REASONING_STEP} [data-step-type="undefined"] .message-content'
 """The reasoning's text: one block each (ui/blocks.py), in order; the step's own output is empty."""

@@ -25,6 +25,7 @@ from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
     REASONING_TEXT,
+    UNDER_ANSWERS,
     copy_app,
     new_context,
     screenshot,
@@ -187,7 +188,7 @@ def test_stop_mid_long_reasoning_keeps_every_block_shown(chromium: Browser, app:
     page.locator("#stop-button").click()
     title = page.locator(TITLE)
     expect(title).to_have_text(re.compile(r"^\s*Thought for \d+\.\ds \(stopped\)\s*$"))
-    expect(page.locator(ANSWERS, has_text="Stopped while thinking")).to_be_visible()
+    expect(page.locator(UNDER_ANSWERS, has_text="Stopped while thinking")).to_be_visible()
     if title.get_attribute("aria-expanded") == "false":
         title.click()
     time.sleep(0.5)  # nothing more comes
