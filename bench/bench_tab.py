@@ -44,6 +44,7 @@ import json
 import os
 import secrets
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -448,6 +449,18 @@ async def socket_first_words(
     return out
 
 
+def commit() -> str:
+    """The checkout's commit (short), with ``+changes`` when files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def add_user(data_dir: Path) -> None:
     """The store in ``data_dir`` with the benchmark's user (sign-in on: chats are stored)."""
     store, _ = open_store(Settings(data_dir=str(data_dir), database_url=""))
@@ -638,12 +651,12 @@ def main() -> None:
         if args.pairs:  # after the browser: Playwright's sync API holds an event loop
             socket = socket_first_words(base_url, ours.url, peer, args.pairs, args.sign_in)
             words["answer (socket clients)"] = asyncio.run(socket)
-    title = f"# A long answer in a tab ({started})\n\n{header}\n\n"
+    title = f"# A long answer in a tab ({started}, commit {commit()})\n\n{header}\n\n"
     text = title + report(runs, words, resume)
     print(text)
     kept = [{k: v for k, v in asdict(r).items() if k != "gaps"} for r in runs]
-    data = {"date": started, "machine": header, "sizes": args.tokens, "runs": kept,
-            "first_words": words, "resume": resume}  # fmt: skip
+    data = {"date": started, "commit": commit(), "machine": header, "sizes": args.tokens,
+            "runs": kept, "first_words": words, "resume": resume}  # fmt: skip
     md, _ = write_results(f"tab_{args.name}", text, data)
     plot(runs, md.with_suffix(".png"))
     print(f"wrote {md} and {md.with_suffix('.png')}")

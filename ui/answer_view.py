@@ -19,14 +19,16 @@ from typing import Final
 
 import chainlit as cl
 
+from backend.blocks import HARD_CHARS, SOFT_CHARS
 from backend.safety import link_remote_images
 from ui.blocks import Blocks, block_id
 
-ANSWER_SOFT_CHARS: Final = 8_000
-"""An answer's blocks are larger than the reasoning's (most answers are one block, so
-they are never drawn twice)."""
+ANSWER_SOFT_CHARS: Final = SOFT_CHARS
+"""An answer's blocks are the reasoning's size: a streaming update re-renders the open
+block, so its size is what an update costs the page; the answer's Copy, record and
+export do not depend on it (it ends as one message)."""
 
-ANSWER_HARD_CHARS: Final = 12_000
+ANSWER_HARD_CHARS: Final = HARD_CHARS
 """See :data:`ANSWER_SOFT_CHARS`."""
 
 
