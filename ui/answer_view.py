@@ -80,15 +80,18 @@ class AnswerView(Blocks[cl.Message]):
             await self._footer(footer, actions, self.answer_id)
             return
         message = self._messages[0] if self._messages else self._new_block()
+        # The other blocks go first: while one is the last answer on the page, each
+        # removal renders that one again (Chainlit's page marks its run's last answer),
+        # so the first block is rendered whole once, after them.
+        for block in reversed(self._messages[1:]):
+            await block.remove()
+        del self._messages[1:]
         message.content = content
         message.actions = [] if footer else actions
         if message.id in self._sent:
             await message.update()
         else:
             await message.send()
-        for block in self._messages[1:]:
-            await block.remove()
-        del self._messages[1:]
         if footer:
             await self._footer(footer, actions, block_id())
 
