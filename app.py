@@ -36,7 +36,7 @@ from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from backend.turn_runner import TurnRunner
 from ui import bridge, chainlit_patches, history, model_picker, security, server_panel, status
-from ui.answer import draw, said, say
+from ui.answer import draw, draw_run, said, say
 from ui.connection import connect_or_wait, send_settings, stop_waiting
 from ui.language import session_translator
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers, stop_answers_when_gone
@@ -65,6 +65,7 @@ UPLOADS = UploadRoom(SETTINGS.upload_session_mb * 1_000_000, SETTINGS.upload_use
 security.install(SETTINGS.allowed_origins, UPLOADS)  # Origin, owner, upload size and quota, CSP
 chainlit_patches.on_file_stored(judge_upload)  # uploads judged (images prepared) on attach
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
+chainlit_patches.quiet_stop()  # Stop is said once, by the answer it ended
 status.install()  # GET /kimi/status for ./launch.sh status
 _resources: AppResources | None = None
 
@@ -276,7 +277,9 @@ async def on_send_anyway(action: cl.Action) -> None:
     """Send the message this button sits under, with only the files that could be used."""
     await action.remove()
     turns, message_id = runner(), str(action.payload.get("message", ""))
-    start_answer_task(lambda: draw(turns.send_draft(message_id), turns.chat), resources().answers)
+    start_answer_task(
+        lambda: draw_run(turns.send_draft(message_id), turns.chat), resources().answers
+    )
 
 
 @cl.action_callback("retry")
@@ -291,7 +294,7 @@ async def on_retry(action: cl.Action) -> None:
     max_tokens = action.payload.get("max_tokens")
     make_room = bool(action.payload.get("make_room"))
     start_answer_task(
-        lambda: draw(turns.rerun(message_id, max_tokens, make_room), turns.chat, pressed=action),
+        lambda: draw_run(turns.rerun(message_id, max_tokens, make_room), turns.chat, action),
         resources().answers,
     )
 
@@ -303,7 +306,7 @@ async def on_compare(action: cl.Action) -> None:
     turns, message_id = runner(), str(action.payload.get("message", ""))
     model = str(action.payload.get("model", ""))
     start_answer_task(
-        lambda: draw(turns.compare(message_id, model), turns.chat), resources().answers
+        lambda: draw_run(turns.compare(message_id, model), turns.chat), resources().answers
     )
 
 

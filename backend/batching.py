@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import cast
 
 from backend.errors import FirstTokenTimeout, StreamStalled
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
@@ -51,11 +52,143 @@ class Pacing:
     idle_timeout_s: float | None = None
 
 
-_END = object()
-"""Put on the queue by the pump when the source ended normally."""
+TextDelta = ReasoningDelta | AnswerDelta
+"""A text part of a stream (:data:`backend.events.TextPart`)."""
 
 QueueLength = Callable[[], Awaitable[int | None]]
 """Asks the server how many requests are queued (vLLM ``/metrics``); None if unknown."""
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` shows anything: the empty delta of a lone opening marker does not."""
+    return bool(text.strip())
+
+
+class Pacer:
+    """The pacing rules of :func:`coalesce`, pure: the caller passes the clock (seconds).
+
+    Text deltas of one kind are held and released together at most every
+    ``pacing.interval_s``. The first *visible* text of each kind is released at
+    once: a delta with nothing to show (the empty reasoning delta that says a
+    lone ``◁think▷`` opened the reasoning) is released at once too, but does not
+    start the interval, so the first words after it are not held back.
+
+    Use: :meth:`feed` each event as it arrives, :meth:`tick` when the clock
+    reaches :meth:`deadline`, :meth:`flush` at the end or before an error.
+    """
+
+    def __init__(self, pacing: Pacing, started: float) -> None:
+        self.pacing = pacing
+        self.started = started
+        self._last_event = started
+        self._next_waiting = started + pacing.waiting_after_s
+        self._seen_text = False
+        self._held: list[str] = []
+        self._kind: type[TextDelta] | None = None  # of the text last fed
+        self._shown = float("-inf")  # when visible text of this kind last went out
+
+    def deadline(self) -> float | None:
+        """The clock at which :meth:`tick` is due; None: nothing is due before the next event."""
+        due: list[float] = []
+        if self._held:
+            due.append(self._shown + self.pacing.interval_s)
+        if not self._seen_text:
+            due.append(self._next_waiting)
+            if self.pacing.first_token_timeout_s is not None:
+                due.append(self.started + self.pacing.first_token_timeout_s)
+        elif self.pacing.idle_timeout_s is not None:
+            due.append(self._last_event + self.pacing.idle_timeout_s)
+        return min(due) if due else None
+
+    def feed(self, event: StreamEvent, now: float) -> list[StreamEvent]:
+        """An event from the stream, at ``now``: what goes to the UI now, in order."""
+        self._last_event = now
+        if isinstance(event, Done):
+            return [*self.flush(), event]
+        self._seen_text = True
+        out: list[StreamEvent] = []
+        if type(event) is not self._kind:
+            out += self.flush()  # the first text of a new kind passes at once
+            self._kind, self._shown = type(event), float("-inf")
+        self._held.append(event.text)
+        if now - self._shown >= self.pacing.interval_s:
+            out += self._release(now)
+        return out
+
+    def tick(self, now: float) -> list[TextDelta | Waiting]:
+        """The clock reached :meth:`deadline`: held text, a :class:`Waiting` (``queued``
+        None), or nothing.
+
+        Raises:
+            FirstTokenTimeout: no text within ``pacing.first_token_timeout_s``.
+            StreamStalled: the started stream was silent for ``pacing.idle_timeout_s``.
+        """
+        if self._held and now >= self._shown + self.pacing.interval_s:
+            return list(self._release(now))
+        if not self._seen_text:
+            limit = self.pacing.first_token_timeout_s
+            if limit is not None and now >= self.started + limit:
+                raise FirstTokenTimeout(
+                    msg(
+                        "The model server has not started answering in {seconds:.0f} s; "
+                        "it may be overloaded or stuck. Try again in a moment.",
+                        seconds=limit,
+                    )
+                )
+            if now >= self._next_waiting:
+                self._next_waiting = now + self.pacing.waiting_every_s
+                return [Waiting(now - self.started)]
+        elif (idle := self.pacing.idle_timeout_s) is not None and now >= self._last_event + idle:
+            raise StreamStalled(
+                msg(
+                    "The model server stopped sending mid-answer: nothing for "
+                    "{seconds:.0f} s. What arrived is kept; try again.",
+                    seconds=idle,
+                )
+            )
+        return []
+
+    def flush(self) -> list[TextDelta]:
+        """The held text, released now whatever the interval (end of stream, an error)."""
+        return self._release(None) if self._held else []
+
+    def _release(self, now: float | None) -> list[TextDelta]:
+        assert self._kind is not None
+        part = self._kind("".join(self._held))
+        self._held.clear()
+        if now is not None and visible(part.text):
+            self._shown = now
+        return [part]
+
+
+_END = object()
+"""Put on the queue by the pump when the source ended normally."""
+
+
+async def _pump(events: AsyncGenerator[StreamEvent, None], queue: asyncio.Queue[object]) -> None:
+    """Read ``events`` into ``queue`` (then :data:`_END`, or the exception it raised)."""
+    try:
+        async with aclosing(events):
+            async for event in events:
+                queue.put_nowait(event)
+    except Exception as exc:  # handed to the reader, raised there
+        queue.put_nowait(exc)
+    else:
+        queue.put_nowait(_END)
+
+
+async def _next(queue: asyncio.Queue[object], timeout: float | None) -> object:
+    """The next item of ``queue``, waiting at most ``timeout`` seconds.
+
+    Raises:
+        TimeoutError: nothing came in time.
+    """
+    if not queue.empty():
+        return queue.get_nowait()
+    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a Stop
+    # (cancellation) that lands as the queue gets an item.
+    async with asyncio.timeout(timeout):
+        return await queue.get()
 
 
 async def coalesce(
@@ -65,11 +198,12 @@ async def coalesce(
 ) -> AsyncGenerator[StreamEvent | Waiting, None]:
     """Merge consecutive text deltas of one kind into one per ``pacing.interval_s``.
 
-    The first delta of each kind passes at once (time to first token is not
-    delayed); later ones are held and released together once the interval has
-    passed since the last release, when the kind changes, before an error, or
-    when the stream ends; held text is released by the clock even if nothing
-    else arrives. Order and text are preserved exactly;
+    The first visible text of each kind passes at once (time to the first words
+    is not delayed; a lone marker's empty delta passes at once and does not
+    count, :class:`Pacer`); later text is held and released together once the
+    interval has passed since the last release, when the kind changes, before
+    an error, or when the stream ends; held text is released by the clock even
+    if nothing else arrives. Order and text are preserved exactly;
     :class:`backend.events.Done` passes unchanged, after any held text. Before
     the first text, :class:`Waiting` events come as ``pacing`` says, with the
     server's queue length from ``queued`` when given.
@@ -82,106 +216,31 @@ async def coalesce(
         StreamStalled: the started stream was silent for ``pacing.idle_timeout_s``.
         ChatError: whatever ``events`` raised, after the text before it.
     """
-    pacing = pacing or Pacing()
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[object] = asyncio.Queue()
-
-    async def pump() -> None:
-        try:
-            async with aclosing(events):
-                async for event in events:
-                    queue.put_nowait(event)
-        except Exception as exc:  # handed to the reader, raised there
-            queue.put_nowait(exc)
-        else:
-            queue.put_nowait(_END)
-
-    task = asyncio.create_task(pump())
-    started = last_event = loop.time()
-    next_waiting = started + pacing.waiting_after_s
-    seen_text = False
-    held: list[str] = []
-    held_kind: type[ReasoningDelta] | type[AnswerDelta] | None = None
-    last_release = float("-inf")
-
-    def release() -> ReasoningDelta | AnswerDelta:
-        nonlocal held_kind, last_release
-        assert held_kind is not None
-        part = held_kind("".join(held))
-        held.clear()
-        held_kind = None
-        last_release = loop.time()
-        return part
-
+    pacer = Pacer(pacing or Pacing(), loop.time())
+    task = asyncio.create_task(_pump(events, queue))
     try:
         while True:
-            deadlines = []
-            if held_kind is not None:
-                deadlines.append(last_release + pacing.interval_s)
-            if not seen_text:
-                deadlines.append(next_waiting)
-                if pacing.first_token_timeout_s is not None:
-                    deadlines.append(started + pacing.first_token_timeout_s)
-            elif pacing.idle_timeout_s is not None:
-                deadlines.append(last_event + pacing.idle_timeout_s)
-            timeout = max(0.0, min(deadlines) - loop.time()) if deadlines else None
+            due = pacer.deadline()
             try:
-                if queue.empty():
-                    # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow
-                    # a Stop (cancellation) that lands as the queue gets an item.
-                    async with asyncio.timeout(timeout):
-                        item = await queue.get()
-                else:
-                    item = queue.get_nowait()
+                item = await _next(queue, None if due is None else max(0.0, due - loop.time()))
             except TimeoutError:
-                now = loop.time()
-                if held_kind is not None and now >= last_release + pacing.interval_s:
-                    yield release()
-                elif not seen_text:
-                    limit = pacing.first_token_timeout_s
-                    if limit is not None and now >= started + limit:
-                        raise FirstTokenTimeout(
-                            msg(
-                                "The model server has not started answering in {seconds:.0f} s; "
-                                "it may be overloaded or stuck. Try again in a moment.",
-                                seconds=limit,
-                            )
-                        ) from None
-                    if now >= next_waiting:
-                        next_waiting = now + pacing.waiting_every_s
-                        yield Waiting(now - started, await queued() if queued else None)
-                elif (idle := pacing.idle_timeout_s) is not None and now >= last_event + idle:
-                    raise StreamStalled(
-                        msg(
-                            "The model server stopped sending mid-answer: nothing for "
-                            "{seconds:.0f} s. What arrived is kept; try again.",
-                            seconds=idle,
-                        )
-                    ) from None
+                for due_part in pacer.tick(loop.time()):
+                    if isinstance(due_part, Waiting) and queued is not None:
+                        due_part = Waiting(due_part.seconds, await queued())
+                    yield due_part
                 continue
-            last_event = loop.time()
             if item is _END:
                 break
             if isinstance(item, BaseException):
-                if held_kind is not None:
-                    yield release()
+                for held in pacer.flush():
+                    yield held
                 raise item
-            if isinstance(item, ReasoningDelta | AnswerDelta):
-                seen_text = True
-                kind = type(item)
-                if held_kind is not None and kind is not held_kind:
-                    yield release()
-                    last_release = float("-inf")
-                held.append(item.text)
-                held_kind = kind
-                if loop.time() - last_release >= pacing.interval_s:
-                    yield release()
-            elif isinstance(item, Done):
-                if held_kind is not None:
-                    yield release()
-                yield item
-        if held_kind is not None:
-            yield release()
+            for part in pacer.feed(cast(StreamEvent, item), loop.time()):
+                yield part
+        for held in pacer.flush():
+            yield held
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -35,8 +35,8 @@ class ServerPace:
         client: the server's client (borrowed, never closed here).
         stream_interval: tokens per streamed chunk to ask (vLLM >= 0.32's
             ``stream_interval`` request field; the first token always comes at once);
-            0 = from the learnt speed, one UI update's worth; 1 = every token (the
-            field is not sent).
+            0 = from the learnt speed, one UI update's worth (every token for a
+            thinking request, :meth:`request`); 1 = every token (the field is not sent).
     """
 
     def __init__(self, client: ChatClient, stream_interval: int = 0) -> None:
@@ -48,8 +48,18 @@ class ServerPace:
         self._scraped_at = float("-inf")
 
     def request(self, request: ChatRequest) -> ChatRequest:
-        """``request`` with the chunk size to ask, unless it names one itself."""
-        interval = self.stream_interval or self.speed.tokens_per_chunk()
+        """``request`` with the chunk size to ask, unless it names one itself.
+
+        A pinned :attr:`stream_interval` wins. Otherwise a thinking request asks for
+        every token: its first token is the opening marker alone, which vLLM sends at
+        once, and the next chunk would come only ``stream_interval`` tokens later, so
+        the first words a person can read would wait about one UI update (50 ms).
+        Other requests ask for the learnt pace (:meth:`StreamPace.tokens_per_chunk`).
+        """
+        if self.stream_interval:
+            interval = self.stream_interval
+        else:
+            interval = 1 if request.thinking else self.speed.tokens_per_chunk()
         if interval <= 1 or "stream_interval" in request.extra_body:
             return request
         return replace(request, extra_body={**request.extra_body, "stream_interval": interval})

@@ -72,17 +72,17 @@ def too_long_note(chars: int, tr: Translator = ENGLISH) -> str:
     )
 
 
-def stopped_note(partial_answer: str, tr: Translator = ENGLISH) -> str:
-    """The message left by Stop: the partial answer, if any, marked as stopped."""
-    if partial_answer:
-        return partial_answer + "\n\n" + tr("*Stopped before the end of the answer.*")
+def stopped_note(answered: bool, tr: Translator = ENGLISH) -> str:
+    """The note Stop leaves under the answer: before its end (``answered``: some of the
+    answer came) or while thinking."""
+    if answered:
+        return tr("*Stopped before the end of the answer.*")
     return tr("*Stopped while thinking: the reasoning so far is kept above.*")
 
 
-def incomplete_note(partial_answer: str, tr: Translator = ENGLISH) -> str:
-    """The partial answer of a stream that broke, marked as incomplete."""
-    mark = tr("*Incomplete: the reply broke off here (see below).*")
-    return f"{partial_answer}\n\n{mark}" if partial_answer else mark
+def incomplete_note(tr: Translator = ENGLISH) -> str:
+    """The note under the partial answer of a stream that broke."""
+    return tr("*Incomplete: the reply broke off here (see below).*")
 
 
 def not_started_note(seconds: float, queued: int | None, tr: Translator = ENGLISH) -> str:

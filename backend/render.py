@@ -102,13 +102,15 @@ class AnswerText:
 
 @dataclass(frozen=True, slots=True)
 class AnswerEnd:
-    """The answer message ``answer_id`` as it stays: its whole text and its buttons
-    (created now if no text streamed into it)."""
+    """The answer message ``answer_id`` as it stays (created now if no text streamed into
+    it): ``content`` is the answer exactly as shown (what Copy copies), ``footer`` what the
+    app says under it (how it ended, the stats line), drawn apart with the ``buttons``."""
 
     answer_id: str
     content: str
     buttons: tuple[Button, ...] = ()
     author: str | None = None
+    footer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,9 +265,7 @@ def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Transla
     """The answer as it stays: its text (``shown``: the answer with remote images made
     links, :func:`backend.safety.link_remote_images`), a cut-off note, the stats line and
     its buttons."""
-    lines = [shown] if shown else []
-    if ending.compared:
-        lines.insert(0, tr("**{model}** (compare):", model=escape_markdown(ending.compared)))
+    lines: list[str] = []  # under the answer
     message_id = ending.message_id
     buttons = [retry_button(message_id, tr, REGENERATE_LABEL)]
     buttons += [compare_button(message_id, other, tr) for other in ending.others]
@@ -283,21 +283,23 @@ def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Transla
     said = [stats_line(Timings.from_done(done), tr)] if ending.show_stats else []
     if ending.dev_mode:
         said.append(tr(DEV_STATS_SUFFIX))
-    if ending.compared:
-        said, buttons = [ending.compared, *said], []
+    if ending.compared:  # the label says whose answer it is; a Compare has no buttons
+        compared = tr("**{model}** (compare)", model=escape_markdown(ending.compared))
+        said, buttons = [compared, *said], []
     if said:
         lines.append("*" + " · ".join(said) + "*")
-    return AnswerEnd(answer_id, "\n\n".join(lines), tuple(buttons), ending.compared)
+    return AnswerEnd(answer_id, shown, tuple(buttons), ending.compared, "\n\n".join(lines))
 
 
 def stopped(answer_id: str, shown: str, message_id: str, tr: Translator) -> AnswerEnd:
     """The answer left by Stop: what came (``shown``, as in :func:`finished`), marked as
     stopped, with Retry."""
-    content = stopped_note(shown, tr)
-    return AnswerEnd(answer_id, content, (retry_button(message_id, tr),))
+    return AnswerEnd(
+        answer_id, shown, (retry_button(message_id, tr),), None, stopped_note(bool(shown), tr)
+    )
 
 
 def incomplete(answer_id: str, shown: str, tr: Translator) -> AnswerEnd:
     """The answer of a stream that broke: what came (``shown``, as in :func:`finished`),
     marked as incomplete."""
-    return AnswerEnd(answer_id, incomplete_note(shown, tr))
+    return AnswerEnd(answer_id, shown, footer=incomplete_note(tr))

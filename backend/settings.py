@@ -154,7 +154,8 @@ class Settings(BaseSettings):
         0,
         ge=0,
         description="tokens per streamed chunk asked of vLLM >= 0.32 (its stream_interval "
-        "field); 0 = one UI update's worth at the measured speed, 1 = every token",
+        "field); 0 = one UI update's worth at the measured speed (every token for a "
+        "thinking request, whose first token is the marker alone), 1 = every token",
     )
 
     # The server's limits, when it does not say (vLLM's /v1/models gives max_model_len).

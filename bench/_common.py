@@ -503,16 +503,16 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def scripted_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """The scripted server (``python -m tests.fakes.kimi_server --no-record``), running.
+def scripted_server(models: Sequence[str] = ()) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The scripted server (``python -m tests.fakes.kimi_server --no-record``), running,
+    serving ``models`` (default: its own, :data:`MODEL`).
 
     Yields its OpenAI base URL (``http://127.0.0.1:<port>/v1``) and its process.
     """
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port), "--no-record"],
-        cwd=ROOT,
-    )
+    args = [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port), "--no-record"]
+    args += [arg for model in models for arg in ("--model", model)]
+    server = subprocess.Popen(args, cwd=ROOT)
     try:
         wait_for_200(f"http://127.0.0.1:{port}/health", 60)
         yield f"http://127.0.0.1:{port}/v1", server

@@ -69,8 +69,29 @@ class Browser:
         return latest
 
     def texts(self) -> list[str]:
-        """Final text of every assistant message."""
-        return [s["output"] for s in self.steps("assistant_message").values()]
+        """Final text of every assistant message, each with what the app says under it
+        (the system message after an answer: its stats line, how it ended) as the page
+        shows them, one answer."""
+        latest: dict[str, dict[str, Any]] = {}
+        for event, data in self.frames:
+            if event in ("new_message", "update_message", "stream_start") and data["type"] in (
+                "assistant_message",
+                "system_message",
+            ):
+                latest[data["id"]] = {**latest.get(data["id"], {}), **data}
+            elif event == "delete_message":
+                latest.pop(data["id"], None)
+        texts: list[str] = []
+        for step in latest.values():
+            if step["type"] == "system_message" and texts:
+                texts[-1] = "\n\n".join(t for t in (texts[-1], step["output"]) if t)
+            else:
+                texts.append(step["output"])
+        return texts
+
+    def reasoning(self) -> str:
+        """The reasoning as shown: its blocks' final text, in order (ui/blocks.py)."""
+        return "".join(s["output"] for s in self.steps("undefined").values())
 
     def actions(self) -> list[str]:
         return [data["name"] for event, data in self.frames if event == "action"]
@@ -161,9 +182,9 @@ async def test_photo_question_streams_reasoning_step_then_answer(
     steps = browser.steps("llm")
     assert len(steps) == 1
     step = next(iter(steps.values()))
-    assert step["output"] == REASONING
+    assert browser.reasoning() == REASONING and step["output"] == ""  # in its blocks
     assert step["name"].startswith("Thought for ") and step["name"].endswith("s")
-    assert step["defaultOpen"] is True and step["autoCollapse"] is True
+    assert step["defaultOpen"] is True and step["autoCollapse"] is False  # public/stream.js
     created = [d for e, d in browser.frames if e == "new_message" and d["type"] == "llm"]
     assert [d["name"] for d in created] == ["Thinking…"]
     answer = browser.texts()[-1]
@@ -176,15 +197,13 @@ async def test_photo_question_streams_reasoning_step_then_answer(
 async def test_answer_tokens_are_batched(browser: Browser) -> None:
     await app.on_message(user_message("#scenario=long"))
     tokens = [d for e, d in browser.frames if e == "stream_token"]
-    step = next(iter(browser.steps("llm").values()))
-    assert step["output"].count("w") == 30000
+    assert browser.reasoning().count("w") == 30000
     assert len(tokens) < 300  # 30,000 reasoning tokens, far fewer socket frames
 
 
 async def test_cut_off_offers_more_tokens(browser: Browser) -> None:
     await app.on_message(user_message("#scenario=cutoff"))
-    step = next(iter(browser.steps("llm").values()))
-    assert step["output"] == REASONING
+    assert browser.reasoning() == REASONING
     assert "cut off" in browser.texts()[-1] and "while still thinking" in browser.texts()[-1]
     labels = [d["label"] for e, d in browser.frames if e == "action"]
     assert "Retry with more tokens" in labels
@@ -234,7 +253,7 @@ async def test_stop_keeps_partial_reasoning(browser: Browser) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     step = next(iter(browser.steps("llm").values()))
-    assert step["name"].endswith("(stopped)") and len(step["output"]) > 10
+    assert step["name"].endswith("(stopped)") and len(browser.reasoning()) > 10
     assert not step.get("isError")
     assert "Stopped" in browser.texts()[-1]
     turn = app.chat().conversation.turns[-1]
@@ -252,7 +271,8 @@ async def test_unreachable_server_is_said_at_chat_start(monkeypatch: pytest.Monk
 async def test_unmarked_answer_of_a_thinking_model_is_shown_as_answer(browser: Browser) -> None:
     await app.on_message(user_message("#scenario=plain"))
     removed = [d for e, d in browser.frames if e == "delete_message"]
-    assert [d["type"] for d in removed] == ["llm"]
+    assert {d["type"] for d in removed} == {"llm", "undefined"}  # the step and its blocks
+    assert {d["id"] for d in removed} >= set(browser.steps("undefined"))
     assert browser.texts()[-1].startswith(ANSWER.strip())
     turn = app.chat().conversation.turns[-1]
     assert turn.answer == ANSWER.lstrip() and turn.reasoning == ""
@@ -563,7 +583,7 @@ async def test_a_stalled_answer_shows_what_came_then_gives_up(
     browser = await start_chat(settings, monkeypatch)
     await asyncio.wait_for(app.on_message(user_message("#scenario=stall")), timeout=20)
     step = next(iter(browser.steps("llm").values()))
-    assert REASONING.startswith(step["output"]) and len(step["output"]) > 40
+    assert REASONING.startswith(browser.reasoning()) and len(browser.reasoning()) > 40
     assert step["name"].endswith("(interrupted by an error)")
     assert "nothing for 2 s" in browser.texts()[-1]  # 1.5 s, said in whole seconds
     assert "retry" in browser.actions()
@@ -672,8 +692,8 @@ async def test_compare_asks_the_other_server_the_same_turn(
     assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2
     assert sent["messages"] == asked  # same history, same prepared image
     answer = browser.texts()[-1]
-    assert answer.startswith("**Kimi-VL Instruct** (compare):")
-    assert "*Kimi-VL Instruct · TTFT" in answer
+    assert answer.startswith(ANSWER.strip())  # Copy copies the answer, not the label
+    assert "***Kimi-VL Instruct** (compare) · TTFT" in answer
     assert len(app.chat().conversation.turns) == 2  # the chat goes on with its own model
     model = app.chat().model
     assert model is not None and model.id == "kimi-vl-thinking-2506"

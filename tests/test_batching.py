@@ -1,4 +1,5 @@
-"""Batching and pacing of streamed text for the UI, on the event loop's real clock."""
+"""Batching and pacing of streamed text for the UI: the pure :class:`Pacer` on a fake clock,
+chunk by chunk, and :func:`coalesce` on the event loop's real clock."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import AsyncGenerator, Iterable
 
 import pytest
 
-from backend.batching import Pacing, StreamPace, coalesce
+from backend.batching import Pacer, Pacing, StreamPace, coalesce
 from backend.errors import FirstTokenTimeout, StreamStalled
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
 
@@ -136,3 +137,93 @@ def test_pace_follows_the_server_and_stays_within_bounds() -> None:
     fast = StreamPace(interval_s=0.05, max_tokens=32)
     fast.observe(tokens=5000, seconds=1.0)
     assert fast.tokens_per_chunk() == 32
+
+
+async def timed(source: Source, pacing: Pacing) -> list[tuple[StreamEvent | Waiting, float]]:
+    """What coalesce releases, each with the seconds since the source began."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    return [(e, loop.time() - start) async for e in coalesce(source.stream(), pacing)]
+
+
+async def test_a_lone_opening_marker_does_not_hold_back_the_first_words() -> None:
+    """The marker alone (an empty reasoning delta) opens the step, then the first words
+    pass at once too; only later text waits for the interval."""
+    source = Source([(0, ReasoningDelta("")), (0.02, ReasoningDelta("Okay")), (0.02, DONE)])
+    source.events.insert(2, (0.02, ReasoningDelta(", so")))
+    out = await timed(source, Pacing(interval_s=1.0))
+    assert [e for e, _ in out] == [ReasoningDelta(""), ReasoningDelta("Okay"),
+                                   ReasoningDelta(", so"), DONE]  # fmt: skip
+    okay_at = out[1][1]
+    assert okay_at < 0.5  # at once (about 0.02 s), not a 1 s interval after the marker
+    assert out[2][1] >= 0.04  # ", so" waited for the end (Done), within the interval
+
+
+async def test_the_first_answer_words_pass_at_once_after_released_reasoning() -> None:
+    """The interval restarts for the answer even when no reasoning was held at its start."""
+    source = Source([(0, ReasoningDelta("thinking")), (0.05, AnswerDelta("Answer")), (0.5, DONE)])
+    out = await timed(source, Pacing(interval_s=1.0))
+    assert [e for e, _ in out] == [ReasoningDelta("thinking"), AnswerDelta("Answer"), DONE]
+    assert out[1][1] < 0.4  # at once (about 0.05 s), not after the 1 s interval
+
+
+PACING = Pacing(interval_s=0.05, waiting_after_s=3.0, waiting_every_s=5.0)
+
+
+def test_pacer_first_visible_words_pass_at_once_after_a_lone_marker() -> None:
+    pacer = Pacer(PACING, started=0.0)
+    assert pacer.feed(ReasoningDelta(""), 0.100) == [ReasoningDelta("")]  # the step opens
+    assert pacer.feed(ReasoningDelta("Okay"), 0.105) == [ReasoningDelta("Okay")]  # at once
+    assert pacer.feed(ReasoningDelta(","), 0.110) == []  # then paced: held
+    assert pacer.feed(ReasoningDelta(" so"), 0.115) == []
+    assert pacer.deadline() == pytest.approx(0.155)  # one interval after "Okay"
+    assert pacer.tick(0.155) == [ReasoningDelta(", so")]
+    assert pacer.feed(ReasoningDelta(" then"), 0.160) == []
+
+
+def test_pacer_whitespace_alone_is_no_visible_word() -> None:
+    pacer = Pacer(PACING, started=0.0)
+    assert pacer.feed(AnswerDelta("\n"), 0.01) == [AnswerDelta("\n")]
+    assert pacer.feed(AnswerDelta("Hi"), 0.02) == [AnswerDelta("Hi")]
+    assert pacer.feed(AnswerDelta("!"), 0.03) == []
+
+
+def test_pacer_a_new_kind_passes_at_once_and_held_text_goes_first() -> None:
+    pacer = Pacer(PACING, started=0.0)
+    assert pacer.feed(ReasoningDelta("r1"), 0.01) == [ReasoningDelta("r1")]
+    assert pacer.feed(ReasoningDelta("r2"), 0.02) == []
+    assert pacer.feed(AnswerDelta("a1"), 0.03) == [ReasoningDelta("r2"), AnswerDelta("a1")]
+    assert pacer.feed(AnswerDelta("a2"), 0.04) == []
+    assert pacer.feed(DONE, 0.05) == [AnswerDelta("a2"), DONE]
+    assert pacer.deadline() is None  # nothing held, no idle timeout
+
+
+def test_pacer_released_reasoning_does_not_hold_back_the_answer() -> None:
+    pacer = Pacer(PACING, started=0.0)
+    assert pacer.feed(ReasoningDelta("r"), 0.01) == [ReasoningDelta("r")]
+    assert pacer.deadline() is None  # nothing held
+    assert pacer.feed(AnswerDelta("a"), 0.02) == [AnswerDelta("a")]  # within r's interval
+
+
+def test_pacer_waiting_then_giving_up_before_the_first_token() -> None:
+    pacing = Pacing(waiting_after_s=3.0, waiting_every_s=5.0, first_token_timeout_s=10.0)
+    pacer = Pacer(pacing, started=100.0)
+    assert pacer.deadline() == 103.0
+    assert pacer.tick(103.0) == [Waiting(3.0)]
+    assert pacer.deadline() == 108.0
+    assert pacer.tick(108.0) == [Waiting(8.0)]
+    assert pacer.deadline() == 110.0
+    with pytest.raises(FirstTokenTimeout, match="in 10 s"):
+        pacer.tick(110.0)
+
+
+def test_pacer_a_silent_stream_gives_up_after_the_idle_timeout() -> None:
+    pacer = Pacer(Pacing(idle_timeout_s=2.0), started=0.0)
+    assert pacer.feed(AnswerDelta("a"), 1.0) == [AnswerDelta("a")]
+    assert pacer.deadline() == 3.0
+    assert pacer.feed(AnswerDelta("b"), 1.01) == []
+    assert pacer.deadline() == pytest.approx(1.05)  # the held "b" first
+    assert pacer.tick(1.05) == [AnswerDelta("b")]
+    assert pacer.deadline() == pytest.approx(3.01)
+    with pytest.raises(StreamStalled, match="nothing for 2 s"):
+        pacer.tick(3.01)

@@ -116,6 +116,18 @@ def test_the_socket_connect_handler_is_a_coroutine_of_sid_environ_auth() -> None
     assert handler.__module__ in {"chainlit.socket", "ui.security"}
 
 
+def test_chainlits_stop_handler_still_says_it_stopped_then_cancels_and_calls_on_stop() -> None:
+    """Patch 6 replaces it by the same steps without the message."""
+    handler = sio.handlers["/"]["stop"]
+    original = getattr(handler, "__wrapped__", handler)  # Chainlit's, if ours is installed
+    assert list(inspect.signature(original).parameters) == ["sid"]
+    text = source(original)
+    steps = ('Message(content="Task manually stopped.")', "session.current_task.cancel()")
+    assert all(step in text for step in steps)
+    assert "await config.code.on_stop()" in text
+    assert text.count("await") == 2  # the message and on_stop: nothing else to keep
+
+
 def test_the_socket_frame_limit_is_engineios_max_http_buffer_size() -> None:
     """Patch 5 raises it."""
     assert isinstance(sio.eio.max_http_buffer_size, int)

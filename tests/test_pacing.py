@@ -22,10 +22,10 @@ def asked(text: str, thinking: bool = True) -> ChatRequest:
     )
 
 
-async def chunks(pace: ServerPace, text: str) -> list[StreamEvent]:
+async def chunks(pace: ServerPace, text: str, thinking: bool = False) -> list[StreamEvent]:
     """The stream's events as ``pace`` asks for it, one per chunk (not paced for the UI);
     ``pace`` learns from its end."""
-    events = [e async for e in pace.client.stream(pace.request(asked(text)))]
+    events = [e async for e in pace.client.stream(pace.request(asked(text, thinking)))]
     assert isinstance(events[-1], Done)
     pace.learn(events[-1])
     return events
@@ -50,6 +50,22 @@ async def test_chunks_follow_the_learnt_speed_with_the_same_text(fake: RunningFa
     assert "stream_interval" not in fake.requests[-1]
     assert texts(grouped) == texts(plain) == texts(first) == (REASONING, ANSWER.lstrip())
     assert len(grouped) < len(plain) / 3  # fewer chunks, fewer events
+    await client.aclose()
+
+
+async def test_a_thinking_request_asks_every_token_so_its_first_words_come_at_once(
+    fake: RunningFake,
+) -> None:
+    """Its first token is the opening marker alone: with a learnt stream_interval of 5 the
+    first reasoning words would come 5 tokens (one UI update) after it."""
+    client = ChatClient(fake.base_url, "k")
+    learnt = ServerPace(client)
+    learnt.speed.tokens_per_s = 100.0
+    events = await chunks(learnt, "#scenario=thinking", thinking=True)
+    assert "stream_interval" not in fake.requests[-1]
+    assert texts(events) == (REASONING, ANSWER.lstrip())
+    await chunks(ServerPace(client, stream_interval=4), "#scenario=thinking", thinking=True)
+    assert fake.requests[-1]["stream_interval"] == 4  # an operator's choice stands
     await client.aclose()
 
 

@@ -156,8 +156,8 @@ def test_starters_attach_bundled_copies_of_the_test_images() -> None:
 
 
 def test_notes_read_well() -> None:
-    assert stopped_note("") == "*Stopped while thinking: the reasoning so far is kept above.*"
-    assert stopped_note("Half an").startswith("Half an\n\n*Stopped before the end")
+    assert stopped_note(False) == "*Stopped while thinking: the reasoning so far is kept above.*"
+    assert stopped_note(True) == "*Stopped before the end of the answer.*"
     assert waiting_note("Cannot reach it.").startswith("**Waiting for the model server.** Cannot")
     # A toast: plain text, which the page never reads as markup.
     assert (

@@ -103,7 +103,8 @@ async def test_a_turn_is_recorded_as_it_starts_and_as_it_ends_with_numbers_not_w
     final = next(e for e in events if isinstance(e, AnswerEnd))
     streamed = {e.answer_id for e in events if isinstance(e, AnswerText)}
     assert streamed == {final.answer_id} == {ended.answer_id}  # the stored id is the message's
-    assert "TTFT" in final.content  # the words are made for the screen, not stored
+    assert final.content == ANSWER.lstrip()  # exactly the answer: what Copy copies
+    assert "TTFT" in final.footer  # the words are made for the screen, not stored
     assert isinstance(events[-1], TurnEnded) and events[-1].status == "done"
 
 
@@ -141,7 +142,8 @@ async def test_a_stop_while_an_event_is_drawn_ends_the_turn_stopped_and_says_so(
     assert sink.records[-1].answer_id is not None  # the "Stopped" message is the answer
     assert ReasoningEnd("stopped") in shown
     stopped = next(e for e in shown if isinstance(e, AnswerEnd))
-    assert "Stopped" in stopped.content and [b.label for b in stopped.buttons] == ["Retry"]
+    assert stopped.content == "" and "Stopped while thinking" in stopped.footer
+    assert [b.label for b in stopped.buttons] == ["Retry"]
     for _ in range(100):
         if fake.server.aborted:
             break
@@ -251,7 +253,8 @@ async def test_a_compare_is_not_recorded_and_leaves_the_chat_as_it_was(chat: Cha
     events = await drain(runner.compare("m1", "kimi-vl"))
     assert len(sink.records) == 2  # the first turn's two, nothing for the compare
     final = next(e for e in events if isinstance(e, AnswerEnd))
-    assert final.content.startswith("**Kimi-VL Instruct** (compare):") and final.buttons == ()
+    assert final.content == ANSWER.lstrip() and final.buttons == ()  # the label is not copied
+    assert final.footer.startswith("***Kimi-VL Instruct** (compare) · TTFT")
     assert len(chat.conversation.turns) == 1 and chat.model is not None
     assert chat.model.id == "kimi-vl-thinking-2506"
 

@@ -70,7 +70,19 @@ async def draw(events: Events, chat: ChatSession, pressed: cl.Action | None = No
     runner, which closes the stream, ends the turn and yields what says so; those are
     drawn and the Stop goes on. A Stop that lands inside the runner is handled there.
     """
-    view = TurnView(chat, pressed)
+    await _draw(events, TurnView(chat, pressed))
+
+
+async def draw_run(events: Events, chat: ChatSession, pressed: cl.Action | None = None) -> None:
+    """:func:`draw` a turn a button started (Retry, Regenerate, Compare, Send without
+    them) inside a run step, as Chainlit runs ``on_message``: its page puts the Copy
+    button under the last answer of a run, and only there."""
+    # The page knows a run by its step's name (CL_RUN_NAMES in chainlit/context.py).
+    async with cl.Step(name="on_message", type="run", show_input=False):
+        await draw(events, chat, pressed)
+
+
+async def _draw(events: Events, view: TurnView) -> None:
     stop: asyncio.CancelledError | None = None
     async with aclosing(events):
         while True:
@@ -114,7 +126,7 @@ class TurnView:
                 await self.reasoning.close(event.ended)
         elif isinstance(event, AnswerEnd):
             answer = self.answer(event.answer_id, event.author)
-            await answer.finish(event.content, [action(b) for b in event.buttons])
+            await answer.finish(event.content, [action(b) for b in event.buttons], event.footer)
         elif isinstance(event, Note):
             await say(event.text, event.buttons, event.level)
         elif isinstance(event, WaitingNote | WaitingOver):

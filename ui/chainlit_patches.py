@@ -234,3 +234,36 @@ def raise_socket_message_limit(limit_bytes: int) -> None:
     from chainlit.server import sio
 
     sio.eio.max_http_buffer_size = limit_bytes
+
+
+# --- 6. Stop without Chainlit's own note -------------------------------------------------
+# Why: Chainlit 2.12's socket.io ``stop`` handler (chainlit/socket.py) sends a message
+# "Task manually stopped." (English whatever the chat's language, and stored with the chat)
+# before it cancels the session's task and calls ``on_stop``; the app's turn says in the
+# chat's language how the answer ended ("Stopped…", backend/presenter.py), so a Stop was
+# said twice. The replacement does what Chainlit's does, without that message.
+# Ends when: Chainlit lets an app turn that message off or word it itself.
+
+
+def quiet_stop() -> None:
+    """Replace Chainlit's socket.io ``stop`` handler by one that sends no message of its own.
+
+    Touches ``chainlit.server.sio.handlers["/"]["stop"]`` (registered by chainlit/socket.py
+    with ``@sio.on("stop")``).
+    """
+    from chainlit.config import config
+    from chainlit.context import init_ws_context
+    from chainlit.server import sio
+    from chainlit.session import WebsocketSession
+
+    async def stop(sid: str) -> None:
+        if session := WebsocketSession.get(sid):
+            init_ws_context(session)
+            if session.current_task:
+                session.current_task.cancel()
+            if config.code.on_stop:
+                await config.code.on_stop()
+
+    installed = sio.handlers["/"]["stop"]
+    stop.__wrapped__ = getattr(installed, "__wrapped__", installed)  # type: ignore[attr-defined]
+    sio.handlers["/"]["stop"] = stop

@@ -4,6 +4,13 @@ Chainlit's ``cl.Step`` used as a context manager replaces the step's output with
 the error text when an exception (including Stop's ``CancelledError``) crosses
 it (facts.md), so the step is opened and closed by hand here and always ends
 with the reasoning received so far and a title that says how it ended.
+
+The reasoning itself streams into child steps of the step, one per block
+(:class:`ui.blocks.StepBlocks`), so the browser's work per update does not grow
+with the reasoning's length; the step's own output stays empty. The step is
+sent without Chainlit's ``auto_collapse``, which would take the whole reasoning
+off the page when it ends and render it all again when the person unfolds it:
+``public/stream.js`` folds it then, keeping it on the page.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import chainlit as cl
 
 from backend.i18n import ENGLISH, Translator
 from backend.presenter import THINKING_LABEL, StepEnd, thought_label
-from backend.safety import link_remote_images_off_loop
+from ui.blocks import StepBlocks
 
 
 class ReasoningView:
@@ -26,42 +33,47 @@ class ReasoningView:
     ) -> None:
         self._clock = clock
         self._tr = tr
-        self._step: cl.Step | None = None
+        self._open: tuple[cl.Step, StepBlocks] | None = None
         self._since = 0.0
 
     async def add(self, text: str) -> None:
         """Stream reasoning text, opening the step (expanded) on the first call."""
-        if self._step is None:
+        if self._open is None:
             self._since = self._clock()
             # Same parent as the answer message (the run of on_message), so the
             # browser shows the step above the answer, not after the whole run.
             parent = cl.context.current_step
-            self._step = cl.Step(
+            step = cl.Step(
                 name=self._tr(THINKING_LABEL),
                 type="llm",
                 parent_id=parent.id if parent else None,
-                default_open=True,
-                auto_collapse=True,
+                default_open=True,  # folded when it ends by public/stream.js
             )
-            self._step.start = cl.utils.utc_now()
-            await self._step.send()
-        await self._step.stream_token(text)
+            step.start = cl.utils.utc_now()
+            await step.send()
+            self._open = (step, StepBlocks(step))
+        await self._open[1].add(text)
 
     async def discard(self) -> None:
         """Remove the open step: what streamed into it turned out to be the answer."""
-        if self._step is not None:
-            await self._step.remove()
-            self._step = None
+        if self._open is not None:
+            step, blocks = self._open
+            self._open = None
+            await blocks.remove()
+            await step.remove()
 
     async def close(self, ended: StepEnd = "done") -> None:
         """Retitle the open step "Thought for N.Ns" (plus how it ended); no-op if none is open.
 
-        Chainlit collapses an ``auto_collapse`` step once the answer message follows it.
+        The page folds it then (``public/stream.js``); a resumed chat shows it folded
+        (Chainlit's data layer does not give ``defaultOpen`` back), and unfolds its
+        blocks a few at a time when it is unfolded.
         """
-        if self._step is None:
+        if self._open is None:
             return
-        self._step.name = thought_label(self._clock() - self._since, ended, self._tr)
-        self._step.output = await link_remote_images_off_loop(self._step.output)  # no fetches
-        self._step.end = cl.utils.utc_now()
-        await self._step.update()
-        self._step = None
+        step, blocks = self._open
+        self._open = None
+        await blocks.close()
+        step.name = thought_label(self._clock() - self._since, ended, self._tr)
+        step.end = cl.utils.utc_now()
+        await step.update()

@@ -115,7 +115,10 @@ APP_FILES = ("app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "c
 
 
 def copy_app(workdir: Path) -> None:
-    """Copy :data:`APP_FILES` into ``workdir`` (the folder a ``chainlit run`` runs in)."""
+    """Copy what ``chainlit run`` needs (:data:`APP_FILES`) into ``workdir``.
+
+    Copies, not links: Chainlit refuses files that resolve outside its root.
+    """
     for name in APP_FILES:
         source = ROOT / name
         if source.is_dir():
@@ -135,10 +138,9 @@ def start_ui(
 
     It runs in ``workdir``, where the app's files are copied: Chainlit keeps
     uploads in ``./.files`` and deletes that folder when it stops, so two UIs
-    (or a developer's UI) sharing the repository root would break each other.
-    Copies, not links: Chainlit refuses files that resolve outside its root.
-    ``edit_config`` rewrites the copy's ``.chainlit/config.toml`` text (a test's
-    own limits, e.g. a short ``session_timeout``).
+    (or a developer's UI) sharing the repository root would break each other
+    (:func:`copy_app`). ``edit_config`` rewrites the copy's ``.chainlit/config.toml``
+    text (a test's own limits, e.g. a short ``session_timeout``).
     """
     copy_app(workdir)
     if edit_config is not None:
@@ -234,10 +236,19 @@ def block_cdn(route: Route) -> None:
     route.abort()
 
 
-def new_context(chromium: Browser, locale: str = "en-US") -> BrowserContext:
-    """A fresh browser context (a fresh Chainlit session) with CDN requests blocked."""
+def new_context(
+    chromium: Browser, locale: str = "en-US", bypass_csp: bool = False
+) -> BrowserContext:
+    """A fresh browser context (a fresh Chainlit session) with CDN requests blocked.
+
+    ``bypass_csp``: for a functional test whose own script runs in the page (never
+    for the security tests, which test the policy).
+    """
     context = chromium.new_context(
-        locale=locale, viewport={"width": 1100, "height": 800}, device_scale_factor=1
+        locale=locale,
+        viewport={"width": 1100, "height": 800},
+        device_scale_factor=1,
+        bypass_csp=bypass_csp,
     )
     context.set_default_timeout(TIMEOUT_MS)
     context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)
@@ -298,7 +309,11 @@ def screenshot(page: Page, name: str) -> Path:
 
 
 ANSWERS = '[data-step-type="assistant_message"] .message-content'
+UNDER_ANSWERS = '[data-step-type="system_message"] .message-content'
+"""What the app says under an answer (how it ended, the stats line; ui/answer_view.py)."""
 REASONING_STEP = '[data-step-type="llm"]'
+REASONING_TEXT = f'{REASONING_STEP} [data-step-type="undefined"] .message-content'
+"""The reasoning's text: one block each (ui/blocks.py), in order; the step's own output is empty."""
 
 
 def attach(page: Page, *files: Path) -> None:

@@ -16,6 +16,8 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
+    REASONING_TEXT,
+    UNDER_ANSWERS,
     Stack,
     ask,
     attach,
@@ -24,7 +26,7 @@ from tests.browser.conftest import (
     wait_answer_done,
 )
 from tests.conftest import DATA
-from tests.fakes.kimi_server import REASONING
+from tests.fakes.kimi_server import ANSWER, REASONING
 
 pytestmark = pytest.mark.browser
 
@@ -39,12 +41,12 @@ def test_reasoning_streams_open_then_collapses_and_answer_renders(page: Page, st
     thinking = page.locator(f'{REASONING_STEP} button[id="step-Thinking…"]')
     expect(thinking).to_have_attribute("aria-expanded", "true")
     expect(thinking).to_have_text(re.compile(r"^\s*Thinking…\s*$"))
-    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    reasoning = page.locator(REASONING_TEXT).last
     expect(reasoning).to_contain_text("Okay, the user")
     seen = len(reasoning.inner_text())
     page.wait_for_function(
         "([sel, n]) => document.querySelector(sel).innerText.length > n",
-        arg=[f"{REASONING_STEP} .message-content", seen + 20],
+        arg=[REASONING_TEXT, seen + 20],
     )  # still streaming into the open step
     screenshot(page, "reasoning-streaming")
 
@@ -57,7 +59,9 @@ def test_reasoning_streams_open_then_collapses_and_answer_renders(page: Page, st
     expect(answer).to_contain_text("A rocket stands on its launch pad")
     expect(answer.locator(".katex").first).to_be_visible()
     expect(answer.locator("pre")).to_contain_text("print('liftoff')")
-    expect(answer).to_contain_text(re.compile(r"TTFT [\d.]+ s · thought [\d.]+ s · \d+ tokens"))
+    expect(answer).not_to_contain_text("TTFT")  # the answer alone: what Copy copies
+    stats = page.locator(UNDER_ANSWERS).last
+    expect(stats).to_contain_text(re.compile(r"TTFT [\d.]+ s · thought [\d.]+ s · \d+ tokens"))
     expect(answer).not_to_contain_text("◁")
     expect(reasoning).to_be_hidden()
     screenshot(page, "reasoning-collapsed")
@@ -91,14 +95,17 @@ def test_several_images_show_previews_and_all_are_sent(page: Page, stack: Stack)
 
 def test_stop_mid_reasoning_is_tidy_and_the_next_question_works(page: Page) -> None:
     ask(page, "Think slowly #scenario=slow")
-    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    reasoning = page.locator(REASONING_TEXT).last
     expect(reasoning).to_contain_text("Let me look carefully")
     page.locator("#stop-button").click()
 
     stopped = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
     expect(stopped).to_have_text(re.compile(r"^\s*Thought for \d+\.\ds \(stopped\)\s*$"))
-    note = page.locator(ANSWERS, has_text="Stopped while thinking")
+    note = page.locator(UNDER_ANSWERS, has_text="Stopped while thinking")
     expect(note).to_contain_text("the reasoning so far is kept above")
+    said = page.locator(f"{ANSWERS}, {UNDER_ANSWERS}", has_text="Stopped")
+    expect(said).to_have_count(1)  # said once, by the app
+    expect(page.locator("#root")).not_to_contain_text("Task manually stopped")
     expect(page.get_by_role("button", name="Retry", exact=True)).to_be_visible()
     if stopped.get_attribute("aria-expanded") == "false":
         stopped.click()
@@ -141,14 +148,14 @@ def test_cut_off_in_reasoning_offers_more_tokens(page: Page, stack: Stack) -> No
     wait_answer_done(page)
     step = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
     expect(step).to_have_text(THOUGHT)
-    note = page.locator(ANSWERS).last
+    note = page.locator(UNDER_ANSWERS).last
     expect(note).to_contain_text("cut off")
     expect(note).to_contain_text("while still thinking")
     more = page.get_by_role("button", name="Retry with more tokens")
     expect(more).to_be_visible()
     if step.get_attribute("aria-expanded") == "false":
         step.click()
-    expect(page.locator(f"{REASONING_STEP} .message-content").first).to_contain_text(REASONING)
+    expect(page.locator(REASONING_TEXT).first).to_contain_text(REASONING)
     screenshot(page, "cut-off-in-reasoning")
 
     first = stack.requests()[-1]["max_tokens"]
@@ -168,7 +175,7 @@ def test_starter_attaches_its_sample_image(page: Page, stack: Stack) -> None:
     starter.click()
     expect(page.locator('img[alt="rocket.jpg"]').first).to_be_visible()
     wait_answer_done(page)
-    expect(page.locator(ANSWERS).last).to_contain_text("tokens/s")
+    expect(page.locator(UNDER_ANSWERS).last).to_contain_text("tokens/s")
     screenshot(page, "starter-sample-photo")
     content = stack.requests()[-1]["messages"][-1]["content"]  # type: ignore[index]
     assert [part["type"] for part in content] == ["image_url", "text"]
@@ -207,19 +214,65 @@ def test_a_second_browser_does_not_break_the_first(chromium: Browser, stack: Sta
 def test_compare_shows_the_other_models_answer_next(page: Page, stack: Stack) -> None:
     """The server serves Thinking and Instruct; Compare asks the other."""
     ask(page, "What is in this picture?", DATA / "rocket.jpg")
-    expect(page.locator(ANSWERS).last).to_contain_text("TTFT")  # the first answer ended
+    expect(page.locator(UNDER_ANSWERS).last).to_contain_text("TTFT")  # the first answer ended
     wait_answer_done(page)
     stack.clear_requests()
     page.get_by_role("button", name="Compare with Kimi-VL Instruct").last.click()
-    compared = page.locator(ANSWERS).filter(has_text="Kimi-VL Instruct (compare):")
+    compared = page.locator(UNDER_ANSWERS).filter(has_text="Kimi-VL Instruct (compare)")
     expect(compared).to_be_visible()
-    expect(compared).to_contain_text(re.compile(r"Kimi-VL Instruct · TTFT [\d.]+ s"))
+    expect(compared).to_contain_text(re.compile(r"Kimi-VL Instruct \(compare\) · TTFT [\d.]+ s"))
     wait_answer_done(page)
     (request,) = stack.requests()
     assert request["model"] == "kimi-vl"
     content = request["messages"][-1]["content"]  # type: ignore[index]
     assert [part["type"] for part in content] == ["image_url", "text"]
     screenshot(page, "compare")
+
+
+COPY = '[data-step-type="assistant_message"] button:has(svg.lucide-copy):not(.message-content *)'
+"""Chainlit's Copy button under an answer (it copies the message's text), not a code
+block's own."""
+
+
+def copied(page: Page, button: int) -> str:
+    """Click the ``button``-th Copy button of the page (-1: the last) and read the clipboard."""
+    page.evaluate("() => navigator.clipboard.writeText('')")
+    page.locator(COPY).nth(button).click()
+    page.wait_for_function("() => navigator.clipboard.readText().then((t) => t.length > 0)")
+    return str(page.evaluate("() => navigator.clipboard.readText()"))
+
+
+def test_copy_copies_exactly_the_answer_also_after_regenerate_and_compare(
+    chromium: Browser, stack: Stack
+) -> None:
+    """Not the stats line nor Compare's label; answers from Regenerate and Compare have a
+    Copy button too (Chainlit gives one to the last answer of a run only)."""
+    context = new_context(chromium, bypass_csp=True)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.ui_url)
+    page = context.new_page()
+    try:
+        page.goto(stack.ui_url)
+        expect(page.locator("#chat-settings-open-modal")).to_be_visible()
+        ask(page, "What is in this picture? #scenario=thinking")
+        wait_answer_done(page)
+        expect(page.locator(COPY)).to_have_count(1)
+        assert copied(page, -1) == ANSWER.lstrip()
+        screenshot(page, "copy-answer")
+
+        page.get_by_role("button", name="Regenerate", exact=True).last.click()
+        expect(page.locator(ANSWERS)).to_have_count(2)
+        wait_answer_done(page)
+        expect(page.locator(COPY)).to_have_count(2)
+        assert copied(page, -1) == ANSWER.lstrip()
+
+        page.get_by_role("button", name="Compare with Kimi-VL Instruct").last.click()
+        expect(page.locator(UNDER_ANSWERS, has_text="(compare)")).to_be_visible()
+        wait_answer_done(page)
+        expect(page.locator(COPY)).to_have_count(3)
+        assert copied(page, -1) == ANSWER.lstrip()  # the Instruct model's, without its label
+        screenshot(page, "copy-after-compare")
+    finally:
+        context.close()
 
 
 def test_the_ui_reports_its_open_chats_to_the_operator(chromium: Browser, stack: Stack) -> None:

@@ -14,6 +14,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import (
     REASONING_STEP,
+    REASONING_TEXT,
     Stack,
     ask,
     new_context,
@@ -38,7 +39,7 @@ def test_a_silent_server_is_explained_within_seconds(page: Page, stack: Stack) -
 
 def test_text_before_a_stall_is_on_screen_and_stop_works(page: Page, stack: Stack) -> None:
     ask(page, "Think, then stall #scenario=stall")
-    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    reasoning = page.locator(REASONING_TEXT).last
     # The 20 pieces before the stall. The app shows all it received although no chunk
     # follows; with vLLM's stream_interval (learnt from earlier answers) the server
     # itself may still hold the last few pieces of an unfinished chunk.

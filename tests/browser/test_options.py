@@ -12,6 +12,7 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
+    REASONING_TEXT,
     ROOT,
     Stack,
     ask,
@@ -143,5 +144,5 @@ def test_readme_screenshots(page: Page) -> None:
     expect(thought).to_have_attribute("aria-expanded", "false")
     screenshot(page, "readme-reasoning-collapsed")
     thought.click()
-    expect(page.locator(f"{REASONING_STEP} .message-content")).to_be_visible()
+    expect(page.locator(REASONING_TEXT)).to_be_visible()
     screenshot(page, "readme-reasoning-expanded")

@@ -16,6 +16,7 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
+    UNDER_ANSWERS,
     ask,
     new_context,
     screenshot,
@@ -65,8 +66,9 @@ def test_photo_question_against_real_vllm(vllm_page: Page) -> None:
     expect(thought).to_have_text(re.compile(r"^\s*Thought for \d+\.\ds\s*$"))
     answer = page.locator(ANSWERS).last
     # Random weights write noise; what matters is the shape and the stats.
-    expect(answer).to_contain_text(re.compile(r"TTFT [\d.]+ s · thought [\d.]+ s .*\d+ tokens"))
-    expect(answer).to_contain_text("dev model: the text is noise")
+    stats = page.locator(UNDER_ANSWERS).last
+    expect(stats).to_contain_text(re.compile(r"TTFT [\d.]+ s · thought [\d.]+ s .*\d+ tokens"))
+    expect(stats).to_contain_text("dev model: the text is noise")
     expect(answer).not_to_contain_text("◁")
     expect(page.locator("#root")).not_to_contain_text("Traceback")
     screenshot(page, "real-vllm-answer")

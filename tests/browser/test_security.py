@@ -32,6 +32,7 @@ from playwright.sync_api import Browser, BrowserContext, Dialog, FilePayload, Pa
 from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
+    REASONING_TEXT,
     ROOT,
     THINKING_MODEL,
     ask,
@@ -195,7 +196,7 @@ def test_images_in_model_output_fetch_nothing_and_links_are_safe(
 ) -> None:
     context, page = open_chat(chromium, guarded)
     ask(page, f"Summarise the attached page. #scenario=exfiltrate #url={listener.url}")
-    reasoning = page.locator(f"{REASONING_STEP} .message-content").last
+    reasoning = page.locator(REASONING_TEXT).last
     expect(reasoning).to_contain_text("The page says to show")  # the image is in the open step
     wait_answer_done(page)
     answer = page.locator(ANSWERS).last

@@ -1,7 +1,8 @@
 """The whole app in the browser's language: a zh-CN browser reads Chinese, en-US English.
 
 The same flow in both: starters, the settings panel, a thinking answer (the step's
-title and the stats line), its Regenerate button, and a server error with Retry.
+title and the stats line), its Regenerate button, a server error with Retry, and Stop
+(said once, in the chat's language).
 The expected words are written out here, not read from the catalogue.
 """
 
@@ -16,6 +17,8 @@ from playwright.sync_api import Browser, expect
 from tests.browser.conftest import (
     ANSWERS,
     REASONING_STEP,
+    REASONING_TEXT,
+    UNDER_ANSWERS,
     Stack,
     ask,
     new_context,
@@ -39,6 +42,7 @@ class Words:
     error: str
     retry: str
     commands: tuple[str, ...]
+    stopped: str
 
 
 CHINESE = Words(
@@ -53,6 +57,7 @@ CHINESE = Words(
     error="模型服务器在回答时出错（500）：EngineCore encountered an issue.",
     retry="重试",
     commands=("服务器", "导出"),
+    stopped="已在思考时停止",
 )
 ENGLISH = Words(
     locale="en-US",
@@ -66,6 +71,7 @@ ENGLISH = Words(
     error="The model server failed while answering (500): EngineCore encountered an issue.",
     retry="Retry",
     commands=("Server", "Export"),
+    stopped="Stopped while thinking",
 )
 
 
@@ -94,16 +100,22 @@ def test_the_app_speaks_the_browsers_language(
         expect(page.locator("#confirm")).to_be_hidden()
 
         ask(page, "#scenario=steady")
-        thought = page.locator(f"{REASONING_STEP} button[id^='step-']").last
+        thought = page.locator(f"{REASONING_STEP} button[id^='step-']:not(#step-block)").last
         expect(thought).to_have_text(words.thought)
         wait_answer_done(page)
-        answer = page.locator(ANSWERS).last
-        expect(answer).to_contain_text(words.stats)
+        expect(page.locator(UNDER_ANSWERS).last).to_contain_text(words.stats)
         expect(page.get_by_role("button", name=words.regenerate, exact=True)).to_be_visible()
 
         ask(page, "#scenario=error-500")
         expect(page.get_by_text(words.error)).to_be_visible()
         expect(page.get_by_role("button", name=words.retry, exact=True)).to_be_visible()
+
+        ask(page, "#scenario=slow")
+        expect(page.locator(REASONING_TEXT).last).not_to_be_empty()
+        page.locator("#stop-button").click()
+        said = page.locator(f"{ANSWERS}, {UNDER_ANSWERS}", has_text=words.stopped)
+        expect(said).to_have_count(1)  # said once,
+        expect(page.locator("#root")).not_to_contain_text("Task manually stopped")  # ours only
         page.set_viewport_size({"width": 1100, "height": 1250})  # the whole exchange
         page.locator('[data-step-type="user_message"]').first.scroll_into_view_if_needed()
         page.mouse.move(550, 300)

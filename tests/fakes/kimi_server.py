@@ -31,6 +31,7 @@ import math
 import re
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from itertools import islice, product
@@ -156,6 +157,81 @@ def paced_pieces(count: int = 200) -> tuple[str, ...]:
         *(f"a{i} " for i in range(answer)),
         PACED_END,
     )
+
+
+LONG_END = "(end of answer)"
+"""The last words of every ``long-*`` scenario's answer (as :data:`PACED_END`)."""
+
+LONG_TAG = re.compile(r"#(reasoning|answer|rate)=(\d+)")
+"""``#reasoning=N``, ``#answer=N`` (tokens) and ``#rate=N`` (tokens a second) in the
+message size a ``long-*`` scenario: :func:`long_scenario`."""
+
+
+def long_prose(prefix: str, count: int) -> list[str]:
+    """``count`` tokens of markdown prose: each piece holds exactly one numbered word.
+
+    The words are ``{prefix}0`` ... ``{prefix}{count-1}`` in order, so a reader of the
+    rendered text can check it is whole and in order (``re.findall``). Sentences of
+    12 words, paragraphs of 5 sentences; every third paragraph is a bullet list, every
+    fourth has a **bold** word and an inline `code` word, every seventh a numbered list.
+    """
+    pieces: list[str] = []
+    for i in range(count):
+        word = f"{prefix}{i}"
+        sentence, position = divmod(i, 12)
+        paragraph = sentence // 5
+        first = position == 0 and sentence % 5 == 0
+        if paragraph % 4 == 1 and position == 3:
+            word = f"**{word}**"
+        if paragraph % 4 == 1 and position == 7:
+            word = f"`{word}`"
+        if position == 0:
+            if paragraph % 3 == 2:
+                word = ("" if first else "\n") + f"- {word}"
+            elif paragraph % 7 == 6:
+                word = ("" if first else "\n") + f"{sentence % 5 + 1}. {word}"
+        if first and i:
+            word = "\n\n" + word
+        end = "." if position == 11 else ""
+        pieces.append(f"{word}{end} " if i + 1 < count else f"{word}{end}")
+    return pieces
+
+
+def long_code(prefix: str, count: int) -> list[str]:
+    """``count`` tokens of Python inside one fenced code block, three numbered words a line."""
+    pieces = ["Here is the whole program:\n\n```python\n"]
+    for i in range(count):
+        word = f"{prefix}{i}"
+        column = i % 3
+        pieces.append(
+            (f"total = step(total, {word}" if column == 0 else f", {word}")
+            + (")\n" if column == 2 or i + 1 == count else "")
+        )
+    pieces.append("```\n\n")
+    return pieces
+
+
+def long_scenario(name: str, text: str) -> Scenario:
+    """A ``long-*`` stream sized by the tags of ``text`` (:data:`LONG_TAG`).
+
+    ``long-think``: ``◁think▷``, ``reasoning`` tokens of prose (default 10,000), the
+    closing marker, then ``answer`` tokens of prose (default 2,000) ending in a code
+    block and :data:`LONG_END`. ``long-code``: no reasoning, ``answer`` tokens of code
+    (default 10,000). ``long-answer``: no reasoning, ``answer`` tokens of prose (default
+    2,000). Paced at ``rate`` tokens a second (default 200), on schedule.
+    """
+    sizes = {key: int(value) for key, value in LONG_TAG.findall(text)}
+    rate = sizes.get("rate", 200)
+    if name == "long-code":
+        pieces = [*long_code("a", sizes.get("answer", 10_000)), LONG_END]
+    elif name == "long-answer":
+        pieces = [*long_prose("a", sizes.get("answer", 2_000)), f" {LONG_END}"]
+    else:
+        answer = long_prose("a", sizes.get("answer", 2_000))
+        answer[-1] += "\n\n```python\nprint('done')\n```\n\n"
+        reasoning = long_prose("r", sizes.get("reasoning", 10_000))
+        pieces = ["◁think▷", *reasoning, "◁/think▷", *answer, LONG_END]
+    return Scenario(pieces=tuple(pieces), delay_s=1 / rate, on_schedule=True)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -303,6 +379,7 @@ def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, str]]:
 
 
 SCENARIO_TAG = re.compile(r"#scenario=([\w-]+)")
+MARKERS = re.compile("◁/?think▷")
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -373,6 +450,10 @@ class KimiServer:
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
         """Request ids whose stream the client closed before the end (what Stop must do)."""
+        self.sent: deque[dict[str, Any]] = deque(maxlen=100)
+        """When each stream's first visible text and its last chunk left (``time.time()``,
+        the wall clock a browser on this machine shares), the latest last; kept with
+        ``record=False`` too (benchmarks compare them with what the tab shows)."""
         self.tokenize_mode: str = "json-length"
         """How ``/tokenize`` answers: ``"json-length"`` (len(json.dumps(prompt)) // 4),
         ``"kimi"`` (text bytes // 4 plus each image's Kimi-VL token count from its
@@ -389,6 +470,7 @@ class KimiServer:
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/debug/requests", self.debug, methods=["GET", "DELETE"]),
+                Route("/debug/sent", self.debug_sent),
                 Route("/metrics", self.metrics),
             ]
         )
@@ -438,6 +520,10 @@ class KimiServer:
             self.aborted.clear()
         return JSONResponse({"requests": self.requests, "headers": self.headers})
 
+    async def debug_sent(self, request: Request) -> Response:
+        """The send times of the latest streams (:attr:`sent`), oldest first."""
+        return JSONResponse({"sent": list(self.sent)})
+
     async def chat(self, request: Request) -> Response:
         body = await request.json()
         if self.record:
@@ -447,7 +533,8 @@ class KimiServer:
         match = SCENARIO_TAG.search(text)
         model = str(body.get("model", self.model))
         by_words = next((name for words, name in CONTENT_SCENARIOS if words in text.lower()), None)
-        scenario = SCENARIOS[match.group(1) if match else by_words or default_scenario(model)]
+        name = match.group(1) if match else by_words or default_scenario(model)
+        scenario = long_scenario(name, text) if name.startswith("long-") else SCENARIOS[name]
         if url := URL_TAG.search(last_user_text(body)):
             scenario = dataclasses.replace(
                 scenario, pieces=tokens("".join(scenario.pieces).replace("{url}", url.group(1)))
@@ -503,8 +590,17 @@ class KimiServer:
         interval = int(body.get("stream_interval") or 1)
         yield chunk({"role": "assistant", "content": ""})
         started = time.monotonic()
+        times: dict[str, Any] = {"request_id": request_id, "first_visible": None, "last": None}
+        self.sent.append(times)
+
+        def mark(piece: str) -> None:
+            times["last"] = time.time()
+            if times["first_visible"] is None and MARKERS.sub("", piece).strip():
+                times["first_visible"] = times["last"]
+
         for _, piece in grouped(scenario.reasoning_pieces, interval):
             await asyncio.sleep(scenario.delay_s)
+            mark(piece)
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
         sent = -1
@@ -518,6 +614,7 @@ class KimiServer:
                 await asyncio.sleep(scenario.pause_s)
             sent = i
             ends = i == last and not scenario.error and not scenario.breaks
+            mark(piece)
             yield chunk({"content": piece}, scenario.finish_reason if ends else None)
             if scenario.breaks and i >= last // 2:
                 if scenario.breaks == "garbled":

@@ -1,0 +1,666 @@
+"""A long answer in a real browser tab: does the page keep up? This app and Open WebUI side by side.
+
+Starts the scripted Kimi-VL server (``python -m tests.fakes.kimi_server``, serving
+Thinking and Instruct), this app in front of it (signed in, so chats are stored and
+can be resumed) and, with ``--openwebui``, Open WebUI 0.12.4 against the same server
+(``bench/openwebui.py``; it reads the same ``◁think▷`` markers). Debian's chromium
+(headless, Playwright) opens each app; ``bench/tab_probe.js`` is installed before the
+page's own scripts (a context with ``bypass_csp``) and records every animation frame,
+every Long Task (PerformanceObserver ``longtask``: main-thread tasks over 50 ms),
+Event Timing for clicks (from the click to the next paint), and the first frame in
+which given words are on the page. Cases, streamed at 200 tokens/s by the scripted
+server's ``long-*`` scenarios:
+
+``open``     10,000 reasoning tokens then a 2,000-token markdown answer, the step open.
+``folded``   the same, the step folded as soon as it shows.
+``code``     a 10,000-token answer, one Python code block, no reasoning (this app's
+             Instruct profile: a Thinking answer without markers streams as reasoning).
+``toggle``   the ``open`` stream; the step is clicked closed and open again at 50 % and
+             90 % of the reasoning.
+``resume``   (this app) the stored ``open`` chat opened from the sidebar, then its step.
+
+Reported per case and app, from Enter to the answer's last words on screen: lag at the
+end (the tab showed the last words, minus when the server sent them), Long Task total,
+worst and count, frame gap p50/p99/max, the toggles; and the time to the first visible
+words added to a direct call (httpx straight to the scripted server, the same short
+stream), median of ``--pairs`` interleaved rounds, for a reasoning (this app shows its
+words; Open WebUI shows a folded "Thinking..." block, whose appearance is counted) and
+for an answer. Targets (project brief): lag <= 1 s, no Long Task over 100 ms, frame
+gap p99 <= 50 ms, a toggle within 100 ms, a resumed step open within 1 s, first visible
+words <= 8 ms added.
+
+Writes ``bench/results/tab_<name>.md``/``.json`` and a PNG of the frame gaps over each
+stream. Run from the repository root when the load average is low (2 cores here):
+``.venv/bin/python -m bench.bench_tab [--cases open code] [--openwebui] [--tokens R A C]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from backend.reasoning import ReasoningSplitter
+from backend.settings import Settings
+from backend.store import open_store
+from bench._common import (
+    machine,
+    now_utc,
+    percentile,
+    running_stack,
+    scripted_server,
+    write_results,
+)
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+PROBE = (Path(__file__).with_name("tab_probe.js")).read_text()
+USER, PASSWORD = "bench", "bench-password-1"
+THINKING, INSTRUCT = "kimi-vl-thinking-2506", "kimi-vl"
+"""The scripted server's models: Kimi-VL Thinking (the default) and Instruct."""
+END = r"\(end of answer\)"
+"""The last words of every ``long-*`` answer of the scripted server."""
+TIMEOUT_MS = 300_000
+RATE = 200
+"""Tokens per second of every stream."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One stream and what the tab does during it.
+
+    Attributes:
+        name: the case's name on the command line and in the table.
+        question: what is typed (its tags choose the scripted stream).
+        model: the served model asked (this app: its chat profile).
+        step_open: the reasoning step's wanted state once it shows (clicked if it
+            differs); None for a stream without reasoning.
+        reasoning_s: how long the reasoning streams (for the toggle clicks).
+        toggles: fractions of ``reasoning_s`` at which the step is clicked closed and open.
+    """
+
+    name: str
+    question: str
+    model: str = THINKING
+    step_open: bool | None = True
+    reasoning_s: float = 0.0
+    toggles: tuple[float, ...] = ()
+
+
+def think(reasoning: int, answer: int) -> str:
+    """The question of a ``long-think`` stream of these sizes (tokens)."""
+    sizes = f"#reasoning={reasoning} #answer={answer} #rate={RATE}"
+    return f"Think it through. #scenario=long-think {sizes}"
+
+
+def code(answer: int) -> str:
+    """The question of a ``long-code`` stream of ``answer`` tokens."""
+    return f"Write it. #scenario=long-code #answer={answer} #rate={RATE}"
+
+
+def cases(
+    reasoning: int = 10_000, answer: int = 2_000, code_tokens: int = 10_000
+) -> dict[str, Case]:
+    """The cases (module docstring) at these stream sizes."""
+    seconds = reasoning / RATE
+    return {
+        "open": Case("open", think(reasoning, answer), reasoning_s=seconds),
+        "folded": Case("folded", think(reasoning, answer), step_open=False, reasoning_s=seconds),
+        "code": Case("code", code(code_tokens), INSTRUCT, step_open=None),
+        "toggle": Case("toggle", think(reasoning, answer), reasoning_s=seconds, toggles=(0.5, 0.9)),
+    }
+
+
+SHORT_THINK = f"Quick one. #scenario=long-think #reasoning=40 #answer=20 #rate={RATE}"
+SHORT_ANSWER = f"Quick one. #scenario=long-answer #answer=20 #rate={RATE}"
+"""The streams of the first-words rounds: a short reasoning and answer; an answer alone."""
+
+
+class ChatApp(Protocol):
+    """A chat web app as the benchmark drives it (this one, or Open WebUI)."""
+
+    name: str
+    reasoning_first: str
+    """A regex of the first thing a person sees of a short ``long-think`` reasoning."""
+
+    def new_chat(self, page: Page, model: str) -> None:
+        """Show an empty chat with ``model``, ready for a question."""
+
+    def step(self, page: Page) -> Locator:
+        """The reasoning step's toggle (its title) in the newest answer."""
+
+
+def step_open(page: Page, app: ChatApp) -> bool:
+    """Whether ``app``'s reasoning step is open now (both say it with ``aria-expanded``)."""
+    return app.step(page).get_attribute("aria-expanded") == "true"
+
+
+@dataclass
+class KimiApp:
+    """This app, signed in as :data:`USER`."""
+
+    url: str
+    name: str = "Kimi-VL Chat"
+    reasoning_first: str = r"\br0\b"  # the step opens and shows the words
+
+    def sign_in(self, page: Page) -> None:
+        page.goto(self.url)
+        page.locator("#email").fill(USER)
+        page.locator("#password").fill(PASSWORD)
+        page.locator('button[type="submit"]').click()
+        page.locator("#chat-settings-open-modal").wait_for()
+
+    def new_chat(self, page: Page, model: str) -> None:
+        page.goto(self.url)
+        page.locator("#chat-settings-open-modal").wait_for()
+        wanted = "Kimi-VL Instruct" if model == INSTRUCT else "Kimi-VL Thinking"
+        if wanted not in page.locator("#chat-profiles").inner_text():
+            page.locator("#chat-profiles").click()
+            page.locator(f'[data-test="select-item:{model}"]').click()
+            if page.locator("#confirm").is_visible():
+                page.locator("#confirm").click()
+            page.locator("#chat-profiles", has_text=wanted).wait_for()
+            page.locator("#chat-settings-open-modal").wait_for()
+
+    def step(self, page: Page) -> Locator:
+        # Its title, not one of its blocks' (ui/blocks.py names them "block"; hidden).
+        return page.locator('[data-step-type="llm"] button[id^="step-"]:not(#step-block)').last
+
+
+@dataclass
+class OpenWebUIApp:
+    """Open WebUI in a context signed in as its admin (``bench.openwebui.Peer``)."""
+
+    url: str
+    name: str = "Open WebUI 0.12.4"
+    reasoning_first: str = r"Thinking\.\.\."  # a folded block; no words until unfolded
+
+    def new_chat(self, page: Page, model: str) -> None:
+        page.goto(self.url)
+        page.locator("#chat-input").wait_for()
+
+    def step(self, page: Page) -> Locator:
+        return page.locator("#response-content-container button[aria-expanded]").last
+
+
+@dataclass
+class TabRun:
+    """What the tab did during one stream, from Enter to the last words (ms unless ``_s``)."""
+
+    app: str
+    case: str
+    lag_end_s: float
+    long_total: float
+    long_worst: float
+    long_count: int
+    gap_p50: float
+    gap_p99: float
+    gap_max: float
+    toggles: list[float] = field(default_factory=list)
+    gaps: list[tuple[float, float]] = field(default_factory=list)
+    """(seconds since Enter, gap in ms): the plot."""
+    load: str = ""
+
+
+def load_average() -> str:
+    """The 1-minute load average now, for the table."""
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+def server_sent(server_root: str) -> dict[str, Any]:
+    """The scripted server's send times of its latest stream (``/debug/sent``)."""
+    sent: list[dict[str, Any]] = httpx.get(f"{server_root}/debug/sent").json()["sent"]
+    return sent[-1]
+
+
+def wait_mark(page: Page, name: str, timeout_ms: float = TIMEOUT_MS) -> None:
+    """Wait until the probe has seen its pattern ``name`` on screen."""
+    page.wait_for_function(
+        "(name) => typeof window.__probe.marks[name] === 'number'",
+        arg=name,
+        timeout=timeout_ms,
+        polling=250,
+    )
+
+
+def ask(page: Page, text: str, marks: dict[str, str]) -> None:
+    """Watch for ``marks`` (name: regex), then type ``text`` and press Enter."""
+    page.evaluate("(p) => window.__probe.watch(p)", marks)
+    page.locator("#chat-input").fill(text)
+    page.locator("#chat-input").press("Enter")
+
+
+def click_timing(page: Page, target: Locator) -> float:
+    """Click ``target``; the Event Timing duration of that click (click to next paint, ms)."""
+    before = page.evaluate("() => window.__probe.events.length")
+    target.click()
+    page.wait_for_function(
+        "(n) => window.__probe.events.slice(n).some(e => e[0] === 'click')",
+        arg=before,
+        timeout=TIMEOUT_MS,
+    )
+    events = page.evaluate("(n) => window.__probe.events.slice(n)", before)
+    return float(max(duration for name, _, duration in events if name == "click"))
+
+
+def toggle(page: Page, app: ChatApp) -> float:
+    """Click the step's title; how long until that click was painted (ms)."""
+    was_open = step_open(page, app)
+    duration = click_timing(page, app.step(page))
+    assert step_open(page, app) != was_open, f"{app.name}: the step did not toggle"
+    return duration
+
+
+def settle(page: Page) -> None:
+    """Let a freshly loaded page finish its own loading before a measurement starts (at
+    most 5 s without network traffic: Open WebUI's page never stops polling), then 0.5 s."""
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_load_state("networkidle", timeout=5_000)
+    time.sleep(0.5)
+
+
+def stream_once(page: Page, app: ChatApp, case: Case, server_root: str) -> TabRun:
+    """Ask ``case``'s question in a fresh chat and measure the tab until the last words show."""
+    app.new_chat(page, case.model)
+    settle(page)
+    load = load_average()
+    ask(page, case.question, {"end": END})
+    sent_at = time.monotonic()
+    toggles: list[float] = []
+    if case.step_open is not None:
+        app.step(page).wait_for(timeout=TIMEOUT_MS)
+        if step_open(page, app) != case.step_open:
+            app.step(page).click()
+    for at in case.toggles:
+        time.sleep(max(0.0, sent_at + at * case.reasoning_s - time.monotonic()))
+        toggles += [toggle(page, app), toggle(page, app)]
+    wait_mark(page, "end")
+    time.sleep(0.5)  # the frames after the end
+    dump = page.evaluate("() => window.__probe.dump()")
+    return summarize(app.name, case.name, dump, server_sent(server_root), toggles, load)
+
+
+def summarize(
+    app: str,
+    case: str,
+    dump: dict[str, Any],
+    sent: dict[str, Any],
+    toggles: list[float],
+    load: str,
+) -> TabRun:
+    """The figures of one stream from the probe's record and the server's send times."""
+    start, end = dump["sentAt"], dump["marks"]["end"]
+    frames = [t for t in dump["frames"] if start <= t <= end]
+    pairs = list(itertools.pairwise(frames))
+    gaps = [b - a for a, b in pairs]
+    tasks = [d for begin, d in dump["longTasks"] if start <= begin + d and begin <= end]
+    return TabRun(
+        app=app,
+        case=case,
+        lag_end_s=(end - sent["last"] * 1000) / 1000,
+        long_total=sum(tasks),
+        long_worst=max(tasks, default=0.0),
+        long_count=len(tasks),
+        gap_p50=percentile(gaps, 50),
+        gap_p99=percentile(gaps, 99),
+        gap_max=max(gaps, default=0.0),
+        toggles=toggles,
+        gaps=[((b - start) / 1000, b - a) for a, b in pairs],
+        load=load,
+    )
+
+
+def resume_once(page: Page, app: KimiApp, last_word: str) -> dict[str, float]:
+    """Open the newest stored chat from the sidebar, then its step; times in ms.
+
+    ``shown``: the click on the chat to its step's title on screen; ``opened``: the
+    click on the title to its paint (Event Timing); ``last_word``: that click to
+    the step's last reasoning word on screen.
+    """
+    app.new_chat(page, THINKING)
+    page.evaluate("(p) => window.__probe.watch(p)", {"step": "Thought for", "last": last_word})
+    clicked = page.evaluate("() => performance.timeOrigin + performance.now()")
+    page.locator("#thread-history a").first.click()
+    wait_mark(page, "step")
+    shown = page.evaluate("() => window.__probe.marks.step") - clicked
+    opened_at = page.evaluate("() => performance.timeOrigin + performance.now()")
+    opened = click_timing(page, app.step(page))
+    wait_mark(page, "last")
+    last = page.evaluate("() => window.__probe.marks.last") - opened_at
+    return {"shown": shown, "opened": opened, "last_word": last}
+
+
+def direct_first_words(http: httpx.Client, base_url: str, text: str) -> float:
+    """Seconds from sending ``text`` straight to the server to its first visible words."""
+    body = {"model": THINKING, "stream": True, "messages": [{"role": "user", "content": text}]}
+    splitter = ReasoningSplitter(starts_in_reasoning=True)
+    started = time.perf_counter()
+    first = None
+    with http.stream("POST", f"{base_url}/chat/completions", json=body) as response:
+        for line in response.iter_lines():
+            if first is None and line.startswith("data: {"):
+                choices = json.loads(line[6:])["choices"]
+                delta = choices[0]["delta"] if choices else {}
+                token = (delta.get("reasoning") or "") + (delta.get("content") or "")
+                if any(part.text.strip() for part in splitter.feed(token)):
+                    first = time.perf_counter()
+    assert first is not None, "no visible words"
+    return first - started
+
+
+def tab_first_words(
+    page: Page, app: ChatApp, text: str, words: str, shown: str, model: str
+) -> tuple[float, float]:
+    """Seconds for a short stream: from the moment the question left the tab to the
+    socket frame with the first ``words`` (a regex), and from Enter to ``shown`` (a regex)
+    on screen."""
+    app.new_chat(page, model)
+    settle(page)
+    ask(page, text, {"words": words, "shown": shown, "end": END})
+    wait_mark(page, "end")
+    dump = page.evaluate("() => window.__probe.dump()")
+    socket = dump["socketMarks"]["words"] - dump["leftAt"]
+    return socket / 1000, (dump["marks"]["shown"] - dump["sentAt"]) / 1000
+
+
+Sides = dict[str, list[tuple[float, float]]]
+"""Per side (direct, or an app's name): (reached the tab, on screen) seconds per round."""
+
+
+def first_words(apps: list[tuple[Page, ChatApp]], base_url: str, pairs: int) -> dict[str, Sides]:
+    """Interleaved rounds (direct, then each app) of the short reasoning and the short
+    answer, ``pairs`` times after one warm-up round."""
+    out: dict[str, Sides] = {"reasoning": {}, "answer": {}}
+    with httpx.Client(timeout=60) as http:  # made once: a new client's TLS set-up is ~0.2 s
+        for i in range(pairs + 1):
+            for stream, text in (("reasoning", SHORT_THINK), ("answer", SHORT_ANSWER)):
+                model = THINKING if stream == "reasoning" else INSTRUCT
+                direct = direct_first_words(http, base_url, text)
+                seen = {"direct": (direct, direct)}
+                for page, app in apps:
+                    words = r"\br0\b" if stream == "reasoning" else r"\ba0\b"
+                    shown = app.reasoning_first if stream == "reasoning" else words
+                    seen[app.name] = tab_first_words(page, app, text, words, shown, model)
+                if i:  # the first round warms up
+                    for side, seconds in seen.items():
+                        out[stream].setdefault(side, []).append(seconds)
+    return out
+
+
+async def socket_first_words(
+    base_url: str, ui_url: str, peer: Any | None, pairs: int, sign_in: bool
+) -> Sides:
+    """Interleaved rounds of the short answer through socket clients, as the project's load
+    benchmarks measure (no browser): straight to the server (``bench._common.DirectClient``),
+    this app (``bench._common.Tab``, a fresh session each) and Open WebUI (``peer``:
+    ``bench.openwebui.OpenWebUITab``, a fresh chat each); seconds to the first text."""
+    from bench._common import DirectClient, Tab, Workload
+
+    work = Workload(SHORT_ANSWER, 20, 0.1, "(end of answer)", model=INSTRUCT)
+    out: Sides = {}
+    async with httpx.AsyncClient(timeout=120) as http:
+        cookies: dict[str, str] = {}
+        if sign_in:
+            form = {"username": USER, "password": PASSWORD}
+            answer = await http.post(f"{ui_url}/login", data=form, headers={"Origin": ui_url})
+            answer.raise_for_status()
+            cookies = dict(answer.cookies.items())
+        direct = DirectClient(base_url)
+        try:
+            for i in range(pairs + 1):
+                seen = {"direct": (await direct.ask(work)).first_s}
+                tab = Tab(ui_url, http, cookies=dict(cookies))
+                await tab.open()
+                try:
+                    seen["Kimi-VL Chat"] = (await tab.ask(SHORT_ANSWER, marker=work.end)).first_s
+                finally:
+                    await tab.close()
+                if peer is not None:
+                    from bench.openwebui import OpenWebUITab
+
+                    owui = OpenWebUITab(peer, http)
+                    await owui.open()
+                    try:
+                        seen["Open WebUI 0.12.4"] = (await owui.ask(SHORT_ANSWER, work.end)).first_s
+                    finally:
+                        await owui.close()
+                if i:  # the first round warms up
+                    for side, seconds in seen.items():
+                        out.setdefault(side, []).append((seconds, seconds))
+        finally:
+            await direct.aclose()
+    return out
+
+
+def commit() -> str:
+    """The checkout's commit (short), with ``+changes`` when files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def add_user(data_dir: Path) -> None:
+    """The store in ``data_dir`` with the benchmark's user (sign-in on: chats are stored)."""
+    store, _ = open_store(Settings(data_dir=str(data_dir), database_url=""))
+
+    async def add() -> None:
+        await store.users.add(USER, PASSWORD)
+        await store.close()
+
+    asyncio.run(add())
+
+
+@contextmanager
+def our_app(data_dir: Path, base_url: str, sign_in: bool = True) -> Iterator[str]:
+    """This app in front of ``base_url``, its data in ``data_dir``, with sign-in (chats are
+    stored) or open (nothing stored); yields its URL."""
+    if sign_in:
+        add_user(data_dir)
+    env = {
+        "KIMI_DATA_DIR": str(data_dir),
+        "KIMI_DATABASE_URL": "",
+        "KIMI_MODEL": THINKING,
+        "CHAINLIT_AUTH_SECRET": secrets.token_urlsafe(48),
+    }
+    with running_stack(env, server_url=base_url) as stack:
+        yield stack.ui_url
+
+
+def new_page(browser: Browser, storage_state: dict[str, Any] | None = None) -> Page:
+    """A fresh context (``bypass_csp``: the probe evaluates JavaScript) with the probe."""
+    context = browser.new_context(
+        viewport={"width": 1100, "height": 800},
+        bypass_csp=True,
+        locale="en-US",
+        storage_state=storage_state,  # type: ignore[arg-type]
+    )
+    context.set_default_timeout(60_000)
+    context.add_init_script(PROBE)
+    context.route(lambda url: not url.startswith("http://127.0.0.1"), lambda r: r.abort())
+    return context.new_page()
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    """A number for the table."""
+    return f"{value:,.{digits}f}"
+
+
+def runs_table(runs: list[TabRun]) -> list[str]:
+    """The markdown rows of the streams."""
+    lines = [
+        "| case | app | lag at end | Long Tasks total / worst / count | frame gap p50 / p99 / max"
+        " | toggles (click to paint) | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        toggles = " / ".join(fmt(t) for t in r.toggles) + " ms" if r.toggles else ""
+        lines.append(
+            f"| {r.case} | {r.app} | {r.lag_end_s:.2f} s | {fmt(r.long_total)} / "
+            f"{fmt(r.long_worst)} ms / {r.long_count} | {fmt(r.gap_p50, 1)} / "
+            f"{fmt(r.gap_p99, 1)} / {fmt(r.gap_max, 1)} ms | {toggles} | {r.load} |"
+        )
+    return lines
+
+
+def words_table(words: dict[str, Sides]) -> list[str]:
+    """The markdown rows of the first-words rounds: medians, and added to direct."""
+    lines = [
+        "| first visible | side | reached the tab (sent to frame) | on screen (Enter to paint) |",
+        "|---|---|---|---|",
+    ]
+    for stream, sides in words.items():
+        if not sides:
+            continue
+        direct = statistics.median(s for s, _ in sides["direct"])
+        for side, rounds in sides.items():
+            socket = statistics.median(s for s, _ in rounds)
+            screen = statistics.median(v for _, v in rounds)
+            if side == "direct":
+                lines.append(f"| {stream} | direct (httpx) | {direct * 1000:.1f} ms | |")
+                continue
+            shown = "" if "socket" in stream else f"{screen * 1000:.1f} ms "
+            shown += "" if "socket" in stream else f"({(screen - direct) * 1000:+.1f})"
+            lines.append(
+                f"| {stream} | {side} | {socket * 1000:.1f} ms ({(socket - direct) * 1000:+.1f}) "
+                f"| {shown} |"
+            )
+    return lines
+
+
+def report(runs: list[TabRun], words: dict[str, Sides], resume: dict[str, float]) -> str:
+    """The results as markdown: streams, first words, resume."""
+    lines = runs_table(runs)
+    if any(words.values()):
+        lines += ["", *words_table(words)]
+    if resume:
+        lines += [
+            "",
+            f"Resume ({THINKING}, the stored `open` chat): the chat clicked to its step "
+            f"shown {resume['shown']:.0f} ms; the step clicked open to painted "
+            f"{resume['opened']:.0f} ms, to its last reasoning word {resume['last_word']:.0f} ms.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs: list[TabRun], path: Path) -> None:
+    """Frame gaps over each stream, one panel per case (requirements-bench.txt); none
+    without streams."""
+    if not runs:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r.case for r in runs))
+    fig, axes = plt.subplots(len(names), 1, figsize=(10, 2.6 * len(names)), squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        for r in (r for r in runs if r.case == name):
+            xs = [x for x, _ in r.gaps]
+            ys = [y for _, y in r.gaps]
+            ax.plot(xs, ys, linewidth=0.7, label=r.app)
+        ax.axhline(50, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_ylabel("frame gap (ms)")
+        ax.set_title(name, fontsize=9)
+        ax.legend(fontsize=8)
+    axes[-1, 0].set_xlabel("seconds since Enter")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def in_browser(
+    args: argparse.Namespace, base_url: str, ours: KimiApp, peer: Any | None
+) -> tuple[list[TabRun], dict[str, Sides], dict[str, float]]:
+    """The streams, the resume and the first-words rounds in chromium."""
+    server_root = base_url.removesuffix("/v1")
+    runs: list[TabRun] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = new_page(browser)
+        if args.sign_in:
+            ours.sign_in(page)
+        apps: list[tuple[Page, ChatApp]] = [(page, ours)]
+        if peer is not None:
+            apps.append((new_page(browser, peer.storage_state()), OpenWebUIApp(peer.url)))
+        for app_page, app in apps:  # a warm-up stream each
+            tab_first_words(app_page, app, SHORT_THINK, r"\br0\b", app.reasoning_first, THINKING)
+        chosen = [cases(*args.tokens)[name] for name in args.cases]
+        for case in chosen:
+            for app_page, app in apps:
+                run = stream_once(app_page, app, case, server_root)
+                print(runs_table([run])[-1], flush=True)
+                runs.append(run)
+        last = rf"\br{args.tokens[0] - 1}\b"
+        resumed = args.resume and args.sign_in and any(c.name == "open" for c in chosen)
+        resume = resume_once(page, ours, last) if resumed else {}
+        words = first_words(apps, base_url, args.pairs) if args.pairs else {}
+        browser.close()
+    return runs, words, resume
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--cases", nargs="*", default=list(cases()), choices=list(cases()))
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--sign-in", action=argparse.BooleanOptionalAction, default=True,
+        help="this app with sign-in (chats stored: resume) or open",
+    )  # fmt: skip
+    p.add_argument("--pairs", type=int, default=16, help="first-words rounds (0: none)")
+    p.add_argument("--openwebui", action="store_true", help="also Open WebUI (bench/openwebui.py)")
+    p.add_argument("--name", default="long_stream", help="results file: tab_<name>")
+    p.add_argument(
+        "--tokens", nargs=3, type=int, default=[10_000, 2_000, 10_000],
+        metavar=("REASONING", "ANSWER", "CODE"), help="stream sizes (default 10000 2000 10000)",
+    )  # fmt: skip
+    args = p.parse_args()
+    started, header = now_utc(), machine()
+    with ExitStack() as exits:
+        base_url, _ = exits.enter_context(scripted_server([THINKING, INSTRUCT]))
+        data_dir = Path(exits.enter_context(tempfile.TemporaryDirectory()))
+        ours = KimiApp(exits.enter_context(our_app(data_dir, base_url, args.sign_in)))
+        peer = None
+        if args.openwebui:
+            from bench.openwebui import running_openwebui
+
+            peer = exits.enter_context(running_openwebui(base_url))
+        runs, words, resume = in_browser(args, base_url, ours, peer)
+        if args.pairs:  # after the browser: Playwright's sync API holds an event loop
+            socket = socket_first_words(base_url, ours.url, peer, args.pairs, args.sign_in)
+            words["answer (socket clients)"] = asyncio.run(socket)
+    title = f"# A long answer in a tab ({started}, commit {commit()})\n\n{header}\n\n"
+    text = title + report(runs, words, resume)
+    print(text)
+    kept = [{k: v for k, v in asdict(r).items() if k != "gaps"} for r in runs]
+    data = {"date": started, "commit": commit(), "machine": header, "sizes": args.tokens,
+            "runs": kept, "first_words": words, "resume": resume}  # fmt: skip
+    md, _ = write_results(f"tab_{args.name}", text, data)
+    plot(runs, md.with_suffix(".png"))
+    print(f"wrote {md} and {md.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()

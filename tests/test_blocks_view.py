@@ -1,0 +1,105 @@
+"""A long reasoning and answer over Chainlit's socket, as blocks (ui/blocks.py).
+
+The app's handlers run in a Chainlit context whose socket is recorded
+(``tests/test_app.py``'s :class:`Browser`), against the scripted server's
+``long-think`` stream at a fast pace. What the browser gets must be the model's
+text, whole and in order, in blocks that are never sent again once closed (the answer
+becomes one message when it ends): that is what keeps the page's work per update
+independent of the text's length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+
+import app
+from backend.blocks import HARD_CHARS
+from backend.settings import Settings
+from tests.conftest import RunningFake
+from tests.fakes.kimi_server import LONG_END, long_prose
+from tests.test_app import Browser, start_chat, user_message
+from tests.test_app import close_resources as close_resources  # the app's resources, per test
+from ui.answer_view import ANSWER_HARD_CHARS
+from ui.blocks import BLOCK_ID_TAIL
+
+LONG = "#scenario=long-think #reasoning=3000 #answer=3000 #rate=20000"
+
+
+@pytest.fixture
+async def browser(fake: RunningFake, monkeypatch: pytest.MonkeyPatch) -> Browser:
+    return await start_chat(Settings(base_url=fake.base_url), monkeypatch)
+
+
+def frames_of(browser: Browser, step_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """The frames about one step or message, in order."""
+    return [(e, d) for e, d in browser.frames if isinstance(d, dict) and d.get("id") == step_id]
+
+
+def assert_closed_once(browser: Browser, step_id: str, closing: str) -> None:
+    """The block streamed, then got its final text once, then nothing more."""
+    events = [e for e, _ in frames_of(browser, step_id)]
+    assert events[0] == "stream_start" and events.count(closing) == 1
+    assert events[-1] == closing, f"{step_id} was sent again after it closed: {events}"
+
+
+async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
+    browser: Browser,
+) -> None:
+    await app.on_message(user_message(f"Think at length {LONG}"))
+    step = next(iter(browser.steps("llm").values()))
+    blocks = browser.steps("undefined")
+    assert len(blocks) >= 6
+    for block_id, block in blocks.items():
+        assert block_id.endswith(BLOCK_ID_TAIL) and block["parentId"] == step["id"]
+        assert len(block["output"]) <= HARD_CHARS + 100
+        assert_closed_once(browser, block_id, "update_message")
+    assert browser.reasoning() == "".join(long_prose("r", 3000))  # exactly, in order
+    assert step["output"] == "" and step["name"].startswith("Thought for ")
+
+    answers = browser.steps("assistant_message")
+    first, *answer_blocks = answers.values()
+    assert answer_blocks and not first["id"].endswith(BLOCK_ID_TAIL)
+    for block in answer_blocks:  # streamed, sent whole once, taken off the page
+        assert (
+            block["id"].endswith(BLOCK_ID_TAIL) and len(block["output"]) <= ANSWER_HARD_CHARS + 100
+        )
+        events = [e for e, _ in frames_of(browser, block["id"])]
+        assert events[0] == "stream_start" and events[-1] == "delete_message"
+        assert events.count("new_message") <= 1  # the open one ends unsent
+    assert "delete_message" not in [e for e, _ in frames_of(browser, first["id"])]
+    answer = "".join(long_prose("a", 3000))
+    assert (
+        first["output"].startswith(answer) and LONG_END in first["output"]
+    )  # one message holds the whole answer at the end
+    assert first["output"] == app.chat().conversation.turns[-1].answer  # what Copy copies
+    (footer,) = browser.steps("system_message").values()
+    assert re.search(r"TTFT [\d.]+ s", footer["output"])
+    actions = [d for e, d in browser.frames if e == "action"]
+    assert actions and all(a["forId"] == footer["id"] for a in actions)  # Regenerate, under it
+    turn = app.chat().conversation.turns[-1]
+    assert turn.reasoning == browser.reasoning() and turn.status == "done"
+
+
+async def test_stop_mid_long_reasoning_closes_the_open_block_with_what_came(
+    browser: Browser,
+) -> None:
+    task = asyncio.create_task(
+        app.on_message(user_message("#scenario=long-think #reasoning=20000 #rate=400"))
+    )
+    while len(browser.steps("undefined")) < 3:
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    step = next(iter(browser.steps("llm").values()))
+    assert step["name"].endswith("(stopped)")
+    for block_id in browser.steps("undefined"):
+        assert_closed_once(browser, block_id, "update_message")
+    turn = app.chat().conversation.turns[-1]
+    assert turn.status == "stopped"
+    assert turn.reasoning.startswith(browser.reasoning()) and len(browser.reasoning()) > 4000
+    assert "Stopped while thinking" in browser.texts()[-1]
