@@ -167,7 +167,7 @@ def _turn(record: TurnRecord, marked: Mapping[str, Sequence[MarkedCopy]], tr: Tr
     parts += _marked(marked.get(answer_key(record.message_id), ()))
     for compared in record.compared:
         parts.append('<div class="compared">')
-        label = tr("**{model}** (compare):", model=escape_markdown(compared.label))
+        label = tr("**{model}** (compare)", model=escape_markdown(compared.label))
         parts.append(f'<div class="label">{to_html(label)}</div>')
         parts += _answer(compared.turn, _reasoning_s(compared.timings), tr)
         if compared.turn.status in _ENDINGS:
