@@ -143,7 +143,7 @@ def test_open_mode_has_the_times_compare_answers_and_the_drawn_copies() -> None:
     text = "".join(page.text)
     assert "Thought for 2.5s" in text
     assert "TTFT 0.40 s · thought 2.5 s · 80 tokens" in text
-    assert "Kimi-VL Instruct (compare):" in text and "Kimi-VL Instruct · TTFT 0.20 s" in text
+    assert "Kimi-VL Instruct (compare)" in text and "Kimi-VL Instruct · TTFT 0.20 s" in text
     assert "Marked on coffee.png" in text
     images = [attrs["src"] or "" for tag, attrs in page.tags if tag == "img"]
     assert len(images) == 2 and images[0] != images[1]  # the photo and its drawn copy

@@ -56,7 +56,7 @@ def export(page: Page, label: str, saved: Path) -> Path:
                 "Compare with Kimi-VL Instruct",
                 "Thought for",
                 "Marked on",
-                " (compare):",
+                " (compare)",
                 "TTFT",
             ),
         ),
