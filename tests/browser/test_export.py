@@ -63,7 +63,7 @@ def export(page: Page, label: str, saved: Path) -> Path:
         (
             "zh-CN",
             PHONE,
-            ("导出", "与 Kimi-VL Instruct 对比", "思考了", "上标注", "（对比）：", "首字延迟"),
+            ("导出", "与 Kimi-VL Instruct 对比", "思考了", "上标注", "（对比）", "首字延迟"),
         ),
     ],
     ids=["en-desktop", "zh-phone"],
