@@ -8,15 +8,15 @@ not part of the OpenAI API). Errors from either are mapped one to one onto
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import httpx
 import httpx2
-import openai
 
 from backend.errors import ClientClosed, StreamBroken
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, TextPart, Usage
@@ -26,6 +26,12 @@ from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 from backend.sse import data_values
 from backend.vllm_errors import CLOSED_MESSAGE, broken_stream, map_error
+
+# The OpenAI SDK is imported where a client first talks to its server: importing it costs
+# about half a second of CPU (docs/benchmarks.md, start to ready), which serving the first
+# page does not need (tests/test_startup_imports.py).
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -139,6 +145,8 @@ async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[
     Raises:
         ValueError: a chunk that is not JSON or not a JSON object (garbled).
     """
+    import openai  # loaded already: the response came from it
+
     try:
         async for value in data_values(response.iter_bytes()):
             if not isinstance(value, dict):
@@ -193,14 +201,31 @@ class ChatClient:
         connect_timeout_s: float = 5.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._headers: dict[str, str | openai.Omit] = {}
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+        )
+
+    @functools.cached_property
+    def _headers(self) -> dict[str, str | openai.Omit]:
         """Headers of every OpenAI API request; without a key, the SDK's own goes."""
-        if not api_key:
-            self._headers["Authorization"] = openai.Omit()
-        self._openai = openai.AsyncOpenAI(
+        import openai
+
+        return {} if self._api_key else {"Authorization": openai.Omit()}
+
+    @functools.cached_property
+    def _openai(self) -> openai.AsyncOpenAI:
+        """The SDK's client, made on first use (see the import note above)."""
+        import openai
+
+        return openai.AsyncOpenAI(
             base_url=self.base_url,
-            api_key=api_key or NO_KEY,
-            timeout=openai.Timeout(timeout_s, connect=connect_timeout_s),
+            api_key=self._api_key or NO_KEY,
+            timeout=openai.Timeout(self._timeout_s, connect=self._connect_timeout_s),
             max_retries=0,  # errors reach the person at once; they retry with one click
             http_client=openai.DefaultAsyncHttpxClient(
                 limits=httpx2.Limits(
@@ -209,11 +234,6 @@ class ChatClient:
                     keepalive_expiry=KEEPALIVE_EXPIRY_S,
                 )
             ),
-        )
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
     @classmethod
@@ -249,8 +269,9 @@ class ChatClient:
         return self._http
 
     async def aclose(self) -> None:
-        """Close both HTTP connection pools."""
-        await self._openai.close()
+        """Close both HTTP connection pools (the SDK's, if it was made)."""
+        if "_openai" in vars(self):
+            await self._openai.close()
         await self._http.aclose()
 
     async def is_healthy(self) -> bool:
@@ -394,6 +415,8 @@ class ChatClient:
 def _broke(exc: Exception) -> bool:
     """True if ``exc``, raised after the stream started, means it broke (a transport
     failure or a garbled chunk), not that the server was slow."""
+    import openai  # loaded already: the stream came from it
+
     broken = isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
     return broken and not isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
 

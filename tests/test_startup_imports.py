@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 STORE_ONLY = ("sqlalchemy", "aiosqlite", "asyncpg", "argon2", "chainlit.data.sql_alchemy")
 """Loaded only where chats are stored (ui/history.py opens the store)."""
+FIRST_CHAT = ("openai",)
+"""Loaded when a client first talks to its server (backend/client.py)."""
 
 
 def imported_at_start(data_dir: Path) -> set[str]:
@@ -41,3 +43,9 @@ def test_an_app_running_open_loads_no_database_code(tmp_path: Path) -> None:
     loaded = imported_at_start(tmp_path / "data")
     assert "app" in loaded and "chainlit" in loaded
     assert [name for name in STORE_ONLY if name in loaded] == []
+
+
+def test_the_openai_sdk_waits_for_the_first_chat(tmp_path: Path) -> None:
+    loaded = imported_at_start(tmp_path / "data")
+    assert "backend.client" in loaded
+    assert [name for name in FIRST_CHAT if name in loaded] == []
