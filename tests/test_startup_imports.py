@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 STORE_ONLY = ("sqlalchemy", "aiosqlite", "asyncpg", "argon2", "chainlit.data.sql_alchemy")
 """Loaded only where chats are stored (ui/history.py opens the store)."""
-FIRST_CHAT = ("openai",)
-"""Loaded when a client first talks to its server (backend/client.py)."""
+FIRST_USE = ("openai", "av", "pypdfium2")
+"""Loaded when a client first talks to its server (backend/client.py), and with the first
+video or PDF upload (backend/uploads.py)."""
 
 
 def imported_at_start(data_dir: Path) -> set[str]:
@@ -45,7 +46,7 @@ def test_an_app_running_open_loads_no_database_code(tmp_path: Path) -> None:
     assert [name for name in STORE_ONLY if name in loaded] == []
 
 
-def test_the_openai_sdk_waits_for_the_first_chat(tmp_path: Path) -> None:
+def test_the_openai_sdk_and_the_media_decoders_wait_for_first_use(tmp_path: Path) -> None:
     loaded = imported_at_start(tmp_path / "data")
-    assert "backend.client" in loaded
-    assert [name for name in FIRST_CHAT if name in loaded] == []
+    assert "backend.client" in loaded and "backend.uploads" in loaded
+    assert [name for name in FIRST_USE if name in loaded] == []
