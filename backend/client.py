@@ -8,7 +8,9 @@ not part of the OpenAI API). Errors from either are mapped one to one onto
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import importlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
@@ -124,6 +126,17 @@ class OutputLimit:
             yield part
 
 
+def load_sdk() -> None:
+    """Import the OpenAI SDK (about 0.5 s of CPU); for a worker thread, off the event loop.
+
+    The app starts it at its start (:meth:`backend.resources.AppResources.start_housekeeping`)
+    and a client's first request waits for it (:meth:`ChatClient.list_models`,
+    :meth:`ChatClient.stream`), so the first page does not wait for the import and the
+    event loop never runs it.
+    """
+    importlib.import_module("openai")
+
+
 NO_KEY: Final = "no-key"
 """What the OpenAI SDK is given when there is no key: it refuses an empty one ("Missing
 credentials"); the ``Authorization`` header is left out all the same."""
@@ -217,6 +230,12 @@ class ChatClient:
 
         return {} if self._api_key else {"Authorization": openai.Omit()}
 
+    async def _sdk_loaded(self) -> None:
+        """Before this client's first request: import the SDK in a thread (or wait there
+        for the import already under way), never in the event loop."""
+        if "_openai" not in vars(self):
+            await asyncio.to_thread(load_sdk)
+
     @functools.cached_property
     def _openai(self) -> openai.AsyncOpenAI:
         """The SDK's client, made on first use (see the import note above)."""
@@ -296,6 +315,7 @@ class ChatClient:
                 :class:`ClientClosed` after :meth:`aclose`.
         """
         self._check_open()
+        await self._sdk_loaded()
         try:
             page = await self._openai.models.list(
                 timeout=PROBE_TIMEOUT_S, extra_headers=self._headers or None
@@ -366,6 +386,7 @@ class ChatClient:
                 :class:`ClientClosed` after :meth:`aclose`.
         """
         self._check_open()
+        await self._sdk_loaded()
         reading = _Reading(ReasoningSplitter(starts_in_reasoning=request.thinking))
         started_streaming = False
         limit = OutputLimit(output_limit(request.max_tokens))
