@@ -46,7 +46,7 @@ from backend.panel import option_changes, panel_fields
 from backend.render import AnswerText, Note, ReasoningText, RenderEvent, TurnEnded
 from backend.resources import Server
 from backend.settings import Settings
-from backend.store import Store, StoreError, open_store
+from backend.store.core import Store, StoreError, open_store
 from backend.turn_runner import TurnRunner
 from backend.uploads import MediaWorkers, Upload
 

@@ -8,15 +8,17 @@ not part of the OpenAI API). Errors from either are mapped one to one onto
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import importlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import httpx
 import httpx2
-import openai
 
 from backend.errors import ClientClosed, StreamBroken
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, TextPart, Usage
@@ -26,6 +28,12 @@ from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 from backend.sse import data_values
 from backend.vllm_errors import CLOSED_MESSAGE, broken_stream, map_error
+
+# The OpenAI SDK is imported where a client first talks to its server: importing it costs
+# about half a second of CPU (docs/benchmarks.md, start to ready), which serving the first
+# page does not need (tests/test_startup_imports.py).
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -118,6 +126,17 @@ class OutputLimit:
             yield part
 
 
+def load_sdk() -> None:
+    """Import the OpenAI SDK (about 0.5 s of CPU); for a worker thread, off the event loop.
+
+    The app starts it at its start (:meth:`backend.resources.AppResources.start_housekeeping`)
+    and a client's first request waits for it (:meth:`ChatClient.list_models`,
+    :meth:`ChatClient.stream`), so the first page does not wait for the import and the
+    event loop never runs it.
+    """
+    importlib.import_module("openai")
+
+
 NO_KEY: Final = "no-key"
 """What the OpenAI SDK is given when there is no key: it refuses an empty one ("Missing
 credentials"); the ``Authorization`` header is left out all the same."""
@@ -139,6 +158,8 @@ async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[
     Raises:
         ValueError: a chunk that is not JSON or not a JSON object (garbled).
     """
+    import openai  # loaded already: the response came from it
+
     try:
         async for value in data_values(response.iter_bytes()):
             if not isinstance(value, dict):
@@ -193,14 +214,37 @@ class ChatClient:
         connect_timeout_s: float = 5.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._headers: dict[str, str | openai.Omit] = {}
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+        )
+
+    @functools.cached_property
+    def _headers(self) -> dict[str, str | openai.Omit]:
         """Headers of every OpenAI API request; without a key, the SDK's own goes."""
-        if not api_key:
-            self._headers["Authorization"] = openai.Omit()
-        self._openai = openai.AsyncOpenAI(
+        import openai
+
+        return {} if self._api_key else {"Authorization": openai.Omit()}
+
+    async def _sdk_loaded(self) -> None:
+        """Before this client's first request: import the SDK in a thread (or wait there
+        for the import already under way), never in the event loop."""
+        if "_openai" not in vars(self):
+            await asyncio.to_thread(load_sdk)
+
+    @functools.cached_property
+    def _openai(self) -> openai.AsyncOpenAI:
+        """The SDK's client, made on first use (see the import note above)."""
+        import openai
+
+        return openai.AsyncOpenAI(
             base_url=self.base_url,
-            api_key=api_key or NO_KEY,
-            timeout=openai.Timeout(timeout_s, connect=connect_timeout_s),
+            api_key=self._api_key or NO_KEY,
+            timeout=openai.Timeout(self._timeout_s, connect=self._connect_timeout_s),
             max_retries=0,  # errors reach the person at once; they retry with one click
             http_client=openai.DefaultAsyncHttpxClient(
                 limits=httpx2.Limits(
@@ -209,11 +253,6 @@ class ChatClient:
                     keepalive_expiry=KEEPALIVE_EXPIRY_S,
                 )
             ),
-        )
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
     @classmethod
@@ -249,8 +288,9 @@ class ChatClient:
         return self._http
 
     async def aclose(self) -> None:
-        """Close both HTTP connection pools."""
-        await self._openai.close()
+        """Close both HTTP connection pools (the SDK's, if it was made)."""
+        if "_openai" in vars(self):
+            await self._openai.close()
         await self._http.aclose()
 
     async def is_healthy(self) -> bool:
@@ -275,6 +315,7 @@ class ChatClient:
                 :class:`ClientClosed` after :meth:`aclose`.
         """
         self._check_open()
+        await self._sdk_loaded()
         try:
             page = await self._openai.models.list(
                 timeout=PROBE_TIMEOUT_S, extra_headers=self._headers or None
@@ -345,6 +386,7 @@ class ChatClient:
                 :class:`ClientClosed` after :meth:`aclose`.
         """
         self._check_open()
+        await self._sdk_loaded()
         reading = _Reading(ReasoningSplitter(starts_in_reasoning=request.thinking))
         started_streaming = False
         limit = OutputLimit(output_limit(request.max_tokens))
@@ -394,6 +436,8 @@ class ChatClient:
 def _broke(exc: Exception) -> bool:
     """True if ``exc``, raised after the stream started, means it broke (a transport
     failure or a garbled chunk), not that the server was slow."""
+    import openai  # loaded already: the stream came from it
+
     broken = isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
     return broken and not isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from dataclasses import dataclass
 
-from backend.client import ChatClient, ServedModel
+from backend.client import ChatClient, ServedModel, load_sdk
 from backend.fair_use import AnswerQueues
 from backend.models import ModelDirectory
 from backend.pacing import ServerPace
@@ -24,6 +25,10 @@ from backend.uploads import MediaWorkers, hand_back_large_blocks
 
 TRIM_EVERY_S = 30.0
 """Seconds between two hand-backs of freed memory (:meth:`AppResources.start_housekeeping`)."""
+
+SDK_AFTER_S = 0.0
+"""Seconds after the app's start at which the OpenAI SDK is imported in a thread
+(:func:`backend.client.load_sdk`): while the first page loads, before its chat connects."""
 
 KEPT_BLOCKS_IDLE_S = 60.0
 """Pillow's kept blocks go back to the system once no media has been prepared for this long.
@@ -55,6 +60,7 @@ class AppResources:
     answers: AnswerQueues
     """How many answers each chat and each person have running or waiting."""
     _housekeeping: asyncio.Task[None] | None = None
+    _sdk: asyncio.Task[None] | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> AppResources:
@@ -89,13 +95,26 @@ class AppResources:
         unknown = [server for server in self.servers if not server.models.answered]
         return (found or unknown or self.servers)[0]
 
-    def start_housekeeping(self, every_s: float = TRIM_EVERY_S) -> None:
+    def start_housekeeping(
+        self, every_s: float = TRIM_EVERY_S, sdk_after_s: float = SDK_AFTER_S
+    ) -> None:
         """Hand freed memory back to the system every ``every_s`` seconds (in the event
         loop's task; idempotent). Closed chats are dropped by Chainlit a minute after
         their tab closes; their prepared images are large allocations that the C
-        allocator otherwise keeps as the process's RSS."""
+        allocator otherwise keeps as the process's RSS. Also import the OpenAI SDK
+        ``sdk_after_s`` seconds from now, in a thread (:func:`backend.client.load_sdk`)."""
         if self._housekeeping is None or self._housekeeping.done():
             self._housekeeping = asyncio.create_task(self._trim_forever(every_s))
+        if self._sdk is None:
+            self._sdk = asyncio.create_task(self._load_sdk(sdk_after_s))
+
+    @staticmethod
+    async def _load_sdk(after_s: float) -> None:
+        await asyncio.sleep(after_s)
+        await asyncio.to_thread(load_sdk)
+        # What the SDK loaded lives as long as the process: out of the garbage collector's
+        # full passes, as app.py does with what the start loaded.
+        gc.freeze()
 
     async def _trim_forever(self, every_s: float) -> None:
         while True:
@@ -104,10 +123,11 @@ class AppResources:
 
     async def aclose(self) -> None:
         """Close everything, in reverse order of use."""
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._housekeeping
+        for task in (self._housekeeping, self._sdk):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for server in self.servers:
             await server.models.aclose()
             await server.client.aclose()

@@ -22,13 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from backend.documents import prepare_pdf
 from backend.errors import ImageError
 from backend.i18n import msg
 from backend.images import PreparedImage, prepare_image, release_kept_blocks
 from backend.logs import LOGGER_NAME
 from backend.media import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult, UploadKind, sniff_kind
-from backend.video import prepare_video
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -287,9 +285,10 @@ async def prepare_uploads(
     ).after([image for image in outcomes.values() if isinstance(image, PreparedImage)])
     for i, kind in enumerate(kinds):
         if kind is not UploadKind.IMAGE:
-            prepare = prepare_pdf if kind is UploadKind.PDF else prepare_video
             try:
-                media = await workers.run(prepare, uploads[i].path, budget, uploads[i].name)
+                media = await workers.run(
+                    prepare_document, kind, uploads[i].path, budget, uploads[i].name
+                )
             except Exception as error:  # reported below with the others
                 outcomes[i] = error
             else:
@@ -298,6 +297,25 @@ async def prepare_uploads(
     if uploads:
         await workers.run(workers.release_memory)
     return _collected(uploads, outcomes)
+
+
+def prepare_document(kind: UploadKind, path: Path, budget: MediaBudget, name: str) -> MediaResult:
+    """A PDF's pages (:func:`backend.documents.prepare_pdf`) or a video's frames
+    (:func:`backend.video.prepare_video`) within ``budget``; for a media worker.
+
+    pypdfium2 and PyAV are imported here, on the first such upload: about 0.15 s of CPU
+    that the app's start does without (tests/test_startup_imports.py).
+
+    Raises:
+        ImageError: as the two functions do.
+    """
+    if kind is UploadKind.PDF:
+        from backend.documents import prepare_pdf
+
+        return prepare_pdf(path, budget, name)
+    from backend.video import prepare_video
+
+    return prepare_video(path, budget, name)
 
 
 def _collected(uploads: Sequence[Upload], outcomes: dict[int, Outcome]) -> UploadResult:

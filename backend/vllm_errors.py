@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Final
 
 import httpx
-import openai
 
 from backend.errors import (
     ChatError,
@@ -116,6 +115,8 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     "the client has been closed" -> :class:`ClientClosed`. Anything else becomes a
     :class:`ServerFailed` carrying its type name, never a traceback.
     """
+    import openai  # on first use, as backend/client.py (the app's start does without it)
+
     if isinstance(exc, ChatError):
         return exc
     if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
@@ -223,6 +224,8 @@ def log_reason(error: ChatError) -> str:
     answering (500): EngineCore encountered an issue."``; an error raised by the app
     itself (a plan that does not fit) has no cause: ``"ContextTooLong: ..."``.
     """
+    import openai  # loaded by now: a cause from it was raised by it (backend/client.py)
+
     said: list[str] = []
     cause = error.__cause__
     if isinstance(cause, openai.APIStatusError):

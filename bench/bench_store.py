@@ -34,7 +34,7 @@ from backend.conversation import Turn
 from backend.images import prepare_image
 from backend.record import TurnRecord
 from backend.settings import Settings
-from backend.store import Store
+from backend.store.core import Store
 from backend.store.resume import restore
 from backend.timings import Timings
 from ui.datalayer import KimiDataLayer

@@ -59,7 +59,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
-from backend.store import open_store
+from backend.store.core import open_store
 from bench._common import (
     machine,
     now_utc,

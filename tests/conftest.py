@@ -27,7 +27,7 @@ from backend.uploads import MediaWorkers
 from tests.fakes.kimi_server import KimiServer
 
 if TYPE_CHECKING:
-    from backend.store import Store
+    from backend.store.core import Store
     from tests.pg import PgServer
     from ui.datalayer import KimiDataLayer
 
@@ -201,7 +201,7 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 @pytest.fixture
 async def store(settings: Settings) -> AsyncIterator[Store]:
     """The store of ``settings``, checked and migrated; closed after the test."""
-    from backend.store import Store
+    from backend.store.core import Store
 
     opened = Store(settings)
     await opened.check()

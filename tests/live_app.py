@@ -156,7 +156,7 @@ class LiveApp:
         script = (
             "import asyncio, json, sys\n"
             "from backend.settings import Settings\n"
-            "from backend.store import open_store\n"
+            "from backend.store.core import open_store\n"
             "store, _ = open_store(Settings())\n"
             "async def add():\n"
             "    for name, password in json.load(sys.stdin).items():\n"

@@ -39,7 +39,7 @@ from backend.conversation import Turn
 from backend.images import prepare_image
 from backend.record import TurnRecord
 from backend.settings import Settings
-from backend.store import Store
+from backend.store.core import Store
 from backend.timings import Timings
 from tests.conftest import DATA, rows
 from ui import history

@@ -28,7 +28,7 @@ import pytest
 import app
 from backend.client import output_limit
 from backend.settings import Settings
-from backend.store import Store
+from backend.store.core import Store
 from tests.conftest import DATA, RunningFake, serving
 from tests.fakes.kimi_server import HUGE_ANSWER, KimiServer
 from tests.test_app import Browser, start_chat, user_message

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from dataclasses import replace
 
 import pytest
 from PIL import Image, _imaging
 
-from backend.client import ServedModel
+from backend.client import ServedModel, load_sdk
 from backend.errors import ClientClosed, ServerUnreachable
 from backend.models import ModelDirectory
 from backend.resources import KEPT_BLOCKS_IDLE_S, AppResources
@@ -21,6 +23,7 @@ async def test_servers_come_from_kimi_servers_and_close_once(
     fake: RunningFake, instruct_server: RunningFake
 ) -> None:
     shared = AppResources.start(Settings(servers=f"{fake.base_url},{instruct_server.base_url}"))
+    await asyncio.to_thread(load_sdk)  # as the app's start has (start_housekeeping)
     served = [(model.id, server.client.base_url) for model, server in await shared.served()]
     assert served == [
         ("kimi-vl-thinking-2506", fake.base_url),
@@ -51,6 +54,30 @@ async def test_housekeeping_hands_freed_memory_back_until_closed(
     assert set(trims) == {KEPT_BLOCKS_IDLE_S}
     await asyncio.sleep(0.15)
     assert len(trims) == seen  # stopped with the app
+
+
+async def test_the_openai_sdk_is_imported_in_a_thread_after_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shared = AppResources.start(Settings())
+    loads: list[tuple[float, bool]] = []
+    started = time.monotonic()
+
+    def load_sdk() -> None:
+        loads.append(
+            (time.monotonic() - started, threading.current_thread() is threading.main_thread())
+        )
+
+    monkeypatch.setattr("backend.resources.load_sdk", load_sdk)
+    shared.start_housekeeping(sdk_after_s=0.2)
+    shared.start_housekeeping(sdk_after_s=0.2)  # once, however often called
+    await asyncio.sleep(0.1)
+    assert loads == []  # not before sdk_after_s
+    await asyncio.sleep(0.4)
+    await shared.aclose()
+    assert len(loads) == 1
+    after_s, on_main_thread = loads[0]
+    assert after_s >= 0.2 and not on_main_thread
 
 
 def _decode_a_photo() -> None:

@@ -25,7 +25,7 @@ from sqlalchemy import text
 
 import app
 from backend.settings import Settings
-from backend.store import Store
+from backend.store.core import Store
 from tests.conftest import DATA, RunningFake
 from tests.fakes.kimi_server import ANSWER, REASONING
 from ui import history

@@ -38,7 +38,8 @@ from backend.conversation import Budget, Turn
 from backend.images import prepare_image
 from backend.record import TurnRecord
 from backend.settings import Settings
-from backend.store import Store, schema
+from backend.store import schema
+from backend.store.core import Store
 from backend.store.db import create_engine
 from backend.store.export import ChatExport, export_html
 from backend.store.files import FileStore

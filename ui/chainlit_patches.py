@@ -24,11 +24,13 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
 from fastapi import FastAPI, HTTPException
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+if TYPE_CHECKING:  # SQLAlchemy only where chats are stored (ui/history.py)
+    from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 CHAINLIT_VERSION: Final = "2.12.0"
 """The Chainlit these patches were written against (requirements.txt pins it)."""
@@ -193,6 +195,8 @@ def ahead_of_the_page(app: FastAPI, add: Callable[[], None]) -> None:
 
 def share_engine(layer: SQLAlchemyDataLayer, engine: AsyncEngine) -> None:
     """Make ``layer`` (constructed already) use ``engine``, which the caller owns."""
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
     layer.engine.sync_engine.dispose()
     layer.engine = engine
     layer.async_session = async_sessionmaker(

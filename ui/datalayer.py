@@ -25,7 +25,7 @@ of one step run one after the other in the order they were started (a FIFO lock 
 id; tasks start in creation order, so the last ``update()`` lands last), and so do the
 element writes of one thread (uploads come back in upload order); JSON and booleans are
 decoded on read; a failed statement is logged as an error. The engine is the app's
-(:class:`backend.store.Store`), not a second one (:func:`ui.chainlit_patches.share_engine`),
+(:class:`backend.store.core.Store`), not a second one (:func:`ui.chainlit_patches.share_engine`),
 and deleting a thread also deletes its stored turns and prepared images.
 """
 
@@ -53,7 +53,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
-from backend.store import Store
+from backend.store.core import Store
 from backend.store.pending import Write, cause
 from ui.chainlit_patches import share_engine
 

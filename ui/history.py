@@ -19,13 +19,12 @@ import os
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import chainlit as cl
 from chainlit.config import config
 from chainlit.data import get_data_layer
 from chainlit.types import CommandDict, ThreadDict
-from sqlalchemy.exc import SQLAlchemyError
 
 from backend.chat import ChatSession
 from backend.errors import ChatError
@@ -34,19 +33,20 @@ from backend.logs import LOGGER_NAME
 from backend.panel import sane_options
 from backend.record import TurnRecord, TurnSink
 from backend.settings import Settings
-from backend.store import Store, StoreError, open_store
-from backend.store.db import DATABASE_FILE
 from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html, marked_copies
-from backend.store.pending import Write, cause
+from backend.store.files import DATABASE_FILE
 from backend.store.resume import Restored, restore
-from backend.store.turns import ThreadTurns
 from backend.turn_runner import TurnRunner
-from ui import bridge, signin
+from ui import bridge
 from ui.answer import say
-from ui.datalayer import KimiDataLayer
-from ui.files import LocalStorageClient, mount_file_route
 from ui.language import session_translator
 from ui.notes import note_id
+
+# What runs only where chats are stored (SQLAlchemy, the store, sign-in) is imported
+# there, on first use: an app that runs open never loads it (tests/test_startup_imports.py).
+if TYPE_CHECKING:
+    from backend.store.core import Store
+    from ui.datalayer import KimiDataLayer
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -86,6 +86,10 @@ def setup(settings: Settings) -> Store | None:
                 "set KIMI_DATA_DIR to a folder."
             )
         return None
+    from backend.store.core import open_store
+    from backend.store.db import StoreError
+    from ui.files import mount_file_route
+
     try:
         store, users = open_store(settings)
     except StoreError as exc:
@@ -119,6 +123,9 @@ async def close() -> None:
 
 def data_layer() -> KimiDataLayer:
     """Chainlit's data layer on the open store."""
+    from ui.datalayer import KimiDataLayer
+    from ui.files import LocalStorageClient
+
     opened = store()
     return KimiDataLayer(opened, LocalStorageClient(opened.files, config.run.root_path))
 
@@ -133,6 +140,8 @@ def sink() -> TurnSink | None:
     someone is signed in, else None (open mode stores nothing)."""
     if _store is None or _owner() is None:
         return None
+    from backend.store.turns import ThreadTurns
+
     return ThreadTurns(_store.turns, _store.pending, cl.context.session.thread_id)
 
 
@@ -143,8 +152,13 @@ async def forget_after(message: cl.Message) -> None:
     stored turns after it go when the edited turn is recorded (:func:`sink`). While
     the database cannot be written, the removal waits with the chat's other writes.
     """
+    if _store is None:
+        return
+    from backend.store.pending import Write
+    from ui.datalayer import KimiDataLayer
+
     layer = get_data_layer()
-    if _store is None or not isinstance(layer, KimiDataLayer) or not message.created_at:
+    if not isinstance(layer, KimiDataLayer) or not message.created_at:
         return
     running = cl.context.current_step
     keep = {running.id} if running is not None else set()
@@ -170,6 +184,10 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
     Raises:
         ChatError: the stored turns cannot be read (the database cannot be reached).
     """
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from backend.store.pending import cause
+
     opened = store()
     turns, thread_id = opened.turns, thread["id"]
     try:
@@ -264,6 +282,8 @@ async def export(turns: TurnRunner) -> tuple[str, str]:
     session = turns.chat
     records: list[TurnRecord] = []
     if _store is not None and _owner() is not None:
+        from sqlalchemy.exc import SQLAlchemyError
+
         try:
             records = await _store.turns.load(cl.context.session.thread_id)
         except (SQLAlchemyError, OSError) as exc:
@@ -316,6 +336,8 @@ def register(settings: Settings) -> Store | None:
     view a shared chat."""
     opened = setup(settings)
     if opened is not None:
+        from ui import signin
+
         signin.install(opened)
         cl.data_layer(data_layer)
         cl.on_shared_thread_view(may_view_shared)

@@ -23,7 +23,7 @@ from starlette.responses import HTMLResponse
 
 from backend.auth import Ownership
 from backend.i18n import Translator, msg
-from backend.store import Store
+from backend.store.core import Store
 from backend.store.export import ChatExport, export_html
 
 _SHARE_PATH: Final = re.compile(r"^/share/([A-Za-z0-9-]{1,64})/?$")

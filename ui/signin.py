@@ -51,7 +51,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from backend.auth import MAX_PASSWORD_CHARS, Ownership, SignInThrottle, Users
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
-from backend.store import Store
+from backend.store.core import Store
 from backend.store.pending import cause
 from ui import share
 from ui.language import header_translator

@@ -33,7 +33,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from backend.store.files import FILE_MODE
+from backend.store.files import DATABASE_FILE, FILE_MODE
 
 BUSY_TIMEOUT_S: Final = 30.0
 """Seconds a SQLite writer waits for the lock before giving up."""
@@ -41,9 +41,6 @@ BUSY_TIMEOUT_S: Final = 30.0
 CONNECT_TIMEOUT_S: Final = 5.0
 """Seconds a PostgreSQL connection may take before the write is held
 (:mod:`backend.store.pending`) and the chat goes on."""
-
-DATABASE_FILE: Final = "chat.db"
-"""Name of the SQLite database inside the data folder."""
 
 
 class StoreError(Exception):

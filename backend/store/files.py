@@ -27,6 +27,8 @@ FILE_MODE: Final = 0o600
 """Stored files: read and written by the app's own account only."""
 FOLDER_MODE: Final = 0o700
 """Folders of stored data: entered by the app's own account only."""
+DATABASE_FILE: Final = "chat.db"
+"""Name of the SQLite database inside the data folder (:mod:`backend.store.db`)."""
 
 
 def private_folder(path: Path, top: Path | None = None) -> None:

@@ -1,7 +1,7 @@
 """Writes the store cannot take right now, held in order and written once it can again.
 
 Every write of the store goes through one :class:`PendingWrites` (the app's
-:class:`backend.store.Store` owns it): the turns (:mod:`backend.store.turns`) and what
+:class:`backend.store.core.Store` owns it): the turns (:mod:`backend.store.turns`) and what
 Chainlit's data layer writes for the page (``ui/datalayer.py``: threads, steps,
 elements). While the database answers, a write runs at once. When one fails because the
 database cannot be reached or written (PostgreSQL stopped, a read-only or full disk under

@@ -56,7 +56,7 @@ def _now() -> str:
 class TurnStore:
     """Reads and writes :class:`TurnRecord` rows and their image files.
 
-    Borrows ``engine`` and ``files`` (the app's :class:`backend.store.Store`
+    Borrows ``engine`` and ``files`` (the app's :class:`backend.store.core.Store`
     owns them). Errors: SQLAlchemy's exceptions and ``OSError`` propagate; a
     failed save raises rather than being logged and forgotten.
     """
