@@ -17,12 +17,14 @@ the message is sent, names it as empty and keeps the message, with "Send without
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import httpx
 import pytest
+from PIL import Image
 
 from backend.fair_use import NoRoom, UploadRoom
 from bench._common import PACED_END, Tab
@@ -38,10 +40,19 @@ PERSON_UPLOADS_FULL = (
     "This file would take your uploads past the 5 MB one person may hold in all their open "
     "chats; it was not uploaded. Close chats you no longer need, then try again."
 )
-EMPTY_NOTE = "empty.png: the file is empty (0 bytes)"
-KEPT = "Your message is kept: attach other files and send again, or send it without them."
-FILE = b"\xff\xd8\xff" + bytes(1_200_000 - 3)
-"""1.2 MB, sent as a JPEG (what it holds does not matter to the quota)."""
+EMPTY_REFUSAL = "the file is empty (0 bytes)"
+"""What the upload of an empty file answers (the page puts it after "Failed to upload
+empty.png:"), as every file the app cannot use is refused on attach (app.py judge_upload)."""
+
+
+def _padded_jpeg(size: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), "teal").save(buffer, "JPEG")
+    return buffer.getvalue() + bytes(size - buffer.tell())  # decoders stop at its end mark
+
+
+FILE = _padded_jpeg(1_200_000)
+"""1.2 MB: a real JPEG (uploads are judged on attach) padded after its end mark."""
 
 
 @pytest.fixture(scope="module")
@@ -185,16 +196,16 @@ async def shown(tab: Tab, text: str, timeout_s: float = 30) -> str:
     return found[0]
 
 
-async def test_an_empty_file_is_attached_then_named_and_the_text_waits(
+async def test_an_empty_file_is_refused_on_attach_with_a_sentence(
     app: LiveApp, server: str
 ) -> None:
     async with browser(app, server) as (_, tab):
-        file_id = await tab.upload(b"", "empty.png", "image/png")  # raised on HTTP 500 before
-        await tab.send("what is in it? #scenario=quick", [file_id])
-        note = await shown(tab, EMPTY_NOTE)
-        assert KEPT in note
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await tab.upload(b"", "empty.png", "image/png")  # HTTP 500 before, no sentence
+        assert refused.value.response.status_code == 400
+        assert refused.value.response.json() == {"detail": EMPTY_REFUSAL}
         await asyncio.sleep(1)
-        assert requests_seen(server) == [], "the text waits: nothing was asked"
+        assert requests_seen(server) == [], "nothing was asked"
 
 
 def test_an_upload_counts_while_it_arrives_and_once_kept_until_its_chat_ends() -> None:
