@@ -10,12 +10,14 @@
 // Server -> page, `{kimi: {kind, ...}}`:
 //   actions  {ids: {"<button text>": "<action>"}}  these composer buttons run an action
 //            on the server at a click, instead of becoming a message
-//   strings  {drop: "..."}                         the drop zone's words
+//   strings  {drop, too_big, max_mb}               the drop zone's words; the sentence
+//            for a file over Chainlit's max_size_mb ({name} to fill) and that limit
 //   composer {text: "..."}                         put text back in the message box
 //   download {url, name}                           save a file the app made (Export)
 // Page -> server, `{kimi_action: "<action>"}`.
 (() => {
   const actions = new Map(); // button text -> action name
+  const tooBig = { text: "", maxBytes: Infinity }; // from the app's strings
 
   const fromApp = (event) =>
     event.source === window && event.origin === location.origin && event.data?.kimi;
@@ -52,6 +54,9 @@
       for (const [text, action] of Object.entries(said.ids)) actions.set(text, action);
     } else if (said.kind === "strings" && typeof said.drop === "string") {
       document.documentElement.style.setProperty("--kimi-drop-text", JSON.stringify(said.drop));
+      if (typeof said.too_big === "string") tooBig.text = said.too_big;
+      // Chainlit's page counts max_size_mb in units of 10^6 bytes (its react-dropzone maxSize).
+      tooBig.maxBytes = typeof said.max_mb === "number" ? said.max_mb * 1e6 : Infinity;
     } else if (said.kind === "composer") {
       setComposer(said.text);
     } else if (said.kind === "download" && typeof said.url === "string") {
@@ -97,4 +102,63 @@
       dragging(false);
     });
   }
+
+  // A file over Chainlit's max_size_mb: Chainlit's page would drop it with an English
+  // toast that names neither the file nor what to do. It is taken out of the attach here,
+  // before Chainlit's handlers see it (capture phase on the window), and one sentence in
+  // the chat's language names it; the other files attach and the typed text stays.
+  let notice = null;
+  const say = (text) => {
+    notice?.remove();
+    notice = document.createElement("div");
+    notice.className = "kimi-notice";
+    notice.setAttribute("role", "alert");
+    notice.textContent = text;
+    document.body.appendChild(notice);
+    const shown = notice;
+    setTimeout(() => shown.remove(), 10000);
+  };
+  // Returns the files that may go on, or null when every file may (nothing to change).
+  const withoutTooBig = (files) => {
+    const all = Array.from(files || []);
+    const big = all.filter((file) => file.size > tooBig.maxBytes);
+    if (!big.length || !tooBig.text) return null;
+    const names = big.map((file) => file.name).join(", ");
+    say(tooBig.text.replace("{name}", () => names));
+    const rest = new DataTransfer();
+    for (const file of all) if (file.size <= tooBig.maxBytes) rest.items.add(file);
+    return rest;
+  };
+  window.addEventListener(
+    "change",
+    (event) => {
+      const input = event.target;
+      if (!(input instanceof HTMLInputElement) || input.type !== "file") return;
+      const rest = withoutTooBig(input.files);
+      if (!rest) return;
+      input.files = rest.files; // Chainlit's handler reads what is left
+      if (!rest.files.length) {
+        event.stopImmediatePropagation();
+        input.value = "";
+      }
+    },
+    true,
+  );
+  const redropped = new WeakSet();
+  window.addEventListener(
+    "drop",
+    (event) => {
+      if (redropped.has(event) || !event.dataTransfer) return;
+      const rest = withoutTooBig(event.dataTransfer.files);
+      if (!rest) return;
+      // A drop's files cannot be changed: the drop goes on as a new one without them
+      // (Chainlit's drop zone still ends its drag state; no files: nothing attached).
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      const again = new DragEvent("drop", { bubbles: true, cancelable: true, dataTransfer: rest });
+      redropped.add(again);
+      event.target.dispatchEvent(again);
+    },
+    true,
+  );
 })();

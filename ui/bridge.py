@@ -9,7 +9,8 @@ echoed included). Over it the app
 * turns composer buttons into actions (:func:`offer_actions`): Server and Export run
   at a click, never as a message, so they never enter the transcript, the stored
   thread or its title;
-* gives the page the words of the drop zone (:func:`send_strings`);
+* gives the page its own words (:func:`send_strings`): the drop zone's, and the sentence
+  for a file over Chainlit's ``max_size_mb``, which the page refuses before it is sent;
 * puts a kept message's text back in the message box (:func:`put_back`);
 * hands the page a file to save (:func:`offer_download`).
 
@@ -35,6 +36,19 @@ ACTIONS: Final[frozenset[str]] = frozenset({"server_panel", "export"})
 DROP_HINT: Final = msg("Drop images, PDFs or videos here to attach them")
 """The drop zone's words while a file is dragged over the chat."""
 
+TOO_BIG: Final = msg(
+    "{name} was not attached: it is larger than the {limit:g} MB the app accepts.", name="", limit=0
+)
+"""A file over Chainlit's ``max_size_mb`` (.chainlit/config.toml): Chainlit's page never
+sends it, so public/bridge.js takes it out of the attach and says this instead."""
+
+
+def upload_limit_mb() -> float | None:
+    """Chainlit's ``[features.spontaneous_file_upload] max_size_mb`` (MB of 10^6 bytes, as
+    Chainlit's page counts them), or None when uploads are off or unlimited."""
+    spec = config.features.spontaneous_file_upload
+    return float(spec.max_size_mb) if spec and spec.enabled and spec.max_size_mb else None
+
 
 async def _send(kind: str, **fields: Any) -> None:
     await cl.context.emitter.send_window_message({"kimi": {"kind": kind, **fields}})
@@ -48,8 +62,12 @@ async def offer_actions(buttons: dict[Action, CommandDict]) -> None:
 
 
 async def send_strings(tr: Translator) -> None:
-    """Give the page its own words in the chat's language (the drop zone's)."""
-    await _send("strings", drop=tr(DROP_HINT))
+    """Give the page its own words in the chat's language: the drop zone's, and the
+    sentence for a file over :func:`upload_limit_mb` (``{name}`` left for the page to
+    fill) with that limit in MB (``max_mb``, None: no limit)."""
+    limit = upload_limit_mb()
+    too_big = tr(TOO_BIG, name="{name}", limit=limit or 0)
+    await _send("strings", drop=tr(DROP_HINT), too_big=too_big, max_mb=limit)
 
 
 async def put_back(text: str) -> None:

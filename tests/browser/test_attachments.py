@@ -132,3 +132,56 @@ def test_a_dragged_file_shows_where_to_drop_it(
         page.dispatch_event("#chat-input", "drop", {"dataTransfer": files})
         expect(page.locator("body")).not_to_have_class(re.compile("kimi-dragging"))
         context.close()
+
+
+def test_a_file_over_the_page_limit_is_named_and_the_text_waits(chat: Page, tmp_path: Path) -> None:
+    """A file over Chainlit's max_size_mb (100 MB, .chainlit/config.toml) never leaves the
+    page: one sentence in the chat's language names it and the limit, a photo attached with
+    it stays, and the typed text waits in the message box, unsent."""
+    big = tmp_path / "survey.mp4"
+    with big.open("wb") as out:  # sparse: 101 MB long, nothing written
+        out.truncate(101_000_000)
+    chat.locator("#chat-input").fill("Compare these two")
+    chat.locator("#upload-button-input").set_input_files([str(big), str(DATA / "rocket.jpg")])
+    notice = chat.get_by_role("alert").filter(has_text="survey.mp4")
+    expect(notice).to_be_visible()
+    said = notice.inner_text()
+    box = notice.bounding_box()  # drawn on screen, over the chat (public/style.css)
+    assert box is not None and box["y"] + box["height"] <= DESKTOP["height"], box
+    assert box["width"] < DESKTOP["width"], box
+    if chinese(chat):
+        assert said == "survey.mp4 未附加：它超过了应用可接受的 100 MB。", said
+    else:
+        assert (
+            said == "survey.mp4 was not attached: it is larger than the 100 MB the app accepts."
+        ), said
+    expect(chat.locator('#attachments img[alt="rocket.jpg"]')).to_be_visible()  # kept
+    expect(chat.locator("#attachments > *")).to_have_count(1)  # and only it
+    expect(chat.locator("[data-sonner-toast]", has_text="larger than")).to_have_count(0)
+    expect(chat.locator("#chat-input")).to_have_value("Compare these two")
+    expect(chat.locator(USER_MESSAGES)).to_have_count(0)  # nothing was sent
+    screenshot(chat, f"attach-over-page-limit-{chat.evaluate('navigator.language')}")
+
+
+def test_a_dropped_file_over_the_page_limit_is_named_and_the_rest_attaches(chat: Page) -> None:
+    chat.locator("#chat-input").fill("What changed?")
+    files = chat.evaluate_handle(
+        """async () => {
+          const canvas = document.createElement("canvas");
+          canvas.width = canvas.height = 16;
+          const png = await new Promise((done) => canvas.toBlob(done, "image/png"));
+          const d = new DataTransfer();
+          d.items.add(new File([new Uint8Array(100_000_001)], "scan.tif"));
+          d.items.add(new File([png], "dot.png", {type: "image/png"}));
+          return d;
+        }"""
+    )
+    chat.dispatch_event("#chat-input", "dragenter", {"dataTransfer": files})
+    chat.dispatch_event("#chat-input", "drop", {"dataTransfer": files})
+    expect(chat.get_by_role("alert")).to_contain_text("scan.tif")
+    expect(chat.get_by_role("alert")).to_contain_text("100 MB")
+    expect(chat.locator('#attachments img[alt="dot.png"]')).to_be_visible()
+    expect(chat.locator("#attachments > *")).to_have_count(1)
+    expect(chat.locator("body")).not_to_have_class(re.compile("kimi-dragging"))
+    expect(chat.locator("#chat-input")).to_have_value("What changed?")
+    expect(chat.locator(USER_MESSAGES)).to_have_count(0)
