@@ -6,7 +6,6 @@ answer streams under the question it answers, in view.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,10 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import (
     ANSWERS,
-    APP_FILES,
-    ROOT,
     THINKING_MODEL,
     Stack,
     ask,
+    copy_app,
     screenshot,
     signed_in_page,
     start_scripted_server,
@@ -98,12 +96,7 @@ def stored_app(tmp_path: Path) -> Iterator[App]:
     """The app with sign-in on (a SQLite store in ``tmp_path``) before the scripted server."""
     port = free_port()
     server = start_scripted_server(port, THINKING_MODEL)
-    for name in APP_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            (tmp_path / name).write_bytes(source.read_bytes())
+    copy_app(tmp_path)
     running = App(tmp_path, f"http://127.0.0.1:{port}", "", "sqlite")
     try:
         running.add_users()
