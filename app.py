@@ -341,6 +341,8 @@ async def on_chat_resume(thread: ThreadDict) -> None:
     """Rebuild a stored chat: turns, images, model and settings; Regenerate on its last answer."""
     turns = await new_chat(resources())
     restored = await history.resume(thread, turns.chat)
+    if not history.all_saved(thread["id"]):
+        await say(turns.chat.tr(history.NOT_ALL_SAVED), kind="warning")
     await connect_or_wait(turns.chat, [], served_now)
     await draw(turns.resumed(restored.last_answer_id), turns.chat)
     await offer_commands()

@@ -164,8 +164,7 @@ def rerun_note(text: str, later_turns: int, tr: Translator = ENGLISH) -> str:
     quoted = text if len(text) <= 60 else text[:57] + "…"
     if later_turns:
         return tr(
-            "Answering again: “{quoted}”. The {later_turns} later turn(s) above are no "
-            "longer part of what the model sees.",
+            "Answering again: “{quoted}”. The {later_turns} later turn(s) were removed.",
             quoted=escape_markdown(quoted),
             later_turns=later_turns,
         )

@@ -127,6 +127,15 @@ class ButtonUsed:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnsGone:
+    """The turns after the one of the person's message ``message_id`` left the
+    conversation (Regenerate on an older answer): take them off the screen, so that the
+    new answer comes under that message."""
+
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ButtonsUnder:
     """Put ``buttons`` under the existing message ``message_id`` (a resumed chat's last answer)."""
 
@@ -161,6 +170,7 @@ RenderEvent = (
     | AnswerEnd
     | Marks
     | ButtonUsed
+    | TurnsGone
     | ButtonsUnder
     | TextBack
     | TurnEnded

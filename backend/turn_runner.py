@@ -66,6 +66,7 @@ from backend.render import (
     RenderEvent,
     TextBack,
     TurnEnded,
+    TurnsGone,
     WaitingNote,
     WaitingOver,
     draft_kept,
@@ -176,8 +177,9 @@ class TurnRunner:
     ) -> Events:
         """Answer again the turn of ``message_id`` (Retry, Regenerate, more tokens).
 
-        An older turn is answered with the history up to it (later turns leave
-        the conversation the model sees, as with an edit), and a note says so.
+        An older turn is answered with the history up to it: later turns leave the
+        conversation the model sees and the screen (:class:`backend.render.TurnsGone`), as
+        with an edit, and a note says so.
         ``max_tokens``/``make_room``: as :func:`backend.planning.plan_turn`.
         """
         return self._run(self._rewound(message_id, max_tokens, make_room))
@@ -232,7 +234,8 @@ class TurnRunner:
             return Opening([Note(self.chat.tr(TURN_GONE_NOTE))])
         turn, later_turns = found
         notes: list[RenderEvent] = [ButtonUsed()]
-        if later_turns:
+        if later_turns:  # forked there: the later turns go, the answer comes under it
+            notes.append(TurnsGone(message_id))
             notes.append(Note(rerun_note(turn.text, later_turns, self.chat.tr)))
         answering = Answering(message_id, turn, self.chat.server, max_tokens, make_room)
         return Opening(notes, answering)

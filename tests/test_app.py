@@ -414,7 +414,7 @@ async def test_regenerate_under_an_older_answer_reruns_that_turn(
     ]
     notes = browser.texts()
     assert any("Answering again" in n and "first #scenario=plain" in n for n in notes)
-    assert any("1 later turn(s) above are no longer part" in n for n in notes)
+    assert any("1 later turn(s) were removed" in n for n in notes)
     assert [t.text for t in app.chat().conversation.turns] == ["first #scenario=plain"]
     assert notes[-1].startswith(ANSWER.strip())
 

@@ -28,6 +28,7 @@ from backend.render import (
     ReasoningText,
     RenderEvent,
     TurnEnded,
+    TurnsGone,
     WaitingNote,
 )
 from backend.settings import Settings
@@ -237,7 +238,7 @@ async def test_a_rerun_rewinds_and_reanswers_the_same_turn(chat: ChatSession) ->
     await drain(runner.new_turn("m2", "second #scenario=plain", []))
     first = chat.conversation.turns[0]
     events = await drain(runner.rerun("m1"))
-    assert isinstance(events[0], ButtonUsed)
+    assert isinstance(events[0], ButtonUsed) and events[1] == TurnsGone("m1")
     assert any(isinstance(e, Note) and "1 later turn(s)" in e.text for e in events)
     assert chat.conversation.turns == [first] and first.status == "done"
     gone = await drain(runner.rerun("m2"))

@@ -35,11 +35,12 @@ from backend.render import (
     ReasoningText,
     RenderEvent,
     TextBack,
+    TurnsGone,
     WaitingNote,
     WaitingOver,
 )
 from backend.turn_runner import Events
-from ui import bridge
+from ui import bridge, history
 from ui.answer_view import AnswerView
 from ui.grounding_view import show_marks
 from ui.language import session_translator
@@ -78,7 +79,9 @@ async def draw_run(events: Events, chat: ChatSession, pressed: cl.Action | None 
     them) inside a run step, as Chainlit runs ``on_message``: its page puts the Copy
     button under the last answer of a run, and only there."""
     # The page knows a run by its step's name (CL_RUN_NAMES in chainlit/context.py).
-    async with cl.Step(name="on_message", type="run", show_input=False):
+    async with cl.Step(name="on_message", type="run", show_input=False) as run:
+        runs: list[cl.Step] = cl.user_session.get(history.RUNS) or []
+        cl.user_session.set(history.RUNS, [*runs, run])  # for history.fork_after
         await draw(events, chat, pressed)
 
 
@@ -135,6 +138,8 @@ class TurnView:
             await show_marks(event.answer, event.images, self.chat.workers, self.chat.tr)
         elif isinstance(event, ButtonUsed) and self.pressed is not None:
             await self.pressed.remove()
+        elif isinstance(event, TurnsGone):
+            await history.fork_after(event.message_id)
         elif isinstance(event, TextBack):
             await bridge.put_back(event.text)
         elif isinstance(event, ButtonsUnder):

@@ -38,7 +38,6 @@ from backend.store.files import DATABASE_FILE
 from backend.store.resume import Restored, restore
 from backend.turn_runner import TurnRunner
 from ui import bridge
-from ui.answer import say
 from ui.language import session_translator
 from ui.notes import note_id
 
@@ -152,17 +151,54 @@ async def forget_after(message: cl.Message) -> None:
     stored turns after it go when the edited turn is recorded (:func:`sink`). While
     the database cannot be written, the removal waits with the chat's other writes.
     """
+    if message.created_at:
+        await _forget_stored_after(message.created_at)
+
+
+async def fork_after(message_id: str) -> None:
+    """Regenerate on an older answer: take the turns after the one of the person's
+    message ``message_id`` off the page, as Chainlit's edit does for the messages after an
+    edited one, and (sign-in on) out of the stored thread, as :func:`forget_after`.
+
+    They start at the first person's message after ``message_id`` in Chainlit's
+    ``chat_context`` (this session's messages, a resumed chat's included): it and every
+    message after it go, with the runs buttons started since (:func:`ui.answer.draw_run`),
+    whose reasoning steps are not messages.
+    """
+    messages = cl.chat_context.get()
+    ids = [m.id for m in messages]
+    start = ids.index(message_id) if message_id in ids else len(ids)
+    later = [i for i in range(start + 1, len(ids)) if messages[i].type == "user_message"]
+    if not later:
+        return
+    kept = messages[later[0] - 1]
+    for message in messages[later[0] :]:
+        await message.remove()
+    running = cl.context.current_step  # the run drawing the new answer, if a button's
+    runs: list[cl.Step] = cl.user_session.get(RUNS) or []
+    for run in [r for r in runs if r is not running and str(r.created_at) > str(kept.created_at)]:
+        runs.remove(run)
+        await run.remove()
+    if kept.created_at:
+        await _forget_stored_after(kept.created_at)
+
+
+RUNS = "button_runs"
+"""User session key: the run steps of the turns buttons started (:func:`ui.answer.draw_run`)."""
+
+
+async def _forget_stored_after(after: str) -> None:
     if _store is None:
         return
     from backend.store.pending import Write
     from ui.datalayer import KimiDataLayer
 
     layer = get_data_layer()
-    if not isinstance(layer, KimiDataLayer) or not message.created_at:
+    if not isinstance(layer, KimiDataLayer):
         return
     running = cl.context.current_step
     keep = {running.id} if running is not None else set()
-    thread_id, after = cl.context.session.thread_id, message.created_at
+    thread_id = cl.context.session.thread_id
     job = Write(
         run=lambda: layer.delete_steps_after(thread_id, after, keep),
         chat=thread_id,
@@ -178,8 +214,8 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
     Connects to the stored model if the server still serves it (else the first
     served); a server that cannot be reached leaves the session unconnected (the caller
     says so). The stored sampling options win. If some of the chat's writes still wait
-    for the database (:mod:`backend.store.pending`), a note says the chat shown is not
-    all of it yet.
+    for the database (:mod:`backend.store.pending`), the chat shown is not all of it yet
+    (:func:`all_saved`: the caller says so).
 
     Raises:
         ChatError: the stored turns cannot be read (the database cannot be reached).
@@ -204,9 +240,13 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
     await session.connect_first([restored.model, None])
     session.with_stored_options(sane_options(restored.options, session.max_model_len))
     mark_interrupted(thread, restored.interrupted, session.tr)
-    if opened.pending.holds(thread_id):
-        await say(session.tr(NOT_ALL_SAVED))
     return restored
+
+
+def all_saved(thread_id: str) -> bool:
+    """False while some of the writes of chat ``thread_id`` wait for the database (then
+    a resumed chat is not all of it: say :data:`NOT_ALL_SAVED`)."""
+    return not store().pending.holds(thread_id)
 
 
 def mark_interrupted(

@@ -1,0 +1,122 @@
+"""Regenerate on an older answer forks the chat there, in a real browser.
+
+The later turns leave the page (and the conversation the model sees), and the new
+answer streams under the question it answers, in view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.browser.conftest import (
+    ANSWERS,
+    THINKING_MODEL,
+    Stack,
+    ask,
+    copy_app,
+    screenshot,
+    signed_in_page,
+    start_scripted_server,
+    wait_answer_done,
+)
+from tests.browser.test_persistence import PASSWORDS, App
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.browser
+
+QUESTIONS = '[data-step-type="user_message"]'
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    """The text of each user message of a chat completion request."""
+    texts = []
+    for message in request["messages"]:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        texts.append(" ".join(p["text"] for p in parts if p["type"] == "text"))
+    return texts
+
+
+def fork_at_the_first_answer(page: Page, server_url: str) -> None:
+    """Ask three questions, Regenerate the first answer: the later turns leave the page,
+    the new answer comes under the first question, in view, asked with that turn only."""
+    for n in (1, 2, 3):
+        ask(page, f"Question {n} #scenario=plain")
+        wait_answer_done(page)
+    expect(page.locator(QUESTIONS)).to_have_count(3)
+    page.evaluate("window.scrollTo(0, 0)")
+    httpx.delete(f"{server_url}/debug/requests")
+
+    page.get_by_role("button", name="Regenerate", exact=True).first.click()
+    expect(page.locator(QUESTIONS)).to_have_count(1)  # questions 2 and 3 left the page
+    wait_answer_done(page)
+    expect(page.locator(QUESTIONS)).to_have_text(["Question 1 #scenario=plain"])
+    answers = page.locator(ANSWERS, has_text="A rocket stands")
+    expect(answers).to_have_count(2)  # the first answer, then the new one
+    note = page.get_by_text("Answering again: “Question 1 #scenario=plain”.")
+    expect(note).to_contain_text("The 2 later turn(s) were removed.")
+    new = answers.last
+    expect(new).to_be_in_viewport()
+    assert new.bounding_box()["y"] > note.bounding_box()["y"]  # type: ignore[index]
+    (regenerated,) = requests(server_url)
+    assert user_texts(regenerated) == ["Question 1 #scenario=plain"]
+
+
+def asks_after_the_first_turn(page: Page, server_url: str) -> None:
+    """The next question goes with the first turn only."""
+    httpx.delete(f"{server_url}/debug/requests")
+    ask(page, "Question 4 #scenario=plain")
+    wait_answer_done(page)
+    (asked,) = requests(server_url)
+    assert user_texts(asked) == ["Question 1 #scenario=plain", "Question 4 #scenario=plain"]
+
+
+def requests(server_url: str) -> list[dict[str, Any]]:
+    """The chat completion requests the scripted server received."""
+    found: list[dict[str, Any]] = httpx.get(f"{server_url}/debug/requests").json()["requests"]
+    return found
+
+
+def test_regenerate_an_older_answer_takes_the_later_turns_away(page: Page, stack: Stack) -> None:
+    fork_at_the_first_answer(page, stack.server_url)
+    screenshot(page, "regenerate-older-answer")
+    asks_after_the_first_turn(page, stack.server_url)
+
+
+@pytest.fixture
+def stored_app(tmp_path: Path) -> Iterator[App]:
+    """The app with sign-in on (a SQLite store in ``tmp_path``) before the scripted server."""
+    port = free_port()
+    server = start_scripted_server(port, THINKING_MODEL)
+    copy_app(tmp_path)
+    running = App(tmp_path, f"http://127.0.0.1:{port}", "", "sqlite")
+    try:
+        running.add_users()
+        running.start()
+        yield running
+    finally:
+        running.stop()
+        server.stop()
+
+
+def test_the_later_turns_stay_away_after_a_reload(chromium: Browser, stored_app: App) -> None:
+    server_url = stored_app.env["KIMI_BASE_URL"].removesuffix("/v1")
+    context, page = signed_in_page(chromium, stored_app.url, "alice", PASSWORDS["alice"])
+    try:
+        fork_at_the_first_answer(page, server_url)
+        page.wait_for_timeout(1_000)  # the chat's writes reach the database
+        page.reload()
+        expect(page.locator(QUESTIONS)).to_have_text(["Question 1 #scenario=plain"])
+        expect(page.locator(ANSWERS, has_text="A rocket stands")).to_have_count(2)
+        screenshot(page, "regenerate-older-answer-reloaded")
+        asks_after_the_first_turn(page, server_url)
+    finally:
+        context.close()
