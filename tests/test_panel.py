@@ -68,15 +68,15 @@ def test_every_model_has_a_switch_for_the_timings_under_answers() -> None:
 def test_the_timings_line_follows_the_switch_and_a_dev_answer_still_says_it_is_noise() -> None:
     done = Done("stop", Usage(10, 64), elapsed_s=2.0, ttft_s=0.5, reasoning_s=None)
     shown = Ending(message_id="m1", max_tokens=4096, more_tokens=None, max_model_len=32768)
-    assert finished("a1", "Hi.", done, shown, ENGLISH).content == (
-        "Hi.\n\n*TTFT 0.50 s · 64 tokens · 42.0 tokens/s · total 2.0 s*"
+    stats = finished("a1", "Hi.", done, shown, ENGLISH)
+    assert (stats.content, stats.footer) == (
+        "Hi.",
+        "*TTFT 0.50 s · 64 tokens · 42.0 tokens/s · total 2.0 s*",
     )
     hidden = dataclasses.replace(shown, show_stats=False)
-    assert finished("a1", "Hi.", done, hidden, ENGLISH).content == "Hi."
+    assert finished("a1", "Hi.", done, hidden, ENGLISH).footer == ""
     dev = dataclasses.replace(hidden, dev_mode=True)
-    assert finished("a1", "Hi.", done, dev, ENGLISH).content == (
-        "Hi.\n\n*dev model: the text is noise*"
-    )
+    assert finished("a1", "Hi.", done, dev, ENGLISH).footer == "*dev model: the text is noise*"
 
 
 def test_max_tokens_range_never_hides_the_current_value() -> None:
