@@ -22,6 +22,9 @@ from tests.browser.conftest import (
 
 pytestmark = pytest.mark.browser
 
+PICKER = "#mode-picker-trigger-model"
+"""The model picker in the message box (ui/model_picker.py)."""
+
 PHONE: ViewportSize = {"width": 390, "height": 844}
 DESKTOP: ViewportSize = {"width": 1440, "height": 900}
 
@@ -72,13 +75,12 @@ def test_the_commands_keep_their_names_on_a_phone(
 
 def test_the_models_description_fits_a_phone(chromium: Browser, stack: Stack) -> None:
     page = open_ui(chromium, stack.ui_url, PHONE)
-    page.get_by_role("combobox").first.click()
-    page.get_by_role("option").first.hover()
-    description = page.locator("#chat-profile-description")
-    expect(description).to_be_visible()
-    expect(description).to_contain_text("Kimi-VL Thinking")
-    page.wait_for_timeout(300)  # the card's opening animation
-    assert inside(description.bounding_box(), PHONE), description.bounding_box()
+    page.locator(PICKER).click()
+    models = page.locator("#mode-picker-popover-model")  # each model with its description
+    expect(models).to_be_visible()
+    expect(models).to_contain_text("Kimi-VL Thinking")
+    page.wait_for_timeout(300)  # the popover's opening animation
+    assert inside(models.bounding_box(), PHONE), models.bounding_box()
     screenshot(page, "phone-model-description")
     page.context.close()
 
@@ -119,7 +121,7 @@ def test_dev_modes_notice_leaves_the_model_picker_and_composer_free_on_a_phone(
     expect(toast).to_be_visible()
     page.wait_for_timeout(400)  # the toast's entrance
     screenshot(page, "phone-dev-notice")
-    picker = page.get_by_role("combobox").first
+    picker = page.locator(PICKER)
     for other in (picker, page.locator("#message-composer"), page.locator("#starters")):
         assert not overlap(toast.bounding_box(), other.bounding_box()), other
     assert inside(toast.bounding_box(), PHONE)
