@@ -175,9 +175,16 @@ async def test_stop_aborts_the_request_on_the_server(
     planned: list[Planned] = []
 
     async def as_long_as_the_context_allows(
-        chat: ChatSession, turn: Turn, max_tokens: int | None = None, *, make_room: bool = False
+        chat: ChatSession,
+        turn: Turn,
+        max_tokens: int | None = None,
+        *,
+        make_room: bool = False,
+        request_id: str | None = None,
     ) -> Planned:
-        found = await plan_turn(chat, turn, vllm_server.max_model_len, make_room=make_room)
+        found = await plan_turn(
+            chat, turn, vllm_server.max_model_len, make_room=make_room, request_id=request_id
+        )
         request = replace(found.request, extra_body={"ignore_eos": True})
         planned.append(replace(found, request=request))
         return planned[-1]
@@ -196,7 +203,10 @@ async def test_stop_aborts_the_request_on_the_server(
                     await asyncio.sleep(0.2)
 
     task = asyncio.create_task(consume())
-    await asyncio.wait_for(started.wait(), timeout=60)
+    await asyncio.wait(
+        [task, asyncio.create_task(started.wait())], timeout=60, return_when="FIRST_COMPLETED"
+    )
+    assert started.is_set(), task.exception() if task.done() else "no text in 60 s"
     stopped_at = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
