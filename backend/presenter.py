@@ -103,7 +103,7 @@ def not_started_note(seconds: float, queued: int | None, tr: Translator = ENGLIS
 def server_away_note(seconds: float, tr: Translator = ENGLISH) -> str:
     """Said, and updated, while a sent message waits for a model server that cannot be
     reached or is still loading (``seconds`` so far); it is answered once the server is back."""
-    return "⏳ " + tr(
+    return tr(
         "The model server is not answering right now: it may be restarting ({seconds:.0f} s). "
         "Your message will be answered as soon as it is back. Stop works at any time.",
         seconds=seconds,
