@@ -32,13 +32,36 @@ LOGS = ROOT / "artifacts" / "logs"
 
 
 def copy_app(workdir: Path) -> None:
-    """Copy :data:`APP_FILES` into ``workdir`` (the folder a ``chainlit run`` runs in)."""
+    """Copy :data:`APP_FILES` into ``workdir`` (the folder a ``chainlit run`` runs in).
+
+    Copies, not links: Chainlit refuses files that resolve outside its root.
+    """
     for name in APP_FILES:
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(source, workdir / name)
+
+
+def add_users(workdir: Path, env: dict[str, str], users: dict[str, str]) -> None:
+    """Add each name with its password to the store the app in ``workdir`` opens with
+    ``env`` (the store's own code, as the CLI adds them)."""
+    script = (
+        "import asyncio, json, sys\n"
+        "from backend.settings import Settings\n"
+        "from backend.store.core import open_store\n"
+        "store, _ = open_store(Settings())\n"
+        "async def add():\n"
+        "    for name, password in json.load(sys.stdin).items():\n"
+        "        await store.users.add(name, password)\n"
+        "    await store.close()\n"
+        "asyncio.run(add())\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script], input=json.dumps(users), text=True, check=True,
+        cwd=workdir, env=env, timeout=60,
+    )  # fmt: skip
 
 
 class Spawned:
@@ -152,22 +175,8 @@ class LiveApp:
         return self.process.log.read_text(errors="replace") if self.process else ""
 
     def add_users(self, users: dict[str, str]) -> None:
-        """Add each name with its password (the store's own code, as the CLI adds them)."""
-        script = (
-            "import asyncio, json, sys\n"
-            "from backend.settings import Settings\n"
-            "from backend.store.core import open_store\n"
-            "store, _ = open_store(Settings())\n"
-            "async def add():\n"
-            "    for name, password in json.load(sys.stdin).items():\n"
-            "        await store.users.add(name, password)\n"
-            "    await store.close()\n"
-            "asyncio.run(add())\n"
-        )
-        subprocess.run(
-            [sys.executable, "-c", script], input=json.dumps(users), text=True, check=True,
-            cwd=self.workdir, env={**os.environ, **self.env}, timeout=60,
-        )  # fmt: skip
+        """Add each name with its password (:func:`add_users`)."""
+        add_users(self.workdir, {**os.environ, **self.env}, users)
 
     def start(self) -> None:
         """Start the app and wait until its page answers."""

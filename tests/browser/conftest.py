@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +30,7 @@ from playwright.sync_api import (
 )
 
 from tests.conftest import free_port, wait_for_200
+from tests.live_app import copy_app as copy_app  # what chainlit run needs, copied
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -108,23 +108,6 @@ def start_scripted_server(port: int, *models: str) -> Process:
     server = spawn(f"scripted-{port}", args)
     wait_http(f"http://127.0.0.1:{port}/health", server)
     return server
-
-
-APP_FILES = ("app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "chainlit_zh-CN.md")
-"""What ``chainlit run`` needs from the repository, copied into a UI's own directory."""
-
-
-def copy_app(workdir: Path) -> None:
-    """Copy what ``chainlit run`` needs (:data:`APP_FILES`) into ``workdir``.
-
-    Copies, not links: Chainlit refuses files that resolve outside its root.
-    """
-    for name in APP_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, workdir / name)
 
 
 def start_ui(

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,10 +25,8 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from backend.store.export import INTERRUPTED_NOTE
 from tests.browser.conftest import (
     ANSWERS,
-    APP_FILES,
     LOGS,
     REASONING_STEP,
-    ROOT,
     THINKING_MODEL,
     Process,
     ask,
@@ -43,6 +39,7 @@ from tests.browser.conftest import (
 )
 from tests.conftest import DATA, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.live_app import add_users, copy_app
 from tests.pg import PgServer, start_postgres
 
 pytestmark = pytest.mark.browser
@@ -86,21 +83,7 @@ class App:
         self.starts = 0
 
     def add_users(self) -> None:
-        script = (
-            "import asyncio, json, sys\n"
-            "from backend.settings import Settings\n"
-            "from backend.store.core import open_store\n"
-            "store, _ = open_store(Settings())\n"
-            "async def add():\n"
-            "    for name, password in json.load(sys.stdin).items():\n"
-            "        await store.users.add(name, password)\n"
-            "    await store.close()\n"
-            "asyncio.run(add())\n"
-        )
-        subprocess.run(
-            [sys.executable, "-c", script], input=json.dumps(PASSWORDS), text=True,
-            check=True, cwd=self.workdir, env={**self.env, "PATH": "/usr/bin:/bin"}, timeout=60,
-        )  # fmt: skip
+        add_users(self.workdir, {**self.env, "PATH": "/usr/bin:/bin"}, PASSWORDS)
 
     def start(self) -> None:
         self.starts += 1
@@ -128,12 +111,7 @@ def app(request: pytest.FixtureRequest, tmp_path: Path, scripted: str) -> Iterat
     url = ""
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres").create_database()
-    for name in APP_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            (tmp_path / name).write_bytes(source.read_bytes())
+    copy_app(tmp_path)
     running = App(tmp_path, scripted, url, request.param)
     running.add_users()
     running.start()
