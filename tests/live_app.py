@@ -18,10 +18,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import free_port, wait_for_200
 
@@ -64,33 +66,15 @@ def add_users(workdir: Path, env: dict[str, str], users: dict[str, str]) -> None
     )  # fmt: skip
 
 
-class Spawned:
-    """A subprocess writing to ``artifacts/logs/<name>.log``; :meth:`stop` ends it."""
+@dataclass
+class Process:
+    """A subprocess with its log file; stopped by :meth:`stop`."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        LOGS.mkdir(parents=True, exist_ok=True)
-        self.log = LOGS / f"{name}.log"
-        with self.log.open("wb") as out:
-            self.popen = subprocess.Popen(
-                args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}
-            )
-
-    def wait_ready(self, url: str, timeout_s: float = 90) -> None:
-        """Return once ``url`` answers 200.
-
-        Raises:
-            RuntimeError: the process exited or was not ready in time (with its log).
-        """
-
-        def alive() -> None:
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.log.name} exited:\n{self.log.read_text()[-3000:]}")
-
-        if not wait_for_200(url, timeout_s, check=alive):
-            raise RuntimeError(f"{url} not ready:\n{self.log.read_text()[-3000:]}")
+    popen: subprocess.Popen[bytes]
+    log: Path
 
     def stop(self) -> None:
-        """Terminate the process (killed after 10 s)."""
+        """Terminate the process (kill it after 10 s)."""
         if self.popen.poll() is None:
             self.popen.terminate()
             try:
@@ -98,6 +82,30 @@ class Spawned:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
+
+
+def spawn(
+    name: str, args: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> Process:
+    """Start ``args`` in ``cwd``, output to ``artifacts/logs/<name>.log``."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = LOGS / f"{name}.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    return Process(popen, log)
+
+
+def wait_http(url: str, process: Process, timeout_s: float = 60) -> None:
+    """Wait until ``url`` answers 200; fail with the process log if it dies or times out."""
+
+    def alive() -> None:
+        if process.popen.poll() is not None:
+            pytest.fail(f"{process.log.name} exited:\n{process.log.read_text()[-3000:]}")
+
+    if not wait_for_200(url, timeout_s, check=alive):
+        pytest.fail(f"{url} not ready after {timeout_s} s:\n{process.log.read_text()[-3000:]}")
 
 
 @contextmanager
@@ -108,9 +116,9 @@ def scripted_server(*models: str) -> Iterator[str]:
     args = [sys.executable, "-m", "tests.fakes.kimi_server", "--port", str(port)]
     for model in models:
         args += ["--model", model]
-    server = Spawned(f"scripted-{port}", args, {}, ROOT)
+    server = spawn(f"scripted-{port}", args)
     try:
-        server.wait_ready(f"http://127.0.0.1:{port}/health", 60)
+        wait_http(f"http://127.0.0.1:{port}/health", server)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
@@ -159,7 +167,7 @@ class LiveApp:
             "PYTHONPATH": str(workdir),
             **(env or {}),
         }
-        self.process: Spawned | None = None
+        self.process: Process | None = None
         self.starts = 0
         if users:
             self.add_users(users)
@@ -184,8 +192,8 @@ class LiveApp:
         chainlit = str(Path(sys.executable).with_name("chainlit"))
         args = [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1"]
         name = f"live-{self.port}-{self.starts}"
-        self.process = Spawned(name, [*args, "--port", str(self.port)], self.env, self.workdir)
-        self.process.wait_ready(f"{self.url}/")
+        self.process = spawn(name, [*args, "--port", str(self.port)], self.env, self.workdir)
+        wait_http(f"{self.url}/", self.process, timeout_s=90)
 
     def kill(self) -> None:
         """``kill -9``: no clean-up of any kind."""

@@ -9,8 +9,6 @@ fresh Chainlit session, and saves a screenshot under ``artifacts/screenshots/``.
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,12 +27,15 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.conftest import free_port, wait_for_200
+from tests.conftest import free_port
+from tests.live_app import LOGS as LOGS
+from tests.live_app import Process as Process
 from tests.live_app import copy_app as copy_app  # what chainlit run needs, copied
+from tests.live_app import spawn as spawn
+from tests.live_app import wait_http as wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-LOGS = ROOT / "artifacts" / "logs"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -56,48 +57,6 @@ TIMEOUT_MS = 30_000
 expect.set_options(timeout=TIMEOUT_MS)
 
 pytestmark = pytest.mark.browser
-
-
-@dataclass
-class Process:
-    """A subprocess with its log file; stopped by :meth:`stop`."""
-
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        """Terminate the process (kill it after 10 s)."""
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-
-
-def spawn(
-    name: str, args: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
-) -> Process:
-    """Start ``args`` in ``cwd``, output to ``artifacts/logs/<name>.log``."""
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = LOGS / f"{name}.log"
-    with log.open("wb") as out:
-        popen = subprocess.Popen(
-            args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-        )
-    return Process(popen, log)
-
-
-def wait_http(url: str, process: Process, timeout_s: float = 60) -> None:
-    """Wait until ``url`` answers 200; fail with the process log if it dies or times out."""
-
-    def alive() -> None:
-        if process.popen.poll() is not None:
-            pytest.fail(f"{process.log.name} exited:\n{process.log.read_text()[-3000:]}")
-
-    if not wait_for_200(url, timeout_s, check=alive):
-        pytest.fail(f"{url} not ready after {timeout_s} s:\n{process.log.read_text()[-3000:]}")
 
 
 def start_scripted_server(port: int, *models: str) -> Process:
