@@ -1,13 +1,15 @@
 """``GET /kimi/status``: what ``./launch.sh status`` reports about the UI.
 
 Answers ``{"open_chats": N}``, the number of browser sessions with a connected
-websocket right now (Chainlit's registry of sessions by socket id). Loopback
+websocket right now: Chainlit's registry of sessions by socket id, less the sessions
+whose socket has gone (Chainlit keeps those for ``session_timeout``, 60 s in
+``.chainlit/config.toml``, in case the tab reconnects). Loopback
 only: other callers get 404, since the count says how busy the demo box is.
 """
 
 from __future__ import annotations
 
-from chainlit.server import app
+from chainlit.server import app, sio
 from chainlit.session import ws_sessions_sid
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -22,7 +24,8 @@ async def status(request: Request) -> Response:
     """The UI's status for the operator (see the module docstring)."""
     if request.client is None or request.client.host not in LOOPBACK:
         return Response(status_code=404)
-    return JSONResponse({"open_chats": len(ws_sessions_sid)})
+    connected = [sid for sid in ws_sessions_sid if sio.manager.is_connected(sid, "/")]
+    return JSONResponse({"open_chats": len(connected)})
 
 
 def install() -> None:

@@ -7,6 +7,7 @@ app reaches over HTTP exactly as it reaches vLLM.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -276,14 +277,27 @@ def test_copy_copies_exactly_the_answer_also_after_regenerate_and_compare(
 
 
 def test_the_ui_reports_its_open_chats_to_the_operator(chromium: Browser, stack: Stack) -> None:
-    """``./launch.sh status`` reads ``GET /kimi/status`` (loopback only)."""
-    before = httpx.get(f"{stack.ui_url}/kimi/status", timeout=5).json()["open_chats"]
+    """``./launch.sh status`` reads ``GET /kimi/status`` (loopback only): a tab counts
+    while its socket is connected, and stops counting when it closes, not 60 s later
+    when Chainlit forgets its session (the count of an earlier try stayed up)."""
+
+    def open_chats() -> int:
+        count: int = httpx.get(f"{stack.ui_url}/kimi/status", timeout=5).json()["open_chats"]
+        return count
+
+    def settles_at(count: int) -> bool:
+        deadline = time.monotonic() + 5
+        while open_chats() != count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return open_chats() == count
+
+    before = open_chats()
     context = new_context(chromium)
     try:
         page = context.new_page()
         page.goto(stack.ui_url)
         expect(page.locator("#chat-settings-open-modal")).to_be_visible()
-        now = httpx.get(f"{stack.ui_url}/kimi/status", timeout=5).json()["open_chats"]
-        assert now == before + 1
+        assert settles_at(before + 1)
     finally:
         context.close()
+    assert settles_at(before)
