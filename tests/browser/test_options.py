@@ -131,9 +131,13 @@ def test_long_reasoning_is_batched_and_the_page_keeps_painting(
     }
     RATE_REPORT.write_text(json.dumps(report, indent=2) + "\n")
     print(report)
-    # Batched at 20 a second (backend/batching.py), and each reasoning block is sent once more
-    # when it closes (ui/blocks.py): far from one update per token.
-    assert report["ui_updates_per_second"] <= 30
+    # Tokens go out batched, at most 20 sends a second (backend/batching.py's 50 ms UI
+    # interval; the first delta and the last flush may each come sooner); each reasoning
+    # block also opens and closes with one send of its own (ui/blocks.py), so the total
+    # depends on the blocks, but stays far from one update per token.
+    token_sends = sum(kind == "stream_token" for kind in updates)
+    assert token_sends <= seconds * 20 + 2
+    assert len(updates) < 30_000 / 100
     assert longest_frame_ms < 1000  # the page never froze for a second
 
 

@@ -6,6 +6,7 @@ answer streams under the question it answers, in view.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,18 @@ def user_texts(request: dict[str, Any]) -> list[str]:
     return texts
 
 
-def fork_at_the_first_answer(page: Page, server_url: str) -> None:
+def fork_at_the_first_answer(page: Page, server_url: str, stored: bool = False) -> None:
     """Ask three questions, Regenerate the first answer: the later turns leave the page,
-    the new answer comes under the first question, in view, asked with that turn only."""
+    the new answer comes under the first question, in view, asked with that turn only.
+    ``stored``: the chat has a data layer, so Chainlit's page moves to ``/thread/<id>``
+    after the first question, which mounts a new message box (what was typed in the
+    old one is gone): the next question waits for that."""
     for n in (1, 2, 3):
         ask(page, f"Question {n} #scenario=plain")
+        expect(page.locator(ANSWERS)).to_have_count(n)
         wait_answer_done(page)
+        if stored and n == 1:
+            page.wait_for_url(re.compile(r"/thread/"))
     expect(page.locator(QUESTIONS)).to_have_count(3)
     page.evaluate("window.scrollTo(0, 0)")
     httpx.delete(f"{server_url}/debug/requests")
@@ -111,7 +118,7 @@ def test_the_later_turns_stay_away_after_a_reload(chromium: Browser, stored_app:
     server_url = stored_app.env["KIMI_BASE_URL"].removesuffix("/v1")
     context, page = signed_in_page(chromium, stored_app.url, "alice", PASSWORDS["alice"])
     try:
-        fork_at_the_first_answer(page, server_url)
+        fork_at_the_first_answer(page, server_url, stored=True)
         page.wait_for_timeout(1_000)  # the chat's writes reach the database
         page.reload()
         expect(page.locator(QUESTIONS)).to_have_text(["Question 1 #scenario=plain"])
