@@ -527,6 +527,23 @@ def running_server() -> Iterator[str]:
         yield base_url
 
 
+NO_ENV_FILE = ROOT / "bench" / "no.env"
+"""A settings file that does not exist: what the apps a benchmark starts read instead of
+the checkout's ``.env`` (:func:`hermetic_environ`)."""
+
+
+def hermetic_environ(keep: Sequence[str] = (), **settings: str) -> dict[str, str]:
+    """The environment of an app a benchmark starts: the caller's without any ``KIMI_*``
+    (but the names in ``keep``), the settings files of the app (``KIMI_ENV_FILE``) and of
+    Chainlit (``CHAINLIT_ENV_FILE``, which Chainlit loads into the environment) pointed at
+    :data:`NO_ENV_FILE`, then ``settings``. So a benchmark measures the app's defaults, not
+    what an operator set in ``.env`` or exported (a ``KIMI_MODEL`` of their own made every
+    tab of ``bench_burst`` wait for a model the scripted server does not serve)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIMI_") or k in keep}
+    no_file = str(NO_ENV_FILE)
+    return {**env, "KIMI_ENV_FILE": no_file, "CHAINLIT_ENV_FILE": no_file, **settings}
+
+
 @contextmanager
 def running_stack(
     app_env: dict[str, str] | None = None, server_url: str | None = None, workers: int = 1
@@ -535,7 +552,8 @@ def running_stack(
     ports of their own) in front of a server.
 
     The server is the scripted one, started here, or the OpenAI-compatible
-    ``server_url`` (a real vLLM; its key in ``KIMI_API_KEY``), left running.
+    ``server_url`` (a real vLLM; its key in ``KIMI_API_KEY``), left running. The app
+    has its defaults (:func:`hermetic_environ`) but for what ``app_env`` sets.
     The app's log goes to nowhere (``KIMI_APP_LOG=""``) unless ``app_env``
     names a file as ``KIMI_APP_LOG``; then the app's stderr goes to that name
     plus ``.stderr``. ``app_env`` adds or overrides environment variables of
@@ -547,7 +565,8 @@ def running_stack(
             base_url, server = exits.enter_context(scripted_server())
         else:
             base_url, server = server_url, None
-        env = {**os.environ, "KIMI_BASE_URL": base_url, "KIMI_APP_LOG": "", **(app_env or {})}
+        key = () if server_url is None else ("KIMI_API_KEY",)  # a real vLLM's
+        env = hermetic_environ(key, KIMI_BASE_URL=base_url, KIMI_APP_LOG="", **(app_env or {}))
         log = env["KIMI_APP_LOG"]
         stderr = exits.enter_context(open(f"{log}.stderr", "ab")) if log else subprocess.DEVNULL
         command = [sys.executable, "-m", "chainlit", "run", "app.py", "--headless"]

@@ -46,6 +46,7 @@ from pathlib import Path
 from bench._common import (
     ROOT,
     free_port,
+    hermetic_environ,
     machine,
     now_utc,
     running_server,
@@ -65,16 +66,15 @@ Side = Callable[[str, Path], AbstractContextManager[Started]]
 
 
 def app_env(base_url: str, state: Path, **extra: str) -> dict[str, str]:
-    """The app's environment: the caller's without any ``KIMI_*``, files under ``state``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIMI_")}
-    return {
-        **env,
-        "KIMI_BASE_URL": base_url,
-        "KIMI_DATA_DIR": str(state / "data"),
-        "KIMI_ENV_FILE": str(state / "env"),
-        "KIMI_APP_LOG": str(state / "app.log"),
+    """The app's environment: its defaults (:func:`bench._common.hermetic_environ`), its
+    files under ``state``."""
+    return hermetic_environ(
+        KIMI_BASE_URL=base_url,
+        KIMI_DATA_DIR=str(state / "data"),
+        KIMI_ENV_FILE=str(state / "env"),
+        KIMI_APP_LOG=str(state / "app.log"),
         **extra,
-    }
+    )
 
 
 def _ready(
