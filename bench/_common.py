@@ -566,7 +566,8 @@ def running_stack(
         else:
             base_url, server = server_url, None
         key = () if server_url is None else ("KIMI_API_KEY",)  # a real vLLM's
-        env = hermetic_environ(key, KIMI_BASE_URL=base_url, KIMI_APP_LOG="", **(app_env or {}))
+        settings = {"KIMI_BASE_URL": base_url, "KIMI_APP_LOG": "", **(app_env or {})}
+        env = hermetic_environ(key, **settings)
         log = env["KIMI_APP_LOG"]
         stderr = exits.enter_context(open(f"{log}.stderr", "ab")) if log else subprocess.DEVNULL
         command = [sys.executable, "-m", "chainlit", "run", "app.py", "--headless"]
