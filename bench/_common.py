@@ -39,6 +39,7 @@ import socketio
 
 from backend.presenter import cut_off_note
 from backend.reasoning import ReasoningSplitter
+from serving.ui_main import ui_command
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -570,13 +571,12 @@ def running_stack(
         env = hermetic_environ(key, **settings)
         log = env["KIMI_APP_LOG"]
         stderr = exits.enter_context(open(f"{log}.stderr", "ab")) if log else subprocess.DEVNULL
-        command = [sys.executable, "-m", "chainlit", "run", "app.py", "--headless"]
         started = time.monotonic()
         urls, apps = [], []
         for _ in range(workers):
             port = free_port()
             app = subprocess.Popen(
-                [*command, "--host", "127.0.0.1", "--port", str(port)],
+                ui_command("127.0.0.1", port),
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.DEVNULL,

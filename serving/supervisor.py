@@ -44,6 +44,7 @@ from serving.envs import InstallError
 from serving.launcher import ROOT, Plan
 from serving.preflight import PlanError
 from serving.settings import LaunchSettings, app_environ, ensure_secrets, env_file_path, load
+from serving.ui_main import ui_command
 
 UI_START_TIMEOUT_S = 180.0
 """Longest wait for a chat UI process's first HTTP 200 (about 3 s on 2 idle cores)."""
@@ -525,12 +526,6 @@ def _server_child(supervisor: Supervisor, index: int, plan: Plan, command: list[
     return child
 
 
-def _chainlit(host: str, port: int) -> list[str]:
-    """The chat UI on ``host:port``, run by this python (the app's)."""
-    chainlit = [sys.executable, "-m", "chainlit", "run", "app.py", "--headless"]
-    return [*chainlit, "--host", host, "--port", str(port)]
-
-
 def _start_ui(supervisor: Supervisor, settings: LaunchSettings, env: dict[str, str]) -> str:
     """Start the chat UI (one process, or workers behind HAProxy) and wait for its first
     200; the URL people open."""
@@ -543,7 +538,7 @@ def _start_ui(supervisor: Supervisor, settings: LaunchSettings, env: dict[str, s
     supervisor.state.ui = record
     child = Child(
         name="chat UI",
-        command=_chainlit(settings.ui_host, settings.ui_port),
+        command=ui_command(settings.ui_host, settings.ui_port),
         env=env,
         record=record,
         health_url=url + "/",
@@ -570,7 +565,7 @@ def _start_workers(supervisor: Supervisor, settings: LaunchSettings, env: dict[s
         workers.append(
             Child(
                 name=f"chat UI worker {number}",
-                command=_chainlit("127.0.0.1", worker.port),
+                command=ui_command("127.0.0.1", worker.port),
                 env={**env, "KIMI_APP_LOG": worker.log},
                 record=record,
                 health_url=f"http://127.0.0.1:{worker.port}/",

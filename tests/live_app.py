@@ -25,10 +25,14 @@ from typing import Any
 import httpx
 import pytest
 
+from serving.ui_main import ui_command
 from tests.conftest import free_port, wait_for_200
 
 ROOT = Path(__file__).resolve().parent.parent
-APP_FILES = ("app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "chainlit_zh-CN.md")
+APP_FILES = (
+    "app.py", "backend", "ui", "public", ".chainlit", "chainlit.md", "chainlit_zh-CN.md",
+    "serving",  # the UI's entry point, serving/ui_main.py
+)  # fmt: skip
 """What ``chainlit run`` needs from the repository, copied into a UI's own directory."""
 LOGS = ROOT / "artifacts" / "logs"
 
@@ -189,10 +193,9 @@ class LiveApp:
     def start(self) -> None:
         """Start the app and wait until its page answers."""
         self.starts += 1
-        chainlit = str(Path(sys.executable).with_name("chainlit"))
-        args = [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1"]
         name = f"live-{self.port}-{self.starts}"
-        self.process = spawn(name, [*args, "--port", str(self.port)], self.env, self.workdir)
+        command = ui_command("127.0.0.1", self.port)
+        self.process = spawn(name, command, self.env, self.workdir)
         wait_http(f"{self.url}/", self.process, timeout_s=90)
 
     def kill(self) -> None:

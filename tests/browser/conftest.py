@@ -27,6 +27,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from serving.ui_main import ui_command
 from tests.conftest import free_port
 from tests.live_app import LOGS as LOGS
 from tests.live_app import Process as Process
@@ -88,10 +89,9 @@ def start_ui(
     if edit_config is not None:
         config = workdir / ".chainlit" / "config.toml"
         config.write_text(edit_config(config.read_text()))
-    chainlit = str(Path(sys.executable).with_name("chainlit"))
     ui = spawn(
         f"chainlit-{port}",
-        [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1", "--port", str(port)],
+        ui_command("127.0.0.1", port),
         {"KIMI_BASE_URL": base_url, "PYTHONPATH": str(workdir), **env},
         cwd=workdir,
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from backend.store.export import INTERRUPTED_NOTE
+from serving.ui_main import ui_command
 from tests.browser.conftest import (
     ANSWERS,
     LOGS,
@@ -87,10 +87,8 @@ class App:
 
     def start(self) -> None:
         self.starts += 1
-        chainlit = str(Path(sys.executable).with_name("chainlit"))
-        args = [chainlit, "run", "app.py", "--headless", "--host", "127.0.0.1"]
         self.process = spawn(
-            f"persistence-{self.port}-{self.starts}", [*args, "--port", str(self.port)],
+            f"persistence-{self.port}-{self.starts}", ui_command("127.0.0.1", self.port),
             self.env, cwd=self.workdir,
         )  # fmt: skip
         wait_http(f"{self.url}/", self.process)

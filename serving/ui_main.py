@@ -1,0 +1,53 @@
+"""Start Chainlit's command line (``chainlit run app.py ...``) on asyncio's own tasks.
+
+Chainlit 2.12's CLI (``chainlit/cli/__init__.py``) calls ``nest_asyncio.apply()``
+when it is imported, so that a running event loop can be entered again
+(``loop.run_until_complete`` inside a coroutine; in Chainlit only
+``WebsocketSession.get_config`` does that, for chat profiles with config
+overrides, which this app does not have). That patch swaps asyncio's C
+``Task`` and ``Future`` for their pure-Python twins for the whole process and
+runs the loop's every iteration through a Python copy of ``_run_once``: every
+await, every socket read and every websocket frame of every chat pays for it. In
+a profile of the app answering first questions (``py-spy``, ``bench/bench_burst.py``),
+the pure-Python ``Task.__step`` and ``_run_once`` frames sat under every stack.
+
+This entry point makes ``nest_asyncio.apply`` a no-op before the CLI is imported,
+then runs the same CLI: the options, the environment variables and the app are
+Chainlit's. Remove it when Chainlit's CLI no longer applies nest_asyncio
+(``tests/test_ui_main.py`` fails then, as it does if the CLI moves the call).
+
+Usage (in the app's environment, from the app's folder):
+``python -m serving.ui_main run app.py --headless --host 127.0.0.1 --port 8300``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import nest_asyncio
+
+MODULE = "serving.ui_main"
+
+
+def ui_command(host: str, port: int, python: str = sys.executable) -> list[str]:
+    """The command line of the chat UI on ``host:port`` (headless), run by ``python`` from
+    the app's folder, which holds this package."""
+    run = [python, "-m", MODULE, "run", "app.py", "--headless"]
+    return [*run, "--host", host, "--port", str(port)]
+
+
+def _keep_asyncio(loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Stands in for ``nest_asyncio.apply``: asyncio stays as it is."""
+
+
+def main() -> None:
+    """Chainlit's CLI with ``sys.argv``, on asyncio's C tasks and futures."""
+    nest_asyncio.apply = _keep_asyncio
+    from chainlit.cli import cli
+
+    cli(prog_name="chainlit")
+
+
+if __name__ == "__main__":
+    main()

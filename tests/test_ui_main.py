@@ -1,0 +1,37 @@
+"""serving/ui_main.py: the chat UI runs Chainlit's CLI on asyncio's C tasks and futures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.live_app import ROOT
+
+TASK_KINDS = "import asyncio\nprint(asyncio.Task.__module__, asyncio.Future.__module__)\n"
+"""Prints where asyncio's Task and Future come from: ``_asyncio`` (C) or ``asyncio.*`` (Python)."""
+
+
+def kinds_after(code: str) -> list[str]:
+    """What :data:`TASK_KINDS` prints after ``code`` ran, in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", code + TASK_KINDS], cwd=ROOT,
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return done.stdout.split()[-2:]
+
+
+def test_chainlit_cli_still_swaps_in_python_tasks() -> None:
+    """Why serving/ui_main.py exists: importing Chainlit's CLI applies nest_asyncio, which
+    puts asyncio's pure-Python Task and Future in place of the C ones. When this fails,
+    Chainlit stopped doing it: remove serving/ui_main.py and run ``chainlit run`` again."""
+    assert kinds_after("import chainlit.cli\n") == ["asyncio.tasks", "asyncio.futures"]
+
+
+def test_the_ui_entry_point_keeps_asyncio_c_tasks() -> None:
+    """The same CLI through serving/ui_main.py (``--version``: it imports everything a run
+    does, then exits) leaves asyncio's C Task and Future in place."""
+    run_cli = (
+        "import sys\nsys.argv = ['chainlit', '--version']\nfrom serving import ui_main\n"
+        "try:\n    ui_main.main()\nexcept SystemExit:\n    pass\n"
+    )
+    assert kinds_after(run_cli) == ["_asyncio", "_asyncio"]
