@@ -7,8 +7,12 @@ import sys
 
 from tests.live_app import ROOT
 
-TASK_KINDS = "import asyncio\nprint(asyncio.Task.__module__, asyncio.Future.__module__)\n"
-"""Prints where asyncio's Task and Future come from: ``_asyncio`` (C) or ``asyncio.*`` (Python)."""
+TASK_KINDS = (
+    "import asyncio\nloop = asyncio.new_event_loop()\n"
+    "print(asyncio.Task.__module__, asyncio.Future.__module__, type(loop).__module__)\n"
+)
+"""Prints where asyncio's Task and Future come from (``_asyncio``: C; ``asyncio.*``: Python)
+and the module of the event loops asyncio makes now."""
 
 
 def kinds_after(code: str) -> list[str]:
@@ -17,21 +21,22 @@ def kinds_after(code: str) -> list[str]:
         [sys.executable, "-c", code + TASK_KINDS], cwd=ROOT,
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
-    return done.stdout.split()[-2:]
+    return done.stdout.split()[-3:]
 
 
 def test_chainlit_cli_still_swaps_in_python_tasks() -> None:
     """Why serving/ui_main.py exists: importing Chainlit's CLI applies nest_asyncio, which
     puts asyncio's pure-Python Task and Future in place of the C ones. When this fails,
     Chainlit stopped doing it: remove serving/ui_main.py and run ``chainlit run`` again."""
-    assert kinds_after("import chainlit.cli\n") == ["asyncio.tasks", "asyncio.futures"]
+    kinds = kinds_after("import chainlit.cli\n")
+    assert kinds == ["asyncio.tasks", "asyncio.futures", "asyncio.unix_events"]
 
 
 def test_the_ui_entry_point_keeps_asyncio_c_tasks() -> None:
     """The same CLI through serving/ui_main.py (``--version``: it imports everything a run
-    does, then exits) leaves asyncio's C Task and Future in place."""
+    does, then exits) leaves asyncio's C Task and Future in place, on uvloop's loop."""
     run_cli = (
         "import sys\nsys.argv = ['chainlit', '--version']\nfrom serving import ui_main\n"
         "try:\n    ui_main.main()\nexcept SystemExit:\n    pass\n"
     )
-    assert kinds_after(run_cli) == ["_asyncio", "_asyncio"]
+    assert kinds_after(run_cli) == ["_asyncio", "_asyncio", "uvloop"]
