@@ -1,7 +1,8 @@
 """Kimi-VL Chat: Chainlit wiring. Logic lives in ``backend/``, rendering in ``ui/``.
 
-Run with ``./launch.sh`` (starts vLLM too) or ``chainlit run app.py`` against a
-server at ``KIMI_BASE_URL``. The process's shared resources (the HTTP client,
+Run with ``./launch.sh`` (starts vLLM too) or, against a server at ``KIMI_BASE_URL``,
+``python -m serving.ui_main run app.py`` (Chainlit's ``chainlit run``, on asyncio's C
+tasks: serving/ui_main.py). The process's shared resources (the HTTP client,
 the served-model cache, the media workers) are created at app start and closed
 at app stop; every chat borrows them.
 """

@@ -13,8 +13,9 @@ seconds and reads its idle RSS (the process and its children), then stops it. Th
     (settings, secrets, ``ui-check``) and then ``chainlit run``; ready is the
     first 200 of its UI port. RSS is the chat UI process launch.sh recorded
     (``ui_pid``). ``KIMI_APP_PYTHON`` is this Python, so nothing is installed.
-``chainlit run app.py``
-    ``python -m chainlit run app.py --headless`` directly.
+``serving.ui_main``
+    the UI process alone, as launch.sh starts it (``serving.ui_main.ui_command``:
+    Chainlit's ``chainlit run app.py --headless`` on asyncio's C tasks).
 ``Open WebUI 0.12.4``
     ``open-webui serve`` offline (:func:`bench.openwebui.running_openwebui`;
     install it first: ``python -m bench.openwebui install``). Its ready time
@@ -57,6 +58,7 @@ from bench._common import (
 )
 from bench.openwebui import VERSION, running_openwebui, wait_until_ready
 from serving import runstate
+from serving.ui_main import ui_command
 
 Started = tuple[float, float, int]
 """(seconds from process start to the first 200 of ``/``, CPU seconds the UI's processes
@@ -114,15 +116,14 @@ def through_launch_sh(base_url: str, state: Path) -> Iterator[Started]:
 
 
 @contextmanager
-def chainlit_run(base_url: str, state: Path) -> Iterator[Started]:
-    """``python -m chainlit run app.py --headless`` on a free port."""
+def ui_alone(base_url: str, state: Path) -> Iterator[Started]:
+    """The UI process alone (:func:`serving.ui_main.ui_command`) on a free port."""
     port = free_port()
-    command = [sys.executable, "-m", "chainlit", "run", "app.py", "--headless"]
     log = state / "chainlit.out"
     with log.open("ab") as out:
         started = time.monotonic()
         app = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", str(port)],
+            ui_command("127.0.0.1", port),
             cwd=ROOT,
             env=app_env(base_url, state),
             stdout=out,
@@ -143,7 +144,7 @@ def open_webui(base_url: str, state: Path) -> Iterator[Started]:
 
 SIDES: dict[str, Side] = {
     "launch.sh --ui-only": through_launch_sh,
-    "chainlit run app.py": chainlit_run,
+    "python -m serving.ui_main": ui_alone,
     f"Open WebUI {VERSION}": open_webui,
 }
 

@@ -6,8 +6,9 @@ top of the app's settings), ``launcher`` (what to run and whether it may: GPUs, 
 vLLM, the ``vllm serve`` arguments, the measurements for the preflight), ``preflight``
 (the checks), ``supervisor`` (starts, health-waits, restarts and stops every process),
 ``runstate`` (the record of what runs), ``status``, ``proxy`` (HAProxy for
-``--ui-workers``), ``logpipe`` (size-capped logs) and ``console`` (its lines on the
-terminal). Imports go one way: cli -> supervisor -> launcher -> preflight.
+``--ui-workers``), ``logpipe`` (size-capped logs), ``console`` (its lines on the
+terminal) and ``ui_main`` (the chat UI's entry point: Chainlit's CLI on asyncio's C
+tasks and uvloop). Imports go one way: cli -> supervisor -> launcher -> preflight.
 
 Models: ``devmodel`` (the tiny random-weights dev model), ``kimi_shape`` and
 ``kimi_processing`` (a Kimi-VL-shaped model with dummy weights, for GPU benchmarks),

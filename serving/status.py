@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from serving import proxy
+from serving import proxy, ui_main
 from serving.runstate import LAUNCHER_MARK, Process, Proxy, RunState, Server, is_running
 
 # Lines of llm.log that operators want to see first: vLLM's own ERROR and
@@ -251,7 +251,7 @@ def _ui_health(process: Process, code: int | None, alive: Alive) -> str:
         return "up"
     if process.pid == 0:
         return "DOWN (waiting to be restarted)"
-    if alive(process.pid, "chainlit"):
+    if alive(process.pid, ui_main.MODULE):
         return "starting (no answer yet)"
     return "DOWN"
 

@@ -20,6 +20,10 @@ variables and the app are Chainlit's. A burst of 64 first questions
 p50 +188 ms with the patch, +119 ms on C tasks, +92 ms with uvloop and httptools.
 Remove the no-op when Chainlit's CLI no longer applies nest_asyncio
 (``tests/test_ui_main.py`` fails then, as it does if the CLI moves the call).
+Without it the loop is not re-entrant: ``chainlit run -w`` (reload on change) fails
+to reload an app whose store exists (``backend/store/core.py``'s ``open_store``
+checks the store with ``asyncio.run`` when the app is imported); launch.sh never
+reloads.
 
 Usage (in the app's environment, from the app's folder):
 ``python -m serving.ui_main run app.py --headless --host 127.0.0.1 --port 8300``.
@@ -45,12 +49,18 @@ def _keep_asyncio(loop: asyncio.AbstractEventLoop | None = None) -> None:
 
 
 def main() -> None:
-    """Chainlit's CLI with ``sys.argv``, on asyncio's C tasks and futures and uvloop."""
+    """Chainlit's CLI with ``sys.argv``, on asyncio's C tasks and futures, and on uvloop
+    where the app's python has it (an app python of the operator's, ``KIMI_APP_PYTHON``,
+    may not: asyncio's own loop then)."""
     import nest_asyncio  # the app's environment's: not imported with ui_command
-    import uvloop
 
     nest_asyncio.apply = _keep_asyncio
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        import uvloop
+    except ImportError:
+        pass
+    else:
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     from chainlit.cli import cli
 
     cli(prog_name="chainlit")

@@ -28,7 +28,7 @@ import pytest
 from dotenv import dotenv_values
 
 from backend import logs
-from serving import launcher, logpipe, runstate, status
+from serving import launcher, logpipe, runstate, status, ui_main
 from serving.runstate import Process, RunState, Server
 from serving.settings import LaunchSettings, ensure_secrets
 from tests.conftest import RunningFake, free_port, wait_for_200
@@ -471,7 +471,7 @@ def test_real_vllm_dp2_restarts_after_sigkill_while_the_ui_stays_up(tmp_path: Pa
         text = wait_for_text(out, r"(?s)restart 1 of vLLM 0 .*is healthy after", 600, proc)
         assert f"vLLM 0 (pid {first}) exited after" in text
         assert live_processes_in_group(first) == []
-        assert runstate.is_running(ui_pid, "chainlit")  # the UI stayed up throughout
+        assert runstate.is_running(ui_pid, ui_main.MODULE)  # the UI stayed up throughout
         assert httpx.get(f"http://127.0.0.1:{ui_port}/").status_code == 200
         assert wait_for_200(f"{root}/health", 10)
         log = (tmp_path / "llm.log").read_text()
