@@ -278,26 +278,24 @@ def test_copy_copies_exactly_the_answer_also_after_regenerate_and_compare(
 
 def test_the_ui_reports_its_open_chats_to_the_operator(chromium: Browser, stack: Stack) -> None:
     """``./launch.sh status`` reads ``GET /kimi/status`` (loopback only): a tab counts
-    while its socket is connected, and stops counting when it closes, not 60 s later
-    when Chainlit forgets its session (the count of an earlier try stayed up)."""
+    while its socket is connected and stops counting when it closes, not 60 s later when
+    Chainlit forgets its session (the count of an earlier try stayed up). Other tests'
+    tabs share this app, so the count is read with this tab open, then after it closed."""
 
     def open_chats() -> int:
         count: int = httpx.get(f"{stack.ui_url}/kimi/status", timeout=5).json()["open_chats"]
         return count
 
-    def settles_at(count: int) -> bool:
-        deadline = time.monotonic() + 5
-        while open_chats() != count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return open_chats() == count
-
-    before = open_chats()
     context = new_context(chromium)
     try:
         page = context.new_page()
         page.goto(stack.ui_url)
         expect(page.locator("#chat-settings-open-modal")).to_be_visible()
-        assert settles_at(before + 1)
+        with_this_tab = open_chats()
     finally:
         context.close()
-    assert settles_at(before)
+    assert with_this_tab >= 1
+    deadline = time.monotonic() + 5
+    while open_chats() != with_this_tab - 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert open_chats() == with_this_tab - 1
