@@ -171,13 +171,11 @@ class KimiApp:
         page.goto(self.url)
         page.locator("#chat-settings-open-modal").wait_for()
         wanted = "Kimi-VL Instruct" if model == INSTRUCT else "Kimi-VL Thinking"
-        if wanted not in page.locator("#chat-profiles").inner_text():
-            page.locator("#chat-profiles").click()
-            page.locator(f'[data-test="select-item:{model}"]').click()
-            if page.locator("#confirm").is_visible():
-                page.locator("#confirm").click()
-            page.locator("#chat-profiles", has_text=wanted).wait_for()
-            page.locator("#chat-settings-open-modal").wait_for()
+        picker = page.locator("#mode-picker-trigger-model")  # ui/model_picker.py, the message box's
+        if wanted not in picker.inner_text():
+            picker.click()
+            page.locator("#mode-picker-popover-model").get_by_text(wanted, exact=True).click()
+            page.locator("#mode-picker-trigger-model", has_text=wanted).wait_for()
 
     def step(self, page: Page) -> Locator:
         # Its title, not one of its blocks' (ui/blocks.py names them "block"; hidden).
