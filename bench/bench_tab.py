@@ -179,7 +179,7 @@ class KimiApp:
         if wanted not in picker.inner_text():
             picker.click()
             page.locator("#mode-picker-popover-model").get_by_text(wanted, exact=True).click()
-            page.locator("#mode-picker-trigger-model", has_text=wanted).wait_for()
+            picker.filter(has_text=wanted).wait_for()
 
     def step(self, page: Page) -> Locator:
         # Its title, not one of its blocks' (ui/blocks.py names them "block"; hidden).

@@ -37,10 +37,10 @@ import sys
 MODULE = "serving.ui_main"
 
 
-def ui_command(host: str, port: int, python: str = sys.executable) -> list[str]:
-    """The command line of the chat UI on ``host:port`` (headless), run by ``python`` from
-    the app's folder, which holds this package."""
-    run = [python, "-m", MODULE, "run", "app.py", "--headless"]
+def ui_command(host: str, port: int) -> list[str]:
+    """The command line of the chat UI on ``host:port`` (headless), run by this python (the
+    app's) from the app's folder, which holds this package."""
+    run = [sys.executable, "-m", MODULE, "run", "app.py", "--headless"]
     return [*run, "--host", host, "--port", str(port)]
 
 
