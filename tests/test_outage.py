@@ -30,6 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from backend.presenter import NOT_SAVED_NOTE, SAVED_AGAIN_NOTE
+from backend.store.db import create_engine
 from backend.store.export import INTERRUPTED_NOTE
 from bench._common import Tab
 from tests.conftest import DATA
@@ -81,8 +82,17 @@ class ReadOnly:
         self.folder = folder
 
     def on(self) -> None:
-        subprocess.run(["mount", "--bind", str(self.folder), str(self.folder)], check=True)
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(self.folder)], check=True)
+        # The read-only view is made aside and then put over the folder in one step: a
+        # remount of the folder itself fails (EBUSY) when the app opened a file for writing
+        # in between. A bind mount keeps the read-only flag of the mount it copies.
+        aside = Path(tempfile.mkdtemp(prefix="kimi-ro-"))
+        try:
+            subprocess.run(["mount", "--bind", str(self.folder), str(aside)], check=True)
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(aside)], check=True)
+            subprocess.run(["mount", "--bind", str(aside), str(self.folder)], check=True)
+        finally:
+            subprocess.run(["umount", "--lazy", str(aside)], check=False)
+            aside.rmdir()
 
     def off(self) -> None:
         # Lazily: what the app opened meanwhile (read-only) stays open, on the old view.
@@ -325,3 +335,37 @@ async def test_an_app_killed_mid_answer_keeps_what_had_streamed_but_the_last_sec
         sent = requests_seen(server)[-1]["messages"]
         assert [m["role"] for m in sent] == ["user", "assistant", "user"]
         assert sent[1]["content"].strip() == answer.strip()
+
+
+@needs_root
+async def test_a_connection_opened_while_the_folder_is_read_only_is_not_kept_for_after(
+    tmp_path: Path,
+) -> None:
+    """SQLite shares one WAL index per database file and process: one opened through a
+    read-only folder is read-only, and every connection opened while it lives inherits it
+    ("attempt to write a readonly database" after the folder is writable again). So no
+    connection opened while the folder is read-only goes back into the pool."""
+    data = tmp_path / "data"
+    data.mkdir()
+    engine = create_engine(f"sqlite+aiosqlite:///{data / 'chat.db'}")
+    folder = ReadOnly(data)
+    try:
+        async with engine.begin() as db:
+            await db.execute(text("CREATE TABLE t (x INTEGER)"))
+        folder.on()
+        await engine.dispose()  # the pool turns over during the outage
+
+        async def read() -> None:
+            async with engine.connect() as db:
+                await db.execute(text("SELECT count(*) FROM t"))
+                await asyncio.sleep(0.1)  # both are open at once: two connections
+
+        await asyncio.gather(read(), read())  # reads work while it is read-only
+        folder.off()
+        for x in (1, 2):  # the first write after, and the next
+            async with engine.begin() as db:
+                await db.execute(text("INSERT INTO t VALUES (:x)"), {"x": x})
+        assert await stored(str(engine.url), "SELECT x FROM t ORDER BY x") == [(1,), (2,)]
+    finally:
+        await engine.dispose()
+        subprocess.run(["umount", "--lazy", str(data)], capture_output=True, check=False)

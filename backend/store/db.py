@@ -6,9 +6,11 @@ aiosqlite with:
 * ``journal_mode=WAL``: readers never wait for the writer (sqlite.org/wal.html);
 * a busy timeout of :data:`BUSY_TIMEOUT_S`: a writer that finds the database
   locked waits for it instead of failing with "database is locked";
-* a connection that finds the database read-only ("attempt to write a readonly
-  database": it was opened while the folder was read-only) dropped, so that writes
-  work again once the folder is writable;
+* a connection opened while the data folder is read-only closed when it is given
+  back, never reused: SQLite opens such a connection read-only for good, and shares one
+  WAL index per database file and process, so every connection opened while it lives
+  inherits "attempt to write a readonly database", even once the folder is writable
+  again (tests/test_outage.py). One that meets that error is dropped as well;
 * every transaction opened with ``BEGIN IMMEDIATE``: Python's ``sqlite3`` module
   begins transactions only before DML and never for DDL, and a deferred
   transaction that reads and then writes fails at once with SQLITE_BUSY, busy
@@ -26,12 +28,14 @@ PostgreSQL (``postgresql+asyncpg://...``) needs none of this.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Final
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from backend.store.files import DATABASE_FILE, FILE_MODE
 
@@ -84,6 +88,17 @@ def make_private(database: Path) -> None:
 
 _COMPANIONS: Final = ("-wal", "-shm", "-journal")
 
+_OPENED_READ_ONLY: Final = "kimi_opened_read_only"
+"""Key of a pool entry's ``info``: the connection was opened while its folder was read-only."""
+
+
+def writable(database: Path) -> bool:
+    """True if SQLite can open ``database`` for writing now: its folder (where the
+    ``-wal`` and ``-shm`` files go) and the file, if it exists, may be written."""
+    return os.access(database.parent, os.W_OK) and (
+        not database.exists() or os.access(database, os.W_OK)
+    )
+
 
 def is_sqlite(engine: AsyncEngine) -> bool:
     """True if ``engine`` talks to SQLite."""
@@ -103,9 +118,10 @@ def create_engine(url: str) -> AsyncEngine:
     database = make_url(url).database
 
     @event.listens_for(engine.sync_engine, "connect")
-    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+    def on_connect(dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         if database and database != ":memory:":
+            entry.info[_OPENED_READ_ONLY] = not writable(Path(database))
             make_private(Path(database))  # connecting created it; WAL files follow its mode
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -113,15 +129,25 @@ def create_engine(url: str) -> AsyncEngine:
         cursor.execute("PRAGMA synchronous = NORMAL")  # WAL: durable except on power loss
         cursor.close()
 
+    @event.listens_for(engine.sync_engine, "checkin")
+    def on_checkin(_dbapi_connection: Any, entry: ConnectionPoolEntry) -> None:
+        if entry.info.get(_OPENED_READ_ONLY):
+            entry.invalidate()  # closed now; the entry connects afresh when next taken
+
     @event.listens_for(engine.sync_engine, "begin")
     def on_begin(connection: Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # BEGIN IMMEDIATE asks for the WAL write lock, which fails ("attempt to write a
+        # readonly database") where the process's WAL index is read-only, even before a
+        # read. A connection opened while the folder is read-only cannot write anyway: it
+        # reads in a plain BEGIN.
+        read_only = connection.info.get(_OPENED_READ_ONLY)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     @event.listens_for(engine.sync_engine, "handle_error")
     def on_error(context: ExceptionContext) -> None:
-        # SQLite opens a database read-only, for good, when its folder is read-only at
-        # that moment: such connections are dropped (SQLAlchemy's documented use of
-        # is_disconnect), so the pool opens writable ones once the folder is again.
+        # A connection opened read-only, or one that inherited a read-only WAL index (see
+        # the module docstring), is dropped, and the pool's older ones are renewed when
+        # next taken (SQLAlchemy's documented use of is_disconnect).
         if "readonly database" in str(context.original_exception):
             context.is_disconnect = True
 
