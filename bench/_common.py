@@ -319,8 +319,8 @@ class Tab:
     async def open(self, ready_timeout_s: float = 30) -> None:
         """Connect and run ``on_chat_start``; return once it has ended.
 
-        ``on_chat_start`` ends with the settings panel (``chat_settings``) and
-        then the ``task_end`` Chainlit sends after every callback.
+        Both must have come: the settings panel (``chat_settings``) and the ``task_end``
+        Chainlit sends after ``on_chat_start``, in either order.
 
         Raises:
             TimeoutError: ``on_chat_start`` did not end within ``ready_timeout_s``.
@@ -336,17 +336,22 @@ class Tab:
                 self._seen.append(time.perf_counter())
             self._messages[step["id"]] = step
 
+        async def on_task_start(_: object = None) -> None:
+            self._done.clear()  # Chainlit's task_end on connecting came before it
+
         async def on_task_end(_: object = None) -> None:
             self._done.set()
 
         async def on_settings(_: object = None) -> None:
+            # Before on_chat_start's task_end, or after it: when the app has not heard
+            # from the server yet, the chat's connecting task sends the panel later.
             self._ready.set()
-            self._done.clear()  # the task_end of on_chat_start comes next
 
         self.sio.on("stream_start", on_text)
         self.sio.on("stream_token", on_text)
         self.sio.on("new_message", on_message)
         self.sio.on("update_message", on_message)
+        self.sio.on("task_start", on_task_start)
         self.sio.on("task_end", on_task_end)
         self.sio.on("chat_settings", on_settings)
         if self.load_page:
