@@ -39,6 +39,7 @@ from backend.turn_runner import TurnRunner
 from ui import bridge, chainlit_patches, history, model_picker, security, server_panel, status
 from ui.answer import draw, draw_run, said, say
 from ui.connection import connect_or_wait, send_settings, stop_waiting
+from ui.first_words import FIRST_WORDS
 from ui.language import session_translator
 from ui.tasks import one_at_a_time, start_answer_task, stop_answers, stop_answers_when_gone
 
@@ -171,6 +172,7 @@ async def on_chat_start() -> None:
     The served models come from the shared cache: a chat start never waits on a
     server that does not answer; it says it is connecting and goes on trying.
     """
+    FIRST_WORDS.open()  # no answer to wait for: its page writes go at once
     session = (await new_chat(resources(), SETTINGS.model)).chat
     await offer_commands()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
@@ -340,6 +342,7 @@ async def on_chat_end() -> None:
 @said
 async def on_chat_resume(thread: ThreadDict) -> None:
     """Rebuild a stored chat: turns, images, model and settings; Regenerate on its last answer."""
+    FIRST_WORDS.open()  # no answer to wait for: its page writes go at once
     turns = await new_chat(resources())
     restored = await history.resume(thread, turns.chat)
     if not history.all_saved(thread["id"]):

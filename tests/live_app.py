@@ -162,6 +162,8 @@ class LiveApp:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir or workdir / "data"
+        self.database_url = database_url or f"sqlite+aiosqlite:///{self.data_dir / 'chat.db'}"
+        """Where the app stores its chats (a SQLAlchemy async URL)."""
         self.env = {
             "KIMI_BASE_URL": f"{server_url}/v1",
             "KIMI_DATA_DIR": str(self.data_dir),

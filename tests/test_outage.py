@@ -137,6 +137,17 @@ async def stored(url: str, sql: str) -> list[Any]:
         await engine.dispose()
 
 
+async def app_stored_chat(app: LiveApp, timeout_s: float = 20) -> None:
+    """Wait until the app has stored the chat's owner and first message."""
+    first = (
+        'SELECT steps.id FROM steps JOIN threads ON threads.id = steps."threadId" '
+        """WHERE steps.type = 'user_message' AND threads."userId" IS NOT NULL"""
+    )
+    async with asyncio.timeout(timeout_s):
+        while not await stored(app.database_url, first):
+            await asyncio.sleep(0.1)
+
+
 async def resumed_history(
     app: LiveApp, http: httpx.AsyncClient, server: str, url: str
 ) -> tuple[int, int]:
@@ -177,6 +188,7 @@ async def outage_then_back(
     tab = Tab(app.url, http, cookies=cookies, load_page=True)
     await tab.open()
     shown = await turn(tab, "before")
+    await app_stored_chat(app)  # the page's writes go after the first words (ui/first_words.py)
     down()
     ids = (await tab.upload((DATA / "rocket.jpg").read_bytes(), "rocket.jpg"),) if photo else ()
     shown += await turn(tab, "during the outage", ids)

@@ -6,6 +6,7 @@ them, in the order they were asked.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,22 @@ async def ask(tab: Tab, question: str) -> None:
     assert timing.text, timing.error or tab.texts()
 
 
+async def stored_thread(database: Path, timeout_s: float = 20) -> str:
+    """The id of the one chat stored in ``database``, once its owner and first message
+    are: the page learns the chat's address (Chainlit's ``first_interaction``) only
+    then, and those writes go after the answer's first words (ui/first_words.py)."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            with sqlite3.connect(database) as db:
+                found = db.execute(
+                    'SELECT threads.id FROM threads JOIN steps ON steps."threadId" = threads.id'
+                    " WHERE steps.type = 'user_message' AND threads.\"userId\" IS NOT NULL"
+                ).fetchall()
+            if found:
+                return str(found[0][0])
+            await asyncio.sleep(0.1)
+
+
 def user_texts(request: dict[str, object]) -> list[str]:
     """The text of each user message a chat completion request sent, in order."""
     found = []
@@ -53,8 +70,7 @@ async def test_one_chat_in_two_tabs_keeps_the_turns_of_both(tmp_path: Path, serv
             await first.open()
             await ask(first, "first question")
             await first.close()
-            with sqlite3.connect(app.data_dir / "chat.db") as db:
-                [(thread_id,)] = db.execute("SELECT id FROM threads").fetchall()
+            thread_id = await stored_thread(app.data_dir / "chat.db")
             tabs = [Tab(app.url, http, cookies=cookies, thread_id=thread_id) for _ in range(2)]
             for tab in tabs:  # both open the stored chat before either asks
                 await tab.open()

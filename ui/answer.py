@@ -42,6 +42,7 @@ from backend.render import (
 from backend.turn_runner import Events
 from ui import bridge, history
 from ui.answer_view import AnswerView
+from ui.first_words import FIRST_WORDS
 from ui.grounding_view import show_marks
 from ui.language import session_translator
 from ui.notes import NoteKind, note_id
@@ -100,6 +101,7 @@ async def _draw(events: Events, view: TurnView) -> None:
                 await view.draw(event)
             except asyncio.CancelledError as cancelled:
                 stop = cancelled
+            FIRST_WORDS.open()  # the chat's page writes may go now (ui/first_words.py)
 
 
 class TurnView:

@@ -56,6 +56,7 @@ from backend.logs import LOGGER_NAME
 from backend.store.core import Store
 from backend.store.pending import Write, cause
 from ui.chainlit_patches import share_engine
+from ui.first_words import FIRST_WORDS, FirstWordsGate
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -91,6 +92,15 @@ def _writer_thread_or_none() -> str | None:
     """:func:`_writer_thread`, or None outside a session (an HTTP route's write)."""
     try:
         return _writer_thread()
+    except ChainlitContextException:
+        return None
+
+
+def _answering_task() -> asyncio.Task[Any] | None:
+    """The task answering a message in the session making the current call (Chainlit's
+    ``WebsocketSession.current_task``), or None (an HTTP route, no such task)."""
+    try:
+        return getattr(context.session, "current_task", None)
     except ChainlitContextException:
         return None
 
@@ -143,12 +153,16 @@ class KimiDataLayer(SQLAlchemyDataLayer):
     Args:
         store: owns the engine; this layer borrows it and never disposes it.
         storage: where element files go (``ui/files.py``).
+        first_words: what a chat's statements wait for (``ui/first_words.py``).
     """
 
-    def __init__(self, store: Store, storage: BaseStorageClient) -> None:
+    def __init__(
+        self, store: Store, storage: BaseStorageClient, first_words: FirstWordsGate = FIRST_WORDS
+    ) -> None:
         super().__init__(conninfo=store.url, storage_provider=storage)
         share_engine(self, store.engine)  # the store's engine, not a second one
         self.store = store
+        self.first_words = first_words
         self.failed_statements = 0
         self._step_locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
@@ -162,7 +176,11 @@ class KimiDataLayer(SQLAlchemyDataLayer):
         it is held (None is returned) and written, in order, once it can. Chainlit's
         writes of ``users`` are not held: it makes its user row again at the next
         sign-in, and a held one would only fail then as a duplicate.
+
+        A statement made for a chat whose answer has not shown its first words yet
+        waits for them (``ui/first_words.py``), unless the answering task makes it.
         """
+        await self.first_words.wait(_answering_task())
         if not _held_write(query):
             try:
                 return await self._run_sql(query, parameters)

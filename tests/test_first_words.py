@@ -1,0 +1,122 @@
+"""A chat's page writes wait until its answer's first words are out (ui/first_words.py),
+through the real data layer on SQLite: while the task answering the chat's message has
+not sent its first words, a statement another task makes for that chat is not run; the
+answering task's own statements are never held; an answer that ends, or a wait that
+passes its bound, lets them go."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+from chainlit.context import init_ws_context
+from chainlit.session import WebsocketSession
+
+from backend.store.core import Store
+from tests.conftest import rows
+from ui.datalayer import KimiDataLayer
+from ui.files import LocalStorageClient
+from ui.first_words import FirstWordsGate
+
+
+async def _no_emit(*_: object) -> None:
+    return None
+
+
+def chat_session() -> WebsocketSession:
+    """A tab's session, made the context of this task (and of the tasks it starts)."""
+    session = WebsocketSession(
+        id=str(uuid.uuid4()),
+        socket_id=str(uuid.uuid4()),
+        emit=_no_emit,  # type: ignore[arg-type]
+        emit_call=_no_emit,
+        user_env={},
+        client_type="webapp",
+    )
+    session.has_first_interaction = True
+    init_ws_context(session)
+    return session
+
+
+async def thread_names(store: Store) -> list[str]:
+    return [r["name"] for r in await rows(store, "SELECT name FROM threads")]
+
+
+@pytest.fixture
+def gate() -> FirstWordsGate:
+    return FirstWordsGate(wait_s=30)
+
+
+@pytest.fixture
+def layer(store: Store, gate: FirstWordsGate) -> KimiDataLayer:
+    return KimiDataLayer(store, LocalStorageClient(store.files), first_words=gate)
+
+
+def answering(session: WebsocketSession, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+    """Start ``body`` as the task answering ``session``'s message (as Chainlit does)."""
+    task = session.current_task = asyncio.ensure_future(body())
+    return task
+
+
+async def test_a_write_for_the_chat_waits_until_the_answer_shows_its_first_words(
+    store: Store, layer: KimiDataLayer, gate: FirstWordsGate
+) -> None:
+    session = chat_session()
+    words = asyncio.Event()
+
+    async def answer() -> None:
+        await layer.update_thread(session.thread_id, name="its own write")  # never held
+        await words.wait()
+        gate.open()
+        await asyncio.sleep(30)  # still streaming
+
+    task = answering(session, answer)
+    stored = asyncio.create_task(layer.update_thread(session.thread_id, name="Hello there"))
+    await asyncio.sleep(0.3)
+    assert not stored.done()
+    assert await thread_names(store) == ["its own write"]
+    words.set()
+    await asyncio.wait_for(stored, 5)
+    assert await thread_names(store) == ["Hello there"]
+    task.cancel()
+
+
+async def test_an_answer_that_ends_without_words_lets_the_writes_go(
+    store: Store, layer: KimiDataLayer
+) -> None:
+    session = chat_session()
+    ending = asyncio.Event()
+
+    async def answer() -> None:
+        await ending.wait()  # e.g. a refused upload: a note, no answer
+
+    answering(session, answer)
+    stored = asyncio.create_task(layer.update_thread(session.thread_id, name="Hello there"))
+    await asyncio.sleep(0.3)
+    assert not stored.done()
+    ending.set()
+    await asyncio.wait_for(stored, 5)
+    assert await thread_names(store) == ["Hello there"]
+
+
+async def test_writes_wait_for_the_first_words_at_most_the_bound_then_go_at_once(
+    store: Store,
+) -> None:
+    layer = KimiDataLayer(store, LocalStorageClient(store.files), FirstWordsGate(wait_s=0.5))
+    session = chat_session()
+    task = answering(session, lambda: asyncio.sleep(30))  # a server that never starts answering
+    first = asyncio.create_task(layer.update_thread(session.thread_id, name="first"))
+    await asyncio.sleep(0.2)
+    assert not first.done()
+    await asyncio.wait_for(first, 5)
+    await asyncio.wait_for(layer.update_thread(session.thread_id, name="second"), 0.5)
+    assert await thread_names(store) == ["second"]
+    task.cancel()
+
+
+async def test_a_write_outside_any_answer_is_never_held(store: Store, layer: KimiDataLayer) -> None:
+    session = chat_session()  # no task answering: a chat start, an HTTP route
+    await asyncio.wait_for(layer.update_thread(session.thread_id, name="Hello"), 5)
+    assert await thread_names(store) == ["Hello"]
