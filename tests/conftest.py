@@ -24,6 +24,7 @@ from backend.client import ChatClient
 from backend.resources import Server
 from backend.settings import Settings
 from backend.uploads import MediaWorkers
+from bench._common import hermetic_environ
 from tests.fakes.kimi_server import KimiServer
 
 if TYPE_CHECKING:
@@ -38,14 +39,13 @@ DATA = Path(__file__).parent / "data"
 # test module imports app.py (whose Settings() is read at import) or Chainlit (which
 # loads CHAINLIT_ENV_FILE, by default the working directory's .env, into os.environ).
 # Processes the tests start inherit this environment: their settings file (the app's
-# KIMI_ENV_FILE, Chainlit's CHAINLIT_ENV_FILE) is one that does not exist.
-for _name in [n for n in os.environ if n.startswith("KIMI_")]:
-    del os.environ[_name]
+# KIMI_ENV_FILE, Chainlit's CHAINLIT_ENV_FILE) is one that does not exist. The same
+# environment as a benchmark's app gets (bench/_common.py, hermetic_environ).
 Settings.model_config["env_file"] = None
 TEST_LOGS = Path(tempfile.mkdtemp(prefix="kimi-test-logs-"))
-NO_ENV_FILE = TEST_LOGS / "no-such.env"
-os.environ["KIMI_ENV_FILE"] = os.environ["CHAINLIT_ENV_FILE"] = str(NO_ENV_FILE)
-os.environ["KIMI_APP_LOG"] = str(TEST_LOGS / "app.log")
+_HERMETIC = hermetic_environ(KIMI_APP_LOG=str(TEST_LOGS / "app.log"))
+os.environ.clear()
+os.environ.update(_HERMETIC)
 
 
 def free_port() -> int:
