@@ -19,24 +19,29 @@ from chainlit.config import config as chainlit_config
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
-from backend.errors import ChatError
 from backend.fair_use import UploadRoom
-from backend.i18n import in_any_language
 from backend.logs import LOGGER_NAME
 from backend.logs import configure as configure_logging
 from backend.panel import SettingsRefused, option_changes, panel_fields
 from backend.presenter import (
     DEV_MODE_BANNER,
     in_markdown,
-    model_switched_note,
-    switch_refused_note,
     upload_refusal,
 )
 from backend.resources import AppResources
 from backend.settings import Settings
 from backend.starters import sample_for, starters_for
 from backend.turn_runner import TurnRunner
-from ui import bridge, chainlit_patches, history, model_picker, security, server_panel, status
+from ui import (
+    bridge,
+    chainlit_patches,
+    commands,
+    history,
+    model_picker,
+    security,
+    server_panel,
+    status,
+)
 from ui.answer import draw, draw_run, said, say
 from ui.connection import connect_or_wait, send_settings, stop_waiting
 from ui.first_words import FIRST_WORDS
@@ -174,7 +179,7 @@ async def on_chat_start() -> None:
     """
     FIRST_WORDS.open()  # no answer to wait for: its page writes go at once
     session = (await new_chat(resources(), SETTINGS.model)).chat
-    await offer_commands()
+    await commands.offer()
     if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
     await connect_or_wait(session, await session.server.models.current(), served_now)
@@ -187,30 +192,13 @@ async def served_now(session: ChatSession) -> None:
     await model_picker.offer(session, [model for model, _ in await resources().served()])
 
 
-async def offer_commands() -> None:
-    """The composer's action buttons (the live server panel and Export: run at a click,
-    never sent as messages) and the page's own words (ui/bridge.py)."""
-    await bridge.offer_actions(
-        {"server_panel": server_panel.command(), "export": history.export_command()}
-    )
-    await bridge.send_strings(session_translator())
-
-
-async def run_action(action: bridge.Action) -> None:
-    """Run an action button's action in this chat (outside its transcript)."""
-    if action == "server_panel":
-        await server_panel.toggle_panel()
-    else:
-        await history.send_export(runner())
-
-
 @cl.on_window_message
 @said
 async def on_window_message(data: object) -> None:
     """A click on an action button (public/bridge.js); anything else is ignored."""
     action = bridge.action_of(data)
     if action is not None:
-        await run_action(action)
+        await commands.run(action, runner())
 
 
 async def find_others(session: ChatSession) -> None:
@@ -218,27 +206,18 @@ async def find_others(session: ChatSession) -> None:
     session.served_besides([model for model, _ in await resources().served()])
 
 
-def action_of_command(command: str | None) -> bridge.Action | None:
-    """The action of a composer command, in any language (None: not one of them)."""
-    if in_any_language(server_panel.COMMAND, command):
-        return "server_panel"
-    if in_any_language(history.EXPORT_COMMAND, command):
-        return "export"
-    return None
-
-
 @cl.on_message
 @said
 async def on_message(message: cl.Message) -> None:
     """Prepare the uploads (or a starter's sample image), then answer, in one turn."""
-    action = action_of_command(message.command)
+    action = commands.of_command(message.command)
     if action is not None:  # picked from the "/" list: an action, not a question
         await message.remove()  # off the transcript and the stored thread
-        await run_action(action)
+        await commands.run(action, runner())
         return
     async with one_at_a_time(resources().answers):
         turns = runner()
-        if not await switch_model(turns.chat, message):
+        if not await model_picker.switch_model(turns.chat, message, served_now):
             return
         await served_now(turns.chat)  # a server that came up since: Compare, the picker
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
@@ -250,28 +229,6 @@ async def on_message(message: cl.Message) -> None:
         if turns.chat.turn_of(message.id) is not None:  # an edit: what followed it is gone
             await history.forget_after(message)
         await draw(turns.ask(message.id, message.content, uploads), turns.chat)
-
-
-async def switch_model(session: ChatSession, message: cl.Message) -> bool:
-    """Go on with the served model picked for ``message`` (the model picker), keeping the
-    chat: the settings panel is the new model's, and a note says who answers from here
-    on. False when it cannot answer: said, the message off the transcript and its text
-    back in the message box, the picker back on the chat's model."""
-    wanted = model_picker.picked(message)
-    if wanted is None or session.model is None or wanted == session.model.id:
-        return True
-    try:
-        await session.switch_model(wanted)
-    except ChatError as exc:
-        log.warning("switching to %s: %s", wanted, exc)
-        await message.remove()
-        await bridge.put_back(message.content)
-        await say(switch_refused_note(exc.message, session.tr), kind="warning")
-        await served_now(session)
-        return False
-    await send_settings(session)
-    await say(model_switched_note(session.tr.text(session.profile.label), session.tr))
-    return True
 
 
 @cl.action_callback("send_anyway")
@@ -349,4 +306,4 @@ async def on_chat_resume(thread: ThreadDict) -> None:
         await say(turns.chat.tr(history.NOT_ALL_SAVED), kind="warning")
     await connect_or_wait(turns.chat, [], served_now)
     await draw(turns.resumed(restored.last_answer_id), turns.chat)
-    await offer_commands()
+    await commands.offer()

@@ -12,14 +12,24 @@ model server was down gets it once the server is up, without a reload.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import chainlit as cl
 
 from backend.chat import ChatSession
 from backend.client import ServedModel
+from backend.errors import ChatError
 from backend.i18n import msg
+from backend.logs import LOGGER_NAME
 from backend.panel import model_choices
+from backend.presenter import model_switched_note, switch_refused_note
+from ui import bridge
+from ui.answer import say
+from ui.connection import send_settings
+
+log = logging.getLogger(LOGGER_NAME)
 
 MODE_ID: Final = "model"
 """The picker's id in ``cl.Message.modes``."""
@@ -50,3 +60,27 @@ def picked(message: cl.Message) -> str | None:
     """The served model the person picked for ``message``, if the picker was shown."""
     name = (message.modes or {}).get(MODE_ID)
     return name if isinstance(name, str) and name else None
+
+
+async def switch_model(
+    session: ChatSession, message: cl.Message, offer_again: Callable[[ChatSession], Awaitable[None]]
+) -> bool:
+    """Go on with the served model picked for ``message``, keeping the chat: the settings
+    panel is the new model's, and a note says who answers from here on. False when it
+    cannot answer: said, the message off the transcript and its text back in the message
+    box, and ``offer_again`` (the picker sent again, on the chat's model)."""
+    wanted = picked(message)
+    if wanted is None or session.model is None or wanted == session.model.id:
+        return True
+    try:
+        await session.switch_model(wanted)
+    except ChatError as exc:
+        log.warning("switching to %s: %s", wanted, exc)
+        await message.remove()
+        await bridge.put_back(message.content)
+        await say(switch_refused_note(exc.message, session.tr), kind="warning")
+        await offer_again(session)
+        return False
+    await send_settings(session)
+    await say(model_switched_note(session.tr.text(session.profile.label), session.tr))
+    return True
