@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from chainlit.context import init_ws_context
 from chainlit.session import WebsocketSession
+from chainlit.step import StepDict
 
 from backend.store.core import Store
 from tests.conftest import rows
@@ -120,3 +121,43 @@ async def test_a_write_outside_any_answer_is_never_held(store: Store, layer: Kim
     session = chat_session()  # no task answering: a chat start, an HTTP route
     await asyncio.wait_for(layer.update_thread(session.thread_id, name="Hello"), 5)
     assert await thread_names(store) == ["Hello"]
+
+
+async def test_the_writes_that_waited_run_in_the_order_they_were_made(
+    store: Store, layer: KimiDataLayer, gate: FirstWordsGate
+) -> None:
+    """A message stored and then deleted before the first words (a command picked from
+    the "/" list is taken off the transcript) stays deleted: the deletion does not look
+    for the message before it is written."""
+    session = chat_session()
+    words = asyncio.Event()
+
+    async def answer() -> None:
+        await words.wait()
+        gate.open()
+        await asyncio.sleep(30)
+
+    task = answering(session, answer)
+    step = StepDict(
+        id=str(uuid.uuid4()),
+        threadId=session.thread_id,
+        name="User",
+        type="user_message",
+        output="/Export",
+        createdAt="2026-12-02T12:00:00.000Z",
+        streaming=False,
+        waitForAnswer=False,
+        isError=False,
+    )
+    writes = [
+        asyncio.create_task(layer.create_step(step)),
+        asyncio.create_task(layer.delete_step(step["id"])),
+    ]
+    await asyncio.sleep(0.2)
+    words.set()
+    await asyncio.wait_for(asyncio.gather(*writes), 5)
+    assert await rows(store, "SELECT id FROM steps") == []
+    await layer.create_step(step)  # the gate is open: written at once (the test's own check)
+    assert await rows(store, "SELECT id FROM steps") == [{"id": step["id"]}]
+    assert len(await rows(store, "SELECT id FROM threads")) == 1
+    task.cancel()

@@ -32,14 +32,15 @@ and deleting a thread also deletes its stored turns and prepared images.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar, cast
 
 from chainlit.context import ChainlitContextException, context
 from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
@@ -103,6 +104,25 @@ def _answering_task() -> asyncio.Task[Any] | None:
         return getattr(context.session, "current_task", None)
     except ChainlitContextException:
         return None
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _after_first_words(
+    method: Callable[Concatenate[KimiDataLayer, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[KimiDataLayer, P], Coroutine[Any, Any, R]]:
+    """A data-layer write that waits, in order, for its chat's first words
+    (``ui/first_words.py``)."""
+
+    @functools.wraps(method)
+    async def run(layer: KimiDataLayer, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await layer.first_words.run(
+            _answering_task(), lambda: method(layer, *args, **kwargs)
+        )
+
+    return run
 
 
 _WRITE: Final = re.compile(r"\s*(INSERT INTO|UPDATE|DELETE FROM)\s+\"?(\w+)", re.IGNORECASE)
@@ -176,11 +196,7 @@ class KimiDataLayer(SQLAlchemyDataLayer):
         it is held (None is returned) and written, in order, once it can. Chainlit's
         writes of ``users`` are not held: it makes its user row again at the next
         sign-in, and a held one would only fail then as a duplicate.
-
-        A statement made for a chat whose answer has not shown its first words yet
-        waits for them (``ui/first_words.py``), unless the answering task makes it.
         """
-        await self.first_words.wait(_answering_task())
         if not _held_write(query):
             try:
                 return await self._run_sql(query, parameters)
@@ -210,6 +226,7 @@ class KimiDataLayer(SQLAlchemyDataLayer):
                 return cast(list[dict[str, Any]], self.clean_result(rows))
             return int(result.rowcount)
 
+    @_after_first_words
     async def update_thread(
         self,
         thread_id: str,
@@ -246,6 +263,7 @@ class KimiDataLayer(SQLAlchemyDataLayer):
                 self._step_locks[step_id] = (lock, users - 1)
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
+    @_after_first_words
     async def create_step(self, step_dict: StepDict) -> None:
         """Chainlit's upsert of a step (``SQLAlchemyDataLayer.create_step`` of 2.12, the
         same columns and values), except that a step of another thread is never changed.
@@ -280,6 +298,13 @@ class KimiDataLayer(SQLAlchemyDataLayer):
                 log.warning("refused a write to step %s: it is in another chat", step.get("id"))
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
+    @_after_first_words
+    async def update_step(self, step_dict: StepDict) -> None:
+        """Chainlit's update of a step: its upsert (:meth:`create_step`)."""
+        await self.create_step(step_dict)
+
+    @queue_until_user_message()  # type: ignore[untyped-decorator]
+    @_after_first_words
     async def delete_step(self, step_id: str) -> None:
         """Chainlit's delete of a step with its feedback and elements, only in the
         writing session's thread (a step of another chat stays)."""
@@ -287,6 +312,7 @@ class KimiDataLayer(SQLAlchemyDataLayer):
             await super().delete_step(step_id)
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
+    @_after_first_words
     async def create_element(self, element: Element) -> None:
         """Chainlit's element write, one at a time per thread, in the order they were sent,
         for the writing session's thread only, and never over another thread's element.
@@ -336,6 +362,7 @@ class KimiDataLayer(SQLAlchemyDataLayer):
         await self.store.pending.hold(job, error)
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
+    @_after_first_words
     async def delete_element(self, element_id: str, thread_id: str | None = None) -> None:
         """Chainlit's delete of an element and its file, only in the writing session's thread
         (``thread_id`` comes from the client for custom elements and is not trusted)."""
