@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import pytest
 from chainlit.context import init_ws_context
@@ -160,4 +160,128 @@ async def test_the_writes_that_waited_run_in_the_order_they_were_made(
     await layer.create_step(step)  # the gate is open: written at once (the test's own check)
     assert await rows(store, "SELECT id FROM steps") == [{"id": step["id"]}]
     assert len(await rows(store, "SELECT id FROM threads")) == 1
+    task.cancel()
+
+
+async def test_a_note_from_before_the_first_message_is_stored_before_its_deletion(
+    store: Store, layer: KimiDataLayer, gate: FirstWordsGate
+) -> None:
+    """A status note sent at chat start (Chainlit queues its write until the first
+    message) and deleted after the first message but before its first words is not
+    in the stored chat: the queued write runs where the thread is written, before the
+    deletion, not after it in Chainlit's later flush."""
+    session = chat_session()
+    session.has_first_interaction = False
+    note = StepDict(
+        id=str(uuid.uuid4()),
+        threadId=session.thread_id,
+        name="Kimi-VL Chat",
+        type="assistant_message",
+        output="Connecting to the model server…",
+        createdAt="2026-12-02T12:00:00.000Z",
+        streaming=False,
+        waitForAnswer=False,
+        isError=False,
+    )
+    await layer.create_step(note)  # queued by Chainlit: no message yet
+    assert await rows(store, "SELECT id FROM steps") == []
+    session.has_first_interaction = True
+    words = asyncio.Event()
+
+    async def answer() -> None:
+        await words.wait()
+        gate.open()
+        await asyncio.sleep(30)
+
+    task = answering(session, answer)
+
+    async def first_interaction() -> None:  # as Chainlit's init_thread does
+        await layer.update_thread(session.thread_id, name="Hello")
+        await asyncio.create_task(session.flush_method_queue())
+
+    writes = [
+        asyncio.create_task(first_interaction()),
+        asyncio.create_task(layer.delete_step(note["id"])),  # the note taken away
+    ]
+    await asyncio.sleep(0.2)
+    words.set()
+    await asyncio.wait_for(asyncio.gather(*writes), 5)
+    assert await rows(store, "SELECT id FROM steps") == []
+    assert await thread_names(store) == ["Hello"]
+    task.cancel()
+
+
+async def test_a_write_made_inside_a_write_that_went_at_once_is_never_held() -> None:
+    """A write that went at once (its answer's words were out) and writes again inside
+    itself, once a newer answer (Retry, Regenerate) waits for its first words and a write
+    queued for it waits for the first one (a step's lock): the inner write is not queued
+    behind that write, so neither waits forever."""
+    gate = FirstWordsGate(wait_s=0.3)
+    older = asyncio.create_task(asyncio.sleep(30))
+    newer = asyncio.create_task(asyncio.sleep(30))
+    gate.open(older)
+    first_done = asyncio.Event()
+    newer_started = asyncio.Event()
+    written: list[str] = []
+
+    async def inner() -> None:
+        written.append("inner")
+
+    async def first() -> None:
+        await newer_started.wait()
+        await asyncio.sleep(0.05)  # the newer answer's write is queued by now
+        await gate.run(newer, inner)  # e.g. the step's thread upsert inside create_step
+        written.append("first")
+        first_done.set()
+
+    async def queued() -> None:
+        await first_done.wait()  # e.g. the same step's lock
+        written.append("queued")
+
+    async def newer_write() -> None:
+        newer_started.set()
+        await gate.run(newer, queued)
+
+    await asyncio.wait_for(asyncio.gather(gate.run(older, first), newer_write()), 3)
+    assert written == ["inner", "first", "queued"]
+    older.cancel()
+    newer.cancel()
+
+
+async def test_drawing_the_answers_first_event_lets_the_writes_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The turn's view opens the app's gate once it has drawn an event (ui/answer.py):
+    a write waiting for that answer goes then, not after the gate's bound."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from backend.i18n import ENGLISH
+    from backend.render import ButtonsUnder, RenderEvent
+    from ui.answer import TurnView, _draw
+    from ui.first_words import FIRST_WORDS
+
+    monkeypatch.setattr(FIRST_WORDS, "wait_s", 30.0)
+    chat_session()
+    words = asyncio.Event()
+
+    async def events() -> AsyncGenerator[RenderEvent, None]:
+        await words.wait()
+        yield ButtonsUnder(message_id="m", buttons=())
+        await asyncio.sleep(30)  # still streaming
+
+    async def answer() -> None:
+        await _draw(events(), TurnView(cast(Any, SimpleNamespace(tr=ENGLISH))))
+
+    task = asyncio.create_task(answer())
+    written = asyncio.Event()
+
+    async def write() -> None:
+        written.set()
+
+    waiting = asyncio.create_task(FIRST_WORDS.run(task, write))
+    await asyncio.sleep(0.2)
+    assert not written.is_set()
+    words.set()
+    await asyncio.wait_for(waiting, 2)
     task.cancel()

@@ -47,6 +47,7 @@ from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
 from chainlit.data.storage_clients.base import BaseStorageClient
 from chainlit.data.utils import queue_until_user_message
 from chainlit.element import Element
+from chainlit.session import WebsocketSession
 from chainlit.step import StepDict
 from chainlit.types import PaginatedResponse, Pagination, ThreadDict, ThreadFilter
 from sqlalchemy import text
@@ -104,6 +105,27 @@ def _answering_task() -> asyncio.Task[Any] | None:
         return getattr(context.session, "current_task", None)
     except ChainlitContextException:
         return None
+
+
+async def _flush_queued_writes() -> None:
+    """Run, now and in order, the writes Chainlit queued before the chat's first message
+    (``queue_until_user_message``), once that message has come and its thread is written.
+
+    Chainlit runs them itself only after its own first thread write returns (in a task of
+    their own: Chainlit 2.12's ``ChainlitEmitter.flush_thread_queues``); that write waits
+    for the answer's first words (``ui/first_words.py``), and the writes made meanwhile
+    would then land first: a status note deleted before it is stored, and stored again.
+    """
+    try:
+        session = context.session
+    except ChainlitContextException:
+        return
+    if (
+        isinstance(session, WebsocketSession)
+        and session.has_first_interaction
+        and any(session.thread_queues.values())
+    ):
+        await session.flush_method_queue()
 
 
 P = ParamSpec("P")
@@ -247,6 +269,7 @@ class KimiDataLayer(SQLAlchemyDataLayer):
         encoded = json.dumps(tags) if tags is not None else None
         title = readable_title(name) if name is not None else None
         await super().update_thread(thread_id, title, user_id, metadata, cast(Any, encoded))
+        await _flush_queued_writes()
 
     @asynccontextmanager
     async def _step_lock(self, step_id: str) -> AsyncIterator[None]:

@@ -1,7 +1,8 @@
 """A chat's page writes wait until its answer's first words are out, and keep their order.
 
-When a question arrives, Chainlit starts the writes that store it (chainlit/emitter.py,
-``process_message``: the user's message as a step, the thread's name and owner) as
+When a question arrives, Chainlit starts the writes that store it (Chainlit 2.12's
+``ChainlitEmitter.process_message``: the user's message as a step, the thread's name and
+owner) as
 tasks of their own, next to the handler that asks the model. On one event loop their
 work (statements built, sent to the database and answered) runs between the steps of
 the handler, before the request leaves and before the first words are relayed: about
@@ -15,9 +16,10 @@ element, the thread) made for a chat whose running task (Chainlit's
 words waits for them, at most :data:`WAIT_S` seconds; the writes that waited then run one
 after the other in the order they were made (a message's step is written before the
 deletion of that message). The answering task's own writes, and writes made inside a
-write that waited, are never held; a task that ends lets them go too. Chainlit tells
+write the gate runs, are never held; a task that ends lets them go too. Chainlit tells
 the page that the chat is stored (``first_interaction``, on which the page moves to
-``/thread/<id>``) once those writes are done, so that move comes after the first words.
+``/thread/<id>``) once the thread's write is done, so that move comes after the first
+words.
 """
 
 from __future__ import annotations
@@ -75,22 +77,34 @@ class FirstWordsGate:
         waited, or when ``task``'s words are out and no write waits. Raises what
         ``write`` raises.
         """
-        if _INSIDE.get() or task is None or task.done() or task is asyncio.current_task():
+        if _INSIDE.get():
             return await write()
+        inside = _INSIDE.set(True)  # what this write writes in turn is never held
+        try:
+            if task is None or task.done() or task is asyncio.current_task():
+                return await write()
+            return await self._in_turn(task, write)
+        finally:
+            _INSIDE.reset(inside)
+
+    async def _in_turn(self, task: asyncio.Task[Any], write: Callable[[], Awaitable[T]]) -> T:
         event, before = self._event(task), self._last.get(task)
         if event.is_set() and before is None:
             return await write()
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._last[task] = mine
-        inside = _INSIDE.set(True)
+        started = False
         try:
             await self._words_out(event)
             if before is not None:
                 await asyncio.wait([before])
+            started = True
             return await write()
         finally:
-            _INSIDE.reset(inside)
-            mine.set_result(None)
+            if started or before is None or before.done():
+                mine.set_result(None)
+            else:  # cancelled while waiting: the next write still waits for the one before
+                before.add_done_callback(lambda _before: mine.set_result(None))
             if self._last.get(task) is mine:
                 del self._last[task]
 

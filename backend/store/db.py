@@ -93,11 +93,9 @@ _OPENED_READ_ONLY: Final = "kimi_opened_read_only"
 
 
 def writable(database: Path) -> bool:
-    """True if SQLite can open ``database`` for writing now: its folder (where the
-    ``-wal`` and ``-shm`` files go) and the file, if it exists, may be written."""
-    return os.access(database.parent, os.W_OK) and (
-        not database.exists() or os.access(database, os.W_OK)
-    )
+    """True if SQLite opens ``database`` for writing now: the file may be written (a
+    read-only mount says no too), or, before it exists, its folder."""
+    return os.access(database if database.exists() else database.parent, os.W_OK)
 
 
 def is_sqlite(engine: AsyncEngine) -> bool:
