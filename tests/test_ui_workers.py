@@ -371,6 +371,12 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
         # the other one) and restarted by the supervisor; status counts the restart.
         dead = state.workers[1].pid
         os.killpg(dead, signal.SIGKILL)
+        # Gone, port closed: a request sent while it was dying was accepted into its
+        # listen queue and then dropped (HAProxy answers 502 and does not resend it).
+        deadline = time.monotonic() + 10
+        while live_processes_in_group(dead):
+            assert time.monotonic() < deadline, "the killed worker did not die"
+            time.sleep(0.02)
         fresh = httpx.get(url, cookies={"KIMI_WORKER": "w2"}, timeout=10)
         assert fresh.status_code == 200
         text = wait_for_text(out, r"chat UI worker 2 answers again after \d+ s", 120, proc)
