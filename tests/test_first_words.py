@@ -285,3 +285,33 @@ async def test_drawing_the_answers_first_event_lets_the_writes_go(
     words.set()
     await asyncio.wait_for(waiting, 2)
     task.cancel()
+
+
+async def test_queued_writes_of_one_step_keep_their_order_when_the_thread_is_written(
+    store: Store, layer: KimiDataLayer, gate: FirstWordsGate
+) -> None:
+    """A note sent and then updated before the first message (both queued by Chainlit)
+    is stored with its update, not with its first text."""
+    session = chat_session()
+    session.has_first_interaction = False
+    note = StepDict(
+        id=str(uuid.uuid4()),
+        threadId=session.thread_id,
+        name="Kimi-VL Chat",
+        type="assistant_message",
+        output="Connecting to the model server…",
+        createdAt="2026-12-02T12:00:00.000Z",
+        streaming=False,
+        waitForAnswer=False,
+        isError=False,
+    )
+    await layer.create_step(note)
+    await layer.update_step(StepDict(**{**note, "output": "Connected."}))
+    session.has_first_interaction = True
+    task = answering(session, lambda: asyncio.sleep(30))
+    gate.open(task)
+    # Chainlit's first write of the thread (a queued write flushed inside a queued write
+    # of the same step would wait for that step's lock forever).
+    await asyncio.wait_for(layer.update_thread(session.thread_id, name="Hello"), 5)
+    assert await rows(store, "SELECT output FROM steps") == [{"output": "Connected."}]
+    task.cancel()

@@ -115,6 +115,8 @@ async def _flush_queued_writes() -> None:
     their own: Chainlit 2.12's ``ChainlitEmitter.flush_thread_queues``); that write waits
     for the answer's first words (``ui/first_words.py``), and the writes made meanwhile
     would then land first: a status note deleted before it is stored, and stored again.
+    Called only from that write (it names the thread), never from inside a queued write:
+    a queued update would otherwise land before the queued write it updates.
     """
     try:
         session = context.session
@@ -269,7 +271,8 @@ class KimiDataLayer(SQLAlchemyDataLayer):
         encoded = json.dumps(tags) if tags is not None else None
         title = readable_title(name) if name is not None else None
         await super().update_thread(thread_id, title, user_id, metadata, cast(Any, encoded))
-        await _flush_queued_writes()
+        if name is not None:  # Chainlit's first write of the thread names it
+            await _flush_queued_writes()
 
     @asynccontextmanager
     async def _step_lock(self, step_id: str) -> AsyncIterator[None]:
