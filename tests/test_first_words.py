@@ -41,6 +41,21 @@ def chat_session() -> WebsocketSession:
     return session
 
 
+def step_of(session: WebsocketSession, kind: str, output: str) -> StepDict:
+    """A new step of ``session``'s chat, as Chainlit sends it to the data layer."""
+    return StepDict(
+        id=str(uuid.uuid4()),
+        threadId=session.thread_id,
+        name="User" if kind == "user_message" else "Kimi-VL Chat",
+        type=kind,  # type: ignore[typeddict-item]
+        output=output,
+        createdAt="2026-12-02T12:00:00.000Z",
+        streaming=False,
+        waitForAnswer=False,
+        isError=False,
+    )
+
+
 async def thread_names(store: Store) -> list[str]:
     return [r["name"] for r in await rows(store, "SELECT name FROM threads")]
 
@@ -138,17 +153,7 @@ async def test_the_writes_that_waited_run_in_the_order_they_were_made(
         await asyncio.sleep(30)
 
     task = answering(session, answer)
-    step = StepDict(
-        id=str(uuid.uuid4()),
-        threadId=session.thread_id,
-        name="User",
-        type="user_message",
-        output="/Export",
-        createdAt="2026-12-02T12:00:00.000Z",
-        streaming=False,
-        waitForAnswer=False,
-        isError=False,
-    )
+    step = step_of(session, "user_message", "/Export")
     writes = [
         asyncio.create_task(layer.create_step(step)),
         asyncio.create_task(layer.delete_step(step["id"])),
@@ -172,17 +177,7 @@ async def test_a_note_from_before_the_first_message_is_stored_before_its_deletio
     deletion, not after it in Chainlit's later flush."""
     session = chat_session()
     session.has_first_interaction = False
-    note = StepDict(
-        id=str(uuid.uuid4()),
-        threadId=session.thread_id,
-        name="Kimi-VL Chat",
-        type="assistant_message",
-        output="Connecting to the model server…",
-        createdAt="2026-12-02T12:00:00.000Z",
-        streaming=False,
-        waitForAnswer=False,
-        isError=False,
-    )
+    note = step_of(session, "assistant_message", "Connecting to the model server…")
     await layer.create_step(note)  # queued by Chainlit: no message yet
     assert await rows(store, "SELECT id FROM steps") == []
     session.has_first_interaction = True
@@ -294,17 +289,7 @@ async def test_queued_writes_of_one_step_keep_their_order_when_the_thread_is_wri
     is stored with its update, not with its first text."""
     session = chat_session()
     session.has_first_interaction = False
-    note = StepDict(
-        id=str(uuid.uuid4()),
-        threadId=session.thread_id,
-        name="Kimi-VL Chat",
-        type="assistant_message",
-        output="Connecting to the model server…",
-        createdAt="2026-12-02T12:00:00.000Z",
-        streaming=False,
-        waitForAnswer=False,
-        isError=False,
-    )
+    note = step_of(session, "assistant_message", "Connecting to the model server…")
     await layer.create_step(note)
     await layer.update_step(StepDict(**{**note, "output": "Connected."}))
     session.has_first_interaction = True
