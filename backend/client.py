@@ -9,16 +9,18 @@ not part of the OpenAI API). Errors from either are mapped one to one onto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 import httpx2
+import orjson
 
 from backend.errors import ClientClosed, StreamBroken
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, TextPart, Usage
@@ -142,11 +144,11 @@ NO_KEY: Final = "no-key"
 credentials"); the ``Authorization`` header is left out all the same."""
 
 
-async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[str, Any]]:
+async def _chunks(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
     """The chunks of a raw streamed chat completion, as plain dicts, in order.
 
-    The body is read through the SDK's raw-response interface and parsed by
-    :func:`backend.sse.data_values` (orjson) instead of the SDK's typed
+    The body is the raw HTTP response the SDK opened (:meth:`ChatClient._open`), parsed
+    by :func:`backend.sse.data_values` (orjson) instead of the SDK's typed
     ``ChatCompletionChunk`` objects: ``bench/bench_chunks.py`` measured that
     decoding and those objects as most of the app's CPU per chunk. What the SDK's
     ``AsyncStream`` raises is kept, so :func:`map_error` and the stream's own
@@ -161,7 +163,7 @@ async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[
     import openai  # loaded already: the response came from it
 
     try:
-        async for value in data_values(response.iter_bytes()):
+        async for value in data_values(response.aiter_bytes()):
             if not isinstance(value, dict):
                 raise ValueError(f"a chunk that is a JSON {type(value).__name__}, not an object")
             if error := value.get("error"):
@@ -170,14 +172,14 @@ async def _chunks(response: openai.AsyncAPIResponse[Any]) -> AsyncIterator[dict[
                     message=message
                     if isinstance(message, str) and message
                     else "An error occurred during streaming",
-                    request=response.http_request,
+                    request=response.request,
                     body=error,
                 )
             yield value
     except httpx2.TimeoutException as exc:
-        raise openai.APITimeoutError(request=response.http_request) from exc
+        raise openai.APITimeoutError(request=response.request) from exc
     except httpx2.TransportError as exc:
-        raise openai.APIConnectionError(request=response.http_request) from exc
+        raise openai.APIConnectionError(request=response.request) from exc
 
 
 KEEPALIVE_EXPIRY_S = 2.0
@@ -415,22 +417,50 @@ class ChatClient:
             thinking=request.thinking, cut_at_chars=limit.chars if limit.reached else None
         )
 
-    def _open(self, request: ChatRequest) -> Any:
-        """The streamed chat completion of ``request``, as the SDK's raw response context."""
-        headers = dict(self._headers)
+    @contextlib.asynccontextmanager
+    async def _open(self, request: ChatRequest) -> AsyncIterator[httpx2.Response]:
+        """The streamed chat completion of ``request``: its raw HTTP response, body unread,
+        closed on leaving (which makes vLLM abort a request still running).
+
+        Sent with the SDK's generic ``post`` (its documented way to a raw ``httpx``
+        response) and a body serialized here with orjson, not with
+        ``chat.completions.create``: ``create`` first walks the whole request through
+        the SDK's typed parameters, which took 1.3 of its 3.1 ms of CPU per request
+        (``bench/bench_app_overhead.py``'s note in docs/benchmarks.md, "The first
+        question's CPU"), time every chat of a burst waits for in turn. Errors are the
+        SDK's as before: a status error, ``APITimeoutError``, ``APIConnectionError``.
+        """
+        headers: dict[str, str | openai.Omit] = {"Content-Type": "application/json"}
+        headers.update(self._headers)
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
-        return self._openai.chat.completions.with_streaming_response.create(
-            model=request.model,
-            messages=cast(Any, request.messages),  # OpenAI TypedDicts; ours are plain dicts
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_headers=headers or None,
-            extra_body=dict(request.extra_body) or None,
+        streaming: bool = True  # the overload that returns the raw response unread
+        response = await self._openai.post(
+            "/chat/completions",
+            cast_to=httpx2.Response,
+            content=orjson.dumps(request_body(request)),
+            options={"headers": headers},
+            stream=streaming,
         )
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
+
+def request_body(request: ChatRequest) -> dict[str, Any]:
+    """The JSON body of ``request``'s streamed chat completion (OpenAI's chat completions
+    API, with vLLM's extra fields from ``request.extra_body`` merged in last)."""
+    return {
+        "model": request.model,
+        "messages": request.messages,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **request.extra_body,
+    }
 
 
 def _broke(exc: Exception) -> bool:

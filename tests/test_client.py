@@ -83,12 +83,22 @@ async def test_cut_off_inside_reasoning(client: ChatClient) -> None:
 
 
 async def test_request_id_and_options_are_sent(client: ChatClient, fake: RunningFake) -> None:
-    await collect(client, "#scenario=plain", request_id="abc-123")
+    await collect(
+        client,
+        "#scenario=plain",
+        request_id="abc-123",
+        top_p=0.95,
+        extra_body={"structured_outputs": {"choice": ["yes", "no"]}},
+    )
     assert fake.server.headers[-1]["x-request-id"] == "abc-123"
+    assert fake.server.headers[-1]["content-type"] == "application/json"
     body = fake.requests[-1]
+    assert body["model"] == "kimi-vl-thinking-2506"
+    assert body["messages"] == [{"role": "user", "content": "#scenario=plain"}]
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
-    assert body["max_tokens"] == 100 and body["temperature"] == 0.8
+    assert body["max_tokens"] == 100 and body["temperature"] == 0.8 and body["top_p"] == 0.95
+    assert body["structured_outputs"] == {"choice": ["yes", "no"]}
 
 
 @pytest.mark.parametrize(
