@@ -34,11 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
+import orjson
 import psutil
 import socketio
 
 from backend.presenter import cut_off_note
 from backend.reasoning import ReasoningSplitter
+from backend.sse import data_values
 from serving.ui_main import ui_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,7 +216,15 @@ def question(scenario: str) -> str:
 
 
 class DirectClient:
-    """Straight to the server: one httpx client, SSE read line by line.
+    """Straight to the server, as the app's own client asks it: the same HTTP library
+    (httpx2, under the OpenAI SDK), the body's bytes parsed as the app parses them
+    (:func:`backend.sse.data_values`, orjson), so that the benchmark's own CPU per chunk
+    weighs on the direct side no more than on the app's.
+
+    Not httpx: its connection pool (httpcore 1.0) made a burst of 64 requests on warm
+    keep-alive connections take 1.1-1.4 s to the last first token, 110 ms on new ones
+    (docs/benchmarks.md, "The direct burst's own p95"); every direct burst that followed
+    another within the server's keep-alive time met it.
 
     The first token (``first_s``) is the first delta with any text, the opening
     marker included, as the app opens its reasoning step on it. The last visible
@@ -223,9 +234,9 @@ class DirectClient:
 
     def __init__(self, base_url: str, api_key: str = "") -> None:
         self.base_url = base_url
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        limits = httpx2.Limits(max_connections=256, max_keepalive_connections=256)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(timeout=600, limits=limits, headers=headers)
+        self._http = httpx2.AsyncClient(timeout=600, limits=limits, headers=headers)
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -252,11 +263,10 @@ class DirectClient:
         received: list[str] = []
         first = last = None
         start = time.perf_counter()
-        async with self._http.stream("POST", f"{self.base_url}/chat/completions", json=body) as r:
-            async for line in r.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                choices = json.loads(line[6:])["choices"]
+        url, headers = f"{self.base_url}/chat/completions", {"Content-Type": "application/json"}
+        async with self._http.stream("POST", url, content=orjson.dumps(body), headers=headers) as r:
+            async for value in data_values(r.aiter_bytes()):
+                choices = value["choices"]
                 if not choices:
                     continue
                 delta = choices[0]["delta"]
@@ -552,7 +562,10 @@ def hermetic_environ(keep: Sequence[str] = (), **settings: str) -> dict[str, str
 
 @contextmanager
 def running_stack(
-    app_env: dict[str, str] | None = None, server_url: str | None = None, workers: int = 1
+    app_env: dict[str, str] | None = None,
+    server_url: str | None = None,
+    workers: int = 1,
+    app_cpus: set[int] | None = None,
 ) -> Iterator[Stack]:
     """The app (``python -m chainlit run app.py --headless``, ``workers`` processes on
     ports of their own) in front of a server.
@@ -564,7 +577,9 @@ def running_stack(
     names a file as ``KIMI_APP_LOG``; then the app's stderr goes to that name
     plus ``.stderr``. ``app_env`` adds or overrides environment variables of
     the app. ``ready_s`` is the time from starting the app to the first
-    ``GET /`` answer of its last process.
+    ``GET /`` answer of its last process. ``app_cpus``: the CPUs the app's processes
+    may run on (``sched_setaffinity``; None: any), e.g. one core of its own while the
+    benchmark and the scripted server keep to the others (``bench_burst --pin``).
     """
     with ExitStack() as exits:
         if server_url is None:
@@ -587,6 +602,8 @@ def running_stack(
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
             )
+            if app_cpus is not None:  # before it starts its threads: they inherit it
+                os.sched_setaffinity(app.pid, app_cpus)
             exits.callback(stop, app)
             urls.append(f"http://127.0.0.1:{port}")
             apps.append(app)

@@ -53,7 +53,7 @@ import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,6 +301,32 @@ async def first_question_cpu_ms(target: Target, http: httpx.AsyncClient, asks: i
     return sum(spent) / len(spent) * 1000
 
 
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Keep every thread of the running process ``pid`` to ``cpus`` (threads it starts
+    later inherit it from theirs)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with suppress(ProcessLookupError):  # the thread ended meanwhile
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def app_cores(pin: bool) -> set[int] | None:
+    """With ``pin``: keep this process and what it starts from now on (the scripted server,
+    Open WebUI) to the first CPU it may use, and return the others, for the app (as in a
+    deployment, where the browsers are elsewhere and vLLM has cores of its own); without,
+    None (everything shares every CPU).
+
+    Raises:
+        SystemExit: ``pin`` on a machine that lets this process use only one CPU.
+    """
+    if not pin:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    os.sched_setaffinity(0, {cpus[0]})
+    return set(cpus[1:])
+
+
 @contextmanager
 def started_target(args: argparse.Namespace) -> Iterator[Target]:
     """The app this run starts (``--app-workers`` processes) or the one at ``--app-url``."""
@@ -308,7 +334,8 @@ def started_target(args: argparse.Namespace) -> Iterator[Target]:
         pids = args.app_pid or launched_pids(Path(args.run_dir))
         yield Target(args.base_url.rstrip("/"), [args.app_url.rstrip("/")], pids, math.nan)
         return
-    with running_stack({"KIMI_APP_LOG": args.app_log}, None, args.app_workers) as stack:
+    app_cpus = app_cores(args.pin)
+    with running_stack({"KIMI_APP_LOG": args.app_log}, None, args.app_workers, app_cpus) as stack:
         yield Target.started(stack)
 
 
@@ -386,6 +413,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run-dir", default=".run", help="with --app-url: launch.sh's run dir")
     parser.add_argument("--app-log", default="", help="the app's log file (default: none)")
     parser.add_argument("--no-steady", action="store_true", help="no steady-load table")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the app on CPUs of its own, this driver and the servers on the first CPU",
+    )
     parser.add_argument("--name", default="burst", help="results file name")
     args = parser.parse_args(argv)
     if args.app_url and not args.base_url:
@@ -402,7 +434,15 @@ def main(argv: list[str] | None = None) -> None:
         peer = None
         if "openwebui" in args.sides:
             peer = running.enter_context(running_openwebui(target.base_url))
+            if args.pin:  # the same cores as the app, not the driver's
+                pin_threads(peer.pid, set(os.sched_getaffinity(target.pids[0])))
         result = asyncio.run(measure(args, target, peer))
+        pinned = (
+            f" on CPU(s) {sorted(os.sched_getaffinity(target.pids[0]))}, this driver and the "
+            f"scripted server on CPU {sorted(os.sched_getaffinity(0))} (`--pin`)"
+            if args.pin
+            else ""
+        )
     levels: list[Level] = result["levels"]
     steady: list[LevelResult] = result["steady"]
     steady_md = (
@@ -417,6 +457,7 @@ def main(argv: list[str] | None = None) -> None:
         f"same instant; {args.rounds} rounds per level, sides in rotating order; added = a "
         f"side's percentile of time to first visible words less the same burst's sent "
         f"directly. App: {len(target.pids)} process(es)"
+        + pinned
         + (f" at {args.app_url}" if args.app_url else "")
         + f".\n\n{burst_table(levels)}\n\nThe first question's CPU in the app before its "
         f"request is with the server: {result['first_question_cpu_ms']:.1f} ms "
