@@ -13,12 +13,10 @@ server's ``long-*`` scenarios:
 
 ``open``     10,000 reasoning tokens then a 2,000-token markdown answer, the step open.
 ``folded``   the same, the step folded as soon as it shows.
-``code``     a 6,000-token answer, one Python code block, no reasoning (this app's
+``code``     a 10,000-token answer, one Python code block, no reasoning (this app's
              Instruct profile: a Thinking answer without markers streams as reasoning).
-             The scripted code tokens are about 14 characters each: 6,000 are 82,000
-             characters, more text than a real 10,000-token answer (about 40,000), and
-             10,000 of them would pass the 100,000 characters that the Instruct budget
-             lets an answer bring (``backend/client.py``, ``output_limit``).
+             The scripted code tokens are token-sized (``tests/fakes/kimi_server.py``,
+             ``CODE_LINE``): 10,000 are about 34,000 characters.
 ``toggle``   the ``open`` stream; the step is clicked closed and open again at 50 % and
              90 % of the reasoning.
 ``resume``   (this app) the stored ``open`` chat opened from the sidebar, then its step.
@@ -635,8 +633,8 @@ def main() -> None:
     p.add_argument("--openwebui", action="store_true", help="also Open WebUI (bench/openwebui.py)")
     p.add_argument("--name", default="long_stream", help="results file: tab_<name>")
     p.add_argument(
-        "--tokens", nargs=3, type=int, default=[10_000, 2_000, 6_000],
-        metavar=("REASONING", "ANSWER", "CODE"), help="stream sizes (default 10000 2000 6000)",
+        "--tokens", nargs=3, type=int, default=[10_000, 2_000, 10_000],
+        metavar=("REASONING", "ANSWER", "CODE"), help="stream sizes (default 10000 2000 10000)",
     )  # fmt: skip
     args = p.parse_args()
     started, header = now_utc(), machine()

@@ -197,16 +197,20 @@ def long_prose(prefix: str, count: int) -> list[str]:
     return pieces
 
 
+CODE_LINE: tuple[str, ...] = ("total", " =", " step", "(total", ",", " {word}", ")\n")
+"""One line of :func:`long_code`, a token a piece: 24 characters in 7 tokens, about the
+3-4 characters a token that a BPE tokenizer cuts from code."""
+
+
 def long_code(prefix: str, count: int) -> list[str]:
-    """``count`` tokens of Python inside one fenced code block, three numbered words a line."""
+    """``count`` token-sized pieces of Python inside one fenced code block, a numbered
+    call a line (:data:`CODE_LINE`): 10,000 tokens are about 34,000 characters."""
     pieces = ["Here is the whole program:\n\n```python\n"]
     for i in range(count):
-        word = f"{prefix}{i}"
-        column = i % 3
-        pieces.append(
-            (f"total = step(total, {word}" if column == 0 else f", {word}")
-            + (")\n" if column == 2 or i + 1 == count else "")
-        )
+        line, column = divmod(i, len(CODE_LINE))
+        pieces.append(CODE_LINE[column].format(word=f"{prefix}{line}"))
+    if not pieces[-1].endswith("\n"):
+        pieces.append("\n")
     pieces.append("```\n\n")
     return pieces
 
