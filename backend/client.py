@@ -426,9 +426,9 @@ class ChatClient:
         response) and a body serialized here with orjson, not with
         ``chat.completions.create``: ``create`` first walks the whole request through
         the SDK's typed parameters, which took 1.3 of its 3.1 ms of CPU per request
-        (``bench/bench_app_overhead.py``'s note in docs/benchmarks.md, "The first
-        question's CPU"), time every chat of a burst waits for in turn. Errors are the
-        SDK's as before: a status error, ``APITimeoutError``, ``APIConnectionError``.
+        (docs/benchmarks.md, "Where a first question's CPU goes"), time every chat of a
+        burst waits for in turn. Errors are the SDK's as before: a status error,
+        ``APITimeoutError``, ``APIConnectionError``.
         """
         headers: dict[str, str | openai.Omit] = {"Content-Type": "application/json"}
         headers.update(self._headers)

@@ -43,6 +43,7 @@ from backend.presenter import cut_off_note
 from backend.reasoning import ReasoningSplitter
 from backend.sse import data_values
 from serving.ui_main import ui_command
+from ui.notes import NOTE_MARKS
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -456,18 +457,16 @@ class Tab:
         except TimeoutError:
             error = f"no task_end within {timeout_s:.0f} s"
         end = time.perf_counter()
-        outputs = [
-            str(m.get("output") or "")
-            for m in self._messages.values()
-            if m.get("type") == "assistant_message"
-        ]
-        expected = _cut_off_notes(cut_off_at)
-        notes = [o for o in outputs if o.startswith("⚠️") and not o.startswith(expected)]
+        said = [m for m in self._messages.values() if m.get("type") == "assistant_message"]
+        outputs = [str(m.get("output") or "") for m in said]
+        notes = [str(m.get("output") or "") for m in said if str(m.get("id")).endswith(ALARMS)]
+        expected = cut_off_notes(cut_off_at)
         answers = [o for o in outputs if marker in o and o not in notes]
         answer = max(answers, key=len, default="")
         if notes and not error:
             error = notes[0][:200]
-        cut_off = not error and any(o.startswith(expected) for o in outputs)
+        under = (str(m.get("output") or "") for m in self._messages.values())  # notes too
+        cut_off = not error and any(o.startswith(expected) for o in under)
         return Timing.observed(start, self._seen, end, answer, bool(answer) or cut_off, error)
 
     async def close(self) -> None:
@@ -475,14 +474,19 @@ class Tab:
         await self.sio.disconnect()
 
 
-def _cut_off_notes(max_tokens: int | None) -> tuple[str, ...]:
-    """How the app's message starts when an answer with no text beside its reasoning used
-    its whole budget (up to the number, which the app may have lowered to fit the
-    context); () for None."""
+ALARMS = (NOTE_MARKS["warning"], NOTE_MARKS["error"])
+"""How the ids of the app's warning and error notes end (``ui/notes.py``): a turn with one
+failed."""
+
+
+def cut_off_notes(max_tokens: int | None) -> tuple[str, ...]:
+    """How the app's line under an answer starts when the answer used its whole budget
+    (``backend.render.finished``: the cut-off note in italics, up to the number, which
+    the app may have lowered to fit the context); () for None."""
     if max_tokens is None:
         return ()
     notes = (cut_off_note(max_tokens, in_reasoning=r) for r in (True, False))
-    return tuple(f"⚠️ {note[: note.index(str(max_tokens))]}" for note in notes)
+    return tuple(f"*{note[: note.index(str(max_tokens))]}" for note in notes)
 
 
 @dataclass

@@ -3,15 +3,30 @@ workloads the benchmarks stream are what they say."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from backend.client import output_limit
+from backend.events import Done, Usage
+from backend.i18n import ENGLISH
+from backend.render import Ending, finished
 from backend.settings import INSTRUCT, Settings
-from bench._common import ROOT, hermetic_environ
+from bench._common import (
+    ROOT,
+    Tab,
+    Timing,
+    cut_off_notes,
+    hermetic_environ,
+    question,
+    running_stack,
+)
+from tests.conftest import RunningFake
 from tests.fakes.kimi_server import long_code
 
 READ_SETTINGS = (
@@ -52,3 +67,49 @@ def test_the_scripted_code_answer_is_token_sized_and_fits_an_instruct_answer() -
     assert len("".join(pieces)) < output_limit(INSTRUCT.max_tokens)
     assert "".join(pieces).startswith("Here is the whole program:\n\n```python\n")
     assert "total = step(total, a1427)\n" in "".join(pieces)
+
+
+def test_the_benchmark_knows_the_apps_cut_off_line_under_an_answer() -> None:
+    """Defect: the benchmark's tab looked for a cut-off note as a "⚠️" message, which the
+    app no longer writes (the note is an italic line under the answer): every answer of
+    random weights that used its whole budget was counted incomplete on the H200."""
+    for reasoning_unclosed in (True, False):
+        done = Done(
+            "length",
+            Usage(10, 512),
+            ttft_s=0.5,
+            reasoning_s=1.5,
+            elapsed_s=2.0,
+            reasoning_unclosed=reasoning_unclosed,
+        )
+        ending = Ending(message_id="m1", max_tokens=512, more_tokens=1024, max_model_len=32768)
+        footer = finished("a1", "", done, ending, ENGLISH).footer
+        assert footer.startswith(cut_off_notes(512)), footer
+    assert cut_off_notes(None) == ()
+
+
+async def cut_off_and_failed(ui_url: str) -> tuple[Timing, Timing, Timing]:
+    async with httpx.AsyncClient(timeout=60) as http:
+        tab = Tab(ui_url, http)
+        await tab.open()
+        try:
+            cut = await tab.ask(question("cutoff"), marker="never-in-an-answer")
+            max_tokens = int(re.findall(r"all ([\d,]+) tokens", " ".join(tab.texts()))[0])
+            expected = await tab.ask(question("cutoff"), cut_off_at=max_tokens)
+            failed = await tab.ask(question("error-500"))
+        finally:
+            await tab.close()
+    return cut, expected, failed
+
+
+def test_a_tab_counts_an_expected_cut_off_as_complete_and_a_failed_turn_as_an_error(
+    fake: RunningFake,
+) -> None:
+    """Defect: the tab looked for the app's cut-off and failure notes as "⚠️" messages,
+    which the app no longer writes: every cut-off answer of random weights was counted
+    incomplete (the H200 run of 2026-12-03) and a failed turn was not an error."""
+    with running_stack(server_url=fake.base_url) as stack:
+        cut, expected, failed = asyncio.run(cut_off_and_failed(stack.ui_url))
+    assert not cut.complete and not cut.error  # a cut-off nobody expected: incomplete
+    assert expected.complete and not expected.error
+    assert not failed.complete and failed.error.startswith("The model server failed")
