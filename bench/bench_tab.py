@@ -538,7 +538,7 @@ def words_table(words: dict[str, Sides]) -> list[str]:
             socket = statistics.median(s for s, _ in rounds)
             screen = statistics.median(v for _, v in rounds)
             if side == "direct":
-                lines.append(f"| {stream} | direct (httpx) | {direct * 1000:.1f} ms | |")
+                lines.append(f"| {stream} | direct | {direct * 1000:.1f} ms | |")
                 continue
             shown = "" if "socket" in stream else f"{screen * 1000:.1f} ms "
             shown += "" if "socket" in stream else f"({(screen - direct) * 1000:+.1f})"
