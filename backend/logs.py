@@ -17,9 +17,18 @@ from pathlib import Path
 LOGGER_NAME = "kimi_vl_chat"
 FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
+PER_REQUEST_LOGGERS = ("httpx", "httpx2")
+"""HTTP libraries that log every request they send at INFO ("HTTP Request: POST ... 200
+OK"). Chainlit's CLI sets the root logger to INFO on stdout, which the launcher writes into
+the UI's log, so every chat completion, every ``/metrics`` read while chats wait and every
+``/tokenize`` became a line there, and each line a write on the way to the model server.
+:func:`configure` keeps them to warnings: the app's own line per request says more (its
+X-Request-Id, sizes, outcome)."""
+
 
 def configure(path: str, max_mb: int = 50, keep: int = 5) -> logging.Logger:
-    """Send the app's INFO lines to stderr and, if ``path`` is not empty, append them there.
+    """Send the app's INFO lines to stderr and, if ``path`` is not empty, append them there;
+    keep the HTTP libraries' line per request out (:data:`PER_REQUEST_LOGGERS`).
 
     Args:
         path: the log file (``KIMI_APP_LOG``); empty: stderr only.
@@ -30,6 +39,8 @@ def configure(path: str, max_mb: int = 50, keep: int = 5) -> logging.Logger:
     app module) changes nothing; with other settings, the old handlers are
     closed and replaced.
     """
+    for name in PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     logger = logging.getLogger(LOGGER_NAME)
     logger.setLevel(logging.INFO)
     logger.propagate = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import os
 import re
 import signal
@@ -117,6 +118,30 @@ def test_app_log_rotates_by_size(tmp_path: Path) -> None:
         for handler in list(logger.handlers):
             handler.close()
             logger.removeHandler(handler)
+
+
+def test_the_http_libraries_line_per_request_stays_out_of_the_uis_log(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Chainlit's CLI logs everything at INFO to stdout (the UI's log): httpx2 then wrote
+    "HTTP Request: POST .../chat/completions" for every answer and httpx one for every
+    ``/metrics`` read while chats waited. Their warnings still come through."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", logging.INFO)  # as chainlit.cli's basicConfig sets it
+    for name in logs.PER_REQUEST_LOGGERS:
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+    handler = logging.StreamHandler(sys.stdout)
+    root.addHandler(handler)
+    try:
+        logs.configure("")
+        logging.getLogger("httpx2").info('HTTP Request: POST /v1/chat/completions "200 OK"')
+        logging.getLogger("httpx").info('HTTP Request: GET /metrics "200 OK"')
+        logging.getLogger("httpx2").warning("a warning of the library")
+    finally:
+        root.removeHandler(handler)
+    out = capsys.readouterr().out
+    assert "HTTP Request" not in out
+    assert "a warning of the library" in out
 
 
 def test_status_report_from_a_record_and_fake_probes() -> None:
