@@ -1,10 +1,14 @@
-"""bench/bench_burst.py's arithmetic: added time, CPU per chat, the side-by-side table
-(hermetic: no server, no app, no Open WebUI)."""
+"""bench/bench_burst.py's arithmetic: added time, CPU per chat, the side-by-side table, the
+split of CPUs with ``--pin`` (hermetic: no server, no app, no Open WebUI)."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from bench._common import Timing
-from bench.bench_burst import APP, DIRECT, PEER, Level, Round, burst_table
+from bench.bench_burst import APP, DIRECT, PEER, Level, Round, app_cores, burst_table
 
 
 def answered(first_s: float, last_s: float = 2.0) -> Timing:
@@ -37,3 +41,17 @@ def test_the_table_shows_a_side_that_did_not_run_as_a_dash() -> None:
     row = burst_table([level]).splitlines()[-1]
     assert row.startswith("| 8 | yes | 1 | +10 / +10 | - | 10 |")
     assert "| 50 / - |" in row and PEER not in row
+
+
+def test_pinning_keeps_the_driver_to_the_first_cpu_and_gives_the_app_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pinned: dict[int, set[int]] = {}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 1, 2})
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: pinned.update({pid: cpus}))
+    assert app_cores(False) is None and pinned == {}
+    assert app_cores(True) == {2, 3}
+    assert pinned == {0: {1}}  # this process (and what it starts later): the first CPU
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    with pytest.raises(SystemExit, match="at least two CPUs"):
+        app_cores(True)
