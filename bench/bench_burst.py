@@ -422,6 +422,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.app_url and not args.base_url:
         parser.error("--app-url needs --base-url")
+    if args.app_url and args.pin:
+        parser.error("--pin places the app this run starts, not one at --app-url")
     return args
 
 
@@ -431,18 +433,19 @@ def main(argv: list[str] | None = None) -> None:
     header, started = f"{now_utc()}; {machine()}", time.monotonic()
     with ExitStack() as running:
         target = running.enter_context(started_target(args))
+        app_cpus = os.sched_getaffinity(target.pids[0]) if args.pin else None
         peer = None
         if "openwebui" in args.sides:
             peer = running.enter_context(running_openwebui(target.base_url))
-            if args.pin:  # the same cores as the app, not the driver's
-                pin_threads(peer.pid, set(os.sched_getaffinity(target.pids[0])))
+            if app_cpus is not None:  # the same cores as the app, not the driver's
+                pin_threads(peer.pid, app_cpus)
         result = asyncio.run(measure(args, target, peer))
-        pinned = (
-            f" on CPU(s) {sorted(os.sched_getaffinity(target.pids[0]))}, this driver and the "
-            f"scripted server on CPU {sorted(os.sched_getaffinity(0))} (`--pin`)"
-            if args.pin
-            else ""
-        )
+    pinned = (
+        f" on CPU(s) {sorted(app_cpus)}, this driver and the scripted server on CPU "
+        f"{sorted(os.sched_getaffinity(0))} (`--pin`)"
+        if app_cpus is not None
+        else ""
+    )
     levels: list[Level] = result["levels"]
     steady: list[LevelResult] = result["steady"]
     steady_md = (
