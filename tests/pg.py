@@ -65,16 +65,17 @@ class PgServer:
         self.pause("immediate")
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def pause(self, mode: str = "fast") -> None:
+    def pause(self, mode: str = "fast", wait: bool = True) -> None:
         """Stop the server, keeping the cluster: :meth:`resume` starts it again with its data.
 
         ``mode`` is ``pg_ctl stop -m``'s: ``fast`` (the default) ends every connection and
         keeps every commit (the cluster runs with ``synchronous_commit=off``, so
-        ``immediate``, a crash, may lose the last ones).
+        ``immediate``, a crash, may lose the last ones); ``smart`` waits for every client to
+        leave, refusing new connections meanwhile. ``wait``: return once it has stopped.
         """
         subprocess.run(
             [*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.folder / "db"), "-m",
-             mode, "-w", "stop"],
+             mode, "-w" if wait else "-W", "stop"],
             capture_output=True, timeout=60, check=False,
         )  # fmt: skip
 

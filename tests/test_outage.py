@@ -27,11 +27,13 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from backend.presenter import NOT_SAVED_NOTE, SAVED_AGAIN_NOTE
 from backend.store.db import create_engine
 from backend.store.export import INTERRUPTED_NOTE
+from backend.store.pending import cause, retryable
 from bench._common import Tab
 from tests.conftest import DATA
 from tests.live_app import LiveApp, requests_seen, scripted_server, signed_in
@@ -241,6 +243,26 @@ async def test_a_postgresql_outage_is_said_once_and_what_was_said_is_stored_when
     assert "saving turn" not in log
     assert "Task exception was never retrieved" not in app.output
     assert "Exception in ASGI application" not in app.output
+
+
+async def test_a_postgresql_shutting_down_is_named_as_not_answering(pg: PgServer) -> None:
+    """A write that meets PostgreSQL between "stop" and stopped (a smart shutdown waits
+    for a client that stays) is named as PostgreSQL not answering, and held."""
+    url = pg.create_database()
+    where = url.split("?")[0]
+    staying, engine = create_async_engine(url), create_engine(url)
+    try:
+        async with staying.connect():
+            pg.pause("smart", wait=False)
+            with pytest.raises(SQLAlchemyError) as refused:
+                async with engine.connect():
+                    pass
+    finally:
+        await engine.dispose()
+        await staying.dispose()
+    assert "shutting down" in str(refused.value)
+    assert retryable(refused.value)
+    assert cause(refused.value, where).startswith(f"PostgreSQL at {where} does not answer (")
 
 
 @needs_root

@@ -60,6 +60,13 @@ def retryable(error: BaseException) -> bool:
     return isinstance(error, SQLAlchemyError | OSError | TimeoutError)
 
 
+SERVER_AWAY_SQLSTATES: Final = ("08", "57P01", "57P02", "57P03")
+"""SQLSTATEs (or their class) of a PostgreSQL server that is not there to answer: class 08
+connection exception; 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now
+("the database system is shutting down" / "starting up"). PostgreSQL's manual, appendix A,
+"PostgreSQL Error Codes"; SQLAlchemy's asyncpg dialect copies the code to ``orig.sqlstate``."""
+
+
 def cause(error: BaseException, where: str) -> str:
     """``error`` in one line that names what is wrong with the store at ``where``.
 
@@ -77,7 +84,11 @@ def cause(error: BaseException, where: str) -> str:
         return f"the database or its folder is read-only ({named})"
     if number == errno.EACCES:
         return f"the app may not write there ({named})"
-    gone = getattr(error, "connection_invalidated", False) or "connection" in detail.lower()
+    gone = (
+        getattr(error, "connection_invalidated", False)
+        or "connection" in detail.lower()
+        or str(getattr(found, "sqlstate", "")).startswith(SERVER_AWAY_SQLSTATES)
+    )
     if where.startswith("postgresql") and (isinstance(found, OSError) or gone):
         return f"PostgreSQL at {where} does not answer ({named})"
     return f"the database {where} failed ({named})"
