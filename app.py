@@ -9,6 +9,7 @@ at app stop; every chat borrows them.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from pathlib import Path
@@ -217,9 +218,10 @@ async def on_message(message: cl.Message) -> None:
         return
     async with one_at_a_time(resources().answers):
         turns = runner()
+        model = turns.chat.model
         if not await model_picker.switch_model(turns.chat, message, served_now):
             return
-        await served_now(turns.chat)  # a server that came up since: Compare, the picker
+        await find_others(turns.chat)  # a server that came up since: Compare
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
@@ -228,7 +230,17 @@ async def on_message(message: cl.Message) -> None:
             await image.send(for_id=message.id)
         if turns.chat.turn_of(message.id) is not None:  # an edit: what followed it is gone
             await history.forget_after(message)
-        await draw(turns.ask(message.id, message.content, uploads), turns.chat)
+        caught_up = functools.partial(page_catches_up, turns.chat, turns.chat.model is not model)
+        await draw(turns.ask(message.id, message.content, uploads), turns.chat, None, caught_up)
+
+
+async def page_catches_up(session: ChatSession, switched: bool) -> None:
+    """Once a question's first words are out: the settings panel (after a switch, the new
+    model's) and the picker (when what is served changed). Every frame before the first
+    words is one more render the page does before it shows them (docs/benchmarks.md)."""
+    if switched:
+        await send_settings(session)
+    await served_now(session)
 
 
 @cl.action_callback("send_anyway")

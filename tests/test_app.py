@@ -751,6 +751,28 @@ async def test_a_tab_that_comes_back_within_the_grace_keeps_its_answer(
     assert app.chat().conversation.turns[-1].status == "done"
 
 
+async def test_a_model_picked_before_the_first_question_sends_nothing_before_its_words(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: Instruct picked in a new chat sent the settings panel, the picker and "Kimi-VL
+    Instruct answers from here on, with the conversation so far" (there was none) before
+    the answer: three frames the page rendered before it showed the first words. The
+    panel and the picker now follow the first words; the note is for a chat with turns."""
+    instruct_server.reset()
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch)
+    del browser.frames[:]
+    await app.on_message(user_message("first #scenario=plain", model="kimi-vl"))
+    assert instruct_server.requests[-1]["temperature"] == 0.2  # Instruct's defaults
+    events = [event for event, _ in browser.frames]
+    first_words = events.index("stream_start")
+    assert not {"chat_settings", "set_modes"} & set(events[:first_words]), events
+    [panel] = [data for event, data in browser.frames if event == "chat_settings"]
+    assert {w["id"]: w["initial"] for w in panel}["temperature"] == 0.2
+    assert picker_options(browser) == [("kimi-vl-thinking-2506", False), ("kimi-vl", True)]
+    assert not any("answers from here on" in text for text in browser.texts())
+
+
 async def test_picking_the_other_model_mid_chat_keeps_the_conversation(
     fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,6 +50,9 @@ from ui.reasoning_view import ReasoningView
 
 log = logging.getLogger(LOGGER_NAME)
 
+AfterFirst = Callable[[], Awaitable[None]]
+"""What :func:`draw` runs once a turn's first event is drawn."""
+
 AUTHOR: Final = "Kimi-VL Chat"
 """Author of the app's own notes (not the model's answers)."""
 
@@ -65,14 +68,21 @@ def action(button: Button) -> cl.Action:
     return cl.Action(name=button.kind, payload=button.payload, label=button.label, icon=button.icon)
 
 
-async def draw(events: Events, chat: ChatSession, pressed: cl.Action | None = None) -> None:
+async def draw(
+    events: Events,
+    chat: ChatSession,
+    pressed: cl.Action | None = None,
+    after_first: AfterFirst | None = None,
+) -> None:
     """Draw every event of one turn; ``pressed``: the button that started it, if any.
 
     A Stop (cancellation) that lands while an event is being drawn is thrown into the
     runner, which closes the stream, ends the turn and yields what says so; those are
     drawn and the Stop goes on. A Stop that lands inside the runner is handled there.
+    ``after_first`` runs once the first event is on its way to the page (or the turn
+    ended without one): what the page can be told later than the first words.
     """
-    await _draw(events, TurnView(chat, pressed))
+    await _draw(events, TurnView(chat, pressed), after_first)
 
 
 async def draw_run(events: Events, chat: ChatSession, pressed: cl.Action | None = None) -> None:
@@ -86,22 +96,32 @@ async def draw_run(events: Events, chat: ChatSession, pressed: cl.Action | None 
         await draw(events, chat, pressed)
 
 
-async def _draw(events: Events, view: TurnView) -> None:
+async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None) -> None:
     stop: asyncio.CancelledError | None = None
-    async with aclosing(events):
-        while True:
-            try:
-                event = await (events.athrow(stop) if stop else anext(events))
-            except StopAsyncIteration:
-                if stop is not None:
-                    raise stop from None
-                return
-            stop = None
-            try:
-                await view.draw(event)
-            except asyncio.CancelledError as cancelled:
-                stop = cancelled
-            FIRST_WORDS.open()  # the chat's page writes may go now (ui/first_words.py)
+    try:
+        async with aclosing(events):
+            while True:
+                try:
+                    event = await (events.athrow(stop) if stop else anext(events))
+                except StopAsyncIteration:
+                    if stop is not None:
+                        raise stop from None
+                    return
+                stop = None
+                try:
+                    await view.draw(event)
+                except asyncio.CancelledError as cancelled:
+                    stop = cancelled
+                FIRST_WORDS.open()  # the chat's page writes may go now (ui/first_words.py)
+                if after_first is not None:
+                    then, after_first = after_first, None
+                    try:
+                        await then()
+                    except asyncio.CancelledError as cancelled:
+                        stop = cancelled
+    finally:
+        if after_first is not None:  # the turn ended before its first event
+            await after_first()
 
 
 class TurnView:

@@ -27,7 +27,6 @@ from backend.panel import model_choices
 from backend.presenter import model_switched_note, switch_refused_note
 from ui import bridge
 from ui.answer import say
-from ui.connection import send_settings
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -65,13 +64,16 @@ def picked(message: cl.Message) -> str | None:
 async def switch_model(
     session: ChatSession, message: cl.Message, offer_again: Callable[[ChatSession], Awaitable[None]]
 ) -> bool:
-    """Go on with the served model picked for ``message``, keeping the chat: the settings
-    panel is the new model's, and a note says who answers from here on. False when it
-    cannot answer: said, the message off the transcript and its text back in the message
-    box, and ``offer_again`` (the picker sent again, on the chat's model)."""
+    """Go on with the served model picked for ``message``, keeping the chat; in a chat
+    with turns already, a note says who answers from here on (as the export does,
+    ``backend/store/export.py``). The settings panel is not sent here: the caller sends
+    the new model's after the answer's first words. False when it cannot answer: said,
+    the message off the transcript and its text back in the message box, and
+    ``offer_again`` (the picker sent again, on the chat's model)."""
     wanted = picked(message)
     if wanted is None or session.model is None or wanted == session.model.id:
         return True
+    mid_chat = bool(session.conversation.turns)
     try:
         await session.switch_model(wanted)
     except ChatError as exc:
@@ -81,6 +83,6 @@ async def switch_model(
         await say(switch_refused_note(exc.message, session.tr), kind="warning")
         await offer_again(session)
         return False
-    await send_settings(session)
-    await say(model_switched_note(session.tr.text(session.profile.label), session.tr))
+    if mid_chat:
+        await say(model_switched_note(session.tr.text(session.profile.label), session.tr))
     return True
