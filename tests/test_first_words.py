@@ -282,6 +282,44 @@ async def test_drawing_the_answers_first_event_lets_the_writes_go(
     task.cancel()
 
 
+async def test_what_waits_for_the_first_event_runs_once_after_it_or_at_an_empty_end() -> None:
+    """``draw``'s ``after_first`` (the settings panel and picker after a switch, app.py):
+    once, right after the turn's first event is drawn; once at the end of a turn that
+    drew nothing."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from backend.i18n import ENGLISH
+    from backend.render import ButtonsUnder, RenderEvent
+    from ui.answer import TurnView, _draw
+
+    chat_session()
+    drawn: list[str] = []
+    view = TurnView(cast(Any, SimpleNamespace(tr=ENGLISH)))
+
+    async def draw_event(event: RenderEvent) -> None:
+        drawn.append("event")
+
+    view.draw = draw_event  # type: ignore[method-assign]
+
+    async def two() -> AsyncGenerator[RenderEvent, None]:
+        for _ in range(2):
+            yield ButtonsUnder(message_id="m", buttons=())
+
+    async def none() -> AsyncGenerator[RenderEvent, None]:
+        return
+        yield
+
+    async def caught_up() -> None:
+        drawn.append("after first")
+
+    await _draw(two(), view, caught_up)
+    assert drawn == ["event", "after first", "event"]
+    drawn.clear()
+    await _draw(none(), view, caught_up)
+    assert drawn == ["after first"]
+
+
 async def test_queued_writes_of_one_step_keep_their_order_when_the_thread_is_written(
     store: Store, layer: KimiDataLayer, gate: FirstWordsGate
 ) -> None:

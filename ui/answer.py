@@ -96,7 +96,7 @@ async def draw_run(events: Events, chat: ChatSession, pressed: cl.Action | None 
         await draw(events, chat, pressed)
 
 
-async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None) -> None:
+async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None = None) -> None:
     stop: asyncio.CancelledError | None = None
     try:
         async with aclosing(events):
