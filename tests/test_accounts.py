@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 import uuid
@@ -152,8 +153,11 @@ async def test_signing_out_ends_every_token_of_the_user_at_once(app: App) -> Non
 
 async def test_a_password_change_ends_the_users_tokens(app: App, settings: Settings) -> None:
     alice = await app.signed_in("alice")
-    env = {"KIMI_DATA_DIR": settings.data_dir, "KIMI_DATABASE_URL": settings.database_url,
-           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    env = {
+        **os.environ,
+        "KIMI_DATA_DIR": settings.data_dir,
+        "KIMI_DATABASE_URL": settings.database_url,
+    }  # fmt: skip  (no checkout .env)
     passwd = [sys.executable, "-m", "backend.cli", "user", "passwd", "alice", "--password-stdin"]
     changed = subprocess.run(passwd, input="a new long password\n", text=True, env=env, cwd=ROOT,
                              capture_output=True, timeout=60)  # fmt: skip

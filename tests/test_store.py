@@ -13,6 +13,7 @@ import asyncio
 import base64
 import io
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -510,7 +511,9 @@ def mode(path: Path) -> int:
 def test_cli_manages_users_with_the_password_on_stdin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    env = {"KIMI_DATA_DIR": str(tmp_path / "data"), "PATH": "/usr/bin:/bin"}
+    # The tests' environment (tests/conftest.py: no checkout .env, no caller KIMI_*) and
+    # the data folder: a bare env would let the CLI read the checkout's .env.
+    env = {**os.environ, "KIMI_DATA_DIR": str(tmp_path / "data")}
     added = subprocess.run(
         [sys.executable, "-m", "backend.cli", "user", "add", "alice", "--password-stdin"],
         input="s3cret-pass\n", text=True, capture_output=True, env=env, cwd=ROOT, timeout=60,

@@ -5,6 +5,7 @@ Compare answer and the grounding overlay."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -138,7 +139,7 @@ def signed_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     made = subprocess.run(
         [sys.executable, "-m", "backend.cli", "user", "add", "ann", "--password-stdin"],
         input="ann-password-1\n", text=True, cwd=ROOT, capture_output=True, timeout=120,
-        env={**env, "PATH": "/usr/bin:/bin"},
+        env={**os.environ, **env},  # the tests' environment: no checkout .env
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     try:

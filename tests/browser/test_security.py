@@ -551,7 +551,7 @@ class SignedIn:
         """``python -m backend.cli`` on this UI's data."""
         return subprocess.run(
             [sys.executable, "-m", "backend.cli", *args], input=stdin, text=True, cwd=ROOT,
-            env={**self.env, "PATH": "/usr/bin:/bin"}, capture_output=True, timeout=120,
+            env={**os.environ, **self.env}, capture_output=True, timeout=120,  # no checkout .env
         )  # fmt: skip
 
     def sign_in(self, name: str, password: str = "", **headers: str) -> httpx.Response:

@@ -4,6 +4,7 @@ wrong password gets a plain sentence, the picture beside the form is the app's o
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ def signed_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     made = subprocess.run(
         [sys.executable, "-m", "backend.cli", "user", "add", "ada", "--password-stdin"],
         input=PASSWORD + "\n", text=True, cwd=ROOT, capture_output=True, timeout=120,
-        env={**env, "PATH": "/usr/bin:/bin"},
+        env={**os.environ, **env},  # the tests' environment: no checkout .env
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     with scripted_ui(workdir, (THINKING_MODEL,), **env) as url:
