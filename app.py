@@ -20,6 +20,7 @@ from chainlit.config import config as chainlit_config
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
+from backend.client import ServedModel
 from backend.fair_use import UploadRoom
 from backend.logs import LOGGER_NAME
 from backend.logs import configure as configure_logging
@@ -187,10 +188,12 @@ async def on_chat_start() -> None:
 
 
 async def served_now(session: ChatSession) -> None:
-    """The chat knows what is served (at chat start, once the server is up, at each
-    message): Compare's other models and the model picker (sent when it changed)."""
-    await find_others(session)
-    await model_picker.offer(session, [model for model, _ in await resources().served()])
+    """The chat knows what is served (at chat start, once the server is up, after each
+    question's first words): Compare's other models and the model picker (sent when it
+    changed)."""
+    served = await served_models()
+    session.served_besides(served)
+    await model_picker.offer(session, served)
 
 
 @cl.on_window_message
@@ -202,9 +205,9 @@ async def on_window_message(data: object) -> None:
         await commands.run(action, runner())
 
 
-async def find_others(session: ChatSession) -> None:
-    """Tell the chat which other served models a Compare can ask (from the caches)."""
-    session.served_besides([model for model, _ in await resources().served()])
+async def served_models() -> list[ServedModel]:
+    """Every model the app's servers serve now (from the caches)."""
+    return [model for model, _ in await resources().served()]
 
 
 @cl.on_message
@@ -221,7 +224,7 @@ async def on_message(message: cl.Message) -> None:
         model = turns.chat.model
         if not await model_picker.switch_model(turns.chat, message, served_now):
             return
-        await find_others(turns.chat)  # a server that came up since: Compare
+        turns.chat.served_besides(await served_models())  # a server up since: Compare
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
@@ -240,7 +243,7 @@ async def page_catches_up(session: ChatSession, switched: bool) -> None:
     words is one more render the page does before it shows them (docs/benchmarks.md)."""
     if switched:
         await send_settings(session)
-    await served_now(session)
+    await model_picker.offer(session, await served_models())
 
 
 @cl.action_callback("send_anyway")

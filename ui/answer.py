@@ -110,15 +110,12 @@ async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None =
                 stop = None
                 try:
                     await view.draw(event)
+                    if after_first is not None:
+                        then, after_first = after_first, None
+                        await then()
                 except asyncio.CancelledError as cancelled:
                     stop = cancelled
                 FIRST_WORDS.open()  # the chat's page writes may go now (ui/first_words.py)
-                if after_first is not None:
-                    then, after_first = after_first, None
-                    try:
-                        await then()
-                    except asyncio.CancelledError as cancelled:
-                        stop = cancelled
     finally:
         if after_first is not None:  # the turn ended before its first event
             await after_first()
