@@ -1,8 +1,8 @@
 """Talks to a vLLM OpenAI-compatible server: models, health, streamed chat completions.
 
-Everything goes through ``openai.AsyncOpenAI`` (SSE parsing, timeouts) and
-``httpx`` (the ``/health`` and ``/tokenize`` endpoints, which are vLLM's own and
-not part of the OpenAI API). Errors from either are mapped one to one onto
+Everything goes through ``openai.AsyncOpenAI`` on the SDK's aiohttp transport (timeouts,
+errors) and ``httpx`` (the ``/health`` and ``/tokenize`` endpoints, which are vLLM's own
+and not part of the OpenAI API). Errors from either are mapped one to one onto
 :mod:`backend.errors`, whose messages are what people read.
 """
 
@@ -29,7 +29,7 @@ from backend.logs import LOGGER_NAME
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 from backend.sse import data_values
-from backend.vllm_errors import CLOSED_MESSAGE, broken_stream, map_error
+from backend.vllm_errors import CLOSED_MESSAGE, broken_stream, map_error, timed_out
 
 # The OpenAI SDK is imported where a client first talks to its server: importing it costs
 # about half a second of CPU (docs/benchmarks.md, start to ready), which serving the first
@@ -240,7 +240,11 @@ class ChatClient:
 
     @functools.cached_property
     def _openai(self) -> openai.AsyncOpenAI:
-        """The SDK's client, made on first use (see the import note above)."""
+        """The SDK's client, made on first use (see the import note above), on the SDK's
+        aiohttp transport (``openai.DefaultAioHttpClient``): it took half the CPU of the
+        default httpx2 client to read a stream and a third less to open a request
+        (docs/facts.md, "HTTP clients and the OpenAI SDK under a burst"), CPU that every
+        chat of a burst waits for in turn."""
         import openai
 
         return openai.AsyncOpenAI(
@@ -248,7 +252,7 @@ class ChatClient:
             api_key=self._api_key or NO_KEY,
             timeout=openai.Timeout(self._timeout_s, connect=self._connect_timeout_s),
             max_retries=0,  # errors reach the person at once; they retry with one click
-            http_client=openai.DefaultAsyncHttpxClient(
+            http_client=openai.DefaultAioHttpClient(
                 limits=httpx2.Limits(
                     max_connections=1000,
                     max_keepalive_connections=100,
@@ -469,7 +473,7 @@ def _broke(exc: Exception) -> bool:
     import openai  # loaded already: the stream came from it
 
     broken = isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
-    return broken and not isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
+    return broken and not timed_out(exc)
 
 
 class _Reading:

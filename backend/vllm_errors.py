@@ -108,8 +108,8 @@ def broken_stream(exc: Exception) -> StreamBroken:
 def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     """Translate an openai-python or httpx exception into one of ours.
 
-    ``APITimeoutError`` / ``httpx.TimeoutException`` -> :class:`RequestTimeout`;
-    ``APIConnectionError`` / ``httpx.TransportError`` -> :class:`ServerUnreachable`;
+    A transport failure that :func:`timed_out` -> :class:`RequestTimeout`; any other
+    (``APIConnectionError`` / ``httpx.TransportError``) -> :class:`ServerUnreachable`;
     an HTTP error status -> :func:`status_error`; an error event inside the stream ->
     the same by its ``code``, else :class:`ServerFailed`; httpx's ``RuntimeError``
     "the client has been closed" -> :class:`ClientClosed`. Anything else becomes a
@@ -121,7 +121,7 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
         return exc
     if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
         return ClientClosed(CLOSED_MESSAGE)
-    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+    if isinstance(exc, openai.APIConnectionError | httpx.TransportError) and timed_out(exc):
         log.warning("the model server at %s did not answer in time: %r", base_url, exc)
         return RequestTimeout(
             msg("The model server did not answer in time. It may be busy; try again.")
@@ -148,6 +148,34 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
             error=type(exc).__name__,
         )
     )
+
+
+def timed_out(exc: BaseException) -> bool:
+    """True if ``exc``, a transport failure, means the server was slow; False if the
+    connection failed another way (refused, reset, dropped).
+
+    The SDK's aiohttp transport names every aiohttp connection error a connect timeout
+    (``httpx2.ConnectTimeout``, so the SDK raises ``APITimeoutError``), a refused
+    connection too, and chains the aiohttp error as the cause (docs/facts.md, "The
+    OpenAI SDK's aiohttp transport"). So the first aiohttp error down the chain of
+    causes decides: its timeouts are ``aiohttp.ServerTimeoutError``. Without one, the
+    type does (openai's ``APITimeoutError``, httpx's ``TimeoutException``).
+    """
+    import aiohttp  # loaded with the SDK (backend/client.py)
+    import openai
+
+    link: BaseException | None = exc
+    for _ in range(MAX_CAUSES):
+        if link is None:
+            break
+        if isinstance(link, aiohttp.ClientError):
+            return isinstance(link, aiohttp.ServerTimeoutError)
+        link = link.__cause__
+    return isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
+
+
+MAX_CAUSES: Final = 8
+"""How far down a chain of causes :func:`timed_out` looks (the SDK's chains are 3 long)."""
 
 
 def stream_error(body: object, fallback: str, model: str) -> ChatError:
