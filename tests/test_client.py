@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -44,8 +46,10 @@ def texts(events: list[StreamEvent]) -> tuple[str, str]:
 
 
 @pytest.fixture
-async def client(fake: RunningFake) -> ChatClient:
-    return ChatClient(fake.base_url, "test-key", timeout_s=5)
+async def client(fake: RunningFake) -> AsyncIterator[ChatClient]:
+    client = ChatClient(fake.base_url, "test-key", timeout_s=5)
+    yield client
+    await client.aclose()
 
 
 @pytest.mark.parametrize("scenario", ["thinking", "close-only", "reasoning-field"])
@@ -127,17 +131,59 @@ async def test_server_errors_become_our_errors(
 
 async def test_unreachable_server() -> None:
     client = ChatClient(f"http://127.0.0.1:{free_port()}/v1", "k", connect_timeout_s=1)
-    with pytest.raises(ServerUnreachable, match="The model server cannot be reached"):
-        await collect(client, "hello")
-    with pytest.raises(ServerUnreachable):
-        await client.list_models()
-    assert await client.is_healthy() is False
+    try:
+        with pytest.raises(ServerUnreachable, match="The model server cannot be reached"):
+            await collect(client, "hello")
+        with pytest.raises(ServerUnreachable):
+            await client.list_models()
+        assert await client.is_healthy() is False
+    finally:
+        await client.aclose()
 
 
 async def test_timeout(fake: RunningFake) -> None:
     client = ChatClient(fake.base_url, "k", timeout_s=0.02)
-    with pytest.raises(RequestTimeout, match="did not answer in time"):
-        await collect(client, "#scenario=slow")
+    try:
+        with pytest.raises(RequestTimeout, match="did not answer in time"):
+            await collect(client, "#scenario=slow")
+    finally:
+        await client.aclose()
+
+
+def chained(*links: BaseException) -> BaseException:
+    """``links[0]`` raised from ``links[1]``, raised from ``links[2]``...: how the SDK's
+    aiohttp transport and the SDK chain what they raise (docs/facts.md)."""
+    for outer, inner in itertools.pairwise(links):
+        outer.__cause__ = inner
+    return links[0]
+
+
+@pytest.mark.parametrize(
+    ("aiohttp_error", "slow"),
+    [
+        (lambda aiohttp: aiohttp.SocketTimeoutError("read"), True),
+        (lambda aiohttp: aiohttp.ConnectionTimeoutError("connect"), True),
+        (lambda aiohttp: aiohttp.ClientConnectionResetError("reset"), False),
+        (lambda aiohttp: aiohttp.ServerDisconnectedError(), False),
+    ],
+)
+def test_what_the_transport_calls_a_connect_timeout_is_read_by_its_cause(
+    aiohttp_error: object, slow: bool
+) -> None:
+    """The transport raises ``httpx2.ConnectTimeout`` for every aiohttp connection error;
+    a reset or a disconnect is a failure to reach the server, not a slow server."""
+    import aiohttp
+    import httpx2
+    import openai
+
+    request = httpx2.Request("POST", "http://h/v1/chat/completions")
+    error = chained(
+        openai.APITimeoutError(request=request),
+        httpx2.ConnectTimeout("mapped"),
+        aiohttp_error(aiohttp),  # type: ignore[operator]
+    )
+    mapped = map_error(error, base_url="http://h/v1", model="m")  # type: ignore[arg-type]
+    assert isinstance(mapped, RequestTimeout if slow else ServerUnreachable)
 
 
 async def test_models_and_health(client: ChatClient) -> None:

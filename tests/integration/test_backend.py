@@ -136,8 +136,11 @@ async def test_over_long_prompt_is_our_clear_error(vllm_server: VllmServer) -> N
         max_tokens=16,
         messages=[{"role": "user", "content": "lorem ipsum " * 3000}],
     )
-    with pytest.raises(ContextTooLong, match="too long for the model"):
-        _ = [e async for e in client.stream(request)]
+    try:
+        with pytest.raises(ContextTooLong, match="too long for the model"):
+            _ = [e async for e in client.stream(request)]
+    finally:
+        await client.aclose()
     await client.aclose()
 
 
