@@ -121,12 +121,12 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
         return exc
     if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
         return ClientClosed(CLOSED_MESSAGE)
-    if isinstance(exc, openai.APIConnectionError | httpx.TransportError) and timed_out(exc):
-        log.warning("the model server at %s did not answer in time: %r", base_url, exc)
-        return RequestTimeout(
-            msg("The model server did not answer in time. It may be busy; try again.")
-        )
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+        if timed_out(exc):
+            log.warning("the model server at %s did not answer in time: %r", base_url, exc)
+            return RequestTimeout(
+                msg("The model server did not answer in time. It may be busy; try again.")
+            )
         # The address and where to look are the operator's (app.log), not the person's.
         log.warning(
             "cannot reach the model server at %s (%r); launch.sh restarts a vLLM that "
