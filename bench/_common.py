@@ -47,9 +47,12 @@ from ui.notes import NOTE_MARKS
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-"""The model the scripted server serves by default."""
+"""Where the benchmarks write their tables (``<name>.md``) and data (``<name>.json``)."""
 MODEL = "kimi-vl-thinking-2506"
 """The scripted server's served model name."""
+PICKER_ID = "model"
+"""The model picker's id in a message's ``modes`` (``ui.model_picker.MODE_ID``; not
+imported from there, which would load Chainlit into the benchmark's own process)."""
 PACED_END = "(end of answer)"
 """The last words of the scripted ``paced`` and ``quick`` answers (tests/fakes/kimi_server.py)."""
 PACED_TOKENS = 200
@@ -192,6 +195,9 @@ class Timing:
             final answer message).
         complete: the answer ends as its :class:`Workload` says.
         error: what went wrong, or "" (an error message in the chat, a timeout).
+        words_s: the first visible words: text that is not blank and not a marker
+            (direct: split out as the app splits it; app: the first frame whose text is
+            not blank, so not the reasoning step opening on its own); None if none came.
     """
 
     first_s: float
@@ -200,15 +206,25 @@ class Timing:
     text: str = ""
     complete: bool = False
     error: str = ""
+    words_s: float | None = None
 
     @classmethod
     def observed(
-        cls, start: float, seen: Sequence[float], end: float, text: str, complete: bool, error: str
+        cls,
+        start: float,
+        seen: Sequence[float],
+        end: float,
+        text: str,
+        complete: bool,
+        error: str,
+        words: float | None = None,
     ) -> Timing:
         """From ``time.perf_counter()`` readings: the question sent (``start``), each
-        update with visible text (``seen``; none: all count as at ``end``), the end."""
+        update with visible text (``seen``; none: all count as at ``end``), the end, the
+        first visible words (``words``)."""
         first, last = (seen[0], seen[-1]) if seen else (end, end)
-        return cls(first - start, last - start, end - start, text, complete, error)
+        at = None if words is None else words - start
+        return cls(first - start, last - start, end - start, text, complete, error, at)
 
 
 def question(scenario: str) -> str:
@@ -262,7 +278,7 @@ class DirectClient:
             body["max_tokens"] = work.max_tokens
         splitter = ReasoningSplitter(starts_in_reasoning=True)
         received: list[str] = []
-        first = last = None
+        first = last = words = None
         start = time.perf_counter()
         url, headers = f"{self.base_url}/chat/completions", {"Content-Type": "application/json"}
         async with self._http.stream("POST", url, content=orjson.dumps(body), headers=headers) as r:
@@ -283,6 +299,8 @@ class DirectClient:
                 if parts:
                     last = time.perf_counter()
                     received.extend(p.text for p in parts)
+                    if words is None and any(p.text.strip() for p in parts):
+                        words = last
         end = time.perf_counter()
         text = "".join(received)
         return Timing(
@@ -292,6 +310,7 @@ class DirectClient:
             text,
             complete=r.status_code == 200 and text.rstrip().endswith(work.end),
             error="" if r.status_code == 200 else f"HTTP {r.status_code}",
+            words_s=None if words is None else words - start,
         )
 
 
@@ -323,6 +342,7 @@ class Tab:
     thread_id: str = ""
     sio: socketio.AsyncClient = field(default_factory=socketio.AsyncClient)
     _seen: list[float] = field(default_factory=list)
+    _words: list[float] = field(default_factory=list)
     _messages: dict[str, dict[str, Any]] = field(default_factory=dict)
     _done: asyncio.Event = field(default_factory=asyncio.Event)
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -337,8 +357,11 @@ class Tab:
             TimeoutError: ``on_chat_start`` did not end within ``ready_timeout_s``.
         """
 
-        async def on_text(_: object = None) -> None:
-            self._seen.append(time.perf_counter())
+        async def on_text(data: object = None) -> None:
+            now = time.perf_counter()
+            self._seen.append(now)
+            if frame_text(data).strip():
+                self._words.append(now)
 
         async def on_message(step: dict[str, Any]) -> None:
             if step.get("type") == "llm" and step["id"] not in self._messages:
@@ -418,9 +441,10 @@ class Tab:
         await self.sio.emit("chat_settings_change", values)
         await asyncio.sleep(0.2)  # handled in its own task: let it land before a message
 
-    async def send(self, text: str, file_ids: Sequence[str] = ()) -> None:
-        """Send one message (Enter) with the uploads ``file_ids``; return at once."""
-        message = {
+    async def send(self, text: str, file_ids: Sequence[str] = (), model: str = "") -> None:
+        """Send one message (Enter) with the uploads ``file_ids``, ``model`` picked in the
+        composer's model picker ("": none picked); return at once."""
+        message: dict[str, Any] = {
             "threadId": "",
             "id": str(uuid.uuid4()),
             "name": "User",
@@ -429,6 +453,8 @@ class Tab:
             "createdAt": _iso_now(),
             "metadata": {},
         }
+        if model:
+            message["modes"] = {PICKER_ID: model}
         references = [{"id": i} for i in file_ids]
         await self.sio.emit("client_message", {"message": message, "fileReferences": references})
 
@@ -439,18 +465,21 @@ class Tab:
         timeout_s: float = 600,
         marker: str = PACED_END,
         cut_off_at: int | None = None,
+        model: str = "",
     ) -> Timing:
         """Send one message (Enter) and wait for the end of the turn (``task_end``).
 
-        The answer is the assistant message containing ``marker`` ("" = the longest one).
+        The answer is the assistant message containing ``marker`` ("" = the longest one);
+        ``model``: picked in the model picker for it (:meth:`send`).
         ``cut_off_at``: the answer is expected to use all these tokens, so the app's
         note that it was cut off there ends a complete turn (random weights).
         """
         self._done.clear()  # on_chat_start's task_end, or the previous turn's
         self._seen.clear()
+        self._words.clear()
         self._messages.clear()
         start = time.perf_counter()
-        await self.send(text, file_ids)
+        await self.send(text, file_ids, model)
         error = ""
         try:
             await asyncio.wait_for(self._done.wait(), timeout_s)
@@ -467,11 +496,22 @@ class Tab:
             error = notes[0][:200]
         under = (str(m.get("output") or "") for m in self._messages.values())  # notes too
         cut_off = not error and any(o.startswith(expected) for o in under)
-        return Timing.observed(start, self._seen, end, answer, bool(answer) or cut_off, error)
+        words = self._words[0] if self._words else None
+        complete = bool(answer) or cut_off
+        return Timing.observed(start, self._seen, end, answer, complete, error, words)
 
     async def close(self) -> None:
         """Close the socket, as closing the browser tab does."""
         await self.sio.disconnect()
+
+
+def frame_text(data: object) -> str:
+    """The text a ``stream_start`` (a step or message, its ``output``) or ``stream_token``
+    (its ``token``) frame of Chainlit's socket protocol carries; "" for anything else."""
+    if not isinstance(data, dict):
+        return ""
+    text = data.get("token", data.get("output"))
+    return text if isinstance(text, str) else ""
 
 
 ALARMS = (NOTE_MARKS["warning"], NOTE_MARKS["error"])

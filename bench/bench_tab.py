@@ -406,15 +406,23 @@ def first_words(apps: list[tuple[Page, ChatApp]], base_url: str, pairs: int) -> 
 
 async def socket_first_words(
     base_url: str, ui_url: str, peer: Any | None, pairs: int, sign_in: bool
-) -> Sides:
-    """Interleaved rounds of the short answer through socket clients, as the project's load
-    benchmarks measure (no browser): straight to the server (``bench._common.DirectClient``),
-    this app (``bench._common.Tab``, a fresh session each) and Open WebUI (``peer``:
-    ``bench.openwebui.OpenWebUITab``, a fresh chat each); seconds to the first text."""
+) -> dict[str, Sides]:
+    """Interleaved rounds of the short reasoning (this app and direct) and the short answer
+    (with Open WebUI too) through socket clients, as the project's load benchmarks measure
+    (no browser): straight to the server (``bench._common.DirectClient``), this app
+    (``bench._common.Tab``, a fresh session each) and Open WebUI (``peer``:
+    ``bench.openwebui.OpenWebUITab``, a fresh chat each); seconds to the first visible
+    words (``Timing.words_s``: a marker, or the step opening alone, is not a word), per
+    stream. Open WebUI shows no reasoning words until its block is unfolded, so it has no
+    reasoning side here."""
     from bench._common import DirectClient, Tab, Workload
 
-    work = Workload(SHORT_ANSWER, 20, 0.1, "(end of answer)", model=INSTRUCT)
-    out: Sides = {}
+    end = "(end of answer)"
+    streams = {
+        "reasoning (socket clients)": Workload(SHORT_THINK, 60, 0.1, end),
+        "answer (socket clients)": Workload(SHORT_ANSWER, 20, 0.1, end, model=INSTRUCT),
+    }
+    out: dict[str, Sides] = {name: {} for name in streams}
     async with httpx.AsyncClient(timeout=120) as http:
         cookies: dict[str, str] = {}
         if sign_in:
@@ -424,26 +432,28 @@ async def socket_first_words(
             cookies = dict(answer.cookies.items())
         direct = DirectClient(base_url)
         try:
-            for i in range(pairs + 1):
-                seen = {"direct": (await direct.ask(work)).first_s}
+            for i, (name, work) in itertools.product(range(pairs + 1), streams.items()):
+                seen = {"direct": (await direct.ask(work)).words_s}
                 tab = Tab(ui_url, http, cookies=dict(cookies))
                 await tab.open()
                 try:
-                    seen["Kimi-VL Chat"] = (await tab.ask(SHORT_ANSWER, marker=work.end)).first_s
+                    asked = await tab.ask(work.text, marker=work.end, model=work.model)
+                    seen["Kimi-VL Chat"] = asked.words_s
                 finally:
                     await tab.close()
-                if peer is not None:
+                if peer is not None and work.model == INSTRUCT:
                     from bench.openwebui import OpenWebUITab
 
                     owui = OpenWebUITab(peer, http)
                     await owui.open()
                     try:
-                        seen["Open WebUI 0.12.4"] = (await owui.ask(SHORT_ANSWER, work.end)).first_s
+                        seen["Open WebUI 0.12.4"] = (await owui.ask(work.text, work.end)).first_s
                     finally:
                         await owui.close()
                 if i:  # the first round warms up
                     for side, seconds in seen.items():
-                        out.setdefault(side, []).append((seconds, seconds))
+                        assert seconds is not None, f"{side}: no visible words in {name}"
+                        out[name].setdefault(side, []).append((seconds, seconds))
         finally:
             await direct.aclose()
     return out
@@ -650,7 +660,7 @@ def main() -> None:
         runs, words, resume = in_browser(args, base_url, ours, peer)
         if args.pairs:  # after the browser: Playwright's sync API holds an event loop
             socket = socket_first_words(base_url, ours.url, peer, args.pairs, args.sign_in)
-            words["answer (socket clients)"] = asyncio.run(socket)
+            words.update(asyncio.run(socket))
     title = f"# A long answer in a tab ({started}, commit {commit()})\n\n{header}\n\n"
     text = title + report(runs, words, resume)
     print(text)

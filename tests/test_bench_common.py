@@ -18,9 +18,12 @@ from backend.i18n import ENGLISH
 from backend.render import Ending, finished
 from backend.settings import INSTRUCT, Settings
 from bench._common import (
+    PICKER_ID,
     ROOT,
+    DirectClient,
     Tab,
     Timing,
+    Workload,
     cut_off_notes,
     hermetic_environ,
     question,
@@ -28,6 +31,7 @@ from bench._common import (
 )
 from tests.conftest import RunningFake
 from tests.fakes.kimi_server import long_code
+from ui.model_picker import MODE_ID
 
 READ_SETTINGS = (
     "import chainlit\n"  # Chainlit loads CHAINLIT_ENV_FILE (default ./.env) into os.environ
@@ -113,3 +117,55 @@ def test_a_tab_counts_an_expected_cut_off_as_complete_and_a_failed_turn_as_an_er
     assert not cut.complete and not cut.error  # a cut-off nobody expected: incomplete
     assert expected.complete and not expected.error
     assert not failed.complete and failed.error.startswith("The model server failed")
+
+
+MARKER_THEN_WORDS = "Think. #scenario=long-think #reasoning=3 #answer=3 #rate=5"
+"""A stream whose first piece is ``◁think▷`` alone; every piece 0.2 s after the one before
+(tests/fakes/kimi_server.py, ``long_scenario``)."""
+
+
+async def marker_then_words(base_url: str, ui_url: str) -> tuple[Timing, Timing]:
+    direct = DirectClient(base_url)
+    async with httpx.AsyncClient(timeout=60) as http:
+        tab = Tab(ui_url, http)
+        await tab.open()
+        try:
+            work = Workload(MARKER_THEN_WORDS, 9, 2.0, "(end of answer)")
+            return await direct.ask(work), await tab.ask(work.text, marker=work.end)
+        finally:
+            await tab.close()
+            await direct.aclose()
+
+
+def test_first_visible_words_are_timed_at_the_words_not_at_a_lone_marker(
+    fake: RunningFake,
+) -> None:
+    """Issue 23 counts the first visible words, and a marker alone is not one: the direct
+    side's first token is the lone ``◁think▷``, the tab's first frame the reasoning step
+    opening on it; their first words come a piece (0.2 s) later."""
+    with running_stack(server_url=fake.base_url) as stack:
+        direct, tab = asyncio.run(marker_then_words(fake.base_url, stack.ui_url))
+    for side in (direct, tab):
+        assert side.complete and side.words_s is not None, side
+        assert 0.15 <= side.words_s - side.first_s <= 1.0, side
+
+
+async def ask_picking(ui_url: str, model: str) -> Timing:
+    async with httpx.AsyncClient(timeout=60) as http:
+        tab = Tab(ui_url, http)
+        await tab.open()
+        try:
+            return await tab.ask(question("paced"), model=model)
+        finally:
+            await tab.close()
+
+
+def test_a_tab_picks_a_model_as_the_composers_picker_does(two_models: RunningFake) -> None:
+    """The tab sends the picked model the way the page does (``cl.Message.modes``, under
+    the picker's id), and the app asks that model."""
+    assert PICKER_ID == MODE_ID
+    two_models.reset()
+    with running_stack(server_url=two_models.base_url) as stack:
+        asked = asyncio.run(ask_picking(stack.ui_url, "kimi-vl"))
+    assert asked.complete, asked
+    assert [r["model"] for r in two_models.requests if "messages" in r] == ["kimi-vl"]
