@@ -214,7 +214,13 @@ class ChatSession:
         """
         kept = (self.wanted_model, self.server)
         try:
-            return await self.connect(model_name)
+            if self.locate is not None:
+                self.server = await self.locate(model_name)
+            # The picker offered what the server's cache names: the question then waits
+            # for no model list; a model the cache does not name is asked for live.
+            cached = await self.server.models.current()
+            named = any(model.id == model_name for model in cached)
+            return await self.connect(model_name, cached if named else None)
         except ChatError:
             self.wanted_model, self.server = kept
             raise

@@ -773,6 +773,34 @@ async def test_a_model_picked_before_the_first_question_sends_nothing_before_its
     assert not any("answers from here on" in text for text in browser.texts())
 
 
+async def test_a_picked_model_the_cache_names_is_asked_without_a_model_list_first(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: a model picked in the composer made the question wait for a live
+    ``/v1/models`` of its server before the request (one more round trip before the
+    first words), though the picker offered it from the served-model cache."""
+    instruct_server.reset()
+    listed: list[str] = []
+
+    def count_model_lists() -> None:
+        client = app.resources().servers[1].client
+        real = client.list_models
+
+        async def list_models() -> list[ServedModel]:
+            listed.append("kimi-vl")
+            return await real()
+
+        monkeypatch.setattr(client, "list_models", list_models)
+
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch, count_model_lists)
+    before = len(listed)  # the chat start's refresh of the cache
+    await app.on_message(user_message("hello #scenario=plain", model="kimi-vl"))
+    assert [r["model"] for r in instruct_server.requests] == ["kimi-vl"]
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+    assert len(listed) == before
+
+
 async def test_picking_the_other_model_mid_chat_keeps_the_conversation(
     fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
