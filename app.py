@@ -224,7 +224,6 @@ async def on_message(message: cl.Message) -> None:
         model = turns.chat.model
         if not await model_picker.switch_model(turns.chat, message, served_now):
             return
-        turns.chat.served_besides(await served_models())  # a server up since: Compare
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
@@ -239,11 +238,13 @@ async def on_message(message: cl.Message) -> None:
 
 async def page_catches_up(session: ChatSession, switched: bool) -> None:
     """Once a question's first words are out: the settings panel (after a switch, the new
-    model's) and the picker (when what is served changed). Every frame before the first
-    words is one more render the page does before it shows them (docs/benchmarks.md)."""
+    model's), then what is served now (Compare's models, the picker: :func:`served_now`).
+    Every frame before the first words is one more render the page does before it shows
+    them (docs/benchmarks.md), and a stale served-model cache is refreshed here, not
+    while the question waits for its request to go."""
     if switched:
         await send_settings(session)
-    await model_picker.offer(session, await served_models())
+    await served_now(session)
 
 
 @cl.action_callback("send_anyway")

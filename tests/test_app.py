@@ -801,6 +801,29 @@ async def test_a_picked_model_the_cache_names_is_asked_without_a_model_list_firs
     assert len(listed) == before
 
 
+async def test_a_question_does_not_wait_for_a_stale_model_list_before_its_request(
+    browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: every question first read what is served for Compare from the model cache,
+    which, older than 10 s, made it wait (up to 0.3 s) for a ``/v1/models`` answer before
+    its request went; in a burst every question waited for it. The refresh now comes
+    after the first words, and Compare still learns of what is served."""
+    directory = app.resources().servers[0].models
+    monkeypatch.setattr(directory, "_clock", lambda: time.monotonic() + 3600)  # stale
+    client = app.resources().servers[0].client
+    real = client.list_models
+    asked_before_list: list[int] = []
+
+    async def list_models() -> list[ServedModel]:
+        asked_before_list.append(len(fake.requests))
+        return await real()
+
+    monkeypatch.setattr(client, "list_models", list_models)
+    await app.on_message(user_message("hello #scenario=plain"))
+    assert asked_before_list == [1]  # refreshed once, after the request had gone
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+
+
 async def test_picking_the_other_model_mid_chat_keeps_the_conversation(
     fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
