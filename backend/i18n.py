@@ -152,6 +152,14 @@ def translator(locale: str) -> Translator:
     return Translator(locale, gettext.GNUTranslations(compiled))
 
 
+def load_catalogs() -> None:
+    """Compile every locale's translations now (:func:`translator` keeps them), Babel's
+    locale data with them; for a worker thread at the app's start
+    (:meth:`backend.resources.AppResources.start_housekeeping`)."""
+    for locale in LOCALES:
+        translator(locale)
+
+
 def locale_for(language: str | None) -> str:
     """The app's locale for a browser language tag (BCP 47, e.g. ``Accept-Language``'s first).
 

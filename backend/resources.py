@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from backend.client import ChatClient, ServedModel, load_sdk
 from backend.fair_use import AnswerQueues
+from backend.i18n import load_catalogs
 from backend.models import ModelDirectory
 from backend.pacing import ServerPace
 from backend.settings import Settings
@@ -101,8 +102,11 @@ class AppResources:
         """Hand freed memory back to the system every ``every_s`` seconds (in the event
         loop's task; idempotent). Closed chats are dropped by Chainlit a minute after
         their tab closes; their prepared images are large allocations that the C
-        allocator otherwise keeps as the process's RSS. Also import the OpenAI SDK
-        ``sdk_after_s`` seconds from now, in a thread (:func:`backend.client.load_sdk`)."""
+        allocator otherwise keeps as the process's RSS. Also, ``sdk_after_s`` seconds from
+        now and in a thread, import the OpenAI SDK (:func:`backend.client.load_sdk`) and
+        compile the translations (:func:`backend.i18n.load_catalogs`): done by the first
+        question instead, that was 20-40 ms of the event loop's time (Babel's locale data
+        and ``.po`` parsing) that every question of a first burst waited behind."""
         if self._housekeeping is None or self._housekeeping.done():
             self._housekeeping = asyncio.create_task(self._trim_forever(every_s))
         if self._sdk is None:
@@ -112,8 +116,9 @@ class AppResources:
     async def _load_sdk(after_s: float) -> None:
         await asyncio.sleep(after_s)
         await asyncio.to_thread(load_sdk)
-        # What the SDK loaded lives as long as the process: out of the garbage collector's
-        # full passes, as app.py does with what the start loaded.
+        await asyncio.to_thread(load_catalogs)
+        # What the SDK and the catalogs loaded live as long as the process: out of the
+        # garbage collector's full passes, as app.py does with what the start loaded.
         gc.freeze()
 
     async def _trim_forever(self, every_s: float) -> None:

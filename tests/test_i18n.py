@@ -20,9 +20,11 @@ from backend.events import Done, Usage
 from backend.i18n import (
     ENGLISH,
     KEYWORDS,
+    LOCALES,
     Message,
     Translator,
     catalogue_path,
+    load_catalogs,
     locale_for,
     msg,
     translator,
@@ -296,3 +298,14 @@ def test_the_waiting_note_translates_the_problem_it_quotes() -> None:
     assert waiting_note(error.message).startswith(
         "**Waiting for the model server.** The model server cannot be reached right now"
     )
+
+
+def test_loading_the_catalogs_compiles_every_locale_once() -> None:
+    """The app compiles them at its start (backend/resources.py), so that no question
+    pays for Babel's parsing; afterwards every locale's translator is the kept one."""
+    translator.cache_clear()
+    load_catalogs()
+    assert translator.cache_info().currsize == len(LOCALES)
+    kept = {locale: translator(locale) for locale in LOCALES}
+    assert translator.cache_info().misses == len(LOCALES)
+    assert kept["zh-CN"](msg("Model")) == "模型"  # the catalogue, not English

@@ -56,7 +56,7 @@ async def test_housekeeping_hands_freed_memory_back_until_closed(
     assert len(trims) == seen  # stopped with the app
 
 
-async def test_the_openai_sdk_is_imported_in_a_thread_after_the_start(
+async def test_the_openai_sdk_and_the_translations_are_loaded_in_a_thread_after_the_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     shared = AppResources.start(Settings())
@@ -69,15 +69,16 @@ async def test_the_openai_sdk_is_imported_in_a_thread_after_the_start(
         )
 
     monkeypatch.setattr("backend.resources.load_sdk", load_sdk)
+    monkeypatch.setattr("backend.resources.load_catalogs", load_sdk)  # recorded alike
     shared.start_housekeeping(sdk_after_s=0.2)
     shared.start_housekeeping(sdk_after_s=0.2)  # once, however often called
     await asyncio.sleep(0.1)
     assert loads == []  # not before sdk_after_s
     await asyncio.sleep(0.4)
     await shared.aclose()
-    assert len(loads) == 1
-    after_s, on_main_thread = loads[0]
-    assert after_s >= 0.2 and not on_main_thread
+    assert len(loads) == 2  # the SDK, then the catalogs
+    for after_s, on_main_thread in loads:
+        assert after_s >= 0.2 and not on_main_thread
 
 
 def _decode_a_photo() -> None:
