@@ -188,10 +188,13 @@ async def on_chat_start() -> None:
 
 
 async def served_now(session: ChatSession) -> None:
-    """The chat knows what is served (at chat start, once the server is up, after each
-    question's first words): Compare's other models and the model picker (sent when it
-    changed)."""
-    served = await served_models()
+    """The chat knows what is served (at chat start, once the server is up): Compare's
+    other models and the model picker (sent when it changed)."""
+    await show_served(session, await served_models())
+
+
+async def show_served(session: ChatSession, served: list[ServedModel]) -> None:
+    """Compare's other models and the model picker (sent when it changed) for ``served``."""
     session.served_besides(served)
     await model_picker.offer(session, served)
 
@@ -206,8 +209,15 @@ async def on_window_message(data: object) -> None:
 
 
 async def served_models() -> list[ServedModel]:
-    """Every model the app's servers serve now (from the caches)."""
+    """Every model the app's servers serve now (from the caches; a stale one is waited
+    for, briefly)."""
     return [model for model, _ in await resources().served()]
+
+
+def served_known() -> list[ServedModel]:
+    """Every model the app's servers serve, as the caches know it now (no wait: a stale
+    cache refreshes for the next caller). What a question reads before its request."""
+    return [model for model, _ in resources().known()]
 
 
 @cl.on_message
@@ -224,6 +234,7 @@ async def on_message(message: cl.Message) -> None:
         model = turns.chat.model
         if not await model_picker.switch_model(turns.chat, message, served_now):
             return
+        turns.chat.served_besides(served_known())  # Compare: a server up since, a switch
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
@@ -238,13 +249,12 @@ async def on_message(message: cl.Message) -> None:
 
 async def page_catches_up(session: ChatSession, switched: bool) -> None:
     """Once a question's first words are out: the settings panel (after a switch, the new
-    model's), then what is served now (Compare's models, the picker: :func:`served_now`).
-    Every frame before the first words is one more render the page does before it shows
-    them (docs/benchmarks.md), and a stale served-model cache is refreshed here, not
-    while the question waits for its request to go."""
+    model's) and the picker (when what is served changed). Every frame before the first
+    words is one more render the page does before it shows them (docs/benchmarks.md);
+    neither this nor the question waits for a stale model cache's refresh."""
     if switched:
         await send_settings(session)
-    await served_now(session)
+    await show_served(session, served_known())
 
 
 @cl.action_callback("send_anyway")

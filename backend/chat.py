@@ -216,12 +216,15 @@ class ChatSession:
         try:
             if self.locate is not None:
                 self.server = await self.locate(model_name)
-            # The picker offered what the server's cache names: the question then waits
-            # for no model list; a model the cache does not name is asked for live.
-            cached = await self.server.models.current()
-            named = any(model.id == model_name for model in cached)
+            # The picker offered what the server's cache names. A cache the server answered
+            # last time saves asking /v1/models before the request (when fresh: a stale one
+            # is refreshed first); a model it does not name, or a server that failed its
+            # last refresh, is asked live, which refuses a server that is down.
+            models = self.server.models
+            cached = await models.current()
+            named = models.answered and any(model.id == model_name for model in cached)
             return await self.connect(model_name, cached if named else None)
-        except ChatError:
+        except BaseException:  # a ChatError, or a Stop in the middle: as it was
             self.wanted_model, self.server = kept
             raise
 

@@ -21,7 +21,8 @@ not be the app's (a notice, an error's sentence) goes through ``tr.text(value)``
 which renders a :class:`Message` and leaves any other text as it is.
 
 The Chinese catalogue is ``backend/locale/zh_CN/LC_MESSAGES/messages.po``, compiled
-in memory with Babel on first use (no ``.mo`` file to build or to go stale).
+in memory with Babel (no ``.mo`` file to build or to go stale): by the app at its start,
+in a thread (:func:`load_catalogs`), else on first use.
 """
 
 from __future__ import annotations

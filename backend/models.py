@@ -59,13 +59,26 @@ class ModelDirectory:
         Starts a refresh when the cache is stale and waits for it at most
         ``wait_s``; the refresh goes on in the background after that. Never raises.
         """
-        if self._clock() - self._fetched_at >= self._refresh_s:
-            if self._refreshing is None or self._refreshing.done():
-                self._refreshing = asyncio.create_task(self._refresh())
+        refreshing = self._refresh_if_stale()
+        if refreshing is not None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._wait_s):
-                    await asyncio.shield(self._refreshing)
+                    await asyncio.shield(refreshing)
         return list(self._models)
+
+    def known(self) -> list[ServedModel]:
+        """The served models as last known, at once: :meth:`current` without the wait (a
+        stale cache starts its refresh for the next caller). Never raises."""
+        self._refresh_if_stale()
+        return list(self._models)
+
+    def _refresh_if_stale(self) -> asyncio.Task[None] | None:
+        """The refresh under way (started now if the cache is stale), or None when fresh."""
+        if self._clock() - self._fetched_at < self._refresh_s:
+            return None
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self._refresh())
+        return self._refreshing
 
     async def refresh(self) -> list[ServedModel]:
         """Ask the server now, whatever the cache's age (a chat just found it ready), wait

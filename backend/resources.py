@@ -14,21 +14,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 from dataclasses import dataclass
 
 from backend.client import ChatClient, ServedModel, load_sdk
 from backend.fair_use import AnswerQueues
 from backend.i18n import load_catalogs
+from backend.logs import LOGGER_NAME
 from backend.models import ModelDirectory
 from backend.pacing import ServerPace
 from backend.settings import Settings
 from backend.uploads import MediaWorkers, hand_back_large_blocks
 
+log = logging.getLogger(LOGGER_NAME)
+
 TRIM_EVERY_S = 30.0
 """Seconds between two hand-backs of freed memory (:meth:`AppResources.start_housekeeping`)."""
 
-SDK_AFTER_S = 0.0
-"""Seconds after the app's start at which the OpenAI SDK is imported in a thread
+PRELOAD_AFTER_S = 0.0
+"""Seconds after the app's start at which, in a thread, the translations are compiled
+(:func:`backend.i18n.load_catalogs`) and the OpenAI SDK is imported
 (:func:`backend.client.load_sdk`): while the first page loads, before its chat connects."""
 
 KEPT_BLOCKS_IDLE_S = 60.0
@@ -61,7 +66,7 @@ class AppResources:
     answers: AnswerQueues
     """How many answers each chat and each person have running or waiting."""
     _housekeeping: asyncio.Task[None] | None = None
-    _sdk: asyncio.Task[None] | None = None
+    _preload: asyncio.Task[None] | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> AppResources:
@@ -85,6 +90,11 @@ class AppResources:
         return [(model, server) for server, models in zip(self.servers, lists, strict=True)
                 for model in models]  # fmt: skip
 
+    def known(self) -> list[tuple[ServedModel, Server]]:
+        """:meth:`served` at once, without waiting for a stale cache's refresh
+        (:meth:`backend.models.ModelDirectory.known`)."""
+        return [(model, server) for server in self.servers for model in server.models.known()]
+
     async def server_for(self, model: str) -> Server:
         """The server to ask for ``model``, asked again at every connect of a chat.
 
@@ -97,28 +107,33 @@ class AppResources:
         return (found or unknown or self.servers)[0]
 
     def start_housekeeping(
-        self, every_s: float = TRIM_EVERY_S, sdk_after_s: float = SDK_AFTER_S
+        self, every_s: float = TRIM_EVERY_S, preload_after_s: float = PRELOAD_AFTER_S
     ) -> None:
         """Hand freed memory back to the system every ``every_s`` seconds (in the event
         loop's task; idempotent). Closed chats are dropped by Chainlit a minute after
         their tab closes; their prepared images are large allocations that the C
-        allocator otherwise keeps as the process's RSS. Also, ``sdk_after_s`` seconds from
-        now and in a thread, import the OpenAI SDK (:func:`backend.client.load_sdk`) and
-        compile the translations (:func:`backend.i18n.load_catalogs`): done by the first
-        question instead, that was 20-40 ms of the event loop's time (Babel's locale data
-        and ``.po`` parsing) that every question of a first burst waited behind."""
+        allocator otherwise keeps as the process's RSS. Also, ``preload_after_s`` seconds
+        from now and in a thread, compile the translations
+        (:func:`backend.i18n.load_catalogs`) and import the OpenAI SDK
+        (:func:`backend.client.load_sdk`). Left to the first question, the translations
+        took 26 ms of the event loop's time (Babel's locale data and ``.po`` parsing,
+        docs/benchmarks.md), which every question of a first burst waited behind; a
+        failure here is logged, and what failed is tried again where it is first used."""
         if self._housekeeping is None or self._housekeeping.done():
             self._housekeeping = asyncio.create_task(self._trim_forever(every_s))
-        if self._sdk is None:
-            self._sdk = asyncio.create_task(self._load_sdk(sdk_after_s))
+        if self._preload is None:
+            self._preload = asyncio.create_task(self._preload_after(preload_after_s))
 
     @staticmethod
-    async def _load_sdk(after_s: float) -> None:
+    async def _preload_after(after_s: float) -> None:
         await asyncio.sleep(after_s)
-        await asyncio.to_thread(load_sdk)
-        await asyncio.to_thread(load_catalogs)
-        # What the SDK and the catalogs loaded live as long as the process: out of the
-        # garbage collector's full passes, as app.py does with what the start loaded.
+        for load in (load_catalogs, load_sdk):  # the catalogs first: 26 ms, the SDK 0.5 s
+            try:
+                await asyncio.to_thread(load)
+            except Exception:
+                log.exception("preloading at the start failed (%s)", load.__name__)
+        # What they loaded lives as long as the process: out of the garbage collector's
+        # full passes, as app.py does with what the start loaded.
         gc.freeze()
 
     async def _trim_forever(self, every_s: float) -> None:
@@ -128,7 +143,7 @@ class AppResources:
 
     async def aclose(self) -> None:
         """Close everything, in reverse order of use."""
-        for task in (self._housekeeping, self._sdk):
+        for task in (self._housekeeping, self._preload):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

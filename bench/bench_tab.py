@@ -413,8 +413,9 @@ async def socket_first_words(
     (``bench._common.Tab``, a fresh session each) and Open WebUI (``peer``:
     ``bench.openwebui.OpenWebUITab``, a fresh chat each); seconds to the first visible
     words (``Timing.words_s``: a marker, or the step opening alone, is not a word), per
-    stream. Open WebUI shows no reasoning words until its block is unfolded, so it has no
-    reasoning side here."""
+    stream; Open WebUI's tab client times its first text (``first_s``), which for an
+    Instruct answer is its first words. Open WebUI shows no reasoning words until its block
+    is unfolded, so it has no reasoning side here."""
     from bench._common import DirectClient, Tab, Workload
 
     end = "(end of answer)"

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -802,26 +802,55 @@ async def test_a_picked_model_the_cache_names_is_asked_without_a_model_list_firs
 
 
 async def test_a_question_does_not_wait_for_a_stale_model_list_before_its_request(
-    browser: Browser, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Defect: every question first read what is served for Compare from the model cache,
     which, older than 10 s, made it wait (up to 0.3 s) for a ``/v1/models`` answer before
-    its request went; in a burst every question waited for it. The refresh now comes
-    after the first words, and Compare still learns of what is served."""
-    directory = app.resources().servers[0].models
-    monkeypatch.setattr(directory, "_clock", lambda: time.monotonic() + 3600)  # stale
-    client = app.resources().servers[0].client
-    real = client.list_models
-    asked_before_list: list[int] = []
+    its request went; in a burst every question waited for it. Now it reads the caches as
+    they are (a stale one refreshes for the next question), and Compare is still offered."""
+    instruct_server.reset()
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch)
+    asked_when_listed: list[int] = []
+    for server in app.resources().servers:
+        monkeypatch.setattr(server.models, "_clock", lambda: time.monotonic() + 3600)  # stale
+        real = server.client.list_models
 
-    async def list_models() -> list[ServedModel]:
-        asked_before_list.append(len(fake.requests))
-        return await real()
+        async def slow_list(
+            real: Callable[[], Awaitable[list[ServedModel]]] = real,
+        ) -> list[ServedModel]:
+            await asyncio.sleep(0.2)  # under the 0.3 s a stale cache is waited for
+            asked_when_listed.append(len(fake.requests))
+            return await real()
 
-    monkeypatch.setattr(client, "list_models", list_models)
+        monkeypatch.setattr(server.client, "list_models", slow_list)
     await app.on_message(user_message("hello #scenario=plain"))
-    assert asked_before_list == [1]  # refreshed once, after the request had gone
+    assert asked_when_listed and min(asked_when_listed) == 1  # the request went first
     assert browser.texts()[-1].startswith(ANSWER.strip())
+    assert len(action_frames(browser, "Compare with Kimi-VL Instruct")) == 1
+
+
+async def test_a_picked_model_whose_server_is_down_is_refused_though_the_cache_names_it(
+    fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The served-model cache keeps a failing server's last good list: a model picked
+    there is asked for live, and a server that is down refuses the switch (the text back,
+    the chat on its own model) instead of switching the chat to it."""
+    instruct_server.reset()
+    settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
+    browser = await start_chat(settings, monkeypatch)
+    second = app.resources().servers[1]
+    monkeypatch.setattr(second.models, "_clock", lambda: time.monotonic() + 3600)  # stale
+
+    async def down() -> list[ServedModel]:
+        raise ServerUnreachable(msg("Cannot reach the model server at {url}.", url="x"))
+
+    monkeypatch.setattr(second.client, "list_models", down)
+    await app.on_message(user_message("hello there", model="kimi-vl"))
+    assert instruct_server.requests == []
+    assert "Your text is back in the message box" in browser.texts()[-1]
+    model = app.chat().model
+    assert model is not None and model.id == "kimi-vl-thinking-2506"
 
 
 async def test_picking_the_other_model_mid_chat_keeps_the_conversation(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -12,6 +14,7 @@ from PIL import Image, _imaging
 
 from backend.client import ServedModel, load_sdk
 from backend.errors import ClientClosed, ServerUnreachable
+from backend.logs import LOGGER_NAME
 from backend.models import ModelDirectory
 from backend.resources import KEPT_BLOCKS_IDLE_S, AppResources
 from backend.settings import Settings
@@ -56,29 +59,51 @@ async def test_housekeeping_hands_freed_memory_back_until_closed(
     assert len(trims) == seen  # stopped with the app
 
 
-async def test_the_openai_sdk_and_the_translations_are_loaded_in_a_thread_after_the_start(
+async def test_the_translations_and_the_openai_sdk_are_loaded_in_a_thread_after_the_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     shared = AppResources.start(Settings())
-    loads: list[tuple[float, bool]] = []
+    loads: list[tuple[str, float, bool]] = []
     started = time.monotonic()
 
-    def load_sdk() -> None:
-        loads.append(
-            (time.monotonic() - started, threading.current_thread() is threading.main_thread())
-        )
+    def recorder(name: str) -> Callable[[], None]:
+        def load() -> None:
+            on_main_thread = threading.current_thread() is threading.main_thread()
+            loads.append((name, time.monotonic() - started, on_main_thread))
 
-    monkeypatch.setattr("backend.resources.load_sdk", load_sdk)
-    monkeypatch.setattr("backend.resources.load_catalogs", load_sdk)  # recorded alike
-    shared.start_housekeeping(sdk_after_s=0.2)
-    shared.start_housekeeping(sdk_after_s=0.2)  # once, however often called
+        return load
+
+    monkeypatch.setattr("backend.resources.load_sdk", recorder("sdk"))
+    monkeypatch.setattr("backend.resources.load_catalogs", recorder("catalogs"))
+    shared.start_housekeeping(preload_after_s=0.2)
+    shared.start_housekeeping(preload_after_s=0.2)  # once, however often called
     await asyncio.sleep(0.1)
-    assert loads == []  # not before sdk_after_s
+    assert loads == []  # not before preload_after_s
     await asyncio.sleep(0.4)
     await shared.aclose()
-    assert len(loads) == 2  # the SDK, then the catalogs
-    for after_s, on_main_thread in loads:
+    assert [name for name, _, _ in loads] == ["catalogs", "sdk"]
+    for _, after_s, on_main_thread in loads:
         assert after_s >= 0.2 and not on_main_thread
+
+
+async def test_a_failed_preload_is_logged_and_the_rest_still_loads(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broken catalogue must not stop the SDK's import, nor the app's stop."""
+    shared = AppResources.start(Settings())
+    loaded: list[str] = []
+
+    def broken() -> None:
+        raise OSError("messages.po: unreadable")
+
+    monkeypatch.setattr("backend.resources.load_catalogs", broken)
+    monkeypatch.setattr("backend.resources.load_sdk", lambda: loaded.append("sdk"))
+    with caplog.at_level(logging.ERROR, logger=LOGGER_NAME):
+        shared.start_housekeeping(preload_after_s=0)
+        await asyncio.sleep(0.3)
+        await shared.aclose()  # does not raise
+    assert loaded == ["sdk"]
+    assert "preloading at the start failed (broken)" in caplog.text
 
 
 def _decode_a_photo() -> None:
@@ -131,4 +156,30 @@ async def test_a_failed_model_list_keeps_the_last_answer_and_is_asked_first(
     assert await fresh.current() == [] and not fresh.answered
     assert await shared.server_for("kimi-vl") is second  # it may serve it: ask it
     assert await shared.server_for("kimi-vl-thinking-2506") is shared.servers[0]
+    await shared.aclose()
+
+
+async def test_the_known_models_come_at_once_and_a_stale_cache_refreshes_for_the_next_caller(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a question reads before its request (Compare's models): never a wait for
+    ``/v1/models``, even with a stale cache; its refresh serves the next caller."""
+    shared = AppResources.start(Settings(base_url=fake.base_url))
+    clock = [0.0]
+    client = shared.servers[0].client
+    models = ModelDirectory(client, refresh_s=10.0, clock=lambda: clock[0])
+    shared.servers[0] = replace(shared.servers[0], models=models)
+    assert [m.id for m in await models.current()] == ["kimi-vl-thinking-2506"]
+    answered = asyncio.Event()
+
+    async def slow_list() -> list[ServedModel]:
+        await answered.wait()
+        return [ServedModel("kimi-vl", 8192)]
+
+    monkeypatch.setattr(client, "list_models", slow_list)
+    clock[0] = 11.0  # stale
+    assert [m.id for m, _ in shared.known()] == ["kimi-vl-thinking-2506"]  # at once
+    answered.set()
+    await asyncio.sleep(0.05)
+    assert [m.id for m, _ in shared.known()] == ["kimi-vl"]  # the refresh it started
     await shared.aclose()
