@@ -538,11 +538,54 @@ def _flattened(
 
 
 PASSTHROUGH_MAX_BYTES_PER_PIXEL: Final = {"JPEG": 0.35, "WEBP": 0.35, "PNG": 1.0}
-"""Densest upload sent as it is, in bytes per pixel. Our JPEG at quality 80 of a
-photo takes about 0.2-0.3 (the scikit-image photos and the 12 MP photo of
-bench/bench_images.py): a denser JPEG or WebP (a phone's quality 95) is
-re-encoded smaller. A PNG above 1 byte a pixel is a photo, which goes smaller as
-JPEG; screenshots and scans take 0.1-0.6."""
+"""Densest upload sent as it is, in bytes per pixel, whatever its quality. Our JPEG
+at quality 80 of a photo takes about 0.2-0.3 (the scikit-image photos and the 12 MP
+photo of bench/bench_images.py): a denser WebP, or a denser JPEG saved above
+:data:`PASSTHROUGH_MAX_JPEG_QUALITY` (a phone's quality 95), is re-encoded smaller.
+A PNG above 1 byte a pixel is a photo, which goes smaller as JPEG; screenshots and
+scans take 0.1-0.6."""
+
+PASSTHROUGH_MAX_JPEG_QUALITY: Final = 89
+"""Highest estimated quality (:func:`jpeg_quality`) of a JPEG sent as uploaded
+however dense it is. Re-encoding at :data:`JPEG_QUALITY` saves little below 90 and
+adds a second generation of loss, for about 40 ms of a core per 3 megapixels
+(decode and encode). Bytes after re-encoding at 80, against the file (measured on
+``tests/data/rocket.jpg`` and ``bench.media.make_photo``'s photo, each saved at the
+quality named): 91-92 % at 85, 80-84 % at 88, 77-81 % at 89; 67-70 % at 90, 57-63 %
+at 92, 47-53 % at 95, 32-40 % at 98."""
+
+_STANDARD_LUMINANCE_TABLE_SUM: Final = 3688
+"""The sum of the 64 entries of the JPEG standard's example luminance quantization
+table (ITU-T T.81, Annex K, Table K.1), which libjpeg scales by its quality setting."""
+
+
+def jpeg_quality(image: Image.Image) -> float | None:
+    """The libjpeg quality (about 1-100) a JPEG was saved at, estimated from its
+    luminance quantization table; None for any other image or a JPEG without one.
+
+    libjpeg (``jpeg_quality_scaling`` in its ``jcparam.c``) scales the standard table
+    by ``5000 / quality`` percent below quality 50 and ``200 - 2 * quality`` from 50
+    up; the table's sum against :data:`_STANDARD_LUMINANCE_TABLE_SUM` gives that
+    percentage back, within half a step for libjpeg's and Pillow's files; for encoders with their
+    own tables (cameras, phones) an estimate of the same scale. Entries clamp at 1 and
+    (baseline) at 255, so qualities from about 98 up read as 98-99 and those under
+    about 20 read high (10 as 15).
+    """
+    tables = getattr(image, "quantization", None)
+    if not tables or 0 not in tables:
+        return None
+    luminance: list[int] = list(tables[0])
+    percent = 100 * sum(luminance) / _STANDARD_LUMINANCE_TABLE_SUM
+    return (200 - percent) / 2 if percent <= 100 else 5000 / percent
+
+
+def _too_dense(image: Image.Image, kind: str, source_bytes: int) -> bool:
+    """Whether re-encoding would make this upload notably smaller
+    (:data:`PASSTHROUGH_MAX_BYTES_PER_PIXEL`, :data:`PASSTHROUGH_MAX_JPEG_QUALITY`)."""
+    if source_bytes <= PASSTHROUGH_MAX_BYTES_PER_PIXEL[kind] * image.width * image.height:
+        return False
+    quality = jpeg_quality(image) if kind == "JPEG" else None
+    return quality is None or quality > PASSTHROUGH_MAX_JPEG_QUALITY
 
 
 def _as_uploaded(
@@ -552,18 +595,17 @@ def _as_uploaded(
 
     That is a baseline JPEG, a PNG or a WebP, one frame, 8-bit RGB or grey with no
     alpha, no EXIF rotation, within the patch budget and at least
-    :data:`MIN_SIDE` a side, and no denser than
-    :data:`PASSTHROUGH_MAX_BYTES_PER_PIXEL`. It is decoded once, cheaply (a JPEG
+    :data:`MIN_SIDE` a side, and not one that re-encoding would make notably smaller
+    (:func:`_too_dense`). It is decoded once, cheaply (a JPEG
     at 1/8 scale), to prove the whole file is readable; anything odd (a damaged
     file included) returns None and takes the full path, which says what is wrong.
     """
     try:
         with Image.open(path) as image:
             kind = image.format or ""
-            limit = PASSTHROUGH_MAX_BYTES_PER_PIXEL.get(kind)
             width, height = image.size
             if (
-                limit is None
+                kind not in PASSTHROUGH_MAX_BYTES_PER_PIXEL
                 or image.mode not in ("RGB", "L")
                 or getattr(image, "n_frames", 1) != 1
                 or image.info.get("progressive")
@@ -572,7 +614,7 @@ def _as_uploaded(
                 or _orientation(image) not in (None, 1)
                 or min(width, height) < MIN_SIDE
                 or fit_to_budget(width, height, in_token_limit) != (width, height)
-                or source_bytes > limit * width * height
+                or _too_dense(image, kind, source_bytes)
             ):
                 return None
             image.draft(None, (max(1, width // 8), max(1, height // 8)))

@@ -26,6 +26,7 @@ from backend.images import (
     PreparedImage,
     fit_to_budget,
     image_tokens,
+    jpeg_quality,
     prepare_image,
 )
 from tests.media import one_line_naming
@@ -697,6 +698,41 @@ def test_an_upload_that_already_fits_is_sent_byte_for_byte(save: Callable[..., P
     assert (prepared.width, prepared.height, prepared.tokens) == (640, 427, 368)
     screenshot = save("shot.png", encoded(Image.open(DATA / "page.png").convert("L"), "PNG"))
     assert payload(prepare_image(screenshot, 4096)) == screenshot.read_bytes()
+
+
+def noisy_photo(width: int = 800, height: int = 600) -> Image.Image:
+    """Colour noise: a JPEG of it is far denser than a photo's at any quality."""
+    bands = [Image.effect_noise((width, height), 40 + 10 * band) for band in range(3)]
+    return Image.merge("RGB", bands)
+
+
+@pytest.mark.parametrize("quality", [75, 85, 89])
+def test_a_dense_jpeg_saved_at_most_at_quality_89_is_sent_byte_for_byte(
+    save: Callable[..., Path], quality: int
+) -> None:
+    """Over 0.35 bytes a pixel, but re-encoding at quality 80 would save at most about
+    a fifth of it and lose detail again: the upload goes as it is."""
+    path = save("dense.jpg", encoded(noisy_photo(), "JPEG", quality=quality))
+    assert path.stat().st_size > 0.35 * 800 * 600  # the byte rule alone would re-encode it
+    assert payload(prepare_image(path, 4096)) == path.read_bytes()
+
+
+def test_a_dense_jpeg_saved_at_quality_95_is_made_smaller(save: Callable[..., Path]) -> None:
+    path = save("dense.jpg", encoded(noisy_photo(), "JPEG", quality=95))
+    prepared = prepare_image(path, 4096)
+    assert (prepared.width, prepared.height) == (800, 600)
+    assert len(payload(prepared)) < 0.8 * path.stat().st_size
+
+
+@pytest.mark.parametrize("quality", [20, 30, 50, 75, 80, 89, 90, 95])
+def test_the_quality_a_jpeg_was_saved_at_is_read_back(quality: int) -> None:
+    image = Image.open(io.BytesIO(encoded(photo("rocket.jpg"), "JPEG", quality=quality)))
+    estimate = jpeg_quality(image)
+    assert estimate is not None and abs(estimate - quality) <= 1
+
+
+def test_an_image_without_jpeg_tables_has_no_quality() -> None:
+    assert jpeg_quality(photo("page.png")) is None
 
 
 @pytest.mark.parametrize(
