@@ -20,6 +20,8 @@ browsers on several workers gets the bound on each.
 
 from __future__ import annotations
 
+import math
+import time
 from collections import Counter
 from collections.abc import Container
 from dataclasses import dataclass
@@ -88,6 +90,8 @@ class AnswerQueues:
     def __init__(self, per_chat: int, per_person: int) -> None:
         self.per_chat = per_chat
         self.per_person = per_person
+        self.last_entered = -math.inf
+        """``time.monotonic()`` of the last :meth:`enter` (-inf: none yet)."""
         self._tally = Tally()
 
     def enter(self, chat: str, person: str) -> Place:
@@ -96,6 +100,7 @@ class AnswerQueues:
         Raises:
             Busy: ``chat`` or ``person`` has as many answers running or waiting as allowed.
         """
+        self.last_entered = time.monotonic()
         in_chat, of_person = self._tally.chats[chat], self._tally.people[person]
         if in_chat >= self.per_chat:
             raise Busy(

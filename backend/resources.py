@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 
 from backend.client import ChatClient, ServedModel, load_sdk
+from backend.collector import FullCollections
 from backend.fair_use import AnswerQueues
 from backend.i18n import load_catalogs
 from backend.logs import LOGGER_NAME
@@ -65,8 +66,11 @@ class AppResources:
     workers: MediaWorkers
     answers: AnswerQueues
     """How many answers each chat and each person have running or waiting."""
+    collections: FullCollections
+    """The process's full garbage collections, at quiet moments once housekeeping starts."""
     _housekeeping: asyncio.Task[None] | None = None
     _preload: asyncio.Task[None] | None = None
+    _collecting: asyncio.Task[None] | None = None
 
     @classmethod
     def start(cls, settings: Settings) -> AppResources:
@@ -77,7 +81,8 @@ class AppResources:
         for url in settings.base_urls:
             servers.append(Server.of(ChatClient.from_settings(settings, url), settings))
         answers = AnswerQueues(1 + settings.chat_queue, settings.user_answers)
-        return cls(settings, servers, MediaWorkers(), answers)
+        collections = FullCollections(lambda: answers.last_entered)
+        return cls(settings, servers, MediaWorkers(), answers, collections)
 
     @property
     def client(self) -> ChatClient:
@@ -118,11 +123,16 @@ class AppResources:
         (:func:`backend.client.load_sdk`). Left to the first question, the translations
         took 26 ms of the event loop's time (Babel's locale data and ``.po`` parsing,
         docs/benchmarks.md), which every question of a first burst waited behind; a
-        failure here is logged, and what failed is tried again where it is first used."""
+        failure here is logged, and what failed is tried again where it is first used.
+        And the full garbage collections run at quiet moments from now on
+        (:class:`backend.collector.FullCollections`)."""
         if self._housekeeping is None or self._housekeeping.done():
             self._housekeeping = asyncio.create_task(self._trim_forever(every_s))
         if self._preload is None:
             self._preload = asyncio.create_task(self._preload_after(preload_after_s))
+        if self._collecting is None:
+            self.collections.take_over()
+            self._collecting = asyncio.create_task(self.collections.run())
 
     @staticmethod
     async def _preload_after(after_s: float) -> None:
@@ -143,11 +153,12 @@ class AppResources:
 
     async def aclose(self) -> None:
         """Close everything, in reverse order of use."""
-        for task in (self._housekeeping, self._preload):
+        for task in (self._housekeeping, self._preload, self._collecting):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        self.collections.hand_back()
         for server in self.servers:
             await server.models.aclose()
             await server.client.aclose()

@@ -1,0 +1,81 @@
+"""Full garbage collections on the app's schedule, not when allocations set one off.
+
+CPython runs a full (generation 2) collection once enough objects have survived the
+younger collections, that is, while the process allocates the most: in the first tenth
+of a second of a burst of questions, when 64 chats' steps, messages and requests are made
+at once. A full pass walks every object that is not frozen (app.py freezes what the start
+loaded) holding the GIL, so the event loop and every thread wait for it. Measured inside
+64-chat bursts on a 2-core machine: passes of 15-55 ms, longer as the closed tabs'
+sessions that Chainlit keeps for a minute pile up, each landing in the burst's first
+words (docs/benchmarks.md, "Full collections during a burst").
+
+:class:`FullCollections` turns the automatic full passes off and runs one every
+``every_s`` seconds once no question has been asked for ``quiet_s``. The younger
+generations are still collected automatically (passes of at most about 5 ms, measured
+the same way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+NEVER: Final = 1 << 30
+"""A generation-2 threshold no process reaches (it counts generation-1 passes)."""
+
+EVERY_S: Final = 10.0
+"""Seconds between two full collections, before waiting for a quiet moment."""
+
+QUIET_S: Final = 1.0
+"""A full collection waits until no question has been asked for this long (at most
+:data:`EVERY_S` more): a burst's first words come within a few hundred milliseconds."""
+
+
+@dataclass
+class FullCollections:
+    """The process's full garbage collections, run by :meth:`run` at quiet moments.
+
+    Args:
+        last_question: the ``time.monotonic()`` of the last question asked
+            (``backend.fair_use.AnswerQueues.last_entered``).
+        every_s: seconds between two full collections, before waiting for quiet.
+        quiet_s: seconds without a question that count as quiet.
+    """
+
+    last_question: Callable[[], float]
+    every_s: float = EVERY_S
+    quiet_s: float = QUIET_S
+    _saved: tuple[int, int, int] | None = None
+
+    def take_over(self) -> None:
+        """Turn the automatic full collections off (idempotent); :meth:`run` does them."""
+        if self._saved is None:
+            self._saved = gc.get_threshold()
+            young, middle, _ = self._saved
+            gc.set_threshold(young, middle, NEVER)
+
+    def hand_back(self) -> None:
+        """Restore the thresholds :meth:`take_over` found (idempotent)."""
+        if self._saved is not None:
+            gc.set_threshold(*self._saved)
+            self._saved = None
+
+    async def run(self) -> None:
+        """Forever: wait ``every_s``, then for a quiet moment (at most ``every_s``
+        more), then collect every generation."""
+        while True:
+            await asyncio.sleep(self.every_s)
+            await self._quiet(time.monotonic() + self.every_s)
+            gc.collect()
+
+    async def _quiet(self, deadline: float) -> None:
+        while True:
+            now = time.monotonic()
+            wait = min(self.last_question() + self.quiet_s, deadline) - now
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
