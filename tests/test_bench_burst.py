@@ -8,7 +8,16 @@ import os
 import pytest
 
 from bench._common import Timing
-from bench.bench_burst import APP, DIRECT, PEER, Level, Round, app_cores, burst_table
+from bench.bench_burst import (
+    APP,
+    DIRECT,
+    PEER,
+    Level,
+    Round,
+    app_cores,
+    burst_table,
+    first_question_summary,
+)
 
 
 def answered(first_s: float, last_s: float = 2.0) -> Timing:
@@ -55,3 +64,11 @@ def test_pinning_keeps_the_driver_to_the_first_cpu_and_gives_the_app_the_rest(
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     with pytest.raises(SystemExit, match="at least two CPUs"):
         app_cores(True)
+
+
+def test_the_first_question_reads_as_its_median_with_every_tab_shown() -> None:
+    """A tab whose idle second held a full collection reads negative; one whose question
+    second held a closed tab's chat end reads high: neither moves the median."""
+    summary = first_question_summary([2.5, -4.0, 2.7, 30.0, 2.6])
+    assert summary.startswith("median 2.6 ms of 5 fresh tabs")
+    assert summary.endswith("(each: 2.5, -4.0, 2.7, 30.0, 2.6)")
