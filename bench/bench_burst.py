@@ -276,6 +276,13 @@ def burst_table(levels: list[Level]) -> str:
     return "\n".join(lines)
 
 
+QUESTION_WINDOW_S = 0.3
+"""Seconds after Enter in which the first question's CPU is counted: its request is with
+the scripted server within tens of milliseconds, and scenario ``late`` holds the first
+token 1.5 s, so nothing of the answer falls in it; shorter than a second, so that less
+of what is not the question's (a socket.io ping, housekeeping) does."""
+
+
 def first_question_summary(each_ms: list[float]) -> str:
     """``each_ms`` (ms per fresh tab) as a sentence's end: the median, then every value."""
     values = ", ".join(f"{ms:.1f}" for ms in each_ms)
@@ -287,25 +294,29 @@ def first_question_summary(each_ms: list[float]) -> str:
 
 async def first_question_cpu_ms(target: Target, http: httpx.AsyncClient, asks: int) -> list[float]:
     """The app's CPU (ms, every thread) from Enter until its request is with the server,
-    for each of ``asks`` fresh tabs: one second after Enter less one idle second. Either
-    second may also hold work that is not the question's (a full garbage collection at a
-    quiet moment, ``backend/collector.py``; a closed tab's chat end), so read the median."""
+    for each of ``asks`` fresh tabs, after as many questions asked together to warm the
+    process: :data:`QUESTION_WINDOW_S` after Enter less as long idle just before. Either window may also hold work that is not the question's (a full
+    garbage collection at a quiet moment, ``backend/collector.py``; a closed tab's chat
+    end), so read the median."""
     spent: list[float] = []
 
     def now() -> float:
         return sum(threads_cpu_s(pid) for pid in target.pids)
 
+    # Warm: a process's very first questions run cold code (CPython's adaptive
+    # interpreter specializes it as it runs), which a room's process has long left.
+    await burst(app_side(target), http, asks, None, 0)
     for _ in range(asks):
         tab = target.tab(http)
         await tab.open()
         try:
-            await asyncio.sleep(0.5)  # what the chat start left to do is done
+            await asyncio.sleep(1.0)  # what the chat start left to do is done
             idle0 = now()
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(QUESTION_WINDOW_S)
             idle = now() - idle0
             asked0 = now()
             asking = asyncio.create_task(tab.ask(LATE.text, marker=""))
-            await asyncio.sleep(1.0)  # the server holds its first token 1.5 s
+            await asyncio.sleep(QUESTION_WINDOW_S)
             spent.append(now() - asked0 - idle)
             await asking  # its answer ends before the next tab's idle second
         finally:
@@ -366,13 +377,15 @@ async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -
         try:
             await direct.ask(PACED)  # warm-up of every path
             await (await app_side(target).open(http, 0, photo, 0))[1]()
+            # Before the bursts: the chats they leave end a minute after their tabs close,
+            # a full collection's work grows with them, and both fall in these seconds.
+            first_ms = await first_question_cpu_ms(target, http, args.first_asks)
             levels = []
             for chats in args.levels:
                 with_peer = peer is not None and chats in args.peer_levels
                 here = sides + ([peer_side(peer, tokens)] if with_peer and peer else [])
                 levels.append(await run_level(here, http, chats, photo, args))
                 print(burst_table(levels[-1:]).splitlines()[-1], flush=True)
-            first_ms = await first_question_cpu_ms(target, http, args.first_asks)
             steady = []
             if not args.no_steady:
                 steady = await steady_levels(target, direct, http, photo, args)
