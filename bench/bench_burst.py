@@ -295,9 +295,11 @@ def first_question_summary(each_ms: list[float]) -> str:
 async def first_question_cpu_ms(target: Target, http: httpx.AsyncClient, asks: int) -> list[float]:
     """The app's CPU (ms, every thread) from Enter until its request is with the server,
     for each of ``asks`` fresh tabs, after as many questions asked together to warm the
-    process: :data:`QUESTION_WINDOW_S` after Enter less as long idle just before. Either window may also hold work that is not the question's (a full
-    garbage collection at a quiet moment, ``backend/collector.py``; a closed tab's chat
-    end), so read the median."""
+    process: :data:`QUESTION_WINDOW_S` after Enter less as long idle just before.
+
+    Either window may also hold work that is not the question's (a full garbage
+    collection at a quiet moment, ``backend/collector.py``; a closed tab's chat end),
+    so read the median."""
     spent: list[float] = []
 
     def now() -> float:
