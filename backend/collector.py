@@ -66,11 +66,14 @@ class FullCollections:
 
     async def run(self) -> None:
         """Forever: wait ``every_s``, then for a quiet moment (at most ``every_s``
-        more), then collect every generation."""
+        more), then collect every generation, unless collection is off just then
+        (``backend.safety.collector_paused``, while a long answer is read: it is the
+        next round's)."""
         while True:
             await asyncio.sleep(self.every_s)
             await self._quiet(time.monotonic() + self.every_s)
-            gc.collect()
+            if gc.isenabled():
+                gc.collect()
 
     async def _quiet(self, deadline: float) -> None:
         while True:

@@ -13,6 +13,7 @@ import pytest
 from backend.collector import FullCollections
 from backend.fair_use import AnswerQueues
 from backend.resources import AppResources
+from backend.safety import collector_paused
 from backend.settings import Settings
 
 
@@ -104,6 +105,26 @@ async def test_questions_without_a_pause_do_not_put_a_full_pass_off_for_ever(
                 break
             await asyncio.sleep(0.01)
         assert freed  # within about twice every_s, though no moment was quiet
+    finally:
+        running.cancel()
+
+
+async def test_no_full_pass_while_collection_is_paused(thresholds: None) -> None:
+    """A long answer being read turns collection off (backend/safety.py): the schedule
+    leaves that moment alone and frees the garbage once collection is back on."""
+    collections = FullCollections(lambda: -1.0, every_s=0.05, quiet_s=0.01)
+    collections.take_over()
+    freed = old_garbage()
+    running = asyncio.create_task(collections.run())
+    try:
+        with collector_paused():
+            await asyncio.sleep(0.3)  # six rounds of the schedule
+            assert not freed
+        for _ in range(100):
+            if freed:
+                break
+            await asyncio.sleep(0.01)
+        assert freed
     finally:
         running.cancel()
 
