@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pillow_heif
-from PIL import ExifTags, Image, UnidentifiedImageError, _imaging
+from PIL import ExifTags, Image, JpegImagePlugin, UnidentifiedImageError, _imaging
 
 from backend.errors import ImageError
 from backend.i18n import msg
@@ -546,13 +546,22 @@ A PNG above 1 byte a pixel is a photo, which goes smaller as JPEG; screenshots a
 scans take 0.1-0.6."""
 
 PASSTHROUGH_MAX_JPEG_QUALITY: Final = 89
-"""Highest estimated quality (:func:`jpeg_quality`) of a JPEG sent as uploaded
-however dense it is. Re-encoding at :data:`JPEG_QUALITY` saves little below 90 and
-adds a second generation of loss, for about 40 ms of a core per 3 megapixels
-(decode and encode). Bytes after re-encoding at 80, against the file (measured on
-``tests/data/rocket.jpg`` and ``bench.media.make_photo``'s photo, each saved at the
-quality named): 91-92 % at 85, 80-84 % at 88, 77-81 % at 89; 67-70 % at 90, 57-63 %
-at 92, 47-53 % at 95, 32-40 % at 98."""
+"""Highest estimated quality (:func:`jpeg_quality`) of a JPEG sent as uploaded though
+denser than :data:`PASSTHROUGH_MAX_BYTES_PER_PIXEL` (up to
+:data:`PASSTHROUGH_JPEG_CEILING`, and with its colour subsampled 4:2:0, as Pillow and
+most cameras save it; full-resolution colour re-encodes to far fewer bytes).
+Re-encoding at :data:`JPEG_QUALITY` saves little below 90 and adds a second
+generation of loss, for about 40 ms of a core per 3 megapixels (decode and encode).
+Bytes after re-encoding at 80, against the file (measured on ``tests/data/rocket.jpg``
+and ``bench.media.make_photo``'s photo, each saved at the quality named): 91-92 % at
+85, 80-84 % at 88, 77-81 % at 89; 67-70 % at 90, 57-63 % at 92, 47-53 % at 95, 32-40 %
+at 98."""
+
+PASSTHROUGH_JPEG_CEILING: Final = 0.6
+"""Densest JPEG, in bytes per pixel, sent as uploaded on account of its quality. A
+photo at quality 89 takes 0.18-0.50 (``tests/data/rocket.jpg``, the bench photo); more
+is data beyond the picture (bytes appended after its end, large metadata segments),
+which every later turn of the chat would send again."""
 
 _STANDARD_LUMINANCE_TABLE_SUM: Final = 3688
 """The sum of the 64 entries of the JPEG standard's example luminance quantization
@@ -566,8 +575,8 @@ def jpeg_quality(image: Image.Image) -> float | None:
     libjpeg (``jpeg_quality_scaling`` in its ``jcparam.c``) scales the standard table
     by ``5000 / quality`` percent below quality 50 and ``200 - 2 * quality`` from 50
     up; the table's sum against :data:`_STANDARD_LUMINANCE_TABLE_SUM` gives that
-    percentage back, within half a step for libjpeg's and Pillow's files; for encoders with their
-    own tables (cameras, phones) an estimate of the same scale. Entries clamp at 1 and
+    percentage back, within half a step for libjpeg's and Pillow's files; for encoders
+    with their own tables (cameras, phones) an estimate of the same scale. Entries clamp at 1 and
     (baseline) at 255, so qualities from about 98 up read as 98-99 and those under
     about 20 read high (10 as 15).
     """
@@ -581,11 +590,16 @@ def jpeg_quality(image: Image.Image) -> float | None:
 
 def _too_dense(image: Image.Image, kind: str, source_bytes: int) -> bool:
     """Whether re-encoding would make this upload notably smaller
-    (:data:`PASSTHROUGH_MAX_BYTES_PER_PIXEL`, :data:`PASSTHROUGH_MAX_JPEG_QUALITY`)."""
-    if source_bytes <= PASSTHROUGH_MAX_BYTES_PER_PIXEL[kind] * image.width * image.height:
+    (:data:`PASSTHROUGH_MAX_BYTES_PER_PIXEL`; for a JPEG, also
+    :data:`PASSTHROUGH_MAX_JPEG_QUALITY` and :data:`PASSTHROUGH_JPEG_CEILING`)."""
+    pixels = image.width * image.height
+    if source_bytes <= PASSTHROUGH_MAX_BYTES_PER_PIXEL[kind] * pixels:
         return False
-    quality = jpeg_quality(image) if kind == "JPEG" else None
-    return quality is None or quality > PASSTHROUGH_MAX_JPEG_QUALITY
+    if kind != "JPEG" or source_bytes > PASSTHROUGH_JPEG_CEILING * pixels:
+        return True
+    quality = jpeg_quality(image)
+    subsampled = image.mode == "L" or JpegImagePlugin.get_sampling(image) == 2  # 4:2:0
+    return quality is None or quality > PASSTHROUGH_MAX_JPEG_QUALITY or not subsampled
 
 
 def _as_uploaded(
