@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 NEVER: Final = 1 << 30
@@ -33,6 +34,11 @@ EVERY_S: Final = 10.0
 QUIET_S: Final = 1.0
 """A full collection waits until no question has been asked for this long (at most
 :data:`EVERY_S` more): a burst's first words come within a few hundred milliseconds."""
+
+
+_takeovers: list[tuple[int, int, int]] = []
+"""The thresholds each :meth:`FullCollections.take_over` found, in order: the first is
+what the process had, restored when the last one hands back."""
 
 
 @dataclass
@@ -49,26 +55,35 @@ class FullCollections:
     last_question: Callable[[], float]
     every_s: float = EVERY_S
     quiet_s: float = QUIET_S
-    _saved: tuple[int, int, int] | None = None
+    _holding: bool = field(default=False, init=False, repr=False)
 
     def take_over(self) -> None:
-        """Turn the automatic full collections off (idempotent); :meth:`run` does them."""
-        if self._saved is None:
-            self._saved = gc.get_threshold()
-            young, middle, _ = self._saved
-            gc.set_threshold(young, middle, NEVER)
+        """Turn the automatic full collections off (idempotent); :meth:`run` does them.
+        A no-op from Python 3.14 on, whose incremental collector works in small steps
+        and reads the thresholds otherwise."""
+        if self._holding or sys.version_info >= (3, 14):
+            return
+        _takeovers.append(gc.get_threshold())
+        young, middle, _ = _takeovers[0]
+        gc.set_threshold(young, middle, NEVER)
+        self._holding = True
 
     def hand_back(self) -> None:
-        """Restore the thresholds :meth:`take_over` found (idempotent)."""
-        if self._saved is not None:
-            gc.set_threshold(*self._saved)
-            self._saved = None
+        """Let go (idempotent); the last holder in the process restores the thresholds
+        the first one found."""
+        if not self._holding:
+            return
+        self._holding = False
+        found = _takeovers.pop()
+        if not _takeovers:
+            gc.set_threshold(*found)  # the first one's: what the process had
 
     async def run(self) -> None:
         """Forever: wait ``every_s``, then for a quiet moment (at most ``every_s``
         more), then collect every generation, unless collection is off just then
         (``backend.safety.collector_paused``, while a long answer is read: it is the
-        next round's)."""
+        next round's; a pause that begins in the instant between the check and the
+        pass does not stop that pass)."""
         while True:
             await asyncio.sleep(self.every_s)
             await self._quiet(time.monotonic() + self.every_s)

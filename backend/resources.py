@@ -158,6 +158,7 @@ class AppResources:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        self._collecting = None
         self.collections.hand_back()
         for server in self.servers:
             await server.models.aclose()
