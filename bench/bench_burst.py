@@ -24,12 +24,13 @@ process's user + system seconds over the round divided by N, both UIs measured
 in the same run. With ``--photo`` each app tab also attaches a 1.5 MB photo,
 uploaded as the browser does when it is attached, ``--think-s`` before Enter.
 
-Last, the first question's CPU before its request reaches the server: one fresh
-tab at a time asks a question the scripted server holds 1.5 s before any token
+Before the bursts, the first question's CPU before its request reaches the server:
+after ``--first-asks`` questions asked together to warm the process, one fresh tab
+at a time asks a question the scripted server holds 1.5 s before any token
 (scenario ``late``); the app's CPU (every thread, ``/proc/<pid>/task/*/schedstat``,
-nanoseconds) over the second after Enter, less the same second with no
-question, averaged over ``--first-asks`` tabs. By then the request is with the
-server and the app only waits (its notice of a slow start comes at 3 s).
+nanoseconds) over the 0.3 s after Enter, less as long with no question just before,
+the median over ``--first-asks`` tabs (each printed). By then the request is with
+the server and the app only waits (its notice of a slow start comes at 3 s).
 
 Then, unless ``--no-steady``, the steady load at the same levels on the same app
 (:func:`bench.bench_load.sweep_level`, as many pairs as chats), printed beside it.
@@ -285,6 +286,8 @@ of what is not the question's (a socket.io ping, housekeeping) does."""
 
 def first_question_summary(each_ms: list[float]) -> str:
     """``each_ms`` (ms per fresh tab) as a sentence's end: the median, then every value."""
+    if not each_ms:
+        return "not measured (--first-asks 0)"
     values = ", ".join(f"{ms:.1f}" for ms in each_ms)
     return (
         f"median {statistics.median(each_ms):.1f} ms of {len(each_ms)} fresh tabs, every "
