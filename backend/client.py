@@ -1,9 +1,17 @@
 """Talks to a vLLM OpenAI-compatible server: models, health, streamed chat completions.
 
-Everything goes through ``openai.AsyncOpenAI`` on the SDK's aiohttp transport (timeouts,
-errors) and ``httpx`` (the ``/health`` and ``/tokenize`` endpoints, which are vLLM's own
-and not part of the OpenAI API). Errors from either are mapped one to one onto
-:mod:`backend.errors`, whose messages are what people read.
+A streamed chat completion goes on an ``aiohttp`` session of its own (the request, its
+timeouts, the raw body parsed by :mod:`backend.sse`); the served models through
+``openai.AsyncOpenAI`` (``/v1/models``); vLLM's own endpoints (``/health``, ``/tokenize``,
+not part of the OpenAI API) through ``httpx``. Errors from any of them are mapped one to
+one onto :mod:`backend.errors` (:func:`backend.vllm_errors.map_error`), whose messages are
+what people read.
+
+Why not the SDK for the chat completion too: its request (``AsyncOpenAI.post``: the
+request's options, URL and headers built in its own types, then handed to aiohttp) took
+about 2 ms of CPU a request more than aiohttp's own, about half of a first question's CPU
+in the app (docs/benchmarks.md, "The chat completion on aiohttp"); in a room that asks
+at once every question waits for the ones before it.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, M
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+import aiohttp
 import httpx
 import httpx2
 import orjson
@@ -29,11 +38,18 @@ from backend.logs import LOGGER_NAME
 from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings
 from backend.sse import data_values
-from backend.vllm_errors import CLOSED_MESSAGE, broken_stream, map_error, timed_out
+from backend.vllm_errors import (
+    CLOSED_MESSAGE,
+    ErrorEvent,
+    HttpStatusError,
+    broken_stream,
+    map_error,
+    timed_out,
+)
 
-# The OpenAI SDK is imported where a client first talks to its server: importing it costs
-# about half a second of CPU (docs/benchmarks.md, start to ready), which serving the first
-# page does not need (tests/test_startup_imports.py).
+# The OpenAI SDK is imported where a client first lists its server's models: importing it
+# costs about half a second of CPU (docs/benchmarks.md, start to ready), which serving the
+# first page does not need (tests/test_startup_imports.py).
 if TYPE_CHECKING:
     import openai
 
@@ -132,9 +148,8 @@ def load_sdk() -> None:
     """Import the OpenAI SDK (about 0.5 s of CPU); for a worker thread, off the event loop.
 
     The app starts it at its start (:meth:`backend.resources.AppResources.start_housekeeping`)
-    and a client's first request waits for it (:meth:`ChatClient.list_models`,
-    :meth:`ChatClient.stream`), so the first page does not wait for the import and the
-    event loop never runs it.
+    and a client's first model list waits for it (:meth:`ChatClient.list_models`), so the
+    first page does not wait for the import and the event loop never runs it.
     """
     importlib.import_module("openai")
 
@@ -144,42 +159,33 @@ NO_KEY: Final = "no-key"
 credentials"); the ``Authorization`` header is left out all the same."""
 
 
-async def _chunks(response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
+async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
     """The chunks of a raw streamed chat completion, as plain dicts, in order.
 
-    The body is the raw HTTP response the SDK opened (:meth:`ChatClient._open`), parsed
-    by :func:`backend.sse.data_values` (orjson) instead of the SDK's typed
-    ``ChatCompletionChunk`` objects: ``bench/bench_chunks.py`` measured that
-    decoding and those objects as most of the app's CPU per chunk. What the SDK's
-    ``AsyncStream`` raises is kept, so :func:`map_error` and the stream's own
-    mapping see the same exceptions: an error event (``{"error": {...}}``, vLLM's
-    mid-stream error) raises ``openai.APIError`` with that body; a read timeout
-    ``openai.APITimeoutError``; any other transport failure
-    ``openai.APIConnectionError``.
+    The body is parsed by :func:`backend.sse.data_values` (orjson) as its bytes come,
+    not into the SDK's typed ``ChatCompletionChunk`` objects: ``bench/bench_chunks.py``
+    measured that decoding and those objects as most of the app's CPU per chunk.
 
     Raises:
+        ErrorEvent: vLLM's error event (``{"error": {...}}``) inside the stream.
         ValueError: a chunk that is not JSON or not a JSON object (garbled).
+        aiohttp.ClientError: the body broke (``ClientPayloadError``) or timed out.
     """
-    import openai  # loaded already: the response came from it
+    async for value in data_values(response.content.iter_any()):
+        if not isinstance(value, dict):
+            raise ValueError(f"a chunk that is a JSON {type(value).__name__}, not an object")
+        if error := value.get("error"):
+            raise ErrorEvent(error)
+        yield value
 
+
+async def _error_body(response: aiohttp.ClientResponse) -> object:
+    """The body of an HTTP error answer: its JSON value, or its text when it is not JSON."""
+    raw = await response.read()
     try:
-        async for value in data_values(response.aiter_bytes()):
-            if not isinstance(value, dict):
-                raise ValueError(f"a chunk that is a JSON {type(value).__name__}, not an object")
-            if error := value.get("error"):
-                message = error.get("message") if isinstance(error, dict) else None
-                raise openai.APIError(
-                    message=message
-                    if isinstance(message, str) and message
-                    else "An error occurred during streaming",
-                    request=response.request,
-                    body=error,
-                )
-            yield value
-    except httpx2.TimeoutException as exc:
-        raise openai.APITimeoutError(request=response.request) from exc
-    except httpx2.TransportError as exc:
-        raise openai.APIConnectionError(request=response.request) from exc
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace")
 
 
 KEEPALIVE_EXPIRY_S = 2.0
@@ -188,6 +194,10 @@ closes a connection idle for ``VLLM_HTTP_TIMEOUT_KEEP_ALIVE`` = 5 s (vllm/envs.p
 httpx's own default is the same 5 s, so under load a request could be written onto a
 connection the server was closing that moment and fail as "cannot reach". Dropping idle
 connections well before the server does leaves no such window."""
+
+MAX_CONNECTIONS = 1000
+"""Connections open at once to one server, streams and idle ones together: more than the
+chats one app process serves (``bench/bench_burst.py`` runs 64)."""
 
 
 class ChatClient:
@@ -219,11 +229,30 @@ class ChatClient:
         self._api_key = api_key
         self._timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
+        self._auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+            headers=self._auth,
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
+        self._completions_url = f"{self.base_url}/chat/completions"
+        self._streams: aiohttp.ClientSession | None = None  # made in the loop, on first use
+
+    def _stream_session(self) -> aiohttp.ClientSession:
+        """The aiohttp session of the chat completions, made on the first (in the event
+        loop, as aiohttp wants); its timeouts are this client's: ``timeout_s`` between two
+        reads of a body, ``connect_timeout_s`` to open a connection, none on a whole answer."""
+        if self._streams is None:
+            self._streams = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_EXPIRY_S
+                ),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=self._connect_timeout_s, sock_read=self._timeout_s
+                ),
+                headers=self._auth,
+            )
+        return self._streams
 
     @functools.cached_property
     def _headers(self) -> dict[str, str | openai.Omit]:
@@ -240,11 +269,10 @@ class ChatClient:
 
     @functools.cached_property
     def _openai(self) -> openai.AsyncOpenAI:
-        """The SDK's client, made on first use (see the import note above), on the SDK's
-        aiohttp transport (``openai.DefaultAioHttpClient``): it took half the CPU of the
-        default httpx2 client to read a stream and a third less to open a request
-        (docs/facts.md, "HTTP clients and the OpenAI SDK under a burst"), CPU that every
-        chat of a burst waits for in turn."""
+        """The SDK's client (``/v1/models``), made on first use (see the import note above),
+        on the SDK's aiohttp transport (``openai.DefaultAioHttpClient``), the HTTP stack of
+        the chat completions too (docs/facts.md, "HTTP clients and the OpenAI SDK under a
+        burst")."""
         import openai
 
         return openai.AsyncOpenAI(
@@ -294,7 +322,9 @@ class ChatClient:
         return self._http
 
     async def aclose(self) -> None:
-        """Close both HTTP connection pools (the SDK's, if it was made)."""
+        """Close every HTTP connection pool (the streams' and the SDK's, if they were made)."""
+        if self._streams is not None:
+            await self._streams.close()
         if "_openai" in vars(self):
             await self._openai.close()
         await self._http.aclose()
@@ -392,7 +422,6 @@ class ChatClient:
                 :class:`ClientClosed` after :meth:`aclose`.
         """
         self._check_open()
-        await self._sdk_loaded()
         reading = _Reading(ReasoningSplitter(starts_in_reasoning=request.thinking))
         started_streaming = False
         limit = OutputLimit(output_limit(request.max_tokens))
@@ -422,34 +451,26 @@ class ChatClient:
         )
 
     @contextlib.asynccontextmanager
-    async def _open(self, request: ChatRequest) -> AsyncIterator[httpx2.Response]:
+    async def _open(self, request: ChatRequest) -> AsyncIterator[aiohttp.ClientResponse]:
         """The streamed chat completion of ``request``: its raw HTTP response, body unread,
-        closed on leaving (which makes vLLM abort a request still running).
+        released on leaving; a body not read to its end closes its connection then (aiohttp
+        keeps only a finished one), which makes vLLM abort the request.
 
-        Sent with the SDK's generic ``post`` (its documented way to a raw ``httpx``
-        response) and a body serialized here with orjson, not with
-        ``chat.completions.create``: ``create`` first walks the whole request through
-        the SDK's typed parameters, which took 1.3 of its 3.1 ms of CPU per request
-        (docs/benchmarks.md, "Where a first question's CPU goes"), time every chat of a
-        burst waits for in turn. Errors are the SDK's as before: a status error,
-        ``APITimeoutError``, ``APIConnectionError``.
+        Raises:
+            HttpStatusError: the server answered with a status that is not 2xx.
+            aiohttp.ClientError: the server could not be reached or did not answer in time.
         """
-        headers: dict[str, str | openai.Omit] = {"Content-Type": "application/json"}
-        headers.update(self._headers)
+        headers = {"Content-Type": "application/json"}
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
-        streaming: bool = True  # the overload that returns the raw response unread
-        response = await self._openai.post(
-            "/chat/completions",
-            cast_to=httpx2.Response,
-            content=orjson.dumps(request_body(request)),
-            options={"headers": headers},
-            stream=streaming,
-        )
-        try:
+        body = orjson.dumps(request_body(request))
+        post = self._stream_session().post
+        async with post(
+            self._completions_url, data=body, headers=headers, allow_redirects=False
+        ) as response:
+            if not 200 <= response.status < 300:
+                raise HttpStatusError(response.status, await _error_body(response))
             yield response
-        finally:
-            await response.aclose()
 
 
 def request_body(request: ChatRequest) -> dict[str, Any]:
@@ -470,10 +491,7 @@ def request_body(request: ChatRequest) -> dict[str, Any]:
 def _broke(exc: Exception) -> bool:
     """True if ``exc``, raised after the stream started, means it broke (a transport
     failure or a garbled chunk), not that the server was slow."""
-    import openai  # loaded already: the stream came from it
-
-    broken = isinstance(exc, openai.APIConnectionError | httpx.TransportError | ValueError)
-    return broken and not timed_out(exc)
+    return isinstance(exc, aiohttp.ClientError | ValueError) and not timed_out(exc)
 
 
 class _Reading:

@@ -25,10 +25,13 @@ context length is N tokens"), older ones "max_model_len".
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from types import ModuleType
+from typing import Final, Protocol, TypeGuard
 
+import aiohttp
 import httpx
 
 from backend.errors import (
@@ -62,6 +65,36 @@ CLOSED_MESSAGE: Final = msg(
 )
 
 
+class HttpStatusError(Exception):
+    """A chat completion answered with an HTTP status that is not a success (not 2xx).
+
+    Attributes:
+        status_code: the HTTP status.
+        body: the answer's body as JSON (vLLM: ``{"error": {...}}``, see the module
+            docstring), or as text when it is not JSON.
+    """
+
+    def __init__(self, status: int, body: object) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status_code = status
+        self.body = body
+
+
+class ErrorEvent(Exception):
+    """vLLM's error inside a started stream (an event ``{"error": {...}}``); ``body`` is
+    the error object (``message``, ``type``, ``param``, ``code``)."""
+
+    def __init__(self, body: object) -> None:
+        super().__init__("An error occurred during streaming")
+        self.body = body
+
+
+def _sdk() -> ModuleType | None:
+    """The OpenAI SDK if it is loaded (backend/client.py loads it for ``/v1/models``): an
+    exception can be the SDK's only then, and the event loop never imports it."""
+    return sys.modules.get("openai")
+
+
 @dataclass(frozen=True, slots=True)
 class VllmError:
     """vLLM's error object: its message, and ``param`` (None when the server gave none)."""
@@ -71,8 +104,8 @@ class VllmError:
 
     @classmethod
     def of(cls, body: object, fallback: str) -> VllmError:
-        """Read the error object out of a body (openai-python hands over either the whole
-        body or its ``error`` part); ``fallback`` when it has no message."""
+        """Read the error object out of a body (the whole body or its ``error`` part);
+        ``fallback`` when it has no message."""
         inner = body.get("error", body) if isinstance(body, Mapping) else None
         if not isinstance(inner, Mapping):
             return cls(fallback)
@@ -86,8 +119,8 @@ class VllmError:
 
 def broken_stream(exc: Exception) -> StreamBroken:
     """Say in words how a started stream broke: ``ValueError`` (a chunk that is not
-    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error (openai-python
-    wraps it as ``APIConnectionError`` mid-stream) is cut off."""
+    JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error (aiohttp's
+    ``ClientPayloadError``, a reset connection) is cut off."""
     if isinstance(exc, ValueError):
         return StreamBroken(
             msg(
@@ -106,41 +139,30 @@ def broken_stream(exc: Exception) -> StreamBroken:
 
 
 def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
-    """Translate an openai-python or httpx exception into one of ours.
+    """Translate what the HTTP stack or the server raised into one of ours.
 
-    A transport failure that :func:`timed_out` -> :class:`RequestTimeout`; any other
-    (``APIConnectionError`` / ``httpx.TransportError``) -> :class:`ServerUnreachable`;
-    an HTTP error status -> :func:`status_error`; an error event inside the stream ->
-    the same by its ``code``, else :class:`ServerFailed`; httpx's ``RuntimeError``
-    "the client has been closed" -> :class:`ClientClosed`. Anything else becomes a
-    :class:`ServerFailed` carrying its type name, never a traceback.
+    A transport failure (aiohttp's ``ClientError``, httpx's ``TransportError``, the SDK's
+    ``APIConnectionError``) that :func:`timed_out` -> :class:`RequestTimeout`, any other
+    -> :class:`ServerUnreachable`; an HTTP error status (:class:`HttpStatusError`, the
+    SDK's ``APIStatusError``) -> :func:`status_error`; an error event inside the stream
+    (:class:`ErrorEvent`) -> the same by its ``code``, else :class:`ServerFailed`;
+    httpx's ``RuntimeError`` "the client has been closed" -> :class:`ClientClosed`.
+    Anything else becomes a :class:`ServerFailed` carrying its type name, never a
+    traceback.
     """
-    import openai  # on first use, as backend/client.py (the app's start does without it)
-
+    sdk = _sdk()
     if isinstance(exc, ChatError):
         return exc
     if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
         return ClientClosed(CLOSED_MESSAGE)
-    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
-        if timed_out(exc):
-            log.warning("the model server at %s did not answer in time: %r", base_url, exc)
-            return RequestTimeout(
-                msg("The model server did not answer in time. It may be busy; try again.")
-            )
-        # The address and where to look are the operator's (app.log), not the person's.
-        log.warning(
-            "cannot reach the model server at %s (%r); launch.sh restarts a vLLM that "
-            "died: see llm.log",
-            base_url,
-            exc,
-        )
-        return ServerUnreachable(
-            msg("The model server cannot be reached right now: it may be starting or restarting.")
-        )
-    if isinstance(exc, openai.APIStatusError):
-        return status_error(exc.status_code, VllmError.of(exc.body, exc.message), model)
-    if isinstance(exc, openai.APIError):
-        return stream_error(exc.body, exc.message, model)
+    if isinstance(exc, aiohttp.ClientError | httpx.TransportError) or (
+        sdk is not None and isinstance(exc, sdk.APIConnectionError)
+    ):
+        return _transport_failed(exc, base_url)
+    if _answered_with_status(exc):
+        return status_error(exc.status_code, VllmError.of(exc.body, str(exc)), model)
+    if isinstance(exc, ErrorEvent):
+        return stream_error(exc.body, str(exc), model)
     log.error("unexpected failure talking to %s", base_url, exc_info=exc)
     return ServerFailed(
         msg(
@@ -150,20 +172,52 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     )
 
 
+class _StatusAnswer(Protocol):
+    status_code: int
+    body: object
+
+
+def _answered_with_status(exc: BaseException | None) -> TypeGuard[_StatusAnswer]:
+    """True if ``exc`` says the server answered with an HTTP error status: ours, or the
+    SDK's ``APIStatusError`` (``/v1/models``); both have ``status_code`` and ``body``."""
+    sdk = _sdk()
+    return isinstance(exc, HttpStatusError) or (
+        sdk is not None and isinstance(exc, sdk.APIStatusError)
+    )
+
+
+def _transport_failed(exc: Exception, base_url: str) -> ChatError:
+    """A transport failure, in words: the server was slow, or could not be reached."""
+    if timed_out(exc):
+        log.warning("the model server at %s did not answer in time: %r", base_url, exc)
+        return RequestTimeout(
+            msg("The model server did not answer in time. It may be busy; try again.")
+        )
+    # The address and where to look are the operator's (app.log), not the person's.
+    log.warning(
+        "cannot reach the model server at %s (%r); launch.sh restarts a vLLM that "
+        "died: see llm.log",
+        base_url,
+        exc,
+    )
+    return ServerUnreachable(
+        msg("The model server cannot be reached right now: it may be starting or restarting.")
+    )
+
+
 def timed_out(exc: BaseException) -> bool:
     """True if ``exc``, a transport failure, means the server was slow; False if the
     connection failed another way (refused, reset, dropped).
 
-    The SDK's aiohttp transport names every aiohttp connection error a connect timeout
+    aiohttp's own timeouts are ``aiohttp.ServerTimeoutError`` (``SocketTimeoutError`` for
+    a read, ``ConnectionTimeoutError`` for a connect). The SDK's aiohttp transport (its
+    ``/v1/models``) names every aiohttp connection error a connect timeout
     (``httpx2.ConnectTimeout``, so the SDK raises ``APITimeoutError``), a refused
     connection too, and chains the aiohttp error as the cause (docs/facts.md, "The
     OpenAI SDK's aiohttp transport"). So the first aiohttp error down the chain of
-    causes decides: its timeouts are ``aiohttp.ServerTimeoutError``. Without one, the
-    type does (openai's ``APITimeoutError``, httpx's ``TimeoutException``).
+    causes decides. Without one, the type does (the SDK's ``APITimeoutError``, httpx's
+    ``TimeoutException``).
     """
-    import aiohttp  # loaded with the SDK (backend/client.py)
-    import openai
-
     link: BaseException | None = exc
     for _ in range(MAX_CAUSES):
         if link is None:
@@ -171,7 +225,10 @@ def timed_out(exc: BaseException) -> bool:
         if isinstance(link, aiohttp.ClientError):
             return isinstance(link, aiohttp.ServerTimeoutError)
         link = link.__cause__
-    return isinstance(exc, openai.APITimeoutError | httpx.TimeoutException)
+    sdk = _sdk()
+    return isinstance(exc, httpx.TimeoutException) or (
+        sdk is not None and isinstance(exc, sdk.APITimeoutError)
+    )
 
 
 MAX_CAUSES: Final = 8
@@ -252,14 +309,11 @@ def log_reason(error: ChatError) -> str:
     answering (500): EngineCore encountered an issue."``; an error raised by the app
     itself (a plan that does not fit) has no cause: ``"ContextTooLong: ..."``.
     """
-    import openai  # loaded by now: a cause from it was raised by it (backend/client.py)
-
     said: list[str] = []
     cause = error.__cause__
-    if isinstance(cause, openai.APIStatusError):
-        said.append(f"HTTP {cause.status_code}")
-        said += [_error_field(cause.body, "type")]
-    elif isinstance(cause, openai.APIError):  # an error event inside a started stream
+    if _answered_with_status(cause):
+        said += [f"HTTP {cause.status_code}", _error_field(cause.body, "type")]
+    elif isinstance(cause, ErrorEvent):  # an error event inside a started stream
         code = _error_field(cause.body, "code")
         said += [f"code {code}" if code else "", _error_field(cause.body, "type")]
     elif cause is not None:

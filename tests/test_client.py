@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -23,9 +26,11 @@ from backend.errors import (
     can_retry,
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
-from backend.vllm_errors import map_error
+from backend.vllm_errors import ErrorEvent, map_error
 from tests.conftest import RunningFake, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def collect(client: ChatClient, text: str, **kw: object) -> list[StreamEvent]:
@@ -96,6 +101,7 @@ async def test_request_id_and_options_are_sent(client: ChatClient, fake: Running
     )
     assert fake.server.headers[-1]["x-request-id"] == "abc-123"
     assert fake.server.headers[-1]["content-type"] == "application/json"
+    assert fake.server.headers[-1]["authorization"] == "Bearer test-key"
     body = fake.requests[-1]
     assert body["model"] == "kimi-vl-thinking-2506"
     assert body["messages"] == [{"role": "user", "content": "#scenario=plain"}]
@@ -103,6 +109,48 @@ async def test_request_id_and_options_are_sent(client: ChatClient, fake: Running
     assert body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 100 and body["temperature"] == 0.8 and body["top_p"] == 0.95
     assert body["structured_outputs"] == {"choice": ["yes", "no"]}
+
+
+async def test_without_a_key_no_authorization_header_is_sent(fake: RunningFake) -> None:
+    client = ChatClient(fake.base_url, "")
+    try:
+        assert texts(await collect(client, "#scenario=plain")) == ("", ANSWER)
+    finally:
+        await client.aclose()
+    assert "authorization" not in fake.server.headers[-1]
+
+
+STREAM_ALONE = """
+import asyncio, sys
+from backend.client import ChatClient, ChatRequest
+
+async def main() -> None:
+    client = ChatClient(sys.argv[1], "k")
+    request = ChatRequest("m", [{"role": "user", "content": "#scenario=plain"}], 50, 0.0)
+    try:
+        print(len([event async for event in client.stream(request)]))
+    finally:
+        await client.aclose()
+    print("openai" in sys.modules)
+
+asyncio.run(main())
+"""
+
+
+def test_a_chat_completion_streams_without_the_openai_sdk(fake: RunningFake) -> None:
+    """The chat completion goes on aiohttp, not through the SDK, whose request took about
+    2 ms of CPU more (backend/client.py): a question neither waits for the SDK's import
+    nor runs its code."""
+    done = subprocess.run(
+        [sys.executable, "-c", STREAM_ALONE, fake.base_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    events, sdk_loaded = done.stdout.split()
+    assert int(events) > 2 and sdk_loaded == "False"
 
 
 @pytest.mark.parametrize(
@@ -218,12 +266,10 @@ async def test_closing_the_stream_early_closes_the_response(
 async def test_an_error_event_with_a_client_status_is_a_rejection() -> None:
     """vLLM 0.32 sends an error inside a started stream with the status it would have
     answered as ``code``: a 400 there is the request's fault, a 500 the server's."""
-    import httpx2
-    import openai
 
     def event(code: int, param: str | None = None) -> Exception:
         body = {"message": "bad", "type": "BadRequestError", "param": param, "code": code}
-        return openai.APIError("bad", request=httpx2.Request("POST", "http://h/v1"), body=body)
+        return ErrorEvent(body)
 
     assert type(map_error(event(400, "image"), base_url="u", model="m")) is TooManyImages
     assert type(map_error(event(400), base_url="u", model="m")) is RequestRejected
