@@ -212,8 +212,9 @@ class ChatClient:
         base_url: OpenAI API base URL ending in ``/v1`` (e.g. ``http://127.0.0.1:8100/v1``).
         api_key: the key vLLM was started with (``VLLM_API_KEY``); "" for none, and then
             no ``Authorization`` header is sent (not even the SDK's ``OPENAI_API_KEY``).
-        timeout_s: httpx read timeout in seconds: the longest silence allowed between
-            two chunks of a stream (not a limit on a whole answer).
+        timeout_s: read timeout in seconds: the longest silence allowed between two
+            chunks of a stream (not a limit on a whole answer); also the longest wait for
+            a connection of the streams' pool.
         connect_timeout_s: seconds to open a connection.
     """
 
@@ -237,18 +238,28 @@ class ChatClient:
         )
         self._completions_url = f"{self.base_url}/chat/completions"
         self._streams: aiohttp.ClientSession | None = None  # made in the loop, on first use
+        self._closing = False
 
     def _stream_session(self) -> aiohttp.ClientSession:
         """The aiohttp session of the chat completions, made on the first (in the event
         loop, as aiohttp wants); its timeouts are this client's: ``timeout_s`` between two
-        reads of a body, ``connect_timeout_s`` to open a connection, none on a whole answer."""
+        reads of a body and for a connection of the pool (name lookup and connect
+        included), ``connect_timeout_s`` to open one, none on a whole answer.
+
+        Raises:
+            ClientClosed: :meth:`aclose` has begun.
+        """
+        self._check_open()
         if self._streams is None:
             self._streams = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
                     limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_EXPIRY_S
                 ),
                 timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=self._connect_timeout_s, sock_read=self._timeout_s
+                    total=None,
+                    connect=self._timeout_s,
+                    sock_connect=self._connect_timeout_s,
+                    sock_read=self._timeout_s,
                 ),
                 headers=self._auth,
             )
@@ -262,8 +273,8 @@ class ChatClient:
         return {} if self._api_key else {"Authorization": openai.Omit()}
 
     async def _sdk_loaded(self) -> None:
-        """Before this client's first request: import the SDK in a thread (or wait there
-        for the import already under way), never in the event loop."""
+        """Before this client's first model list: import the SDK in a thread (or wait
+        there for the import already under way), never in the event loop."""
         if "_openai" not in vars(self):
             await asyncio.to_thread(load_sdk)
 
@@ -282,7 +293,7 @@ class ChatClient:
             max_retries=0,  # errors reach the person at once; they retry with one click
             http_client=openai.DefaultAioHttpClient(
                 limits=httpx2.Limits(
-                    max_connections=1000,
+                    max_connections=MAX_CONNECTIONS,
                     max_keepalive_connections=100,
                     keepalive_expiry=KEEPALIVE_EXPIRY_S,
                 )
@@ -307,8 +318,8 @@ class ChatClient:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`aclose` has run."""
-        return self._http.is_closed
+        """True once :meth:`aclose` has begun."""
+        return self._closing
 
     @property
     def server_root(self) -> str:
@@ -322,7 +333,9 @@ class ChatClient:
         return self._http
 
     async def aclose(self) -> None:
-        """Close every HTTP connection pool (the streams' and the SDK's, if they were made)."""
+        """Close every HTTP connection pool (the streams' and the SDK's, if they were made);
+        from its first instant, every call raises :class:`ClientClosed`."""
+        self._closing = True
         if self._streams is not None:
             await self._streams.close()
         if "_openai" in vars(self):
@@ -465,9 +478,7 @@ class ChatClient:
             headers["X-Request-Id"] = request.request_id
         body = orjson.dumps(request_body(request))
         post = self._stream_session().post
-        async with post(
-            self._completions_url, data=body, headers=headers, allow_redirects=False
-        ) as response:
+        async with post(self._completions_url, data=body, headers=headers) as response:
             if not 200 <= response.status < 300:
                 raise HttpStatusError(response.status, await _error_body(response))
             yield response

@@ -28,7 +28,6 @@ import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Final, Protocol, TypeGuard
 
 import aiohttp
@@ -89,10 +88,13 @@ class ErrorEvent(Exception):
         self.body = body
 
 
-def _sdk() -> ModuleType | None:
-    """The OpenAI SDK if it is loaded (backend/client.py loads it for ``/v1/models``): an
-    exception can be the SDK's only then, and the event loop never imports it."""
-    return sys.modules.get("openai")
+def _sdk_error(name: str) -> type[BaseException] | tuple[()]:
+    """The OpenAI SDK's exception class ``name``, or ``()`` (which no ``isinstance``
+    matches) while the SDK is not loaded or still loading in its thread (backend/client.py
+    loads it for ``/v1/models``): an exception can be the SDK's only once it is, and the
+    event loop never imports it."""
+    error: type[BaseException] | tuple[()] = getattr(sys.modules.get("openai"), name, ())
+    return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +152,12 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     Anything else becomes a :class:`ServerFailed` carrying its type name, never a
     traceback.
     """
-    sdk = _sdk()
     if isinstance(exc, ChatError):
         return exc
     if isinstance(exc, RuntimeError) and "client has been closed" in str(exc):
         return ClientClosed(CLOSED_MESSAGE)
-    if isinstance(exc, aiohttp.ClientError | httpx.TransportError) or (
-        sdk is not None and isinstance(exc, sdk.APIConnectionError)
-    ):
+    transport = (aiohttp.ClientError, httpx.TransportError, _sdk_error("APIConnectionError"))
+    if isinstance(exc, transport):
         return _transport_failed(exc, base_url)
     if _answered_with_status(exc):
         return status_error(exc.status_code, VllmError.of(exc.body, str(exc)), model)
@@ -180,10 +180,7 @@ class _StatusAnswer(Protocol):
 def _answered_with_status(exc: BaseException | None) -> TypeGuard[_StatusAnswer]:
     """True if ``exc`` says the server answered with an HTTP error status: ours, or the
     SDK's ``APIStatusError`` (``/v1/models``); both have ``status_code`` and ``body``."""
-    sdk = _sdk()
-    return isinstance(exc, HttpStatusError) or (
-        sdk is not None and isinstance(exc, sdk.APIStatusError)
-    )
+    return isinstance(exc, (HttpStatusError, _sdk_error("APIStatusError")))
 
 
 def _transport_failed(exc: Exception, base_url: str) -> ChatError:
@@ -225,10 +222,7 @@ def timed_out(exc: BaseException) -> bool:
         if isinstance(link, aiohttp.ClientError):
             return isinstance(link, aiohttp.ServerTimeoutError)
         link = link.__cause__
-    sdk = _sdk()
-    return isinstance(exc, httpx.TimeoutException) or (
-        sdk is not None and isinstance(exc, sdk.APITimeoutError)
-    )
+    return isinstance(exc, (httpx.TimeoutException, _sdk_error("APITimeoutError")))
 
 
 MAX_CAUSES: Final = 8

@@ -7,6 +7,7 @@ import itertools
 import json
 import subprocess
 import sys
+import types
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from backend.errors import (
     can_retry,
 )
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
-from backend.vllm_errors import ErrorEvent, map_error
+from backend.vllm_errors import ErrorEvent, HttpStatusError, map_error
 from tests.conftest import RunningFake, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
 
@@ -306,6 +307,28 @@ async def test_a_closed_client_raises_our_error(fake: RunningFake) -> None:
         await collect(client, "hello")
     assert await client.is_healthy() is False
     assert await client.count_text_tokens("m", "hello") is None
+
+
+async def test_a_client_closing_refuses_a_new_stream_at_once(fake: RunningFake) -> None:
+    """Defect (review): a stream begun while ``aclose`` closed the streams' session got
+    aiohttp's "Session is closed", said as an unexpected failure."""
+    client = ChatClient(fake.base_url, "k")
+    await collect(client, "#scenario=plain")  # the streams' session exists
+    closing = asyncio.create_task(client.aclose())
+    await asyncio.sleep(0)  # aclose has begun, its pools are closing
+    with pytest.raises(ClientClosed, match="shutting down"):
+        await collect(client, "hello")
+    await closing
+
+
+def test_an_sdk_still_loading_is_not_read_for_its_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect (review): while the SDK is imported in its thread, ``sys.modules`` holds it
+    before its exception classes exist; reading them raised AttributeError."""
+    monkeypatch.setitem(sys.modules, "openai", types.ModuleType("openai"))
+    body = {"error": {"message": "EngineCore died.", "type": "InternalServerError"}}
+    mapped = map_error(HttpStatusError(500, body), base_url="u", model="m")
+    assert type(mapped) is ServerFailed and "EngineCore died." in str(mapped)
+    assert type(map_error(ValueError("x"), base_url="u", model="m")) is ServerFailed
 
 
 @pytest.mark.parametrize("mode", ["not-json", "missing"])

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 STORE_ONLY = ("sqlalchemy", "aiosqlite", "asyncpg", "argon2", "chainlit.data.sql_alchemy")
 """Loaded only where chats are stored (ui/history.py opens the store)."""
 FIRST_USE = ("openai", "av", "pypdfium2")
-"""Loaded when a client first talks to its server (backend/client.py), and with the first
-video or PDF upload (backend/uploads.py)."""
+"""Loaded in a thread after the start, for a client's first model list (backend/client.py,
+backend/resources.py), and with the first video or PDF upload (backend/uploads.py)."""
 
 
 def imported_at_start(data_dir: Path) -> set[str]:
