@@ -214,10 +214,10 @@ async def served_models() -> list[ServedModel]:
     return [model for model, _ in await resources().served()]
 
 
-def served_known() -> list[ServedModel]:
+def served_known(*, refresh: bool = True) -> list[ServedModel]:
     """Every model the app's servers serve, as the caches know it now (no wait: a stale
-    cache refreshes for the next caller). What a question reads before its request."""
-    return [model for model, _ in resources().known()]
+    cache refreshes for the next caller, unless not to ``refresh``)."""
+    return [model for model, _ in resources().known(refresh=refresh)]
 
 
 @cl.on_message
@@ -234,7 +234,9 @@ async def on_message(message: cl.Message) -> None:
         model = turns.chat.model
         if not await model_picker.switch_model(turns.chat, message, served_now):
             return
-        turns.chat.served_besides(served_known())  # Compare: a server up since, a switch
+        # Compare: a server up since, a switch. A stale cache is refreshed after the
+        # first words (page_catches_up): its model list would cost this request's CPU.
+        turns.chat.served_besides(served_known(refresh=False))
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:

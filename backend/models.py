@@ -66,10 +66,13 @@ class ModelDirectory:
                     await asyncio.shield(refreshing)
         return list(self._models)
 
-    def known(self) -> list[ServedModel]:
+    def known(self, *, refresh: bool = True) -> list[ServedModel]:
         """The served models as last known, at once: :meth:`current` without the wait (a
-        stale cache starts its refresh for the next caller). Never raises."""
-        self._refresh_if_stale()
+        stale cache starts its refresh for the next caller, unless not to ``refresh``: a
+        question before its request, whose CPU every question of a burst waits for).
+        Never raises."""
+        if refresh:
+            self._refresh_if_stale()
         return list(self._models)
 
     def _refresh_if_stale(self) -> asyncio.Task[None] | None:

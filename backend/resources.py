@@ -95,10 +95,14 @@ class AppResources:
         return [(model, server) for server, models in zip(self.servers, lists, strict=True)
                 for model in models]  # fmt: skip
 
-    def known(self) -> list[tuple[ServedModel, Server]]:
-        """:meth:`served` at once, without waiting for a stale cache's refresh
-        (:meth:`backend.models.ModelDirectory.known`)."""
-        return [(model, server) for server in self.servers for model in server.models.known()]
+    def known(self, *, refresh: bool = True) -> list[tuple[ServedModel, Server]]:
+        """:meth:`served` at once, without waiting for a stale cache's refresh (started
+        unless not to ``refresh``: :meth:`backend.models.ModelDirectory.known`)."""
+        return [
+            (model, server)
+            for server in self.servers
+            for model in server.models.known(refresh=refresh)
+        ]
 
     async def server_for(self, model: str) -> Server:
         """The server to ask for ``model``, asked again at every connect of a chat.

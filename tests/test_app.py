@@ -830,6 +830,30 @@ async def test_a_question_does_not_wait_for_a_stale_model_list_before_its_reques
     assert len(action_frames(browser, "Compare with Kimi-VL Instruct")) == 1
 
 
+async def test_a_stale_model_list_is_asked_for_after_the_questions_request(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A question's request goes before the refresh of a stale served-model cache begins
+    (it begins with the page's catch-up after the first words): in a room asking at once,
+    a model list read in the first question's turn cost every question behind it its CPU
+    (docs/benchmarks.md, "The chat completion on aiohttp")."""
+    browser = await start_chat(Settings(base_url=fake.base_url), monkeypatch)
+    fake.reset()
+    server = app.resources().servers[0]
+    monkeypatch.setattr(server.models, "_clock", lambda: time.monotonic() + 3600)  # stale
+    requests_when_listed: list[int] = []
+    real = server.client.list_models
+
+    async def listed() -> list[ServedModel]:
+        requests_when_listed.append(len(fake.requests))
+        return await real()
+
+    monkeypatch.setattr(server.client, "list_models", listed)
+    await app.on_message(user_message("hello #scenario=plain"))
+    assert requests_when_listed and requests_when_listed[0] == 1
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+
+
 async def test_a_picked_model_whose_server_is_down_is_refused_though_the_cache_names_it(
     fake: RunningFake, instruct_server: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
