@@ -281,9 +281,8 @@ class ChatClient:
     @functools.cached_property
     def _openai(self) -> openai.AsyncOpenAI:
         """The SDK's client (``/v1/models``), made on first use (see the import note above),
-        on the SDK's aiohttp transport (``openai.DefaultAioHttpClient``), the HTTP stack of
-        the chat completions too (docs/facts.md, "HTTP clients and the OpenAI SDK under a
-        burst")."""
+        on the SDK's aiohttp transport (``openai.DefaultAioHttpClient``): aiohttp, as the
+        chat completions' session (:meth:`_stream_session`), with the same pool limits."""
         import openai
 
         return openai.AsyncOpenAI(
