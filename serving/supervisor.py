@@ -44,7 +44,7 @@ from serving.envs import InstallError
 from serving.launcher import ROOT, Plan
 from serving.preflight import PlanError
 from serving.settings import LaunchSettings, app_environ, ensure_secrets, env_file_path, load
-from serving.ui_main import ui_command
+from serving.ui_main import own_app_root, ui_command
 
 UI_START_TIMEOUT_S = 180.0
 """Longest wait for a chat UI process's first HTTP 200 (about 3 s on 2 idle cores)."""
@@ -539,7 +539,7 @@ def _start_ui(supervisor: Supervisor, settings: LaunchSettings, env: dict[str, s
     child = Child(
         name="chat UI",
         command=ui_command(settings.ui_host, settings.ui_port),
-        env=env,
+        env={**env, **own_app_root(supervisor.run_dir / "ui")},
         record=record,
         health_url=url + "/",
         start_timeout_s=UI_START_TIMEOUT_S,
@@ -566,7 +566,11 @@ def _start_workers(supervisor: Supervisor, settings: LaunchSettings, env: dict[s
             Child(
                 name=f"chat UI worker {number}",
                 command=ui_command("127.0.0.1", worker.port),
-                env={**env, "KIMI_APP_LOG": worker.log},
+                env={
+                    **env,
+                    "KIMI_APP_LOG": worker.log,
+                    **own_app_root(supervisor.run_dir / f"ui-{number}"),
+                },
                 record=record,
                 health_url=f"http://127.0.0.1:{worker.port}/",
                 start_timeout_s=UI_START_TIMEOUT_S,

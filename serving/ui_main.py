@@ -25,6 +25,11 @@ to reload an app whose store exists (``backend/store/core.py``'s ``open_store``
 checks the store with ``asyncio.run`` when the app is imported); launch.sh never
 reloads.
 
+Each UI process launch.sh starts gets a Chainlit app root of its own
+(:func:`own_app_root`): Chainlit keeps a chat's uploads under ``<app root>/.files``
+and removes that whole folder when its process stops (chainlit/server.py's
+lifespan), so processes sharing one root would delete each other's uploads.
+
 Usage (in the app's environment, from the app's folder):
 ``python -m serving.ui_main run app.py --headless --host 127.0.0.1 --port 8300``.
 """
@@ -32,9 +37,16 @@ Usage (in the app's environment, from the app's folder):
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
+from pathlib import Path
 
 MODULE = "serving.ui_main"
+APP_FOLDER = Path(__file__).resolve().parents[1]
+"""The app's folder (``app.py``, ``.chainlit/``, ``public/``, ``chainlit.md``)."""
+SHARED_FOLDERS = (".chainlit", "public")
+"""What Chainlit reads from its app root besides the welcome pages: its config and
+translations, and the files it serves at ``/public``."""
 
 
 def ui_command(host: str, port: int) -> list[str]:
@@ -42,6 +54,32 @@ def ui_command(host: str, port: int) -> list[str]:
     app's) from the app's folder, which holds this package."""
     run = [sys.executable, "-m", MODULE, "run", "app.py", "--headless"]
     return [*run, "--host", host, "--port", str(port)]
+
+
+def own_app_root(folder: Path) -> dict[str, str]:
+    """Make ``folder`` a Chainlit app root of one UI process; the environment that points
+    Chainlit at it (``CHAINLIT_APP_ROOT``, read by chainlit/config.py).
+
+    The folder links to the app folder's :data:`SHARED_FOLDERS` and holds copies of its
+    welcome pages (``chainlit.md``, ``chainlit_<language>.md``: Chainlit takes a
+    translated page only from inside its root, resolving links), so the process reads
+    what it would from the app folder, while its uploads go to ``folder/.files``, which
+    no other process removes. Made again at every start (a page edited since is copied).
+
+    Raises:
+        OSError: the folder cannot be made or written.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in SHARED_FOLDERS:
+        link = folder / name
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(APP_FOLDER / name, target_is_directory=True)
+    for page in folder.glob("chainlit*.md"):
+        page.unlink()
+    for page in APP_FOLDER.glob("chainlit*.md"):
+        shutil.copyfile(page, folder / page.name)
+    return {"CHAINLIT_APP_ROOT": str(folder.resolve())}
 
 
 def _keep_asyncio(loop: asyncio.AbstractEventLoop | None = None) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+from serving.ui_main import own_app_root
 from tests.live_app import ROOT
 
 TASK_KINDS = (
@@ -40,3 +42,36 @@ def test_the_ui_entry_point_keeps_asyncio_c_tasks() -> None:
         "try:\n    ui_main.main()\nexcept SystemExit:\n    pass\n"
     )
     assert kinds_after(run_cli) == ["_asyncio", "_asyncio", "uvloop"]
+
+
+def test_each_ui_process_root_reads_the_app_folder_and_keeps_its_own_uploads(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "run" / "ui-1"
+    root.mkdir(parents=True)
+    (root / "chainlit_xx.md").write_text("a page the app folder no longer has")
+    env = own_app_root(root)
+    assert env == {"CHAINLIT_APP_ROOT": str(root.resolve())}
+    assert own_app_root(root) == env  # made again at the next start
+    for folder in (".chainlit", "public"):
+        assert (root / folder).resolve() == ROOT / folder
+    assert (root / ".chainlit" / "config.toml").read_bytes() == (
+        ROOT / ".chainlit" / "config.toml"
+    ).read_bytes()
+    pages = sorted(p.name for p in ROOT.glob("chainlit*.md"))
+    assert "chainlit_zh-CN.md" in pages
+    assert sorted(p.name for p in root.glob("chainlit*.md")) == pages
+    for name in pages:  # copies, not links: Chainlit takes a page only from inside its root
+        assert not (root / name).is_symlink()
+        assert (root / name).read_text() == (ROOT / name).read_text()
+    # Chainlit, started with that environment, keeps its uploads there.
+    probe = "import chainlit.config as c; print(c.FILES_DIRECTORY)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**env, "PATH": ""},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(out.stdout.strip()) == root.resolve() / ".files"

@@ -405,3 +405,56 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
     for group in groups:
         assert live_processes_in_group(group) == []
     assert not (tmp_path / "run" / runstate.STATE_FILE).exists()
+
+
+def chainlit_app_root(pid: int) -> Path:
+    """Where Chainlit keeps process ``pid``'s files: ``CHAINLIT_APP_ROOT`` in its
+    environment, else its working directory (chainlit/config.py's ``APP_ROOT``)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    for entry in environ:
+        if entry.startswith(b"CHAINLIT_APP_ROOT="):
+            return Path(entry.split(b"=", 1)[1].decode())
+    return Path(os.readlink(f"/proc/{pid}/cwd"))
+
+
+@needs_haproxy
+async def test_a_worker_stopping_leaves_the_other_workers_uploads_and_logs_no_error(
+    tmp_path: Path, fake: RunningFake
+) -> None:
+    ui_port = quiet_ports(3)
+    env = launch_env(
+        tmp_path,
+        KIMI_APP_PYTHON=sys.executable,
+        KIMI_BASE_URL=fake.base_url,
+        KIMI_UI_PORT=str(ui_port),
+        KIMI_APP_LOG=str(tmp_path / "app.log"),
+        KIMI_RESTART_BASE_S="0.5",
+    )
+    out = tmp_path / "launch.out"
+    url = f"http://127.0.0.1:{ui_port}"
+    with launched(["--ui-only", "--ui-workers", "2"], env, out) as proc:
+        wait_for_text(out, "chat UI:  http://", 240, proc)
+        state = runstate.read(tmp_path / "run")
+        assert state is not None
+        async with httpx.AsyncClient(timeout=60) as http:
+            tab = Tab(url, http, load_page=True)
+            await tab.open()
+            mine = int(tab.cookies["KIMI_WORKER"].removeprefix("w")) - 1
+            photo = await tab.upload((DATA / "rocket.jpg").read_bytes(), "rocket.jpg")
+            root = chainlit_app_root(state.workers[mine].pid)
+            (stored,) = (root / ".files").glob(f"*/{photo}*")
+            # The other worker stops as SIGTERM asks (Chainlit's shutdown runs) and the
+            # supervisor starts it again.
+            other = state.workers[1 - mine]
+            os.killpg(other.pid, signal.SIGTERM)
+            wait_for_text(out, rf"chat UI worker {2 - mine} answers again after \d+ s", 120, proc)
+            assert stored.is_file()  # this tab's photo, still there to be sent
+            answer = await tab.ask(question("quick"), [photo])
+            assert answer.complete and not answer.error, answer
+            await tab.close()
+        stopped = run(["stop"], env)
+        assert stopped.returncode == 0, stopped.stderr
+        proc.wait(timeout=60)
+    for log in (tmp_path / "app-1.log", tmp_path / "app-2.log", out):
+        text = log.read_text(errors="replace")
+        assert "Traceback" not in text and "shutdown failed" not in text, f"{log}:\n{text[-3000:]}"
