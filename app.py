@@ -2,9 +2,9 @@
 
 Run with ``./launch.sh`` (starts vLLM too) or, against a server at ``KIMI_BASE_URL``,
 ``python -m serving.ui_main run app.py`` (Chainlit's ``chainlit run``, on asyncio's C
-tasks: serving/ui_main.py). The process's shared resources (the HTTP client,
-the served-model cache, the media workers) are created at app start and closed
-at app stop; every chat borrows them.
+tasks: serving/ui_main.py). The process's settings and shared resources
+(ui/process.py) are made at app start and closed at app stop; every chat borrows
+them. The buttons under a turn that start an answer are ui/turn_buttons.py's.
 """
 
 from __future__ import annotations
@@ -20,18 +20,10 @@ from chainlit.config import config as chainlit_config
 from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
-from backend.client import ServedModel
 from backend.fair_use import UploadRoom
 from backend.logs import LOGGER_NAME
-from backend.logs import configure as configure_logging
 from backend.panel import SettingsRefused, option_changes, panel_fields
-from backend.presenter import (
-    DEV_MODE_BANNER,
-    in_markdown,
-    upload_refusal,
-)
-from backend.resources import AppResources
-from backend.settings import Settings
+from backend.presenter import DEV_MODE_BANNER, in_markdown, upload_refusal
 from backend.starters import sample_for, starters_for
 from backend.turn_runner import TurnRunner
 from ui import (
@@ -40,15 +32,18 @@ from ui import (
     commands,
     history,
     model_picker,
+    process,
     security,
     server_panel,
     status,
+    turn_buttons,
 )
-from ui.answer import draw, draw_run, said, say
+from ui.answer import draw, said, say
 from ui.connection import connect_or_wait, send_settings, stop_waiting
 from ui.first_words import FIRST_WORDS
-from ui.language import session_translator
-from ui.tasks import one_at_a_time, start_answer_task, stop_answers, stop_answers_when_gone
+from ui.model_picker import served_now, show_served
+from ui.session import RUNNER_KEY, new_chat, runner
+from ui.tasks import one_at_a_time, stop_answers, stop_answers_when_gone
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -58,48 +53,42 @@ async def judge_upload(values: dict[str, Any], name: str, path: Path) -> str | N
     message is sent) and return, in one plain sentence of the chat's language, why it
     cannot be used; the page shows it at once and drops the attachment. None keeps it
     (``values``: the session's user-session values). Never fails the upload itself."""
-    runner = values.get("runner")
-    if not isinstance(runner, TurnRunner):
+    turns = values.get(RUNNER_KEY)
+    if not isinstance(turns, TurnRunner):
         return None
     try:
-        problem = await runner.chat.judge_upload(Upload(name=name, path=path))
+        problem = await turns.chat.judge_upload(Upload(name=name, path=path))
     except Exception:  # judged again when the message is sent
         log.exception("could not judge %s on upload", name)
         return None
-    return None if problem is None else upload_refusal(problem, name, runner.chat.tr)
+    return None if problem is None else upload_refusal(problem, name, turns.chat.tr)
 
 
-SETTINGS = Settings()
-UPLOADS = UploadRoom(SETTINGS.upload_session_mb * 1_000_000, SETTINGS.upload_user_mb * 1_000_000)
-security.install(SETTINGS.allowed_origins, UPLOADS)  # Origin, owner, upload size and quota, CSP
+UPLOADS = UploadRoom(
+    process.SETTINGS.upload_session_mb * 1_000_000, process.SETTINGS.upload_user_mb * 1_000_000
+)
+security.install(
+    process.SETTINGS.allowed_origins, UPLOADS
+)  # Origin, owner, upload size and quota, CSP
 chainlit_patches.on_file_stored(judge_upload)  # uploads judged (images prepared) on attach
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 chainlit_patches.quiet_stop()  # Stop is said once, by the answer it ended
 status.install()  # GET /kimi/status for ./launch.sh status
-_resources: AppResources | None = None
+turn_buttons.install()  # Send anyway, Retry, Compare under a turn
 
 # Sign-in and stored chats (ui/history.py): on once a user exists; None: the app runs
 # open and stores nothing.
-STORE = history.register(SETTINGS)
+STORE = history.register(process.SETTINGS)
 security.refuse_open_beyond_loopback(  # also for `chainlit run app.py --host 0.0.0.0`
-    sign_in=STORE is not None, allow_anonymous=SETTINGS.allow_anonymous
+    sign_in=STORE is not None, allow_anonymous=process.SETTINGS.allow_anonymous
 )
-
-
-def resources() -> AppResources:
-    """The process's shared resources (made by :func:`startup`, or on first use)."""
-    global _resources
-    if _resources is None:
-        configure_logging(SETTINGS.app_log, SETTINGS.log_max_mb, SETTINGS.log_keep)
-        _resources = AppResources.start(SETTINGS)
-    return _resources
 
 
 @cl.on_app_startup
 async def startup() -> None:
     """Create the shared resources once, when the app starts."""
-    resources().start_housekeeping()
-    server_panel.start(SETTINGS)
+    process.resources().start_housekeeping()
+    server_panel.start(process.SETTINGS)
     # What is loaded by now lives as long as the process: keep it out of the garbage
     # collector's full passes. One pass over the app's ~250,000 objects takes 0.2-1.2 s
     # and holds every thread, the event loop's too (tests/test_hostile_answers.py).
@@ -109,41 +98,9 @@ async def startup() -> None:
 @cl.on_app_shutdown
 async def shutdown() -> None:
     """Close the shared resources once, when the app stops."""
-    global _resources
     await server_panel.stop()
     await history.close()
-    if _resources is not None:
-        await _resources.aclose()
-        _resources = None
-
-
-def runner() -> TurnRunner:
-    """This browser session's turn runner (it holds the chat's state)."""
-    turns: TurnRunner = cl.user_session.get("runner")
-    return turns
-
-
-def chat() -> ChatSession:
-    """This browser session's chat state."""
-    return runner().chat
-
-
-async def new_chat(shared: AppResources, wanted_model: str = "") -> TurnRunner:
-    """This session's chat (for ``wanted_model``, "" = the setting's), on its model's
-    server (looked for again at every connect), and its turn runner; a stored chat's
-    turns are recorded."""
-    server = await shared.server_for(wanted_model or SETTINGS.model)
-    session = ChatSession.create(
-        SETTINGS,
-        server,
-        shared.workers,
-        wanted_model,
-        tr=session_translator(),
-        locate=shared.server_for,
-    )
-    turns = TurnRunner(session, history.sink())
-    cl.user_session.set("runner", turns)
-    return turns
+    await process.close()
 
 
 @cl.set_starters
@@ -180,23 +137,11 @@ async def on_chat_start() -> None:
     server that does not answer; it says it is connecting and goes on trying.
     """
     FIRST_WORDS.open()  # no answer to wait for: its page writes go at once
-    session = (await new_chat(resources(), SETTINGS.model)).chat
+    session = (await new_chat(process.SETTINGS.model)).chat
     await commands.offer()
-    if SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
+    if process.SETTINGS.dev_mode:  # a toast, not a message: the starters stay on screen
         await cl.context.emitter.send_toast(session.tr(DEV_MODE_BANNER), "warning")
     await connect_or_wait(session, await session.server.models.current(), served_now)
-
-
-async def served_now(session: ChatSession) -> None:
-    """The chat knows what is served (at chat start, once the server is up): Compare's
-    other models and the model picker (sent when it changed)."""
-    await show_served(session, await served_models())
-
-
-async def show_served(session: ChatSession, served: list[ServedModel]) -> None:
-    """Compare's other models and the model picker (sent when it changed) for ``served``."""
-    session.served_besides(served)
-    await model_picker.offer(session, served)
 
 
 @cl.on_window_message
@@ -208,18 +153,6 @@ async def on_window_message(data: object) -> None:
         await commands.run(action, runner())
 
 
-async def served_models() -> list[ServedModel]:
-    """Every model the app's servers serve now (from the caches; a stale one is waited
-    for, briefly)."""
-    return [model for model, _ in await resources().served()]
-
-
-def served_known(*, refresh: bool = True) -> list[ServedModel]:
-    """Every model the app's servers serve, as the caches know it now (no wait: a stale
-    cache refreshes for the next caller, unless not to ``refresh``)."""
-    return [model for model, _ in resources().known(refresh=refresh)]
-
-
 @cl.on_message
 @said
 async def on_message(message: cl.Message) -> None:
@@ -229,14 +162,14 @@ async def on_message(message: cl.Message) -> None:
         await message.remove()  # off the transcript and the stored thread
         await commands.run(action, runner())
         return
-    async with one_at_a_time(resources().answers):
+    async with one_at_a_time(process.resources().answers):
         turns = runner()
         model = turns.chat.model
         if not await model_picker.switch_model(turns.chat, message, served_now):
             return
         # Compare: a server up since, a switch. A stale cache is refreshed after the
         # first words (page_catches_up): its model list would cost this request's CPU.
-        turns.chat.served_besides(served_known(refresh=False))
+        turns.chat.served_besides(process.served_known(refresh=False))
         uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
@@ -256,46 +189,7 @@ async def page_catches_up(session: ChatSession, switched: bool) -> None:
     neither this nor the question waits for a stale model cache's refresh."""
     if switched:
         await send_settings(session)
-    await show_served(session, served_known())
-
-
-@cl.action_callback("send_anyway")
-@said
-async def on_send_anyway(action: cl.Action) -> None:
-    """Send the message this button sits under, with only the files that could be used."""
-    await action.remove()
-    turns, message_id = runner(), str(action.payload.get("message", ""))
-    start_answer_task(
-        lambda: draw_run(turns.send_draft(message_id), turns.chat), resources().answers
-    )
-
-
-@cl.action_callback("retry")
-@said
-async def on_retry(action: cl.Action) -> None:
-    """Answer again the turn this button sits under (Retry, Regenerate, more tokens).
-
-    An older turn is answered with the history up to it (later turns leave the
-    conversation the model sees, as with an edit), and a note says so.
-    """
-    turns, message_id = runner(), str(action.payload.get("message", ""))
-    max_tokens = action.payload.get("max_tokens")
-    make_room = bool(action.payload.get("make_room"))
-    start_answer_task(
-        lambda: draw_run(turns.rerun(message_id, max_tokens, make_room), turns.chat, action),
-        resources().answers,
-    )
-
-
-@cl.action_callback("compare")
-@said
-async def on_compare(action: cl.Action) -> None:
-    """Ask another served model the turn this button sits under; its answer comes next."""
-    turns, message_id = runner(), str(action.payload.get("message", ""))
-    model = str(action.payload.get("model", ""))
-    start_answer_task(
-        lambda: draw_run(turns.compare(message_id, model), turns.chat), resources().answers
-    )
+    await show_served(session, process.served_known())
 
 
 @cl.on_stop
@@ -312,7 +206,7 @@ async def on_chat_end() -> None:
     them (a stored chat's answers finish and are stored: README, "Closed tabs")."""
     stop_waiting()
     server_panel.close_panel()
-    turns: TurnRunner | None = cl.user_session.get("runner")
+    turns: TurnRunner | None = cl.user_session.get(RUNNER_KEY)
     if turns is None:
         return
     if not turns.records:
@@ -328,7 +222,7 @@ async def on_chat_end() -> None:
 async def on_chat_resume(thread: ThreadDict) -> None:
     """Rebuild a stored chat: turns, images, model and settings; Regenerate on its last answer."""
     FIRST_WORDS.open()  # no answer to wait for: its page writes go at once
-    turns = await new_chat(resources())
+    turns = await new_chat()
     restored = await history.resume(thread, turns.chat)
     if not history.all_saved(thread["id"]):
         await say(turns.chat.tr(history.NOT_ALL_SAVED), kind="warning")

@@ -37,6 +37,8 @@ from backend.turn_runner import TurnRunner
 from tests.conftest import DATA, RunningFake, SessionFactory, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
 from tests.media import make_pdf, make_video
+from ui import process, turn_buttons
+from ui.session import runner
 
 
 @dataclass
@@ -119,7 +121,7 @@ async def start_chat(
     )
     init_ws_context(session)
     await app.shutdown()  # each test's settings get their own shared resources
-    monkeypatch.setattr(app, "SETTINGS", settings)
+    monkeypatch.setattr(process, "SETTINGS", settings)
     await app.startup()
     if before_start is not None:
         before_start()
@@ -137,9 +139,9 @@ async def close_resources() -> AsyncIterator[None]:
 async def click(frame: dict[str, Any]) -> None:
     """Press a button the app sent (an ``action`` frame) and wait for the answer it starts."""
     callbacks = {
-        "retry": app.on_retry,
-        "send_anyway": app.on_send_anyway,
-        "compare": app.on_compare,
+        "retry": turn_buttons.on_retry,
+        "send_anyway": turn_buttons.on_send_anyway,
+        "compare": turn_buttons.on_compare,
     }
     session = cl.context.session
     before = session.current_task
@@ -216,7 +218,7 @@ async def test_server_error_keeps_the_turn_for_retry(browser: Browser, fake: Run
     await app.on_message(user_message("#scenario=error-500"))
     assert "EngineCore" in browser.texts()[-1]
     assert "Traceback" not in browser.texts()[-1]
-    session = app.chat()
+    session = runner().chat
     turn = session.conversation.turns[-1]
     assert turn.status == "failed"
     turn.text = "now fine"  # as if the cause was fixed; the retry resends the turn
@@ -256,7 +258,7 @@ async def test_stop_keeps_partial_reasoning(browser: Browser) -> None:
     assert step["name"].endswith("(stopped)") and len(browser.reasoning()) > 10
     assert not step.get("isError")
     assert "Stopped" in browser.texts()[-1]
-    turn = app.chat().conversation.turns[-1]
+    turn = runner().chat.conversation.turns[-1]
     assert turn.status == "stopped" and turn.reasoning
 
 
@@ -274,7 +276,7 @@ async def test_unmarked_answer_of_a_thinking_model_is_shown_as_answer(browser: B
     assert {d["type"] for d in removed} == {"llm", "undefined"}  # the step and its blocks
     assert {d["id"] for d in removed} >= set(browser.steps("undefined"))
     assert browser.texts()[-1].startswith(ANSWER.strip())
-    turn = app.chat().conversation.turns[-1]
+    turn = runner().chat.conversation.turns[-1]
     assert turn.answer == ANSWER.lstrip() and turn.reasoning == ""
 
 
@@ -302,7 +304,7 @@ async def test_editing_an_earlier_message_rewinds_history(
     assert fake.requests[-1]["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "first question, edited"}]}
     ]
-    assert [t.text for t in app.chat().conversation.turns] == ["first question, edited"]
+    assert [t.text for t in runner().chat.conversation.turns] == ["first question, edited"]
 
 
 async def test_regenerate_reruns_the_last_turn_without_its_old_answer(
@@ -313,7 +315,7 @@ async def test_regenerate_reruns_the_last_turn_without_its_old_answer(
     before = fake.requests[-1]["messages"]
     await click(action_frames(browser, "Regenerate")[-1])
     assert fake.requests[-1]["messages"] == before  # same history, same question
-    assert len(app.chat().conversation.turns) == 2
+    assert len(runner().chat.conversation.turns) == 2
     assert browser.texts()[-1].startswith(ANSWER.strip())
 
 
@@ -363,7 +365,7 @@ async def test_stop_while_sending_to_the_browser_closes_the_upstream_stream(
     in a finaliser task, where httpx's cleanup fails ("exit cancel scope in a
     different task") and the request may run on.
     """
-    client = app.chat().client
+    client = runner().chat.client
     stream = client.stream
     tasks: list[tuple[str, asyncio.Task[Any] | None]] = []
 
@@ -389,7 +391,7 @@ async def test_stop_while_sending_to_the_browser_closes_the_upstream_stream(
             break
         await asyncio.sleep(0.01)
     assert fake.server.aborted == [fake.server.headers[-1]["x-request-id"]]
-    turn = app.chat().conversation.turns[-1]
+    turn = runner().chat.conversation.turns[-1]
     assert turn.status == "stopped"
 
 
@@ -415,7 +417,7 @@ async def test_regenerate_under_an_older_answer_reruns_that_turn(
     notes = browser.texts()
     assert any("Answering again" in n and "first #scenario=plain" in n for n in notes)
     assert any("1 later turn(s) were removed" in n for n in notes)
-    assert [t.text for t in app.chat().conversation.turns] == ["first #scenario=plain"]
+    assert [t.text for t in runner().chat.conversation.turns] == ["first #scenario=plain"]
     assert notes[-1].startswith(ANSWER.strip())
 
 
@@ -446,7 +448,7 @@ async def test_stop_just_after_the_end_keeps_the_finished_answer(browser: Browse
     with pytest.raises(asyncio.CancelledError):
         await task
     browser.hold = None
-    session = app.chat()
+    session = runner().chat
     turn = session.conversation.turns[-1]
     assert turn.status == "done" and turn.answer == ANSWER.lstrip()
     assert not any("Stopped" in text for text in browser.texts())
@@ -458,7 +460,7 @@ async def test_a_shrunk_answer_budget_is_said_and_more_tokens_makes_room(
     browser: Browser, fake: RunningFake
 ) -> None:
     """Defect: the budget shrank silently and "more tokens" doubled the shrunk value."""
-    session = app.chat()
+    session = runner().chat
     chosen = session.options.max_tokens if session.options else 0
     assert chosen == 4096  # Thinking-2506 default, capped at half of the 8192 context
     earlier = session.start_turn("long", "x" * 14_000, [])  # ~4,700 estimated tokens
@@ -475,7 +477,7 @@ async def test_a_shrunk_answer_budget_is_said_and_more_tokens_makes_room(
 
 
 async def test_more_tokens_that_cannot_fit_are_not_offered(browser: Browser) -> None:
-    session = app.chat()
+    session = runner().chat
     assert session.options is not None
     session.with_options(max_tokens=8000)  # at most ~8,178 could fit: not worth offering
     await app.on_message(user_message("#scenario=cutoff"))
@@ -488,9 +490,9 @@ async def test_regenerate_runs_as_the_session_task_stop_works_and_nothing_overla
 ) -> None:
     """Defect: Regenerate ran outside the session's task: no Stop, overlapping answers."""
     await app.on_message(user_message("question #scenario=plain"))
-    app.chat().conversation.turns[-1].text = "question #scenario=slow"  # a long regenerate
+    runner().chat.conversation.turns[-1].text = "question #scenario=slow"  # a long regenerate
     frames_before = len(browser.frames)
-    await app.on_retry(
+    await turn_buttons.on_retry(
         cl.Action(name="retry", payload=action_frames(browser, "Regenerate")[-1]["payload"])
     )
     regenerate = cl.context.session.current_task
@@ -506,7 +508,7 @@ async def test_regenerate_runs_as_the_session_task_stop_works_and_nothing_overla
     await app.on_stop()  # ... then calls on_stop, which stops every answer of the chat
     await asyncio.gather(regenerate, follow_up, return_exceptions=True)
     assert ("task_end", {}) in browser.frames[frames_before:]
-    turns = app.chat().conversation.turns
+    turns = runner().chat.conversation.turns
     assert turns[0].status == "stopped"
     assert any("Stopped" in text for text in browser.texts())
 
@@ -528,7 +530,7 @@ async def test_a_dropped_stream_keeps_the_partial_answer_marked_incomplete(
     partial = next(t for t in texts if "Incomplete" in t)
     assert ANSWER.startswith(partial.split("\n\n*Incomplete")[0]) and len(partial) > 30
     assert "reply was cut off" in texts[-1] and "still loading" not in texts[-1]
-    assert app.chat().conversation.turns[-1].status == "failed"
+    assert runner().chat.conversation.turns[-1].status == "failed"
 
 
 async def test_the_chosen_profile_counts_before_the_first_connect(
@@ -587,7 +589,7 @@ async def test_a_stalled_answer_shows_what_came_then_gives_up(
     assert step["name"].endswith("(interrupted by an error)")
     assert "nothing for 2 s" in browser.texts()[-1]  # 1.5 s, said in whole seconds
     assert "retry" in browser.actions()
-    assert app.chat().conversation.turns[-1].status == "failed"
+    assert runner().chat.conversation.turns[-1].status == "failed"
 
 
 async def upload(session: object, path: Path, mime: str, name: str | None = None) -> dict[str, Any]:
@@ -615,7 +617,7 @@ async def test_a_stored_file_of_the_app_is_not_judged_as_an_upload(
         await session.persist_file(
             name="rocket.jpg", mime="image/jpeg", path=str(DATA / "rocket.jpg")
         )
-        assert len(app.chat().prefetched) == 0
+        assert len(runner().chat.prefetched) == 0
     finally:
         shutil.rmtree(session.files_dir, ignore_errors=True)
 
@@ -636,7 +638,7 @@ async def test_an_upload_the_app_cannot_use_is_refused_with_its_sentence(
         assert refused.value.status_code == 400
         assert str(refused.value.detail).startswith("the image is damaged")
         assert session.files == {} and not any(session.files_dir.iterdir())
-        assert len(app.chat().prefetched) == 0
+        assert len(runner().chat.prefetched) == 0
     finally:
         shutil.rmtree(session.files_dir, ignore_errors=True)
 
@@ -660,13 +662,13 @@ async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
     try:
         reference = await upload(session, DATA / "rocket.jpg", "image/jpeg")
         stored = Path(session.files[reference["id"]]["path"])
-        assert len(app.chat().prefetched) == 1
+        assert len(runner().chat.prefetched) == 1
         assert calls == [stored]  # in the media workers, before any message
         element = cl.Image(name="rocket.jpg", path=str(stored), mime="image/jpeg")
         message = cl.Message(content="What is it?", type="user_message", elements=[element])
         await app.on_message(message)
         assert calls == [stored]  # not prepared a second time
-        assert len(app.chat().prefetched) == 0
+        assert len(runner().chat.prefetched) == 0
         parts = fake.requests[-1]["messages"][-1]["content"]
         assert [p["type"] for p in parts] == ["image_url", "text"]
     finally:
@@ -694,8 +696,8 @@ async def test_compare_asks_the_other_server_the_same_turn(
     answer = browser.texts()[-1]
     assert answer.startswith(ANSWER.strip())  # Copy copies the answer, not the label
     assert "***Kimi-VL Instruct** (compare) · TTFT" in answer
-    assert len(app.chat().conversation.turns) == 2  # the chat goes on with its own model
-    model = app.chat().model
+    assert len(runner().chat.conversation.turns) == 2  # the chat goes on with its own model
+    model = runner().chat.model
     assert model is not None and model.id == "kimi-vl-thinking-2506"
 
 
@@ -717,7 +719,7 @@ async def test_a_closed_tab_stops_its_answer_once_its_session_is_gone(
     await wait_for(lambda: bool(fake.server.aborted), timeout_s=5)
     assert fake.server.aborted == [fake.server.headers[-1]["x-request-id"]]
     await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), timeout=5)
-    assert app.chat().conversation.turns[-1].status == "stopped"
+    assert runner().chat.conversation.turns[-1].status == "stopped"
 
 
 async def test_a_chat_the_browser_cleared_stops_its_answer_at_once(
@@ -733,7 +735,7 @@ async def test_a_chat_the_browser_cleared_stops_its_answer_at_once(
     await app.on_chat_end()
     await wait_for(lambda: bool(fake.server.aborted), timeout_s=3)
     await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), timeout=5)
-    assert app.chat().conversation.turns[-1].status == "stopped"
+    assert runner().chat.conversation.turns[-1].status == "stopped"
 
 
 async def test_a_tab_that_comes_back_within_the_grace_keeps_its_answer(
@@ -748,7 +750,7 @@ async def test_a_tab_that_comes_back_within_the_grace_keeps_its_answer(
     session.restore(new_socket_id=str(uuid.uuid4()))  # Chainlit's reconnect
     await asyncio.wait_for(task, timeout=20)
     assert fake.server.aborted == []
-    assert app.chat().conversation.turns[-1].status == "done"
+    assert runner().chat.conversation.turns[-1].status == "done"
 
 
 async def test_a_model_picked_before_the_first_question_sends_nothing_before_its_words(
@@ -783,7 +785,7 @@ async def test_a_picked_model_the_cache_names_is_asked_without_a_model_list_firs
     listed: list[str] = []
 
     def count_model_lists() -> None:
-        client = app.resources().servers[1].client
+        client = process.resources().servers[1].client
         real = client.list_models
 
         async def list_models() -> list[ServedModel]:
@@ -812,7 +814,7 @@ async def test_a_question_does_not_wait_for_a_stale_model_list_before_its_reques
     settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
     browser = await start_chat(settings, monkeypatch)
     asked_when_listed: list[int] = []
-    for server in app.resources().servers:
+    for server in process.resources().servers:
         monkeypatch.setattr(server.models, "_clock", lambda: time.monotonic() + 3600)  # stale
         real = server.client.list_models
 
@@ -839,7 +841,7 @@ async def test_a_stale_model_list_is_asked_for_after_the_questions_request(
     (docs/benchmarks.md, "The chat completion on aiohttp")."""
     browser = await start_chat(Settings(base_url=fake.base_url), monkeypatch)
     fake.reset()
-    server = app.resources().servers[0]
+    server = process.resources().servers[0]
     monkeypatch.setattr(server.models, "_clock", lambda: time.monotonic() + 3600)  # stale
     requests_when_listed: list[int] = []
     real = server.client.list_models
@@ -863,7 +865,7 @@ async def test_a_picked_model_whose_server_is_down_is_refused_though_the_cache_n
     instruct_server.reset()
     settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
     browser = await start_chat(settings, monkeypatch)
-    second = app.resources().servers[1]
+    second = process.resources().servers[1]
     monkeypatch.setattr(second.models, "_clock", lambda: time.monotonic() + 3600)  # stale
 
     async def down() -> list[ServedModel]:
@@ -873,7 +875,7 @@ async def test_a_picked_model_whose_server_is_down_is_refused_though_the_cache_n
     await app.on_message(user_message("hello there", model="kimi-vl"))
     assert instruct_server.requests == []
     assert "Your text is back in the message box" in browser.texts()[-1]
-    model = app.chat().model
+    model = runner().chat.model
     assert model is not None and model.id == "kimi-vl-thinking-2506"
 
 
@@ -896,7 +898,7 @@ async def test_picking_the_other_model_mid_chat_keeps_the_conversation(
     assert "Kimi-VL Instruct answers from here on, with the conversation so far." in (
         browser.texts()
     )
-    assert len(app.chat().conversation.turns) == 2
+    assert len(runner().chat.conversation.turns) == 2
     assert picker_options(browser) == [("kimi-vl-thinking-2506", False), ("kimi-vl", True)]
     await app.on_message(user_message("third #scenario=plain", model="kimi-vl"))
     assert len(instruct_server.requests) == 2  # it stays with the picked model
@@ -917,9 +919,9 @@ async def test_a_picked_model_that_is_gone_keeps_the_chat_and_the_text(
     assert "Your text is back in the message box" in browser.texts()[-1]
     backs = [d["kimi"] for e, d in browser.frames if e == "window_message" and "kimi" in d]
     assert {"kind": "composer", "text": "hello there"} in backs
-    model = app.chat().model
+    model = runner().chat.model
     assert model is not None and model.id == "kimi-vl-thinking-2506"
-    assert app.chat().conversation.turns == []
+    assert runner().chat.conversation.turns == []
     await app.on_message(user_message("hello #scenario=plain"))
     assert browser.texts()[-1].startswith(ANSWER.strip())
 
@@ -934,7 +936,7 @@ async def test_a_failed_model_list_does_not_bind_the_chat_to_the_first_server(
     failures = [ServerUnreachable(msg("Cannot reach the model server at {url}.", url="x"))] * 2
 
     def flaky_second_server() -> None:
-        client = app.resources().servers[1].client
+        client = process.resources().servers[1].client
         real = client.list_models
 
         async def list_models() -> list[ServedModel]:
@@ -958,7 +960,7 @@ async def test_planning_a_prompt_near_the_limit_does_not_wait_on_a_stuck_tokeniz
     """Defect: counting the prompt with /tokenize had only the 600 s read timeout, up to
     three times, before the stream started. Planning has its own short deadline and then
     goes on with the estimate."""
-    session = app.chat()
+    session = runner().chat
     earlier = session.start_turn("long", "x" * 19_000, [])  # ~6,300 tokens: near the limit
     earlier.answer, earlier.status = "ok", "done"
     fake.server.tokenize_mode = "hang"
@@ -978,13 +980,13 @@ async def test_an_attachment_removed_before_sending_frees_its_prepared_image(
     try:
         kept = await upload(session, DATA / "rocket.jpg", "image/jpeg")
         await upload(session, DATA / "chelsea.png", "image/png", "removed.png")
-        assert len(app.chat().prefetched) == 2
+        assert len(runner().chat.prefetched) == 2
         path = session.files[kept["id"]]["path"]
         element = cl.Image(name="rocket.jpg", path=str(path), mime="image/jpeg")
         await app.on_message(
             cl.Message(content="What is it?", type="user_message", elements=[element])
         )
-        assert len(app.chat().prefetched) == 0
+        assert len(runner().chat.prefetched) == 0
         assert [p["type"] for p in fake.requests[-1]["messages"][-1]["content"]] == [
             "image_url",
             "text",
@@ -1015,7 +1017,7 @@ async def test_an_unexpected_failure_is_said_in_the_apps_words(
         raise RuntimeError("internal detail nobody should read")
 
     with monkeypatch.context() as patched:
-        patched.setattr(app.runner(), "ask", broken)
+        patched.setattr(runner(), "ask", broken)
         await app.on_message(user_message("hello"))
     said = browser.texts()[-1]
     assert said.startswith("Something went wrong inside the app (RuntimeError)")

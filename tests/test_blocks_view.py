@@ -25,6 +25,7 @@ from tests.test_app import Browser, start_chat, user_message
 from tests.test_app import close_resources as close_resources  # the app's resources, per test
 from ui.answer_view import ANSWER_HARD_CHARS
 from ui.blocks import BLOCK_ID_TAIL
+from ui.session import runner
 
 LONG = "#scenario=long-think #reasoning=3000 #answer=3000 #rate=20000"
 
@@ -75,12 +76,12 @@ async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
     assert (
         first["output"].startswith(answer) and LONG_END in first["output"]
     )  # one message holds the whole answer at the end
-    assert first["output"] == app.chat().conversation.turns[-1].answer  # what Copy copies
+    assert first["output"] == runner().chat.conversation.turns[-1].answer  # what Copy copies
     (footer,) = browser.steps("system_message").values()
     assert re.search(r"TTFT [\d.]+ s", footer["output"])
     actions = [d for e, d in browser.frames if e == "action"]
     assert actions and all(a["forId"] == footer["id"] for a in actions)  # Regenerate, under it
-    turn = app.chat().conversation.turns[-1]
+    turn = runner().chat.conversation.turns[-1]
     assert turn.reasoning == browser.reasoning() and turn.status == "done"
 
 
@@ -99,7 +100,7 @@ async def test_stop_mid_long_reasoning_closes_the_open_block_with_what_came(
     assert step["name"].endswith("(stopped)")
     for block_id in browser.steps("undefined"):
         assert_closed_once(browser, block_id, "update_message")
-    turn = app.chat().conversation.turns[-1]
+    turn = runner().chat.conversation.turns[-1]
     assert turn.status == "stopped"
     assert turn.reasoning.startswith(browser.reasoning()) and len(browser.reasoning()) > 4000
     assert "Stopped while thinking" in browser.texts()[-1]

@@ -33,6 +33,7 @@ from tests.conftest import DATA, RunningFake, serving
 from tests.fakes.kimi_server import HUGE_ANSWER, KimiServer
 from tests.test_app import Browser, start_chat, user_message
 from tests.test_resume import open_page, store, thread  # noqa: F401  (store: a fixture)
+from ui.session import runner
 
 LONGEST_STALL_S = 0.1
 """The longest the event loop may be held while a hostile answer is handled."""
@@ -167,5 +168,5 @@ async def test_a_huge_answer_is_cut_stored_and_said_and_the_server_told_to_stop(
     assert probe.longest_s < LONGEST_STALL_S, f"the event loop {probe}"
     async with event_loop_probe() as probe:
         await app.on_chat_resume(thread(thread_id))
-    assert app.chat().conversation.turns[1].answer == record.turn.answer
+    assert runner().chat.conversation.turns[1].answer == record.turn.answer
     assert probe.longest_s < LONGEST_STALL_S, f"resume: the event loop {probe}"

@@ -28,7 +28,8 @@ from backend.settings import Settings
 from backend.store.core import Store
 from tests.conftest import DATA, RunningFake
 from tests.fakes.kimi_server import ANSWER, REASONING
-from ui import history
+from ui import history, process, turn_buttons
+from ui.session import runner
 
 
 @dataclass
@@ -66,7 +67,7 @@ def open_page(thread_id: str, monkeypatch: pytest.MonkeyPatch, fake: RunningFake
         emit_call=emit_call, user_env={}, client_type="webapp", user=user, thread_id=thread_id,
     )  # fmt: skip
     init_ws_context(session)
-    monkeypatch.setattr(app, "SETTINGS", Settings(base_url=fake.base_url))
+    monkeypatch.setattr(process, "SETTINGS", Settings(base_url=fake.base_url))
     return page
 
 
@@ -96,7 +97,7 @@ async def test_after_a_restart_regenerate_and_edit_send_what_was_sent_before(
     regenerate = [a for a in page.actions() if a["label"] == "Regenerate"]
     assert len(regenerate) == 1 and regenerate[0]["forId"]
     action = cl.Action(name="retry", payload=regenerate[0]["payload"], id=regenerate[0]["id"])
-    await app.on_retry(action)
+    await turn_buttons.on_retry(action)
     assert fake.requests[-1]["messages"] == before  # same images, same answers, same question
 
     first.content = "What is this, exactly?"  # Chainlit's edit: same id, new text, no files
@@ -120,7 +121,7 @@ async def test_export_sends_one_html_file_with_the_stored_chat(
     await app.on_message(cl.Message(content="What is this?", type="user_message", elements=[
         cl.Image(name="rocket.jpg", path=str(DATA / "rocket.jpg"), mime="image/jpeg"),
     ]))  # fmt: skip
-    name, document = await history.export(app.runner())
+    name, document = await history.export(runner())
     assert name.endswith(".html")
     assert document.count('<img src="data:image/') == 1
     assert "Thought for " in document and "<details>" in document
@@ -152,7 +153,7 @@ async def test_a_stored_nan_option_is_never_sent_after_resume(
     sent = fake.requests[-1]
     assert (sent["temperature"], sent["top_p"]) == (0.8, 1.0)
     assert 0 < sent["max_tokens"] <= 8192
-    assert app.chat().conversation.turns[-1].status == "done"
+    assert runner().chat.conversation.turns[-1].status == "done"
 
 
 async def test_a_stored_chats_answer_finishes_and_is_stored_after_its_tab_closed(
@@ -169,7 +170,7 @@ async def test_a_stored_chats_answer_finishes_and_is_stored_after_its_tab_closed
     )
     for _ in range(500):
         await asyncio.sleep(0.01)
-        if app.chat().conversation.turns:
+        if runner().chat.conversation.turns:
             break
     await app.on_chat_end()  # the tab closed, and does not come back
     await asyncio.wait_for(task, timeout=30)

@@ -25,7 +25,7 @@ from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.panel import model_choices
 from backend.presenter import model_switched_note, switch_refused_note
-from ui import bridge
+from ui import bridge, process
 from ui.answer import say
 
 log = logging.getLogger(LOGGER_NAME)
@@ -86,3 +86,15 @@ async def switch_model(
     if mid_chat:
         await say(model_switched_note(session.tr.text(session.profile.label), session.tr))
     return True
+
+
+async def served_now(session: ChatSession) -> None:
+    """The chat knows what is served (at chat start, once the server is up): Compare's
+    other models and the model picker (sent when it changed)."""
+    await show_served(session, await process.served_models())
+
+
+async def show_served(session: ChatSession, served: list[ServedModel]) -> None:
+    """Compare's other models and the model picker (sent when it changed) for ``served``."""
+    session.served_besides(served)
+    await offer(session, served)
