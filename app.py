@@ -2,9 +2,10 @@
 
 Run with ``./launch.sh`` (starts vLLM too) or, against a server at ``KIMI_BASE_URL``,
 ``python -m serving.ui_main run app.py`` (Chainlit's ``chainlit run``, on asyncio's C
-tasks: serving/ui_main.py). The process's settings and shared resources
-(ui/process.py) are made at app start and closed at app stop; every chat borrows
-them. The buttons under a turn that start an answer are ui/turn_buttons.py's.
+tasks: serving/ui_main.py). The process's settings (read when this module is
+imported) and shared resources (made at app start, closed at app stop) are
+ui/process.py's; every chat borrows them. The buttons under a turn that start an
+answer are ui/turn_buttons.py's.
 """
 
 from __future__ import annotations
@@ -67,9 +68,8 @@ async def judge_upload(values: dict[str, Any], name: str, path: Path) -> str | N
 UPLOADS = UploadRoom(
     process.SETTINGS.upload_session_mb * 1_000_000, process.SETTINGS.upload_user_mb * 1_000_000
 )
-security.install(
-    process.SETTINGS.allowed_origins, UPLOADS
-)  # Origin, owner, upload size and quota, CSP
+# Origin, owner, upload size and quota, CSP
+security.install(process.SETTINGS.allowed_origins, UPLOADS)
 chainlit_patches.on_file_stored(judge_upload)  # uploads judged (images prepared) on attach
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 chainlit_patches.quiet_stop()  # Stop is said once, by the answer it ended
@@ -165,7 +165,7 @@ async def on_message(message: cl.Message) -> None:
     async with one_at_a_time(process.resources().answers):
         turns = runner()
         model = turns.chat.model
-        if not await model_picker.switch_model(turns.chat, message, served_now):
+        if not await model_picker.switch_model(turns.chat, message):
             return
         # Compare: a server up since, a switch. A stale cache is refreshed after the
         # first words (page_catches_up): its model list would cost this request's CPU.

@@ -24,6 +24,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -42,7 +43,7 @@ import socketio
 from backend.presenter import cut_off_note
 from backend.reasoning import ReasoningSplitter
 from backend.sse import data_values
-from serving.ui_main import ui_command
+from serving.ui_main import own_app_root, ui_command
 from ui.notes import NOTE_MARKS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -637,12 +638,13 @@ def running_stack(
         stderr = exits.enter_context(open(f"{log}.stderr", "ab")) if log else subprocess.DEVNULL
         started = time.monotonic()
         urls, apps = [], []
-        for _ in range(workers):
+        roots = Path(exits.enter_context(tempfile.TemporaryDirectory(prefix="kimi-bench-")))
+        for number in range(1, workers + 1):
             port = free_port()
             app = subprocess.Popen(
                 ui_command("127.0.0.1", port),
                 cwd=ROOT,
-                env=env,
+                env={**env, **own_app_root(roots / f"ui-{number}")},
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
             )

@@ -48,7 +48,10 @@ class LaunchSettings(Settings):
     )
     llm_log: str = Field("llm.log", description="server log file (older ones kept as .1, .2 ...)")
     server_start_timeout_s: float = Field(1800.0, gt=0, description="seconds to wait for /health")
-    run_dir: str = Field(".run", description="launch.sh's record of what it started")
+    run_dir: str = Field(
+        ".run",
+        description="launch.sh's record of what it started; each chat UI's folder (its uploads)",
+    )
 
     # Supervision: a vLLM that dies after it was healthy is restarted.
     restart_base_s: float = Field(2.0, gt=0, description="first restart delay; doubles each time")

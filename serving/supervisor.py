@@ -138,6 +138,8 @@ class Child:
             after a restart, as ``<name> answers again after N s``.
         log_header: with a log pipe: the lines atop each log file (the command).
         piped: its output goes through :func:`serving.logpipe.pipe` into ``record.log``.
+        app_root: a chat UI's own Chainlit app root, made again before each start
+            (:func:`serving.ui_main.own_app_root`); None: not a chat UI.
     """
 
     name: str
@@ -150,6 +152,7 @@ class Child:
     ready_text: str = ""
     log_header: list[str] = field(default_factory=list)
     piped: bool = False
+    app_root: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     pipe_thread: threading.Thread | None = None
     since: float = 0.0
@@ -174,12 +177,24 @@ class Supervisor:
         runstate.write(self.run_dir, self.state)
 
     def spawn(self, child: Child, why: str, *, fresh: bool = False) -> None:
-        """Start ``child`` in its own process group and record it."""
+        """Start ``child`` in its own process group and record it.
+
+        Raises:
+            Failed: a chat UI's app root cannot be made (said in one sentence).
+        """
+        env = child.env
+        if child.app_root is not None:
+            try:
+                env = {**env, **own_app_root(child.app_root)}
+            except OSError as exc:
+                raise Failed(
+                    f"cannot prepare {child.name}'s folder {child.app_root}: {exc}"
+                ) from exc
         with self.signals.held():
             proc = subprocess.Popen(
                 child.command,
                 cwd=ROOT,
-                env=child.env,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE if child.piped else None,
                 stderr=subprocess.STDOUT if child.piped else None,
@@ -539,7 +554,8 @@ def _start_ui(supervisor: Supervisor, settings: LaunchSettings, env: dict[str, s
     child = Child(
         name="chat UI",
         command=ui_command(settings.ui_host, settings.ui_port),
-        env={**env, **own_app_root(supervisor.run_dir / "ui")},
+        env=env,
+        app_root=supervisor.run_dir / "ui",
         record=record,
         health_url=url + "/",
         start_timeout_s=UI_START_TIMEOUT_S,
@@ -566,11 +582,8 @@ def _start_workers(supervisor: Supervisor, settings: LaunchSettings, env: dict[s
             Child(
                 name=f"chat UI worker {number}",
                 command=ui_command("127.0.0.1", worker.port),
-                env={
-                    **env,
-                    "KIMI_APP_LOG": worker.log,
-                    **own_app_root(supervisor.run_dir / f"ui-{number}"),
-                },
+                env={**env, "KIMI_APP_LOG": worker.log},
+                app_root=supervisor.run_dir / f"ui-{number}",
                 record=record,
                 health_url=f"http://127.0.0.1:{worker.port}/",
                 start_timeout_s=UI_START_TIMEOUT_S,

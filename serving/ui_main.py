@@ -64,10 +64,12 @@ def own_app_root(folder: Path) -> dict[str, str]:
     welcome pages (``chainlit.md``, ``chainlit_<language>.md``: Chainlit takes a
     translated page only from inside its root, resolving links), so the process reads
     what it would from the app folder, while its uploads go to ``folder/.files``, which
-    no other process removes. Made again at every start (a page edited since is copied).
+    no other process removes. launch.sh makes it again before every start of the process
+    (a restart too): a welcome page edited since is copied, a removed folder made again.
 
     Raises:
-        OSError: the folder cannot be made or written.
+        OSError: the folder cannot be made or written, or something other than a link
+            stands where a link goes.
     """
     folder.mkdir(parents=True, exist_ok=True)
     for name in SHARED_FOLDERS:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 import chainlit as cl
 import pytest
@@ -32,6 +32,7 @@ from backend.client import ServedModel
 from backend.errors import ServerUnreachable
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
+from backend.render import Button
 from backend.settings import Settings
 from backend.turn_runner import TurnRunner
 from tests.conftest import DATA, RunningFake, SessionFactory, free_port
@@ -1024,3 +1025,9 @@ async def test_an_unexpected_failure_is_said_in_the_apps_words(
     assert "internal detail" not in said
     await app.on_message(user_message("and now? #scenario=plain"))  # the next message works
     assert browser.texts()[-1].startswith(ANSWER.strip())
+
+
+def test_every_button_an_answer_carries_has_its_callback() -> None:
+    kinds = set(get_args(get_type_hints(Button)["kind"]))
+    assert kinds  # the answers' buttons, as backend/render.py names them
+    assert kinds <= set(chainlit_config.code.action_callbacks)  # registered by importing app

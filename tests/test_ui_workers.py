@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -444,14 +445,25 @@ async def test_a_worker_stopping_leaves_the_other_workers_uploads_and_logs_no_er
             root = chainlit_app_root(state.workers[mine].pid)
             (stored,) = (root / ".files").glob(f"*/{photo}*")
             # The other worker stops as SIGTERM asks (Chainlit's shutdown runs) and the
-            # supervisor starts it again.
+            # supervisor starts it again, even with its folder gone meanwhile.
             other = state.workers[1 - mine]
+            other_root = chainlit_app_root(other.pid)
+            assert other_root != root
+            shutil.rmtree(other_root)
             os.killpg(other.pid, signal.SIGTERM)
             wait_for_text(out, rf"chat UI worker {2 - mine} answers again after \d+ s", 120, proc)
             assert stored.is_file()  # this tab's photo, still there to be sent
             answer = await tab.ask(question("quick"), [photo])
             assert answer.complete and not answer.error, answer
             await tab.close()
+        # Each worker still reads the app's folder: its welcome pages and public files.
+        for port in (w.port for w in state.workers):
+            page = httpx.get(
+                f"http://127.0.0.1:{port}/project/settings", params={"language": "zh-CN"}
+            )
+            assert page.json()["markdown"] == (ROOT / "chainlit_zh-CN.md").read_text()
+            style = httpx.get(f"http://127.0.0.1:{port}/public/style.css")
+            assert style.content == (ROOT / "public" / "style.css").read_bytes()
         stopped = run(["stop"], env)
         assert stopped.returncode == 0, stopped.stderr
         proc.wait(timeout=60)

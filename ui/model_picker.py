@@ -7,13 +7,13 @@ picked in the composer instead, with Chainlit's public modes (``emitter.set_mode
 (``cl.Message.modes``), and the chat goes on with the other model, history and all
 (the history the model sees has no reasoning, which suits either model). The server
 pushes the picker whenever it learns what is served, so a page opened while the
-model server was down gets it once the server is up, without a reload.
+model server was down gets it once the server is up, without a reload. What is
+served also gives Compare its other models (:func:`show_served`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Final
 
 import chainlit as cl
@@ -61,15 +61,13 @@ def picked(message: cl.Message) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-async def switch_model(
-    session: ChatSession, message: cl.Message, offer_again: Callable[[ChatSession], Awaitable[None]]
-) -> bool:
+async def switch_model(session: ChatSession, message: cl.Message) -> bool:
     """Go on with the served model picked for ``message``, keeping the chat; in a chat
     with turns already, a note says who answers from here on (as the export does,
     ``backend/store/export.py``). The settings panel is not sent here: the caller sends
     the new model's after the answer's first words. False when it cannot answer: said,
     the message off the transcript and its text back in the message box, and
-    ``offer_again`` (the picker sent again, on the chat's model)."""
+    the picker sent again, on the chat's model (:func:`served_now`)."""
     wanted = picked(message)
     if wanted is None or session.model is None or wanted == session.model.id:
         return True
@@ -81,7 +79,7 @@ async def switch_model(
         await message.remove()
         await bridge.put_back(message.content)
         await say(switch_refused_note(exc.message, session.tr), kind="warning")
-        await offer_again(session)
+        await served_now(session)
         return False
     if mid_chat:
         await say(model_switched_note(session.tr.text(session.profile.label), session.tr))
