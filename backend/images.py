@@ -33,6 +33,7 @@ import base64
 import io
 import math
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
@@ -602,6 +603,38 @@ def _too_dense(image: Image.Image, kind: str, source_bytes: int) -> bool:
     return quality is None or quality > PASSTHROUGH_MAX_JPEG_QUALITY or not subsampled
 
 
+_MARKER_AFTER_SCAN: Final = re.compile(rb"\xff([^\x00\xd0-\xd7\xff])")
+"""In a JPEG's entropy-coded data, a marker: 0xFF followed by a byte that is neither a
+stuffed zero, a restart marker RST0-RST7 nor a fill byte 0xFF (ITU T.81, B.1.1.2 and
+B.1.1.5). Written without a repeat, so ``re`` searches for its literal first byte (1 ms
+over a 1.5 MB photo, against 18 ms with ``\xff+``)."""
+
+
+def _jpeg_scan_complete(data: bytes) -> bool:
+    """Whether ``data`` (a JPEG) has one scan that runs to the end-of-image marker.
+
+    The segments from SOI are walked by their lengths up to the first start-of-scan
+    (SOS); in the entropy-coded data after it the first marker must be EOI (ITU T.81,
+    B.2). False for a truncated file, one spliced mid-scan, a second scan (a baseline
+    file with non-interleaved components: the full path decodes those), or a header
+    that does not parse. Bytes after EOI (a camera's trailer) are left alone, as
+    decoders do.
+    """
+    if data[:2] != b"\xff\xd8":
+        return False
+    at = 2
+    while at + 4 <= len(data) and data[at] == 0xFF:
+        marker = data[at + 1]
+        if marker == 0xFF:  # a fill byte before the marker
+            at += 1
+            continue
+        at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+        if marker == 0xDA:
+            found = _MARKER_AFTER_SCAN.search(data, at)
+            return found is not None and found.group(1) == b"\xd9"
+    return False
+
+
 def _as_uploaded(
     path: Path, label: str, in_token_limit: int, source_bytes: int
 ) -> PreparedImage | None:
@@ -610,9 +643,12 @@ def _as_uploaded(
     That is a baseline JPEG, a PNG or a WebP, one frame, 8-bit RGB or grey with no
     alpha, no EXIF rotation, within the patch budget and at least
     :data:`MIN_SIDE` a side, and not one that re-encoding would make notably smaller
-    (:func:`_too_dense`). It is decoded once, cheaply (a JPEG
-    at 1/8 scale), to prove the whole file is readable; anything odd (a damaged
-    file included) returns None and takes the full path, which says what is wrong.
+    (:func:`_too_dense`). A PNG or WebP is decoded once to prove the whole file is
+    readable; a JPEG's markers are walked instead (:func:`_jpeg_scan_complete`: its one
+    scan must run to the end-of-image marker), which finds a truncated or spliced file
+    for about a tenth of the CPU of even a 1/8-scale decode (21 ms for a 1.5 MB photo on
+    the project's 2-core machine). Anything odd (a damaged file included) returns None
+    and takes the full path, which decodes it and says what is wrong.
     """
     try:
         with Image.open(path) as image:
@@ -631,12 +667,15 @@ def _as_uploaded(
                 or _too_dense(image, kind, source_bytes)
             ):
                 return None
-            image.draft(None, (max(1, width // 8), max(1, height // 8)))
-            image.load()
+            if kind != "JPEG":
+                image.load()
+            data = path.read_bytes()
     except Exception:  # the full path reads it again and names the problem
         return None
+    if kind == "JPEG" and not _jpeg_scan_complete(data):
+        return None
     mime = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}[kind]
-    payload = base64.b64encode(path.read_bytes()).decode("ascii")
+    payload = base64.b64encode(data).decode("ascii")
     return PreparedImage(
         name=label,
         data=f"data:{mime};base64,{payload}",

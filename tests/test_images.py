@@ -751,9 +751,29 @@ def test_an_image_without_jpeg_tables_has_no_quality() -> None:
     assert jpeg_quality(photo("page.png")) is None
 
 
+def test_a_jpeg_with_a_trailer_after_its_end_is_sent_byte_for_byte(
+    save: Callable[..., Path],
+) -> None:
+    """Some cameras write their own bytes after the end-of-image marker; decoders stop
+    at the marker, and so does the app's check of the file."""
+    photo = Image.open(DATA / "rocket.jpg").convert("RGB")
+    data = encoded(photo, "JPEG", quality=75) + b"maker notes after the image"
+    path = save("trailer.jpg", data)
+    assert payload(prepare_image(path, 4096)) == data
+
+
 @pytest.mark.parametrize(
     "why",
-    ["progressive", "dense", "rotated", "over the budget", "alpha", "damaged"],
+    [
+        "progressive",
+        "dense",
+        "rotated",
+        "over the budget",
+        "alpha",
+        "damaged",
+        "its end marker cut off",
+        "another photo spliced into it",
+    ],
 )
 def test_an_upload_that_does_not_fit_is_prepared(save: Callable[..., Path], why: str) -> None:
     photo = Image.open(DATA / "rocket.jpg").convert("RGB")
@@ -764,9 +784,14 @@ def test_an_upload_that_does_not_fit_is_prepared(save: Callable[..., Path], why:
         "over the budget": lambda: encoded(photo.resize((2560, 1708)), "JPEG", quality=60),
         "alpha": lambda: encoded(photo.convert("RGBA"), "PNG"),
         "damaged": lambda: encoded(photo, "JPEG", quality=75)[:20_000],
+        "its end marker cut off": lambda: encoded(photo, "JPEG", quality=75)[:-2],
+        "another photo spliced into it": lambda: (
+            encoded(photo, "JPEG", quality=75)[:20_000]
+            + encoded(photo.transpose(Image.Transpose.FLIP_LEFT_RIGHT), "JPEG", quality=75)
+        ),
     }[why]()
     path = save(f"{why}.jpg", data)
-    if why == "damaged":
+    if why in ("damaged", "its end marker cut off", "another photo spliced into it"):
         with pytest.raises(ImageError):
             prepare_image(path, 4096)
         return
