@@ -773,6 +773,8 @@ def test_a_jpeg_with_a_trailer_after_its_end_is_sent_byte_for_byte(
         "damaged",
         "its end marker cut off",
         "another photo spliced into it",
+        "a broken Huffman table",
+        "a hierarchical frame",
     ],
 )
 def test_an_upload_that_does_not_fit_is_prepared(save: Callable[..., Path], why: str) -> None:
@@ -789,15 +791,28 @@ def test_an_upload_that_does_not_fit_is_prepared(save: Callable[..., Path], why:
             encoded(photo, "JPEG", quality=75)[:20_000]
             + encoded(photo.transpose(Image.Transpose.FLIP_LEFT_RIGHT), "JPEG", quality=75)
         ),
+        "a broken Huffman table": lambda: patched(
+            encoded(photo, "JPEG", quality=75), b"\xff\xc4", 5, b"\xff" * 16
+        ),
+        "a hierarchical frame": lambda: patched(
+            encoded(photo, "JPEG", quality=75), b"\xff\xc0", 0, b"\xff\xc5"
+        ),
     }[why]()
     path = save(f"{why}.jpg", data)
-    if why in ("damaged", "its end marker cut off", "another photo spliced into it"):
+    if why not in ("progressive", "dense", "rotated", "over the budget", "alpha"):
         with pytest.raises(ImageError):
             prepare_image(path, 4096)
         return
     prepared = prepare_image(path, 4096)
     assert payload(prepared) != path.read_bytes()
     assert prepared.tokens <= 4096 // 4 + 64 + 64  # within the budget either way
+
+
+def patched(data: bytes, marker: bytes, offset: int, replacement: bytes) -> bytes:
+    """``data`` with ``replacement`` written over its bytes ``offset`` after its first
+    ``marker`` (e.g. a DHT's 16 code counts, 5 bytes after ``FF C4``: ITU T.81, B.2.4.2)."""
+    at = data.index(marker) + offset
+    return data[:at] + replacement + data[at + len(replacement) :]
 
 
 def rotated_exif() -> bytes:
