@@ -668,10 +668,10 @@ def _as_uploaded(
     :data:`MIN_SIDE` a side, and not one that re-encoding would make notably smaller
     (:func:`_too_dense`). A PNG or WebP is decoded once to prove the whole file is
     readable; a JPEG is checked by :func:`_jpeg_whole` (its headers decoded, its one scan
-    running to the end-of-image marker), about 2 ms of CPU for a 1.5 MB photo on the
+    running to the end-of-image marker), 2-3 ms of CPU for a 1.5 MB photo on the
     project's 2-core machine, where even a 1/8-scale decode of the whole file reads every
-    entropy-coded byte (21 ms). Anything odd (a damaged file included) returns None and
-    takes the full path, which decodes it and says what is wrong.
+    entropy-coded byte (21 ms; docs/facts.md). Anything odd (a damaged file included)
+    returns None and takes the full path, which decodes it and says what is wrong.
     """
     try:
         with Image.open(path) as image:
