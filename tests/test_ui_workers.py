@@ -273,11 +273,10 @@ def test_haproxy_beyond_loopback_needs_a_user_like_the_ui(tmp_path: Path) -> Non
     assert not (tmp_path / "run" / "haproxy.cfg").exists()  # refused before anything started
 
 
-@needs_haproxy
-async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
-    tmp_path: Path, fake: RunningFake
-) -> None:
-    ui_port = quiet_ports(3)  # the UI's port and the two workers' after it
+def workers_env(tmp_path: Path, fake: RunningFake) -> tuple[dict[str, str], int]:
+    """launch.sh's environment for UI workers in front of the scripted server, files in
+    ``tmp_path``, restarts after 0.5 s; and the UI's port (the workers take the next two)."""
+    ui_port = quiet_ports(3)
     env = launch_env(
         tmp_path,
         KIMI_APP_PYTHON=sys.executable,
@@ -286,6 +285,14 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
         KIMI_APP_LOG=str(tmp_path / "app.log"),
         KIMI_RESTART_BASE_S="0.5",
     )
+    return env, ui_port
+
+
+@needs_haproxy
+async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
+    tmp_path: Path, fake: RunningFake
+) -> None:
+    env, ui_port = workers_env(tmp_path, fake)
     add_user(env, "alice", "alice-password-1")
     out = tmp_path / "launch.out"
     url = f"http://127.0.0.1:{ui_port}"
@@ -422,15 +429,7 @@ def chainlit_app_root(pid: int) -> Path:
 async def test_a_worker_stopping_leaves_the_other_workers_uploads_and_logs_no_error(
     tmp_path: Path, fake: RunningFake
 ) -> None:
-    ui_port = quiet_ports(3)
-    env = launch_env(
-        tmp_path,
-        KIMI_APP_PYTHON=sys.executable,
-        KIMI_BASE_URL=fake.base_url,
-        KIMI_UI_PORT=str(ui_port),
-        KIMI_APP_LOG=str(tmp_path / "app.log"),
-        KIMI_RESTART_BASE_S="0.5",
-    )
+    env, ui_port = workers_env(tmp_path, fake)
     out = tmp_path / "launch.out"
     url = f"http://127.0.0.1:{ui_port}"
     with launched(["--ui-only", "--ui-workers", "2"], env, out) as proc:
