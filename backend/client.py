@@ -79,6 +79,10 @@ class ChatRequest:
         max_tokens: answer budget in tokens (reasoning counts against it).
         temperature, top_p: sampling parameters.
         thinking: True if text before any marker is reasoning (Thinking models).
+        prefill: the start of the reply, already written: sent as a last assistant
+            message that the model continues (vLLM's ``continue_final_message``) and
+            not streamed back: the opening marker for a Thinking model
+            (:func:`backend.planning.reply_start`).
         request_id: sent as ``X-Request-Id``; vLLM uses it as the request id
             it logs, so a request can be found in ``llm.log``.
         extra_body: extra JSON fields vLLM understands (e.g. ``structured_outputs``).
@@ -90,6 +94,7 @@ class ChatRequest:
     temperature: float
     top_p: float = 1.0
     thinking: bool = False
+    prefill: str = ""
     request_id: str | None = None
     extra_body: Mapping[str, Any] = field(default_factory=dict)
 
@@ -494,7 +499,20 @@ def request_body(request: ChatRequest) -> dict[str, Any]:
         "top_p": request.top_p,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **(continuing(request.messages, request.prefill) if request.prefill else {}),
         **request.extra_body,
+    }
+
+
+def continuing(messages: list[dict[str, Any]], prefill: str) -> dict[str, Any]:
+    """The chat completion fields that make the model continue ``prefill`` after
+    ``messages``: ``messages`` with ``prefill`` as a last assistant message, which the
+    chat template renders as the start of the reply (vLLM's ``continue_final_message``;
+    the generation prompt is then not added, as vLLM requires)."""
+    return {
+        "messages": [*messages, {"role": "assistant", "content": prefill}],
+        "continue_final_message": True,
+        "add_generation_prompt": False,
     }
 
 

@@ -50,16 +50,19 @@ class ServerPace:
     def request(self, request: ChatRequest) -> ChatRequest:
         """``request`` with the chunk size to ask, unless it names one itself.
 
-        A pinned :attr:`stream_interval` wins. Otherwise a thinking request asks for
-        every token: its first token is the opening marker alone, which vLLM sends at
-        once, and the next chunk would come only ``stream_interval`` tokens later, so
-        the first words a person can read would wait about one UI update (50 ms).
-        Other requests ask for the learnt pace (:meth:`StreamPace.tokens_per_chunk`).
+        A pinned :attr:`stream_interval` wins. Otherwise a thinking request that does
+        not write the opening marker itself (no :attr:`ChatRequest.prefill`) asks for
+        every token: its first token is the marker alone, which vLLM sends at once,
+        and the next chunk would come only ``stream_interval`` tokens later, so the
+        first words a person can read would wait about one UI update (50 ms). Other
+        requests ask for the learnt pace (:meth:`StreamPace.tokens_per_chunk`).
         """
         if self.stream_interval:
             interval = self.stream_interval
+        elif request.thinking and not request.prefill:
+            interval = 1
         else:
-            interval = 1 if request.thinking else self.speed.tokens_per_chunk()
+            interval = self.speed.tokens_per_chunk()
         if interval <= 1 or "stream_interval" in request.extra_body:
             return request
         return replace(request, extra_body={**request.extra_body, "stream_interval": interval})

@@ -20,6 +20,7 @@ from backend.chat import ChatSession, SamplingOptions
 from backend.client import ChatClient, ChatRequest, ServedModel
 from backend.conversation import MIN_ANSWER_TOKENS, Budget, Conversation, Plan, Turn, plan_verified
 from backend.logs import LOGGER_NAME
+from backend.reasoning import THINK_OPEN
 from backend.settings import profile_for
 
 log = logging.getLogger(LOGGER_NAME)
@@ -28,6 +29,26 @@ DEV_SHAPE_REGEX = "◁think▷[^◁]{40,600}◁/think▷[^◁]{20,400}"
 """Dev mode: vLLM structured outputs force the random-weights model's output into
 the Thinking model's shape, so the reasoning step streams and folds as with
 Kimi-VL (the text itself stays noise)."""
+
+
+def reply_start(thinking: bool) -> str:
+    """What a request writes of the reply itself (:attr:`ChatRequest.prefill`): the
+    opening marker for a Thinking model, nothing for others.
+
+    Kimi-VL-A3B-Thinking begins every reply with ``◁think▷``, and vLLM sends a
+    stream's first token at once and the next ones ``stream_interval`` tokens a chunk
+    (``vllm/v1/engine/output_processor.py``), so a reply that writes the marker itself
+    would show its first words only a chunk later. Written by the request, the marker
+    is not generated: the first token is a reasoning word, sent at once, and later
+    chunks can carry several tokens. Kimi-VL's chat template renders an assistant
+    message as written (docs/facts.md), so the model reads the same prompt it would
+    have written; the reasoning parser (:mod:`serving.kimi_reasoning`) reads a
+    prompt whose last assistant turn opened its reasoning as still reasoning.
+    The dev model's profile is not a Thinking one (dev mode's shape,
+    :data:`DEV_SHAPE_REGEX`, writes its marker), so its requests write none.
+    """
+    return THINK_OPEN if thinking else ""
+
 
 MORE_TOKENS_AT_LEAST = 1.1
 """"Retry with more tokens" is offered only when it can give at least 10% more."""
@@ -121,6 +142,7 @@ async def plan_turn(
         plan,
         chat.options,
         thinking=chat.profile.thinking or shaped,
+        prefill=reply_start(chat.profile.thinking),
         extra_body={"structured_outputs": {"regex": DEV_SHAPE_REGEX}} if shaped else {},
         request_id=request_id,
     )
@@ -159,7 +181,9 @@ def plan_compare(chat: ChatSession, turn: Turn, other: ServedModel) -> tuple[Tur
     options = SamplingOptions.for_profile(profile, max_model_len)
     budget = Budget(max_model_len, chat.settings.max_images_per_prompt, options.max_tokens)
     plan = history.plan(asked, budget, chat.token_counter)
-    request = _request(other.id, plan, options, thinking=profile.thinking)
+    request = _request(
+        other.id, plan, options, thinking=profile.thinking, prefill=reply_start(profile.thinking)
+    )
     log.info("request %s model=%s compare of an earlier turn", request.request_id, other.id)
     return asked, Planned(request, plan.notices, options.max_tokens, None)
 
@@ -170,6 +194,7 @@ def _request(
     options: SamplingOptions,
     *,
     thinking: bool,
+    prefill: str = "",
     extra_body: dict[str, Any] | None = None,
     request_id: str | None = None,
 ) -> ChatRequest:
@@ -181,6 +206,7 @@ def _request(
         temperature=options.temperature,
         top_p=options.top_p,
         thinking=thinking,
+        prefill=prefill,
         request_id=request_id or new_request_id(),
         extra_body=extra_body or {},
     )

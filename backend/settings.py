@@ -155,7 +155,8 @@ class Settings(BaseSettings):
         ge=0,
         description="tokens per streamed chunk asked of vLLM >= 0.32 (its stream_interval "
         "field); 0 = one UI update's worth at the measured speed (every token for a "
-        "thinking request, whose first token is the marker alone), 1 = every token",
+        "request whose first token would be the opening marker alone: dev mode's "
+        "shape), 1 = every token",
     )
 
     # The server's limits, when it does not say (vLLM's /v1/models gives max_model_len).

@@ -40,8 +40,11 @@ import orjson
 import psutil
 import socketio
 
+from backend.client import continuing
+from backend.planning import reply_start
 from backend.presenter import cut_off_note
 from backend.reasoning import ReasoningSplitter
+from backend.settings import profile_for
 from backend.sse import data_values
 from serving.ui_main import own_app_root, ui_command
 from ui.notes import NOTE_MARKS
@@ -244,6 +247,8 @@ class DirectClient:
     (docs/benchmarks.md, "The direct burst's own p95"); every direct burst that followed
     another within the server's keep-alive time met it.
 
+    A Thinking model's request writes the reply's opening marker itself, as the app's
+    does (:func:`backend.planning.reply_start`), so both sides get the same first token.
     The first token (``first_s``) is the first delta with any text, the opening
     marker included, as the app opens its reasoning step on it. The last visible
     text (``last_s``) is split out by the same
@@ -270,10 +275,13 @@ class DirectClient:
                 {"type": "image_url", "image_url": {"url": url}},
                 {"type": "text", "text": text},
             ]
+        messages = [{"role": "user", "content": content}]
+        written = reply_start(profile_for(work.model).thinking)
         body: dict[str, Any] = {
             "model": work.model,
             "stream": True,
-            "messages": [{"role": "user", "content": content}],
+            "messages": messages,
+            **(continuing(messages, written) if written else {}),
         }
         if work.max_tokens:
             body["max_tokens"] = work.max_tokens

@@ -36,7 +36,7 @@ from backend.render import Button
 from backend.settings import Settings
 from backend.turn_runner import TurnRunner
 from tests.conftest import DATA, RunningFake, SessionFactory, free_port
-from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.fakes.kimi_server import ANSWER, REASONING, conversation
 from tests.media import make_pdf, make_video
 from ui import process, turn_buttons
 from ui.session import runner
@@ -194,7 +194,7 @@ async def test_photo_question_streams_reasoning_step_then_answer(
     assert answer.startswith(ANSWER.strip()) and "TTFT" in answer and "tokens/s" in answer
     assert "◁" not in answer and REASONING not in answer
     assert "retry" in browser.actions()  # the Regenerate button
-    assert fake.requests[-1]["messages"][0]["content"][0]["type"] == "image_url"
+    assert conversation(fake.requests[-1])[0]["content"][0]["type"] == "image_url"
 
 
 async def test_answer_tokens_are_batched(browser: Browser) -> None:
@@ -240,7 +240,7 @@ async def test_bad_upload_is_refused_and_message_kept(
     assert "holiday.jpg" in browser.texts()[-1] and fake.requests == []
     assert "send_anyway" in browser.actions()
     await click(action_frames(browser, "Send without them")[-1])
-    content = fake.requests[-1]["messages"][-1]["content"]
+    content = conversation(fake.requests[-1])[-1]["content"]
     assert [p["type"] for p in content] == ["image_url", "text"]
     assert content[-1]["text"] == "Compare these"
 
@@ -299,10 +299,10 @@ async def test_editing_an_earlier_message_rewinds_history(
     first = user_message("first question")
     await app.on_message(first)
     await app.on_message(user_message("second question"))
-    assert len(fake.requests[-1]["messages"]) == 3
+    assert len(conversation(fake.requests[-1])) == 3
     first.content = "first question, edited"  # Chainlit's edit: same message id, new text
     await app.on_message(first)
-    assert fake.requests[-1]["messages"] == [
+    assert conversation(fake.requests[-1]) == [
         {"role": "user", "content": [{"type": "text", "text": "first question, edited"}]}
     ]
     assert [t.text for t in runner().chat.conversation.turns] == ["first question, edited"]
@@ -313,9 +313,9 @@ async def test_regenerate_reruns_the_last_turn_without_its_old_answer(
 ) -> None:
     await app.on_message(user_message("earlier"))
     await app.on_message(user_message("again please"))
-    before = fake.requests[-1]["messages"]
+    before = conversation(fake.requests[-1])
     await click(action_frames(browser, "Regenerate")[-1])
-    assert fake.requests[-1]["messages"] == before  # same history, same question
+    assert conversation(fake.requests[-1]) == before  # same history, same question
     assert len(runner().chat.conversation.turns) == 2
     assert browser.texts()[-1].startswith(ANSWER.strip())
 
@@ -343,7 +343,7 @@ async def test_pdf_pages_and_video_frames_share_the_image_limit(
     ]
     message = cl.Message(content="What happens?", type="user_message", elements=elements)
     await app.on_message(message)
-    content = fake.requests[-1]["messages"][-1]["content"]
+    content = conversation(fake.requests[-1])[-1]["content"]
     assert [part["type"] for part in content] == ["image_url"] * 5 + ["text"]
     assert content[-1]["text"] == (
         "Pages 1-3 of slides.pdf\nFrames of clip.mp4 at 00:00.0, 00:01.5\nWhat happens?"
@@ -412,7 +412,7 @@ async def test_regenerate_under_an_older_answer_reruns_that_turn(
     await app.on_message(user_message("first #scenario=plain"))
     await app.on_message(user_message("second #scenario=plain"))
     await click(action_frames(browser, "Regenerate")[0])  # under the first answer
-    assert fake.requests[-1]["messages"] == [
+    assert conversation(fake.requests[-1]) == [
         {"role": "user", "content": [{"type": "text", "text": "first #scenario=plain"}]}
     ]
     notes = browser.texts()
@@ -431,7 +431,9 @@ async def test_send_without_them_sends_the_message_it_sits_under(
     await app.on_message(user_message("older draft", bogus))
     await app.on_message(user_message("newer draft", bogus))
     await click(action_frames(browser, "Send without them")[0])
-    assert fake.requests[-1]["messages"][-1]["content"] == [{"type": "text", "text": "older draft"}]
+    assert conversation(fake.requests[-1])[-1]["content"] == [
+        {"type": "text", "text": "older draft"}
+    ]
     await click(action_frames(browser, "Send without them")[0])  # already sent
     assert browser.texts()[-1] == "That message was already sent or replaced."
 
@@ -474,7 +476,7 @@ async def test_a_shrunk_answer_budget_is_said_and_more_tokens_makes_room(
     await click(more)
     request = fake.requests[-1]
     assert request["max_tokens"] > 2 * 4096 - 100  # nearly the whole context, not 2 x shrunk
-    assert len(request["messages"]) == 1  # the long older turn was left out to make room
+    assert len(conversation(request)) == 1  # the long older turn was left out to make room
 
 
 async def test_more_tokens_that_cannot_fit_are_not_offered(browser: Browser) -> None:
@@ -502,7 +504,7 @@ async def test_regenerate_runs_as_the_session_task_stop_works_and_nothing_overla
     assert ("task_start", {}) in browser.frames[frames_before:]  # the browser shows Stop
     follow_up = asyncio.create_task(app.on_message(user_message("next #scenario=plain")))
     await asyncio.sleep(0.3)
-    assert [m["messages"][-1]["content"][-1]["text"] for m in fake.requests[-1:]] == [
+    assert [conversation(m)[-1]["content"][-1]["text"] for m in fake.requests[-1:]] == [
         "question #scenario=slow"
     ]  # the follow-up waits for the regenerate
     regenerate.cancel()  # Chainlit's Stop cancels the session's current task ...
@@ -670,7 +672,7 @@ async def test_an_uploaded_image_is_prepared_before_the_message_is_sent(
         await app.on_message(message)
         assert calls == [stored]  # not prepared a second time
         assert len(runner().chat.prefetched) == 0
-        parts = fake.requests[-1]["messages"][-1]["content"]
+        parts = conversation(fake.requests[-1])[-1]["content"]
         assert [p["type"] for p in parts] == ["image_url", "text"]
     finally:
         shutil.rmtree(session.files_dir, ignore_errors=True)
@@ -687,13 +689,13 @@ async def test_compare_asks_the_other_server_the_same_turn(
     assert picker_options(browser) == [("kimi-vl-thinking-2506", True), ("kimi-vl", False)]
     await app.on_message(user_message("first #scenario=plain"))
     await app.on_message(user_message("What is in this picture?", DATA / "rocket.jpg"))
-    asked = fake.requests[-1]["messages"]
+    asked = conversation(fake.requests[-1])
     compare = action_frames(browser, "Compare with Kimi-VL Instruct")
     assert len(compare) == 2  # one under each answer
     await click(compare[-1])
     sent = instruct_server.requests[-1]
     assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2
-    assert sent["messages"] == asked  # same history, same prepared image
+    assert conversation(sent) == asked  # same history, same prepared image
     answer = browser.texts()[-1]
     assert answer.startswith(ANSWER.strip())  # Copy copies the answer, not the label
     assert "***Kimi-VL Instruct** (compare) · TTFT" in answer
@@ -890,12 +892,12 @@ async def test_picking_the_other_model_mid_chat_keeps_the_conversation(
     settings = Settings(servers=f"{fake.base_url}, {instruct_server.base_url}")
     browser = await start_chat(settings, monkeypatch)
     await app.on_message(user_message("first #scenario=plain"))
-    first = fake.requests[-1]["messages"]
+    first = conversation(fake.requests[-1])
     await app.on_message(user_message("second #scenario=plain", model="kimi-vl"))
     sent = instruct_server.requests[-1]
     assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2  # Instruct's defaults
-    assert sent["messages"][: len(first)] == first
-    assert sent["messages"][len(first)] == {"role": "assistant", "content": ANSWER}
+    assert conversation(sent)[: len(first)] == first
+    assert conversation(sent)[len(first)] == {"role": "assistant", "content": ANSWER}
     assert "Kimi-VL Instruct answers from here on, with the conversation so far." in (
         browser.texts()
     )
@@ -969,7 +971,7 @@ async def test_planning_a_prompt_near_the_limit_does_not_wait_on_a_stuck_tokeniz
     await asyncio.wait_for(app.on_message(user_message("#scenario=plain")), timeout=15)
     assert time.monotonic() - started < 8
     assert browser.texts()[-1].startswith(ANSWER.strip())
-    assert len(fake.requests[-1]["messages"]) == 3  # the long turn went with it
+    assert len(conversation(fake.requests[-1])) == 3  # the long turn went with it
 
 
 async def test_an_attachment_removed_before_sending_frees_its_prepared_image(
@@ -988,7 +990,7 @@ async def test_an_attachment_removed_before_sending_frees_its_prepared_image(
             cl.Message(content="What is it?", type="user_message", elements=[element])
         )
         assert len(runner().chat.prefetched) == 0
-        assert [p["type"] for p in fake.requests[-1]["messages"][-1]["content"]] == [
+        assert [p["type"] for p in conversation(fake.requests[-1])[-1]["content"]] == [
             "image_url",
             "text",
         ]

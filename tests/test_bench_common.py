@@ -124,30 +124,44 @@ MARKER_THEN_WORDS = "Think. #scenario=long-think #reasoning=3 #answer=3 #rate=5"
 (tests/fakes/kimi_server.py, ``long_scenario``)."""
 
 
-async def marker_then_words(base_url: str, ui_url: str) -> tuple[Timing, Timing]:
+async def first_words(base_url: str, ui_url: str, model: str) -> tuple[Timing, Timing]:
+    """One answer of ``model`` to :data:`MARKER_THEN_WORDS`, asked directly and in a tab."""
     direct = DirectClient(base_url)
     async with httpx.AsyncClient(timeout=60) as http:
         tab = Tab(ui_url, http)
         await tab.open()
         try:
-            work = Workload(MARKER_THEN_WORDS, 9, 2.0, "(end of answer)")
-            return await direct.ask(work), await tab.ask(work.text, marker=work.end)
+            work = Workload(MARKER_THEN_WORDS, 9, 2.0, "(end of answer)", model=model)
+            return await direct.ask(work), await tab.ask(work.text, marker=work.end, model=model)
         finally:
             await tab.close()
             await direct.aclose()
 
 
 def test_first_visible_words_are_timed_at_the_words_not_at_a_lone_marker(
-    fake: RunningFake,
+    two_models: RunningFake,
 ) -> None:
-    """Issue 23 counts the first visible words, and a marker alone is not one: the direct
-    side's first token is the lone ``◁think▷``, the tab's first frame the reasoning step
+    """Issue 23 counts the first visible words, and a marker alone is not one. A model
+    whose request does not write the marker (Instruct's profile): the direct side's
+    first token is the lone ``◁think▷``, the tab's first frame the reasoning step
     opening on it; their first words come a piece (0.2 s) later."""
-    with running_stack(server_url=fake.base_url) as stack:
-        direct, tab = asyncio.run(marker_then_words(fake.base_url, stack.ui_url))
+    with running_stack(server_url=two_models.base_url) as stack:
+        direct, tab = asyncio.run(first_words(two_models.base_url, stack.ui_url, "kimi-vl"))
     for side in (direct, tab):
         assert side.complete and side.words_s is not None, side
         assert 0.15 <= side.words_s - side.first_s <= 1.0, side
+
+
+def test_a_thinking_models_first_token_is_a_word_on_both_sides(two_models: RunningFake) -> None:
+    """Both sides write Thinking-2506's opening marker in the request
+    (backend/planning.py, ``reply_start``): the stream's first piece is a word, a
+    piece (0.2 s) after the question, and it is the first visible words."""
+    thinking = "kimi-vl-thinking-2506"
+    with running_stack(server_url=two_models.base_url) as stack:
+        direct, tab = asyncio.run(first_words(two_models.base_url, stack.ui_url, thinking))
+    for side in (direct, tab):
+        assert side.complete and side.words_s is not None, side
+        assert side.words_s - side.first_s < 0.15 and 0.15 <= side.words_s <= 1.0, side
 
 
 async def ask_picking(ui_url: str, model: str) -> Timing:

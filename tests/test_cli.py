@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import DATA, RunningFake, free_port
-from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.fakes.kimi_server import ANSWER, REASONING, conversation
 
 ROOT = Path(__file__).parent.parent
 
@@ -31,7 +31,7 @@ def test_plain_output_splits_reasoning_to_stderr(fake: RunningFake) -> None:
     assert "◁" not in result.stdout + result.stderr
     body = fake.requests[-1]
     assert body["model"] == "kimi-vl-thinking-2506"  # first of /v1/models
-    parts = body["messages"][0]["content"]
+    parts = conversation(body)[0]["content"]
     assert parts[0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
     assert parts[1] == {"type": "text", "text": "What is it?"}
 

@@ -19,7 +19,7 @@ from backend.settings import Settings
 from backend.turn_runner import TurnRunner
 from backend.uploads import Upload
 from tests.conftest import DATA, RunningFake, SessionFactory
-from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.fakes.kimi_server import ANSWER, REASONING, conversation
 
 
 def image(name: str, tokens: int = 100) -> PreparedImage:
@@ -153,12 +153,13 @@ async def test_second_request_body_has_no_reasoning(
     assert first.answer == ANSWER.lstrip() and len(events) > 3
     await ask(session, "m2", "And the sky?")
     body = fake.requests[-1]
-    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
-    assert body["messages"][1]["content"] == ANSWER.lstrip()
+    assert [m["role"] for m in conversation(body)] == ["user", "assistant", "user"]
+    assert conversation(body)[1]["content"] == ANSWER.lstrip()
     # The image goes back as the same prepared data URL.
-    assert body["messages"][0]["content"][0]["image_url"]["url"] == prepared.images[0].data_url
-    wire = json.dumps(body, ensure_ascii=False)
+    assert conversation(body)[0]["content"][0]["image_url"]["url"] == prepared.images[0].data_url
+    wire = json.dumps(conversation(body), ensure_ascii=False)
     assert REASONING[:40] not in wire and "◁" not in wire
+    assert body["messages"][-1] == {"role": "assistant", "content": "◁think▷"}  # the reply's start
     assert body["temperature"] == 0.8  # Thinking-2506's recommended temperature
 
 

@@ -28,6 +28,7 @@ from PIL import Image
 
 from backend.fair_use import NoRoom, UploadRoom
 from bench._common import PACED_END, Tab
+from tests.fakes.kimi_server import conversation
 from tests.live_app import LiveApp, requests_seen, scripted_server
 
 CHAT_FULL = "This chat already has 3 answers running or waiting"
@@ -112,7 +113,7 @@ async def test_a_tab_sending_200_messages_at_once_gets_three_answers_and_a_sente
         await settle(server, [tab], 3, CHAT_FULL)
         asked = requests_seen(server)
         assert len(asked) == 3, "one answer running and two waiting reach the model server"
-        assert [r["messages"][-1]["content"][-1]["text"] for r in asked] == [
+        assert [conversation(r)[-1]["content"][-1]["text"] for r in asked] == [
             f"question {i} #scenario=paced" for i in range(3)
         ]
         refused = [t for t in tab.texts() if CHAT_FULL in t]

@@ -36,6 +36,7 @@ from backend.store.export import INTERRUPTED_NOTE
 from backend.store.pending import cause, retryable
 from bench._common import Tab
 from tests.conftest import DATA
+from tests.fakes.kimi_server import conversation
 from tests.live_app import LiveApp, requests_seen, scripted_server, signed_in
 from tests.pg import PgServer, start_postgres
 from ui.history import NOT_ALL_SAVED
@@ -160,7 +161,7 @@ async def resumed_history(
     await tab.open()
     await turn(tab, "and now?")
     await tab.close()
-    sent = requests_seen(server)[-1]["messages"]
+    sent = conversation(requests_seen(server)[-1])
     photos = [
         part
         for message in sent
@@ -366,7 +367,7 @@ async def test_an_app_killed_mid_answer_keeps_what_had_streamed_but_the_last_sec
         assert any(INTERRUPTED_NOTE in o for o in outputs)
         assert "A short thought." in outputs, "the reasoning is kept too"
         await turn(again, "go on")
-        sent = requests_seen(server)[-1]["messages"]
+        sent = conversation(requests_seen(server)[-1])
         assert [m["role"] for m in sent] == ["user", "assistant", "user"]
         assert sent[1]["content"].strip() == answer.strip()
 

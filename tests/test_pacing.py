@@ -12,20 +12,24 @@ from tests.conftest import RunningFake
 from tests.fakes.kimi_server import ANSWER, REASONING
 
 
-def asked(text: str, thinking: bool = True) -> ChatRequest:
+def asked(text: str, thinking: bool = True, prefill: str = "") -> ChatRequest:
     return ChatRequest(
         model="kimi-vl-thinking-2506",
         messages=[{"role": "user", "content": text}],
         max_tokens=100,
         temperature=0.8,
         thinking=thinking,
+        prefill=prefill,
     )
 
 
-async def chunks(pace: ServerPace, text: str, thinking: bool = False) -> list[StreamEvent]:
+async def chunks(
+    pace: ServerPace, text: str, thinking: bool = False, prefill: str = ""
+) -> list[StreamEvent]:
     """The stream's events as ``pace`` asks for it, one per chunk (not paced for the UI);
     ``pace`` learns from its end."""
-    events = [e async for e in pace.client.stream(pace.request(asked(text, thinking)))]
+    request = pace.request(asked(text, thinking, prefill))
+    events = [e async for e in pace.client.stream(request)]
     assert isinstance(events[-1], Done)
     pace.learn(events[-1])
     return events
@@ -50,6 +54,28 @@ async def test_chunks_follow_the_learnt_speed_with_the_same_text(fake: RunningFa
     assert "stream_interval" not in fake.requests[-1]
     assert texts(grouped) == texts(plain) == texts(first) == (REASONING, ANSWER.lstrip())
     assert len(grouped) < len(plain) / 3  # fewer chunks, fewer events
+    await client.aclose()
+
+
+async def test_a_thinking_request_that_writes_its_marker_gets_words_first_then_chunks(
+    fake: RunningFake,
+) -> None:
+    """The request writes ``◁think▷`` itself: the first token is a reasoning word, sent
+    alone at once, and the rest comes at the learnt pace, the same text in fewer chunks."""
+    client = ChatClient(fake.base_url, "k")
+    learnt = ServerPace(client)
+    learnt.speed.tokens_per_s = 100.0
+    every_token = await chunks(ServerPace(client, 1), "#scenario=thinking", thinking=True)
+    events = await chunks(learnt, "#scenario=thinking", thinking=True, prefill="◁think▷")
+    sent = fake.requests[-1]
+    assert sent["stream_interval"] == 5
+    assert sent["messages"][-1] == {"role": "assistant", "content": "◁think▷"}
+    assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
+    assert texts(events) == texts(every_token) == (REASONING, ANSWER.lstrip())
+    first = events[0]  # the first token alone: words, not the marker
+    assert isinstance(first, ReasoningDelta) and first.text and REASONING.startswith(first.text)
+    assert every_token[0] == ReasoningDelta("")  # the marker alone, then the words
+    assert len(events) < len(every_token) / 3
     await client.aclose()
 
 

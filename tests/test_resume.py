@@ -27,7 +27,7 @@ import app
 from backend.settings import Settings
 from backend.store.core import Store
 from tests.conftest import DATA, RunningFake
-from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.fakes.kimi_server import ANSWER, REASONING, conversation
 from ui import history, process, turn_buttons
 from ui.session import runner
 
@@ -89,7 +89,7 @@ async def test_after_a_restart_regenerate_and_edit_send_what_was_sent_before(
     ])  # fmt: skip
     await app.on_message(first)
     await app.on_message(cl.Message(content="And the sky?", type="user_message"))
-    before = fake.requests[-1]["messages"]
+    before = conversation(fake.requests[-1])
     assert before[1]["content"] == ANSWER and REASONING not in str(before)
 
     page = open_page(thread_id, monkeypatch, fake)  # the app restarted; the chat is opened
@@ -98,12 +98,12 @@ async def test_after_a_restart_regenerate_and_edit_send_what_was_sent_before(
     assert len(regenerate) == 1 and regenerate[0]["forId"]
     action = cl.Action(name="retry", payload=regenerate[0]["payload"], id=regenerate[0]["id"])
     await turn_buttons.on_retry(action)
-    assert fake.requests[-1]["messages"] == before  # same images, same answers, same question
+    assert conversation(fake.requests[-1]) == before  # same images, same answers, same question
 
     first.content = "What is this, exactly?"  # Chainlit's edit: same id, new text, no files
     first.elements = []
     await app.on_message(first)
-    edited = fake.requests[-1]["messages"]
+    edited = conversation(fake.requests[-1])
     assert len(edited) == 1
     assert edited[0]["content"][0] == before[0]["content"][0]  # the stored prepared photo
     assert edited[0]["content"][-1] == {"type": "text", "text": "What is this, exactly?"}

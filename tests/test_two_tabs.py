@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from bench._common import Tab
+from tests.fakes.kimi_server import conversation
 from tests.live_app import LiveApp, requests_seen, scripted_server, signed_in
 
 PASSWORD = "alice-password-1"
@@ -51,7 +52,7 @@ async def stored_thread(database: Path, timeout_s: float = 20) -> str:
 def user_texts(request: dict[str, object]) -> list[str]:
     """The text of each user message a chat completion request sent, in order."""
     found = []
-    for message in request["messages"]:  # type: ignore[attr-defined]
+    for message in conversation(request):
         if message["role"] != "user":
             continue
         content = message["content"]

@@ -28,6 +28,7 @@ from serving import proxy, runstate
 from serving.runstate import Process, Proxy, RunState
 from serving.status import Probe, report
 from tests.conftest import DATA, RunningFake, free_port
+from tests.fakes.kimi_server import conversation
 from tests.launching import ROOT, launch_env, live_processes_in_group, quiet_ports
 from tests.test_launch_ops import launched, run, wait_for_text
 
@@ -335,7 +336,7 @@ async def test_two_workers_behind_haproxy_keep_each_browser_on_its_worker(
             text_only = await tabs[1].ask(question("quick"))
             for answer in (with_photo, text_only):
                 assert answer.complete and not answer.error, answer
-            parts = [m["content"] for r in fake.requests for m in r["messages"]]
+            parts = [m["content"] for r in fake.requests for m in conversation(r)]
             assert (
                 sum(
                     isinstance(c, list) and any(p.get("type") == "image_url" for p in c)

@@ -27,7 +27,7 @@ from tests.browser.conftest import (
     wait_answer_done,
 )
 from tests.conftest import DATA
-from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.fakes.kimi_server import ANSWER, REASONING, conversation
 
 pytestmark = pytest.mark.browser
 
@@ -73,7 +73,7 @@ def test_reasoning_streams_open_then_collapses_and_answer_renders(page: Page, st
     expect(reasoning).to_contain_text(REASONING)
     screenshot(page, "reasoning-expanded")
 
-    sent = stack.requests()[-1]["messages"]
+    sent = conversation(stack.requests()[-1])
     assert isinstance(sent, list)
     assert [part["type"] for part in sent[-1]["content"]] == ["image_url", "text"]
 
@@ -90,7 +90,7 @@ def test_several_images_show_previews_and_all_are_sent(page: Page, stack: Stack)
     expect(page.locator(ANSWERS).last.locator("h2")).to_have_text("What the picture shows")
     expect(page.locator(REASONING_STEP)).to_have_count(0)
     screenshot(page, "several-images-answer")
-    content = stack.requests()[-1]["messages"][-1]["content"]  # type: ignore[index]
+    content = conversation(stack.requests()[-1])[-1]["content"]
     assert [part["type"] for part in content] == ["image_url"] * 3 + ["text"]
 
 
@@ -178,7 +178,7 @@ def test_starter_attaches_its_sample_image(page: Page, stack: Stack) -> None:
     wait_answer_done(page)
     expect(page.locator(UNDER_ANSWERS).last).to_contain_text("tokens/s")
     screenshot(page, "starter-sample-photo")
-    content = stack.requests()[-1]["messages"][-1]["content"]  # type: ignore[index]
+    content = conversation(stack.requests()[-1])[-1]["content"]
     assert [part["type"] for part in content] == ["image_url", "text"]
     assert content[-1]["text"] == "What is in this sample photo?"
 
@@ -225,7 +225,7 @@ def test_compare_shows_the_other_models_answer_next(page: Page, stack: Stack) ->
     wait_answer_done(page)
     (request,) = stack.requests()
     assert request["model"] == "kimi-vl"
-    content = request["messages"][-1]["content"]  # type: ignore[index]
+    content = conversation(request)[-1]["content"]
     assert [part["type"] for part in content] == ["image_url", "text"]
     screenshot(page, "compare")
 

@@ -28,6 +28,7 @@ from tests.browser.conftest import (
     wait_answer_done,
 )
 from tests.conftest import free_port
+from tests.fakes.kimi_server import conversation
 
 pytestmark = pytest.mark.browser
 
@@ -93,7 +94,7 @@ def test_switching_to_instruct_keeps_the_conversation(
         screenshot(page, f"model-switched-{locale}")
         request = stack.requests()[-1]
         assert request["model"] == INSTRUCT_MODEL and request["temperature"] == 0.2
-        history = request["messages"]
+        history = conversation(request)
         assert isinstance(history, list) and len(history) == 3  # first turn, then this one
         page.locator("#chat-settings-open-modal").click()
         expect(page.locator("#temperature [role=slider]")).to_have_attribute("aria-valuenow", "0.2")

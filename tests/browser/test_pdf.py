@@ -16,6 +16,7 @@ from tests.browser.conftest import (
     screenshot,
     wait_answer_done,
 )
+from tests.fakes.kimi_server import conversation
 from tests.media import paragraph, text_pdf
 
 pytestmark = pytest.mark.browser
@@ -53,7 +54,7 @@ def test_a_text_pdf_is_read_as_text_and_its_picture_page_as_an_image(
     expect(page.locator(ANSWERS).last).to_contain_text("A little math")
     screenshot(page, f"pdf-read-as-text-{locale}")
     (request,) = stack.requests()
-    content = request["messages"][-1]["content"]  # type: ignore[index]
+    content = conversation(request)[-1]["content"]
     texts = "\n".join(part["text"] for part in content if part["type"] == "text")
     images = [part for part in content if part["type"] == "image_url"]
     assert len(images) == 1  # page 5 only

@@ -38,7 +38,7 @@ from tests.browser.conftest import (
     wait_http,
 )
 from tests.conftest import DATA, free_port
-from tests.fakes.kimi_server import ANSWER, REASONING
+from tests.fakes.kimi_server import ANSWER, REASONING, conversation
 from tests.live_app import add_users, copy_app
 from tests.pg import PgServer, start_postgres
 
@@ -138,7 +138,7 @@ def test_a_chat_survives_a_kill_and_comes_back_with_its_photos_and_reasoning(
     first_request = requests(scripted)[-1]
     first_images = [
         part["image_url"]["url"]
-        for part in first_request["messages"][-1]["content"]  # type: ignore[index]
+        for part in conversation(first_request)[-1]["content"]
         if part["type"] == "image_url"
     ]
     assert len(first_images) == 2
@@ -170,7 +170,7 @@ def test_a_chat_survives_a_kill_and_comes_back_with_its_photos_and_reasoning(
     httpx.delete(f"{scripted}/debug/requests")
     ask(page, "What was in the first photo? #scenario=plain")
     wait_answer_done(page)
-    sent = requests(scripted)[-1]["messages"]
+    sent = conversation(requests(scripted)[-1])
     assert isinstance(sent, list)
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]  # interrupted turn left out
     assert [p["image_url"]["url"] for p in sent[0]["content"][:2]] == first_images

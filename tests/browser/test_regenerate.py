@@ -28,6 +28,7 @@ from tests.browser.conftest import (
 )
 from tests.browser.test_persistence import PASSWORDS, App
 from tests.conftest import free_port
+from tests.fakes.kimi_server import conversation
 
 pytestmark = pytest.mark.browser
 
@@ -37,7 +38,7 @@ QUESTIONS = '[data-step-type="user_message"]'
 def user_texts(request: dict[str, Any]) -> list[str]:
     """The text of each user message of a chat completion request."""
     texts = []
-    for message in request["messages"]:
+    for message in conversation(request):
         if message["role"] != "user":
             continue
         content = message["content"]

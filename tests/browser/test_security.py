@@ -45,6 +45,7 @@ from tests.browser.conftest import (
     wait_answer_done,
 )
 from tests.conftest import DATA, free_port
+from tests.fakes.kimi_server import conversation
 
 pytestmark = pytest.mark.browser
 
@@ -181,7 +182,7 @@ def test_heic_and_avif_are_sent_and_the_page_works_under_its_policy(
     wait_answer_done(page)
     answer = page.locator(ANSWERS).last
     expect(answer.locator(".katex").first).to_be_visible()  # KaTeX still renders
-    content = guarded.requests()[-1]["messages"][-1]["content"]  # type: ignore[index]
+    content = conversation(guarded.requests()[-1])[-1]["content"]
     assert [part["type"] for part in content] == ["image_url", "image_url", "text"]
     assert all(p["image_url"]["url"].startswith("data:image/") for p in content[:2])
     avatar = page.locator('img[alt="Avatar for Kimi-VL"]').first

@@ -15,7 +15,9 @@ models can be served at once (``--model A --model B``), as a server hosting
 both Kimi-VL Thinking and Instruct would list them. Every request body is recorded and can be
 read at ``GET /debug/requests`` (``DELETE`` clears), so tests assert on exactly
 what the app sent. A request's ``stream_interval`` (vLLM 0.32's chat completion field)
-groups the pieces as vLLM groups tokens: the first alone, then that many a chunk.
+groups the pieces as vLLM groups tokens: the first alone, then that many a chunk. A
+request that writes the start of the reply itself (``continue_final_message``) gets
+the scenario's pieces after that text (:func:`continued`).
 Run standalone: ``python -m tests.fakes.kimi_server --port N``.
 """
 
@@ -382,6 +384,42 @@ def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, str]]:
     return out
 
 
+def conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A request's messages less the start of the reply it wrote itself (:func:`prefill`):
+    the conversation it asks about."""
+    messages: list[dict[str, Any]] = body["messages"]
+    return messages[:-1] if prefill(body) else messages
+
+
+def prefill(body: dict[str, Any]) -> str:
+    """The start of the reply a request wrote itself: its last message, an assistant
+    one, with ``continue_final_message`` (vLLM's field); "" when there is none."""
+    messages = body.get("messages") or [{}]
+    last = messages[-1]
+    if not body.get("continue_final_message") or last.get("role") != "assistant":
+        return ""
+    content = last.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def continued(scenario: Scenario, written: str) -> Scenario:
+    """``scenario`` as a model continuing ``written`` sends it: its pieces after that text,
+    one token sooner per piece left out (the schedule and pause move with them). A
+    scenario whose text does not start with ``written`` is sent whole."""
+    if not written or not "".join(scenario.pieces).startswith(written):
+        return scenario
+    pieces, skip, dropped = [], len(written), 0
+    for piece in scenario.pieces:
+        if skip >= len(piece):
+            skip -= len(piece)
+            dropped += 1
+            continue
+        pieces.append(piece[skip:])
+        skip = 0
+    pause_at = None if scenario.pause_at is None else max(0, scenario.pause_at - dropped)
+    return dataclasses.replace(scenario, pieces=tuple(pieces), pause_at=pause_at)
+
+
 SCENARIO_TAG = re.compile(r"#scenario=([\w-]+)")
 MARKERS = re.compile("◁/?think▷")
 
@@ -543,6 +581,7 @@ class KimiServer:
             scenario = dataclasses.replace(
                 scenario, pieces=tokens("".join(scenario.pieces).replace("{url}", url.group(1)))
             )
+        scenario = continued(scenario, prefill(body))
         if scenario.status != 200:
             return JSONResponse(
                 {

@@ -45,13 +45,16 @@ def _body(server: VllmServer, messages: list[dict[str, str]], *, stream: bool) -
     }
 
 
-def _expected(client: httpx.Client, server: VllmServer, token_ids: list[int]) -> tuple[str, str]:
-    """(reasoning, content) as the raw output's text says they should be."""
+def _expected(
+    client: httpx.Client, server: VllmServer, token_ids: list[int], written: str = ""
+) -> tuple[str, str]:
+    """(reasoning, content) as the raw output's text says they should be; ``written``:
+    the start of the reply the request wrote itself."""
     answer = client.post(
         f"{server.root_url}/detokenize", json={"model": server.model, "tokens": token_ids}
     )
     answer.raise_for_status()
-    raw: str = answer.json()["prompt"]
+    raw: str = written + answer.json()["prompt"]
     raw = raw.split("<", 1)[0]  # the stop token; the regex keeps "<" out of the model's text
     assert raw.startswith(THINK_OPEN) and raw.count(THINK_CLOSE) == 1, raw
     reasoning, content = raw.removeprefix(THINK_OPEN).split(THINK_CLOSE)
@@ -128,6 +131,40 @@ def test_a_closing_marker_in_the_history_does_not_end_the_new_reasoning(
     reasoning, content = _expected(client, vllm_reasoning_server, token_ids)
     assert reasoning and content
     _check_stream(deltas, reasoning, content)
+
+
+def test_a_request_that_writes_the_opening_marker_streams_words_first_then_chunks(
+    client: httpx.Client, vllm_reasoning_server: VllmServer
+) -> None:
+    """The app's Thinking requests write ``◁think▷`` themselves (backend/planning.py,
+    ``reply_start``): the real server continues it, its parser reads the output as
+    reasoning from the first token, and the first chunk after the role is one token."""
+    server = vllm_reasoning_server
+    messages = [*HISTORY[:1], {"role": "assistant", "content": THINK_OPEN}]
+    body = {
+        **_body(server, messages, stream=True),
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+        "structured_outputs": {"regex": SHAPE.removeprefix(THINK_OPEN)},
+        "stream_interval": 8,
+    }
+    deltas: list[dict[str, Any]] = []
+    token_ids: list[list[int]] = []
+    url = f"{server.base_url}/chat/completions"
+    with client.stream("POST", url, json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                (choice,) = json.loads(line.removeprefix("data: "))["choices"]
+                deltas.append(choice["delta"])
+                token_ids.append(choice.get("token_ids") or [])
+    output = [token for ids in token_ids for token in ids]
+    reasoning, content = _expected(client, server, output, THINK_OPEN)
+    assert reasoning and content
+    _check_stream(deltas, reasoning, content)
+    first = next(i for i, d in enumerate(deltas) if d.get("reasoning") or d.get("content"))
+    assert deltas[first].get("reasoning") and len(token_ids[first]) == 1  # a word, at once
+    assert max(len(ids) for ids in token_ids) == 8  # then 8 tokens a chunk
 
 
 def test_a_spawned_vllm_process_knows_the_parser_before_vllm_imports_the_plugin() -> None:
