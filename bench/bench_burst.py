@@ -62,6 +62,7 @@ from typing import Any
 
 import httpx
 
+from backend.client import KEEPALIVE_EXPIRY_S
 from bench._common import (
     DirectClient,
     Timing,
@@ -370,7 +371,13 @@ def started_target(args: argparse.Namespace) -> Iterator[Target]:
 async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -> dict[str, Any]:
     """Every level of the burst, then the first question's CPU; the steady table too."""
     photo = make_photo() if args.photo else None
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    # Idle connections expire before the app's uvicorn closes them (5 s), as the app's own
+    # client does (backend.client.KEEPALIVE_EXPIRY_S): at 5 s both, a tab's request written
+    # as the server closed its connection failed ("Server disconnected without sending a
+    # response", once in about 1,500 tab opens on 2026-12-04).
+    limits = httpx.Limits(
+        max_connections=512, max_keepalive_connections=512, keepalive_expiry=KEEPALIVE_EXPIRY_S
+    )
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
         direct = DirectClient(target.base_url)
         tokens = (
