@@ -40,6 +40,7 @@ import orjson
 import psutil
 import socketio
 
+from backend.batching import StreamPace
 from backend.client import continuing
 from backend.planning import reply_start
 from backend.presenter import cut_off_note
@@ -248,7 +249,11 @@ class DirectClient:
     another within the server's keep-alive time met it.
 
     A Thinking model's request writes the reply's opening marker itself, as the app's
-    does (:func:`backend.planning.reply_start`), so both sides get the same first token.
+    does (:func:`backend.planning.reply_start`), so both sides get the same first token,
+    and asks for as many tokens a chunk as the app asks (:attr:`pace`), so both sides get
+    the same chunks: with every token, the driver's own reading of 64 direct streams
+    filled the core it shares with the scripted server, whose streams then ran late and
+    caught up (2026-12-04, docs/benchmarks.md).
     The first token (``first_s``) is the first delta with any text, the opening
     marker included, as the app opens its reasoning step on it. The last visible
     text (``last_s``) is split out by the same
@@ -257,6 +262,10 @@ class DirectClient:
 
     def __init__(self, base_url: str, api_key: str = "") -> None:
         self.base_url = base_url
+        self.pace = StreamPace()
+        """The server's speed per chat, learnt from this client's answers as the app's
+        :class:`backend.pacing.ServerPace` learns it: each request asks the chunk size
+        the app's would (vLLM's ``stream_interval``)."""
         limits = httpx2.Limits(max_connections=256, max_keepalive_connections=256)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx2.AsyncClient(timeout=600, limits=limits, headers=headers)
@@ -280,19 +289,25 @@ class DirectClient:
         body: dict[str, Any] = {
             "model": work.model,
             "stream": True,
+            "stream_options": {"include_usage": True},
             "messages": messages,
             **(continuing(messages, written) if written else {}),
         }
         if work.max_tokens:
             body["max_tokens"] = work.max_tokens
+        if (interval := self.pace.tokens_per_chunk()) > 1:
+            body["stream_interval"] = interval
         splitter = ReasoningSplitter(starts_in_reasoning=True)
         received: list[str] = []
         first = last = words = None
+        chunks: list[float] = []  # when each chunk with text came
+        tokens = 0
         start = time.perf_counter()
         url, headers = f"{self.base_url}/chat/completions", {"Content-Type": "application/json"}
         async with self._http.stream("POST", url, content=orjson.dumps(body), headers=headers) as r:
             async for value in data_values(r.aiter_bytes()):
                 choices = value["choices"]
+                tokens = (value.get("usage") or {}).get("completion_tokens", tokens)
                 if not choices:
                     continue
                 delta = choices[0]["delta"]
@@ -300,10 +315,12 @@ class DirectClient:
                 # (`reasoning`; `reasoning_content` before 2026): visible too, as in the app.
                 reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
                 token = reasoning + (delta.get("content") or "")
+                if token:
+                    chunks.append(time.perf_counter())
                 if token and first is None:
                     # The first token, even the opening marker alone: the app opens its
                     # reasoning step on it, so a person sees the answer begin there.
-                    first = time.perf_counter()
+                    first = chunks[0]
                 parts = splitter.feed(token)
                 if parts:
                     last = time.perf_counter()
@@ -311,6 +328,8 @@ class DirectClient:
                     if words is None and any(p.text.strip() for p in parts):
                         words = last
         end = time.perf_counter()
+        if chunks:
+            self.pace.observe(tokens - 1, chunks[-1] - chunks[0])  # as ServerPace.learn
         text = "".join(received)
         return Timing(
             (first or end) - start,

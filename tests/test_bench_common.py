@@ -28,6 +28,7 @@ from bench._common import (
     hermetic_environ,
     question,
     running_stack,
+    scripted,
 )
 from tests.conftest import RunningFake
 from tests.fakes.kimi_server import long_code
@@ -183,3 +184,23 @@ def test_a_tab_picks_a_model_as_the_composers_picker_does(two_models: RunningFak
         asked = asyncio.run(ask_picking(stack.ui_url, "kimi-vl"))
     assert asked.complete, asked
     assert [r["model"] for r in two_models.requests if "messages" in r] == ["kimi-vl"]
+
+
+async def asked_twice(base_url: str) -> list[Timing]:
+    direct = DirectClient(base_url)
+    try:
+        return [await direct.ask(scripted("paced")) for _ in range(2)]
+    finally:
+        await direct.aclose()
+
+
+def test_the_direct_side_asks_the_chunks_the_app_would_ask(fake: RunningFake) -> None:
+    """Defect: the direct side asked for every token while the app asks one UI update's
+    worth at the learnt speed (backend/pacing.py): the driver's own reading of every
+    token then slowed the scripted server beside it. The scripted ``paced`` answer runs
+    at 100 tokens/s, so the second request asks 5 tokens a chunk (100 x 50 ms)."""
+    first, second = asyncio.run(asked_twice(fake.base_url))
+    assert first.complete and second.complete
+    assert "stream_interval" not in fake.requests[0]  # nothing learnt yet
+    assert fake.requests[1]["stream_interval"] == 5
+    assert fake.requests[1]["messages"][-1] == {"role": "assistant", "content": "◁think▷"}
