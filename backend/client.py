@@ -388,16 +388,22 @@ class ChatClient:
         """
         return await self._tokenize({"model": model, "prompt": text, "add_special_tokens": False})
 
-    async def count_prompt_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+    async def count_prompt_tokens(
+        self, model: str, messages: list[dict[str, Any]], prefill: str = ""
+    ) -> int | None:
         """Count a whole chat prompt, template and images included, with ``POST /tokenize``.
 
         vLLM applies the chat template and expands each image into its
-        placeholder tokens, so this is what the request will cost. It decodes
-        every image, so it is called only when a prompt is near the limit.
-        Returns ``None`` when the endpoint is missing or fails. The caller bounds
-        how long it waits (planning has a deadline of its own).
+        placeholder tokens, so this is what the request will cost; ``prefill``: the
+        start of the reply the request writes itself (:attr:`ChatRequest.prefill`),
+        counted as the request renders it. It decodes every image, so it is called
+        only when a prompt is near the limit. Returns ``None`` when the endpoint is
+        missing or fails. The caller bounds how long it waits (planning has a
+        deadline of its own).
         """
         body = {"model": model, "messages": messages, "add_generation_prompt": True}
+        if prefill:
+            body |= continuing(messages, prefill)
         return await self._tokenize(body)
 
     async def _tokenize(self, body: dict[str, Any]) -> int | None:
@@ -440,6 +446,7 @@ class ChatClient:
         """
         self._check_open()
         reading = _Reading(ReasoningSplitter(starts_in_reasoning=request.thinking))
+        reading.splitter.feed(request.prefill)  # written by the request: read, not shown
         started_streaming = False
         limit = OutputLimit(output_limit(request.max_tokens))
         try:

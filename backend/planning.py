@@ -84,10 +84,13 @@ def new_request_id() -> str:
     return f"chat-{uuid.uuid4().hex}"
 
 
-def exact_counter(client: ChatClient, model: str, deadline_s: float) -> ExactCount:
+def exact_counter(
+    client: ChatClient, model: str, deadline_s: float, prefill: str = ""
+) -> ExactCount:
     """Count prompts with ``client``'s ``/tokenize``, all counts together within
     ``deadline_s`` seconds from now; past it (a stuck or slow tokenizer), None: the
-    plan goes on with its estimate, which over-estimates text."""
+    plan goes on with its estimate, which over-estimates text. ``prefill``: the start
+    of the reply each request writes (:func:`reply_start`), counted with the prompt."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deadline_s
 
@@ -97,7 +100,7 @@ def exact_counter(client: ChatClient, model: str, deadline_s: float) -> ExactCou
             return None
         try:
             async with asyncio.timeout(left):
-                return await client.count_prompt_tokens(model, messages)
+                return await client.count_prompt_tokens(model, messages, prefill)
         except TimeoutError:
             log.warning(
                 "no exact prompt count within %.1f s: planned with the estimate", deadline_s
@@ -134,7 +137,8 @@ async def plan_turn(
         max_tokens=wanted,
         min_answer_tokens=wanted if make_room else MIN_ANSWER_TOKENS,
     )
-    count_exact = exact_counter(chat.client, chat.model.id, chat.settings.plan_timeout_s)
+    prefill = reply_start(chat.profile.thinking)
+    count_exact = exact_counter(chat.client, chat.model.id, chat.settings.plan_timeout_s, prefill)
     plan = await plan_verified(chat.conversation, turn, budget, chat.token_counter, count_exact)
     shaped = chat.settings.dev_mode and chat.profile.dev_shaped
     request = _request(
@@ -142,7 +146,7 @@ async def plan_turn(
         plan,
         chat.options,
         thinking=chat.profile.thinking or shaped,
-        prefill=reply_start(chat.profile.thinking),
+        prefill=prefill,
         extra_body={"structured_outputs": {"regex": DEV_SHAPE_REGEX}} if shaped else {},
         request_id=request_id,
     )

@@ -43,6 +43,7 @@ import orjson
 from backend.client import ChatClient, ChatRequest
 from backend.events import AnswerDelta, Done, ReasoningDelta
 from backend.pacing import ServerPace
+from backend.planning import reply_start
 from bench._common import MODEL, question, running_server
 
 BODY: dict[str, Any] = {
@@ -114,7 +115,12 @@ async def way_client(pace: ServerPace) -> tuple[int, str]:
     """The app's ``ChatClient.stream``, asked as its server's pace asks (events, not
     chunks: ``n`` counts events); the pace learns from each answer, as the app's does."""
     request = ChatRequest(
-        model=MODEL, messages=BODY["messages"], max_tokens=40000, temperature=0, thinking=True
+        model=MODEL,
+        messages=BODY["messages"],
+        max_tokens=40000,
+        temperature=0,
+        thinking=True,
+        prefill=reply_start(thinking=True),
     )
     n, parts = 0, []
     async for event in pace.client.stream(pace.request(request)):

@@ -48,9 +48,10 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from backend.client import ChatClient, ChatRequest
+from backend.client import ChatClient, ChatRequest, continuing
 from backend.events import AnswerDelta, Done, ReasoningDelta
 from backend.images import fit_to_budget, image_tokens, prepare_image
+from backend.planning import reply_start
 from backend.settings import profile_for
 
 DEFAULT_IMAGE = Path("tests/data/rocket.jpg")
@@ -204,6 +205,8 @@ async def stream_raw(
         "stream_options": {"include_usage": True},
         **fixed_length(max_tokens),
     }
+    if written := reply_start(profile_for(model).thinking):  # as the app's request (below)
+        body |= continuing(messages, written)
     started = time.perf_counter()
     first: float | None = None
     completion = prompt = 0
@@ -258,6 +261,7 @@ async def stream_app(
         max_tokens=max_tokens,
         temperature=0.8,
         thinking=profile_for(model).thinking,
+        prefill=reply_start(profile_for(model).thinking),
         extra_body=fixed_length(max_tokens),
     )
     try:

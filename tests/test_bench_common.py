@@ -198,9 +198,10 @@ def test_the_direct_side_asks_the_chunks_the_app_would_ask(fake: RunningFake) ->
     """Defect: the direct side asked for every token while the app asks one UI update's
     worth at the learnt speed (backend/pacing.py): the driver's own reading of every
     token then slowed the scripted server beside it. The scripted ``paced`` answer runs
-    at 100 tokens/s, so the second request asks 5 tokens a chunk (100 x 50 ms)."""
+    at 100 tokens/s, so the second request asks 5 tokens a chunk (100 x 50 ms), or 4 when
+    the measured speed comes out a little under 100 (the app's rounds down)."""
     first, second = asyncio.run(asked_twice(fake.base_url))
     assert first.complete and second.complete
     assert "stream_interval" not in fake.requests[0]  # nothing learnt yet
-    assert fake.requests[1]["stream_interval"] == 5
+    assert fake.requests[1]["stream_interval"] in (4, 5)
     assert fake.requests[1]["messages"][-1] == {"role": "assistant", "content": "◁think▷"}

@@ -291,6 +291,29 @@ async def test_thinking_model_answer_without_markers_is_flagged(client: ChatClie
     assert texts(events) == (ANSWER.lstrip(), "")  # streamed live as reasoning, flagged at the end
 
 
+async def test_a_written_opening_marker_is_read_as_the_replys_own(client: ChatClient) -> None:
+    """The request wrote ``◁think▷`` (backend/planning.py ``reply_start``): a reply that
+    stops without closing it is unclosed reasoning, as when the model wrote the marker,
+    not an answer written without markers."""
+    events = await collect(client, "#scenario=unclosed", thinking=True, prefill="◁think▷")
+    done = events[-1]
+    assert isinstance(done, Done) and done.finish_reason == "stop"
+    assert done.reasoning_unclosed and not done.answer_in_reasoning
+    assert texts(events) == (REASONING, "")
+
+
+async def test_a_thinking_reply_that_closes_the_written_marker_at_once_is_all_answer(
+    client: ChatClient,
+) -> None:
+    """A Thinking model that answers without thought closes the written marker first
+    (the scripted server's ``plain`` answer, continued): no reasoning, all answer."""
+    events = await collect(client, "#scenario=plain", thinking=True, prefill="◁think▷")
+    done = events[-1]
+    assert isinstance(done, Done) and not done.answer_in_reasoning
+    assert not done.reasoning_unclosed and done.reasoning_s is None
+    assert texts(events) == ("", ANSWER.lstrip())
+
+
 def test_only_errors_that_may_pass_get_a_retry() -> None:
     assert can_retry(ServerUnreachable("x")) and can_retry(ServerLoading("x"))
     assert can_retry(ServerFailed("x")) and can_retry(RequestTimeout("x"))

@@ -367,16 +367,21 @@ async def test_with_images_counted_as_kimi_vl_the_answer_gets_what_the_server_le
     request = planned.request
     assert sent_images(request.messages) == [hd.data_url, big.data_url]  # nothing left out
     # The server's count, by hand: images 2691 + 4 and 4187 + 4; texts "What is this?"
-    # 13 // 4 + 2 = 5, the answer "ok" 0 + 2 = 2, "And now?" 8 // 4 + 2 = 4: 6897 in all.
-    exact = await session.client.count_prompt_tokens(request.model, request.messages)
-    assert exact == 2695 + 4191 + 5 + 2 + 4 == 6897
+    # 13 // 4 + 2 = 5, the answer "ok" 0 + 2 = 2, "And now?" 8 // 4 + 2 = 4, and the
+    # reply's start the request writes, "◁think▷" (11 bytes) 11 // 4 + 2 = 4: 6901 in all.
+    assert request.prefill == "◁think▷"
+    exact = await session.client.count_prompt_tokens(
+        request.model, request.messages, request.prefill
+    )
+    assert exact == 2695 + 4191 + 5 + 2 + 4 + 4 == 6901
     # The app's estimate is not short of it: texts 3 ("And now?": And, now, ?), 6 ("What
     # is this?": Wh-at, is, th-is, ?) and 1 ("ok"), 8 tokens of template a message,
     # images 4 more each: 6920. Above 3/4 of the prompt room (8192 - 256), so the
-    # server's count decides, and the answer gets what it leaves: 8192 - 6897 = 1295.
+    # server's count decides, and the answer gets what it leaves: 8192 - 6901 = 1291
+    # (1295 before the count took the written start in: a request vLLM refuses).
     estimate = session.conversation.plan(turn, Budget(8192, 64, 2048), session.token_counter)
     assert estimate.prompt_tokens == 3 + 6 + 1 + 3 * 8 + 2695 + 4191 == 6920
-    assert request.max_tokens == 1295
+    assert request.max_tokens == 1291
 
 
 async def test_the_shrunk_budget_notice_states_the_budget_the_server_count_leaves(
@@ -385,9 +390,9 @@ async def test_the_shrunk_budget_notice_states_the_budget_the_server_count_leave
     session, (hd, big) = await kimi_session_with_photos(fake, make_session, tmp_path)
     session.conversation.turns = [answered("What is this?", [hd])]
     planned = await plan_turn(session, session.start_turn("m2", "And now?", [big]), 2048)
-    assert planned.request.max_tokens == 1295  # as in the test above
+    assert planned.request.max_tokens == 1291  # as in the test above
     assert planned.notices == [
-        "The answer may use at most 1295 tokens, not the 2048 you chose: the conversation "
+        "The answer may use at most 1291 tokens, not the 2048 you chose: the conversation "
         "takes the rest of the model's 8192-token context. If the answer is cut off, "
         "'Retry with more tokens' leaves out older turns to make room."
     ]

@@ -304,6 +304,8 @@ SCENARIOS: dict[str, Scenario] = {
     "silent": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=4.0),
     # Accepts the request, then sends no text for 1.5 s (bench: the client's work before it).
     "late": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=1.5),
+    # Reasoning that ends (finish_reason "stop") without its closing marker.
+    "unclosed": Scenario(pieces=tokens(f"◁think▷{REASONING}")),
     # Sends some reasoning, then nothing for a minute.
     "stall": Scenario(pieces=tokens(f"◁think▷{REASONING}"), pause_at=20, pause_s=60.0),
     "garbled": Scenario(pieces=tokens(f"◁think▷Let me see◁/think▷{ANSWER}"), breaks="garbled"),
@@ -386,9 +388,18 @@ def grouped(pieces: tuple[str, ...], interval: int) -> list[tuple[int, str]]:
 
 def conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
     """A request's messages less the start of the reply it wrote itself (:func:`prefill`):
-    the conversation it asks about."""
+    the conversation it asks about. For tests of the app's requests: the start must be
+    the one the app writes for the request's model (its opening marker for a Thinking
+    model, none for others), or AssertionError."""
+    # Imported here: the server itself, a process of its own, needs none of the app.
+    from backend.planning import reply_start
+    from backend.settings import profile_for
+
+    written = prefill(body)
+    expected = reply_start(profile_for(str(body.get("model"))).thinking)
+    assert written == expected, f"{body.get('model')} wrote {written!r}, not {expected!r}"
     messages: list[dict[str, Any]] = body["messages"]
-    return messages[:-1] if prefill(body) else messages
+    return messages[:-1] if written else messages
 
 
 def prefill(body: dict[str, Any]) -> str:
@@ -404,9 +415,17 @@ def prefill(body: dict[str, Any]) -> str:
 
 def continued(scenario: Scenario, written: str) -> Scenario:
     """``scenario`` as a model continuing ``written`` sends it: its pieces after that text,
-    one token sooner per piece left out (the schedule and pause move with them). A
-    scenario whose text does not start with ``written`` is sent whole."""
-    if not written or not "".join(scenario.pieces).startswith(written):
+    one token sooner per piece left out (the schedule and pause move with them).
+
+    A scenario that does not start with ``written``: when ``written`` opened a reasoning
+    and the scenario writes no marker at all (an answer without thought), the model
+    closes the reasoning at once (``◁/think▷`` first); otherwise it is sent whole.
+    """
+    text = "".join(scenario.pieces)
+    if not written or not text.startswith(written):
+        answers_at_once = written.endswith("◁think▷") and not MARKERS.search(text)
+        if answers_at_once and not scenario.reasoning_pieces and scenario.pieces:
+            return dataclasses.replace(scenario, pieces=("◁/think▷", *scenario.pieces))
         return scenario
     pieces, skip, dropped = [], len(written), 0
     for piece in scenario.pieces:

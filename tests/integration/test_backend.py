@@ -299,3 +299,20 @@ async def test_stream_interval_sends_fewer_chunks_with_the_same_text(
     # One chunk a token (an empty-text token makes no event) against 1 + ceil(47 / 8).
     assert len(pieces(one)) > 30
     assert len(pieces(eight)) <= 1 + 6
+
+
+async def test_the_exact_count_takes_the_reply_start_the_request_writes(
+    vllm_server: VllmServer,
+) -> None:
+    """A Thinking request writes ``◁think▷`` (backend/planning.py ``reply_start``): real
+    vLLM's ``/tokenize`` counts it with ``continue_final_message``, as the request
+    renders it, so the planned answer budget leaves room for it."""
+    client = ChatClient(vllm_server.base_url, vllm_server.api_key)
+    messages = [{"role": "user", "content": "What is in the picture?"}]
+    try:
+        plain = await client.count_prompt_tokens(vllm_server.model, messages)
+        written = await client.count_prompt_tokens(vllm_server.model, messages, "◁think▷")
+    finally:
+        await client.aclose()
+    assert plain is not None and written is not None
+    assert written > plain  # the marker's tokens (the dev tokenizer: one a UTF-8 byte)
