@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -23,7 +24,7 @@ from tests.browser.conftest import (
     wait_answer_done,
 )
 from tests.conftest import free_port
-from tests.fakes.kimi_server import REASONING, tokens
+from tests.fakes.kimi_server import REASONING, SCENARIOS, continued, grouped, prefill
 
 pytestmark = pytest.mark.browser
 
@@ -37,14 +38,24 @@ def test_a_silent_server_is_explained_within_seconds(page: Page, stack: Stack) -
     expect(note).to_have_count(0)  # gone once the answer came
 
 
+def sent_before_the_stall(request: dict[str, Any]) -> str:
+    """What the scripted server sends of ``stall`` before it goes silent, for ``request``:
+    the pieces after the start the request wrote, in chunks of its ``stream_interval``
+    (vLLM's grouping: the server holds an unfinished chunk), up to the pause."""
+    stall = continued(SCENARIOS["stall"], prefill(request))
+    assert stall.pause_at is not None
+    chunks = grouped(stall.pieces, int(request.get("stream_interval") or 1))
+    return "".join(text for last, text in chunks if last < stall.pause_at)
+
+
 def test_text_before_a_stall_is_on_screen_and_stop_works(page: Page, stack: Stack) -> None:
     ask(page, "Think, then stall #scenario=stall")
     reasoning = page.locator(REASONING_TEXT).last
-    # The 20 pieces before the stall. The app shows all it received although no chunk
-    # follows; with vLLM's stream_interval (learnt from earlier answers) the server
-    # itself may still hold the last few pieces of an unfinished chunk.
-    before_stall = "".join(tokens(f"◁think▷{REASONING}")[:20]).removeprefix("◁think▷")
-    expect(reasoning).to_contain_text(before_stall[:40])
+    expect(reasoning).not_to_be_empty()
+    # Everything the server sent before its stall is on screen, although no chunk follows.
+    before_stall = sent_before_the_stall(stack.requests()[-1]).strip()
+    assert REASONING.startswith(before_stall) and before_stall
+    expect(reasoning).to_contain_text(before_stall)
     shown, deadline = "", time.monotonic() + 10
     while time.monotonic() < deadline:  # until nothing new arrives: the stall
         latest = reasoning.inner_text()
@@ -52,7 +63,7 @@ def test_text_before_a_stall_is_on_screen_and_stop_works(page: Page, stack: Stac
             break
         shown = latest
         time.sleep(0.4)
-    assert before_stall.startswith(shown.strip()) and len(shown.strip()) >= 40
+    assert shown.strip() == before_stall
     time.sleep(0.5)
     assert reasoning.inner_text() == shown  # the server is silent: nothing arrives
     page.locator("#stop-button").click()
