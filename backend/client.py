@@ -402,9 +402,7 @@ class ChatClient:
         deadline of its own).
         """
         body = {"model": model, "messages": messages, "add_generation_prompt": True}
-        if prefill:
-            body |= continuing(messages, prefill)
-        return await self._tokenize(body)
+        return await self._tokenize(body | continuing(messages, prefill))
 
     async def _tokenize(self, body: dict[str, Any]) -> int | None:
         """POST ``body`` to vLLM's ``/tokenize``; the ``count`` it answers, or None.
@@ -506,7 +504,7 @@ def request_body(request: ChatRequest) -> dict[str, Any]:
         "top_p": request.top_p,
         "stream": True,
         "stream_options": {"include_usage": True},
-        **(continuing(request.messages, request.prefill) if request.prefill else {}),
+        **continuing(request.messages, request.prefill),
         **request.extra_body,
     }
 
@@ -515,7 +513,10 @@ def continuing(messages: list[dict[str, Any]], prefill: str) -> dict[str, Any]:
     """The chat completion fields that make the model continue ``prefill`` after
     ``messages``: ``messages`` with ``prefill`` as a last assistant message, which the
     chat template renders as the start of the reply (vLLM's ``continue_final_message``;
-    the generation prompt is then not added, as vLLM requires)."""
+    the generation prompt is then not added, as vLLM requires). Nothing for an empty
+    ``prefill``: the request's own fields stand."""
+    if not prefill:
+        return {}
     return {
         "messages": [*messages, {"role": "assistant", "content": prefill}],
         "continue_final_message": True,

@@ -285,13 +285,12 @@ class DirectClient:
                 {"type": "text", "text": text},
             ]
         messages = [{"role": "user", "content": content}]
-        written = reply_start(profile_for(work.model).thinking)
         body: dict[str, Any] = {
             "model": work.model,
             "stream": True,
             "stream_options": {"include_usage": True},
             "messages": messages,
-            **(continuing(messages, written) if written else {}),
+            **continuing(messages, reply_start(profile_for(work.model).thinking)),
         }
         if work.max_tokens:
             body["max_tokens"] = work.max_tokens

@@ -205,8 +205,7 @@ async def stream_raw(
         "stream_options": {"include_usage": True},
         **fixed_length(max_tokens),
     }
-    if written := reply_start(profile_for(model).thinking):  # as the app's request (below)
-        body |= continuing(messages, written)
+    body |= continuing(messages, reply_start(profile_for(model).thinking))  # as the app's
     started = time.perf_counter()
     first: float | None = None
     completion = prompt = 0
