@@ -421,8 +421,10 @@ def continued(scenario: Scenario, written: str) -> Scenario:
     and the scenario writes no marker at all (an answer without thought), the model
     closes the reasoning at once (``◁/think▷`` first); otherwise it is sent whole.
     """
+    if not written:
+        return scenario
     text = "".join(scenario.pieces)
-    if not written or not text.startswith(written):
+    if not text.startswith(written):
         answers_at_once = written.endswith("◁think▷") and not MARKERS.search(text)
         if answers_at_once and not scenario.reasoning_pieces and scenario.pieces:
             return dataclasses.replace(scenario, pieces=("◁/think▷", *scenario.pieces))
