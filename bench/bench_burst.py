@@ -26,11 +26,13 @@ uploaded as the browser does when it is attached, ``--think-s`` before Enter.
 
 Before the bursts, the first question's CPU before its request reaches the server:
 after ``--first-asks`` questions asked together to warm the process, one fresh tab
-at a time asks a question the scripted server holds 1.5 s before any token
-(scenario ``late``); the app's CPU (every thread, ``/proc/<pid>/task/*/schedstat``,
-nanoseconds) over the 0.3 s after Enter, less as long with no question just before,
-the median over ``--first-asks`` tabs (each printed). By then the request is with
-the server and the app only waits (its notice of a slow start comes at 3 s).
+at a time asks a question the scripted server answers 1.5 s after it has read it
+(scenario ``queued``: no status, no header, no token before); the app's CPU (every
+thread, ``/proc/<pid>/task/*/schedstat``, nanoseconds) over the 0.3 s after Enter,
+less as long with no question just before, the median over ``--first-asks`` tabs
+(each printed). By then the request is with the server and the app only waits for
+the response to start (its notice of a slow start comes at 3 s), so what is counted
+is the question's work before its request is with the server.
 
 Then, unless ``--no-steady``, the steady load at the same levels on the same app
 (:func:`bench.bench_load.sweep_level`, as many pairs as chats), printed beside it.
@@ -88,8 +90,8 @@ from bench.media import make_photo
 from bench.openwebui import VERSION, OpenWebUITab, Peer, running_openwebui
 
 APP, PEER, DIRECT = "app", f"Open WebUI {VERSION}", "direct"
-LATE = scripted("late")
-"""The scripted ``late`` answer: the server holds it 1.5 s before any token."""
+QUEUED = scripted("queued")
+"""The scripted ``queued`` answer: the server starts its response 1.5 s after the request."""
 
 
 def threads_cpu_s(pid: int) -> float:
@@ -280,8 +282,8 @@ def burst_table(levels: list[Level]) -> str:
 
 QUESTION_WINDOW_S = 0.3
 """Seconds after Enter in which the first question's CPU is counted: its request is with
-the scripted server within tens of milliseconds, and scenario ``late`` holds the first
-token 1.5 s, so nothing of the answer falls in it; shorter than a second, so that less
+the scripted server within tens of milliseconds, and scenario ``queued`` starts the
+response 1.5 s after it, so nothing of the response falls in it; shorter than a second, so that less
 of what is not the question's (a socket.io ping, housekeeping) does."""
 
 
@@ -321,7 +323,7 @@ async def first_question_cpu_ms(target: Target, http: httpx.AsyncClient, asks: i
             await asyncio.sleep(QUESTION_WINDOW_S)
             idle = now() - idle0
             asked0 = now()
-            asking = asyncio.create_task(tab.ask(LATE.text, marker=""))
+            asking = asyncio.create_task(tab.ask(QUEUED.text, marker=""))
             await asyncio.sleep(QUESTION_WINDOW_S)
             spent.append(now() - asked0 - idle)
             await asking  # its answer ends before the next tab's idle second

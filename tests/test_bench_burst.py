@@ -1,10 +1,14 @@
 """bench/bench_burst.py's arithmetic: added time, CPU per chat, the side-by-side table, the
-split of CPUs with ``--pin`` (hermetic: no server, no app, no Open WebUI)."""
+split of CPUs with ``--pin`` (hermetic: no app, no Open WebUI), and the scripted answer its
+first-question measure waits on."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 
+import httpx
 import pytest
 
 from bench._common import Timing
@@ -12,12 +16,14 @@ from bench.bench_burst import (
     APP,
     DIRECT,
     PEER,
+    QUEUED,
     Level,
     Round,
     app_cores,
     burst_table,
     first_question_summary,
 )
+from tests.conftest import RunningFake
 
 
 def answered(first_s: float, last_s: float = 2.0) -> Timing:
@@ -72,3 +78,28 @@ def test_the_first_question_reads_as_its_median_with_every_tab_shown() -> None:
     summary = first_question_summary([2.5, -4.0, 2.7, 30.0, 2.6])
     assert summary.startswith("median 2.6 ms of 5 fresh tabs")
     assert summary.endswith("(each: 2.5, -4.0, 2.7, 30.0, 2.6)")
+
+
+async def test_the_queued_answer_has_the_request_at_once_and_starts_it_after_1_5_s(
+    fake: RunningFake,
+) -> None:
+    body = {"messages": [{"role": "user", "content": QUEUED.text}], "stream": True}
+    async with httpx.AsyncClient(timeout=10) as http:
+        asked = time.monotonic()
+        async with http.stream("POST", f"{fake.base_url}/chat/completions", json=body) as response:
+            status_s = time.monotonic() - asked  # the status and headers are in
+            text = (await response.aread()).decode()
+    assert len(fake.requests) == 1 and response.status_code == 200
+    assert status_s >= 1.5 and '"content"' in text
+
+
+async def test_the_queued_server_reads_the_request_before_it_answers(fake: RunningFake) -> None:
+    body = {"messages": [{"role": "user", "content": QUEUED.text}], "stream": True}
+    async with httpx.AsyncClient(timeout=10) as http:
+        answer = asyncio.ensure_future(http.post(f"{fake.base_url}/chat/completions", json=body))
+        asked = time.monotonic()
+        while not fake.requests and time.monotonic() - asked < 1.0:
+            await asyncio.sleep(0.01)
+        read_s, answered_then = time.monotonic() - asked, answer.done()
+        await answer
+    assert fake.requests and read_s < 1.0 and not answered_then

@@ -113,6 +113,9 @@ class Scenario:
         on_schedule: if True, chunk ``i`` is sent at ``i * delay_s`` after the
             first chunk (a model's steady pace, which does not slow down when
             this server's own process is busy); else ``delay_s`` between chunks.
+        answer_after_s: seconds between reading the request and starting the response
+            (its status and headers): a server that holds a request before it answers
+            at all.
     """
 
     pieces: tuple[str, ...] = ()
@@ -126,6 +129,7 @@ class Scenario:
     pause_s: float = 0.0
     breaks: str = ""
     on_schedule: bool = False
+    answer_after_s: float = 0.0
 
 
 def tokens(text: str, size: int = 3) -> tuple[str, ...]:
@@ -302,8 +306,9 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     # Accepts the request, then sends no text for 4 s (a loaded server).
     "silent": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=4.0),
-    # Accepts the request, then sends no text for 1.5 s (bench: the client's work before it).
-    "late": Scenario(pieces=tokens(ANSWER), pause_at=0, pause_s=1.5),
+    # Starts its response 1.5 s after the request (bench: the client's work until the
+    # request is with the server, and nothing after it).
+    "queued": Scenario(pieces=tokens(ANSWER), answer_after_s=1.5),
     # Reasoning that ends (finish_reason "stop") without its closing marker.
     "unclosed": Scenario(pieces=tokens(f"◁think▷{REASONING}")),
     # Sends some reasoning, then nothing for a minute.
@@ -616,6 +621,8 @@ class KimiServer:
                 status_code=scenario.status,
             )
         request_id = request.headers.get("x-request-id") or f"chatcmpl-{uuid.uuid4().hex}"
+        if scenario.answer_after_s:
+            await asyncio.sleep(scenario.answer_after_s)
         return StreamingResponse(
             self.watched(self.stream(scenario, body, request_id), request_id),
             media_type="text/event-stream",
