@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import os
 import secrets
 import statistics
@@ -80,6 +81,8 @@ THINKING, INSTRUCT = "kimi-vl-thinking-2506", "kimi-vl"
 END = r"\(end of answer\)"
 """The last words of every ``long-*`` answer of the scripted server."""
 TIMEOUT_MS = 300_000
+CLICK_TIMEOUT_MS = 60_000
+"""The longest a click waits for its target to stand still, in ms."""
 RATE = 200
 """Tokens per second of every stream."""
 
@@ -214,6 +217,7 @@ class TabRun:
     gap_p99: float
     gap_max: float
     toggles: list[float] = field(default_factory=list)
+    """Each click on the step's title to its paint; ``math.inf``: it could not be clicked."""
     gaps: list[tuple[float, float]] = field(default_factory=list)
     """(seconds since Enter, gap in ms): the plot."""
     load: str = ""
@@ -250,7 +254,7 @@ def ask(page: Page, text: str, marks: dict[str, str]) -> None:
 def click_timing(page: Page, target: Locator) -> float:
     """Click ``target``; the Event Timing duration of that click (click to next paint, ms)."""
     before = page.evaluate("() => window.__probe.events.length")
-    target.click()
+    target.click(timeout=CLICK_TIMEOUT_MS)
     page.wait_for_function(
         "(n) => window.__probe.events.slice(n).some(e => e[0] === 'click')",
         arg=before,
@@ -261,9 +265,15 @@ def click_timing(page: Page, target: Locator) -> float:
 
 
 def toggle(page: Page, app: ChatApp) -> float:
-    """Click the step's title; how long until that click was painted (ms)."""
+    """Click the step's title; how long until that click was painted (ms), or ``math.inf``
+    when it could not be clicked within :data:`CLICK_TIMEOUT_MS` (Playwright clicks an
+    element once it stands still; Open WebUI's title moved for a whole minute as its
+    reasoning streamed, 2026-12-05)."""
     was_open = step_open(page, app)
-    duration = click_timing(page, app.step(page))
+    try:
+        duration = click_timing(page, app.step(page))
+    except PlaywrightTimeout:
+        return math.inf
     assert step_open(page, app) != was_open, f"{app.name}: the step did not toggle"
     return duration
 
@@ -518,6 +528,11 @@ def fmt(value: float, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def fmt_click(ms: float) -> str:
+    """A toggle's click-to-paint time for the table; a click that could not be made says so."""
+    return f"not clickable in {CLICK_TIMEOUT_MS // 1000} s" if math.isinf(ms) else f"{ms:,.0f} ms"
+
+
 def runs_table(runs: list[TabRun]) -> list[str]:
     """The markdown rows of the streams."""
     lines = [
@@ -526,7 +541,7 @@ def runs_table(runs: list[TabRun]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        toggles = " / ".join(fmt(t) for t in r.toggles) + " ms" if r.toggles else ""
+        toggles = " / ".join(fmt_click(t) for t in r.toggles) if r.toggles else ""
         lines.append(
             f"| {r.case} | {r.app} | {r.lag_end_s:.2f} s | {fmt(r.long_total)} / "
             f"{fmt(r.long_worst)} ms / {r.long_count} | {fmt(r.gap_p50, 1)} / "

@@ -4,6 +4,7 @@ workloads the benchmarks stream are what they say."""
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from bench._common import (
     running_stack,
     scripted,
 )
+from bench.bench_tab import TabRun, runs_table
 from tests.conftest import RunningFake
 from tests.fakes.kimi_server import long_code
 from ui.model_picker import MODE_ID
@@ -155,7 +157,7 @@ def test_first_visible_words_are_timed_at_the_words_not_at_a_lone_marker(
 
 def test_a_thinking_models_first_token_is_a_word_on_both_sides(two_models: RunningFake) -> None:
     """Both sides write Thinking-2506's opening marker in the request
-    (backend/planning.py, ``reply_start``): the stream's first piece is a word, a
+    (backend/settings.py, ``ModelProfile.reply_start``): the stream's first piece is a word, a
     piece (0.2 s) after the question, and it is the first visible words."""
     thinking = "kimi-vl-thinking-2506"
     with running_stack(server_url=two_models.base_url) as stack:
@@ -205,3 +207,10 @@ def test_the_direct_side_asks_the_chunks_the_app_would_ask(fake: RunningFake) ->
     assert "stream_interval" not in fake.requests[0]  # nothing learnt yet
     assert fake.requests[1]["stream_interval"] in (4, 5)
     assert fake.requests[1]["messages"][-1] == {"role": "assistant", "content": "◁think▷"}
+
+
+def test_the_tab_table_says_a_step_that_could_not_be_clicked() -> None:
+    run = TabRun("Open WebUI", "toggle", 7.6, 42_000, 698, 265, 185.7, 500.5, 767.9)
+    run.toggles = [math.inf, 48.4]
+    row = runs_table([run])[-1]
+    assert "| not clickable in 60 s / 48 ms |" in row
