@@ -82,7 +82,7 @@ class ChatRequest:
         prefill: the start of the reply, already written: sent as a last assistant
             message that the model continues (vLLM's ``continue_final_message``) and
             not streamed back: the opening marker for a Thinking model
-            (:func:`backend.planning.reply_start`).
+            (``ModelProfile.reply_start`` in backend/settings.py).
         request_id: sent as ``X-Request-Id``; vLLM uses it as the request id
             it logs, so a request can be found in ``llm.log``.
         extra_body: extra JSON fields vLLM understands (e.g. ``structured_outputs``).

@@ -20,7 +20,6 @@ from backend.chat import ChatSession, SamplingOptions
 from backend.client import ChatClient, ChatRequest, ServedModel
 from backend.conversation import MIN_ANSWER_TOKENS, Budget, Conversation, Plan, Turn, plan_verified
 from backend.logs import LOGGER_NAME
-from backend.reasoning import THINK_OPEN
 from backend.settings import profile_for
 
 log = logging.getLogger(LOGGER_NAME)
@@ -29,25 +28,6 @@ DEV_SHAPE_REGEX = "◁think▷[^◁]{40,600}◁/think▷[^◁]{20,400}"
 """Dev mode: vLLM structured outputs force the random-weights model's output into
 the Thinking model's shape, so the reasoning step streams and folds as with
 Kimi-VL (the text itself stays noise)."""
-
-
-def reply_start(thinking: bool) -> str:
-    """What a request writes of the reply itself (:attr:`ChatRequest.prefill`): the
-    opening marker for a Thinking model, nothing for others.
-
-    Kimi-VL-A3B-Thinking begins every reply with ``◁think▷``, and vLLM sends a
-    stream's first token at once and the next ones ``stream_interval`` tokens a chunk
-    (``vllm/v1/engine/output_processor.py``), so a reply that writes the marker itself
-    would show its first words only a chunk later. Written by the request, the marker
-    is not generated: the first token is a reasoning word, sent at once, and later
-    chunks can carry several tokens. Kimi-VL's chat template renders an assistant
-    message as written (docs/facts.md), so the model reads the same prompt it would
-    have written; the reasoning parser (:mod:`serving.kimi_reasoning`) reads a
-    prompt whose last assistant turn opened its reasoning as still reasoning.
-    The dev model's profile is not a Thinking one (dev mode's shape,
-    :data:`DEV_SHAPE_REGEX`, writes its marker), so its requests write none.
-    """
-    return THINK_OPEN if thinking else ""
 
 
 MORE_TOKENS_AT_LEAST = 1.1
@@ -90,7 +70,7 @@ def exact_counter(
     """Count prompts with ``client``'s ``/tokenize``, all counts together within
     ``deadline_s`` seconds from now; past it (a stuck or slow tokenizer), None: the
     plan goes on with its estimate, which over-estimates text. ``prefill``: the start
-    of the reply each request writes (:func:`reply_start`), counted with the prompt."""
+    of the reply each request writes (``ModelProfile.reply_start``), counted with the prompt."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deadline_s
 
@@ -137,7 +117,7 @@ async def plan_turn(
         max_tokens=wanted,
         min_answer_tokens=wanted if make_room else MIN_ANSWER_TOKENS,
     )
-    prefill = reply_start(chat.profile.thinking)
+    prefill = chat.profile.reply_start
     count_exact = exact_counter(chat.client, chat.model.id, chat.settings.plan_timeout_s, prefill)
     plan = await plan_verified(chat.conversation, turn, budget, chat.token_counter, count_exact)
     shaped = chat.settings.dev_mode and chat.profile.dev_shaped
@@ -186,7 +166,7 @@ def plan_compare(chat: ChatSession, turn: Turn, other: ServedModel) -> tuple[Tur
     budget = Budget(max_model_len, chat.settings.max_images_per_prompt, options.max_tokens)
     plan = history.plan(asked, budget, chat.token_counter)
     request = _request(
-        other.id, plan, options, thinking=profile.thinking, prefill=reply_start(profile.thinking)
+        other.id, plan, options, thinking=profile.thinking, prefill=profile.reply_start
     )
     log.info("request %s model=%s compare of an earlier turn", request.request_id, other.id)
     return asked, Planned(request, plan.notices, options.max_tokens, None)

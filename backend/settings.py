@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from backend.i18n import msg
+from backend.reasoning import THINK_OPEN
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,26 @@ class ModelProfile:
     max_tokens: int
     in_token_limit: int
     dev_shaped: bool = False
+
+    @property
+    def reply_start(self) -> str:
+        """What a request writes of the reply itself (``ChatRequest.prefill``): the
+        opening marker for a Thinking model, nothing for others.
+
+        Kimi-VL-A3B-Thinking begins every reply with ``◁think▷``, and vLLM sends a
+        stream's first token at once and the next ones ``stream_interval`` tokens a chunk
+        (``vllm/v1/engine/output_processor.py``), so a reply that writes the marker itself
+        would show its first words only a chunk later. Written by the request, the marker
+        is not generated: the first token is a reasoning word, sent at once, and later
+        chunks can carry several tokens. Kimi-VL's chat template renders an assistant
+        message as written (docs/facts.md), so the model reads the same prompt it would
+        have written; the reasoning parser (``serving/kimi_reasoning.py``) reads a
+        prompt whose last assistant turn opened its reasoning as still reasoning.
+        The dev model's profile is not a Thinking one (dev mode's shape,
+        ``backend.planning.DEV_SHAPE_REGEX``, writes its marker), so its requests write
+        none.
+        """
+        return THINK_OPEN if self.thinking else ""
 
 
 THINKING_2506 = ModelProfile(

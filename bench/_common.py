@@ -42,7 +42,6 @@ import socketio
 
 from backend.batching import StreamPace
 from backend.client import continuing
-from backend.planning import reply_start
 from backend.presenter import cut_off_note
 from backend.reasoning import ReasoningSplitter
 from backend.settings import profile_for
@@ -249,11 +248,11 @@ class DirectClient:
     another within the server's keep-alive time met it.
 
     A Thinking model's request writes the reply's opening marker itself, as the app's
-    does (:func:`backend.planning.reply_start`), so both sides get the same first token,
-    and asks for as many tokens a chunk as the app asks (:attr:`pace`), so both sides get
-    the same chunks: with every token, the driver's own reading of 64 direct streams
-    filled the core it shares with the scripted server, whose streams then ran late and
-    caught up (2026-12-04, docs/benchmarks.md).
+    does (``ModelProfile.reply_start`` in backend/settings.py), so both sides get the
+    same first token, and asks for as many tokens a chunk as the app asks (:attr:`pace`),
+    so both sides get the same chunks: with every token, the driver's own reading of 64
+    direct streams filled the core it shares with the scripted server, whose streams then
+    ran late and caught up (2026-12-04, docs/benchmarks.md).
     The first token (``first_s``) is the first delta with any text, the opening
     marker included, as the app opens its reasoning step on it. The last visible
     text (``last_s``) is split out by the same
@@ -290,7 +289,7 @@ class DirectClient:
             "stream": True,
             "stream_options": {"include_usage": True},
             "messages": messages,
-            **continuing(messages, reply_start(profile_for(work.model).thinking)),
+            **continuing(messages, profile_for(work.model).reply_start),
         }
         if work.max_tokens:
             body["max_tokens"] = work.max_tokens

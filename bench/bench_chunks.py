@@ -43,7 +43,7 @@ import orjson
 from backend.client import ChatClient, ChatRequest
 from backend.events import AnswerDelta, Done, ReasoningDelta
 from backend.pacing import ServerPace
-from backend.planning import reply_start
+from backend.settings import THINKING_2506
 from bench._common import MODEL, question, running_server
 
 BODY: dict[str, Any] = {
@@ -120,7 +120,7 @@ async def way_client(pace: ServerPace) -> tuple[int, str]:
         max_tokens=40000,
         temperature=0,
         thinking=True,
-        prefill=reply_start(thinking=True),
+        prefill=THINKING_2506.reply_start,
     )
     n, parts = 0, []
     async for event in pace.client.stream(pace.request(request)):

@@ -51,7 +51,6 @@ from PIL import Image
 from backend.client import ChatClient, ChatRequest, continuing
 from backend.events import AnswerDelta, Done, ReasoningDelta
 from backend.images import fit_to_budget, image_tokens, prepare_image
-from backend.planning import reply_start
 from backend.settings import profile_for
 
 DEFAULT_IMAGE = Path("tests/data/rocket.jpg")
@@ -205,7 +204,7 @@ async def stream_raw(
         "stream_options": {"include_usage": True},
         **fixed_length(max_tokens),
     }
-    body |= continuing(messages, reply_start(profile_for(model).thinking))  # as the app's
+    body |= continuing(messages, profile_for(model).reply_start)  # as the app's
     started = time.perf_counter()
     first: float | None = None
     completion = prompt = 0
@@ -260,7 +259,7 @@ async def stream_app(
         max_tokens=max_tokens,
         temperature=0.8,
         thinking=profile_for(model).thinking,
-        prefill=reply_start(profile_for(model).thinking),
+        prefill=profile_for(model).reply_start,
         extra_body=fixed_length(max_tokens),
     )
     try:

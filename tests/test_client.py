@@ -292,8 +292,8 @@ async def test_thinking_model_answer_without_markers_is_flagged(client: ChatClie
 
 
 async def test_a_written_opening_marker_is_read_as_the_replys_own(client: ChatClient) -> None:
-    """The request wrote ``◁think▷`` (backend/planning.py ``reply_start``): a reply that
-    stops without closing it is unclosed reasoning, as when the model wrote the marker,
+    """The request wrote ``◁think▷`` (backend/settings.py, ``ModelProfile.reply_start``):
+    a reply that stops without closing it is unclosed reasoning, as when the model wrote the marker,
     not an answer written without markers."""
     events = await collect(client, "#scenario=unclosed", thinking=True, prefill="◁think▷")
     done = events[-1]

@@ -397,11 +397,10 @@ def conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
     the one the app writes for the request's model (its opening marker for a Thinking
     model, none for others), or AssertionError."""
     # Imported here: the server itself, a process of its own, needs none of the app.
-    from backend.planning import reply_start
     from backend.settings import profile_for
 
     written = prefill(body)
-    expected = reply_start(profile_for(str(body.get("model"))).thinking)
+    expected = profile_for(str(body.get("model"))).reply_start
     assert written == expected, f"{body.get('model')} wrote {written!r}, not {expected!r}"
     messages: list[dict[str, Any]] = body["messages"]
     return messages[:-1] if written else messages

@@ -304,9 +304,10 @@ async def test_stream_interval_sends_fewer_chunks_with_the_same_text(
 async def test_the_exact_count_takes_the_reply_start_the_request_writes(
     vllm_server: VllmServer,
 ) -> None:
-    """A Thinking request writes ``◁think▷`` (backend/planning.py ``reply_start``): real
-    vLLM's ``/tokenize`` counts it with ``continue_final_message``, as the request
-    renders it, so the planned answer budget leaves room for it."""
+    """A Thinking request writes ``◁think▷`` (backend/settings.py,
+    ``ModelProfile.reply_start``): real vLLM's ``/tokenize`` counts it with
+    ``continue_final_message``, as the request renders it, so the planned answer budget
+    leaves room for it."""
     client = ChatClient(vllm_server.base_url, vllm_server.api_key)
     messages = [{"role": "user", "content": "What is in the picture?"}]
     try:

@@ -137,7 +137,7 @@ def test_a_request_that_writes_the_opening_marker_streams_words_first_then_chunk
     client: httpx.Client, vllm_reasoning_server: VllmServer
 ) -> None:
     """The app's Thinking requests write ``◁think▷`` themselves (backend/planning.py,
-    ``reply_start``): the real server continues it, its parser reads the output as
+    ``ModelProfile.reply_start``): the real server continues it, its parser reads the output as
     reasoning from the first token, and the first chunk after the role is one token."""
     server = vllm_reasoning_server
     messages = [*HISTORY[:1], {"role": "assistant", "content": THINK_OPEN}]
