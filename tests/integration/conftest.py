@@ -126,17 +126,11 @@ def _serve(work: Path, model: str = "kimi-vl-dev", **extra: str) -> Iterator[Vll
         try:
             proc.wait(timeout=60)
         finally:
-            # vLLM aborting its engine at a stop logged this traceback (serving/launcher.py,
-            # SHUTDOWN_TIMEOUT_S): an operator reading llm.log would take it for a fault.
-            log = server.log_path.read_text(errors="replace") if server.log_path.exists() else ""
-            dead = "EngineDeadError" in log
             left = live_processes_in_group(server.pid)
             if left:
                 # Never leave a server behind, but say that launch.sh should have.
                 subprocess.run(["kill", "-KILL", "--", f"-{server.pid}"], check=False)
                 pytest.fail(f"launch.sh left processes running: {left}", pytrace=False)
-            if dead:
-                pytest.fail("vLLM logged EngineDeadError as launch.sh stopped it", pytrace=False)
 
 
 @pytest.fixture(scope="session")
