@@ -71,8 +71,8 @@ from bench._common import (
     machine,
     now_utc,
     percentile,
+    question,
     running_stack,
-    scripted,
     write_results,
 )
 from bench.bench_load import (
@@ -90,8 +90,9 @@ from bench.media import make_photo
 from bench.openwebui import VERSION, OpenWebUITab, Peer, running_openwebui
 
 APP, PEER, DIRECT = "app", f"Open WebUI {VERSION}", "direct"
-QUEUED = scripted("queued")
-"""The scripted ``queued`` answer: the server starts its response 1.5 s after the request."""
+QUEUED = question("queued")
+"""The question of the scripted ``queued`` answer: the server starts its response 1.5 s
+after the request."""
 
 
 def threads_cpu_s(pid: int) -> float:
@@ -323,7 +324,7 @@ async def first_question_cpu_ms(target: Target, http: httpx.AsyncClient, asks: i
             await asyncio.sleep(QUESTION_WINDOW_S)
             idle = now() - idle0
             asked0 = now()
-            asking = asyncio.create_task(tab.ask(QUEUED.text, marker=""))
+            asking = asyncio.create_task(tab.ask(QUEUED, marker=""))
             await asyncio.sleep(QUESTION_WINDOW_S)
             spent.append(now() - asked0 - idle)
             await asking  # its answer ends before the next tab's idle second

@@ -251,10 +251,19 @@ def ask(page: Page, text: str, marks: dict[str, str]) -> None:
     page.locator("#chat-input").press("Enter")
 
 
-def click_timing(page: Page, target: Locator) -> float:
-    """Click ``target``; the Event Timing duration of that click (click to next paint, ms)."""
+def click_timing(page: Page, target: Locator, give_up_ms: float | None = None) -> float:
+    """Click ``target``; the Event Timing duration of that click (click to next paint, ms).
+
+    With ``give_up_ms``: ``math.inf`` when ``target`` could not be clicked that long
+    (Playwright clicks an element once it stands still); without, that raises.
+    """
     before = page.evaluate("() => window.__probe.events.length")
-    target.click(timeout=CLICK_TIMEOUT_MS)
+    try:
+        target.click(timeout=give_up_ms)
+    except PlaywrightTimeout:
+        if give_up_ms is None:
+            raise
+        return math.inf
     page.wait_for_function(
         "(n) => window.__probe.events.slice(n).some(e => e[0] === 'click')",
         arg=before,
@@ -270,10 +279,9 @@ def toggle(page: Page, app: ChatApp) -> float:
     element once it stands still; Open WebUI's title moved for a whole minute as its
     reasoning streamed, 2026-12-05)."""
     was_open = step_open(page, app)
-    try:
-        duration = click_timing(page, app.step(page))
-    except PlaywrightTimeout:
-        return math.inf
+    duration = click_timing(page, app.step(page), give_up_ms=CLICK_TIMEOUT_MS)
+    if math.isinf(duration):
+        return duration
     assert step_open(page, app) != was_open, f"{app.name}: the step did not toggle"
     return duration
 
@@ -528,6 +536,14 @@ def fmt(value: float, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def json_run(run: TabRun) -> dict[str, Any]:
+    """``run`` for the results file: without the plot's gaps, a click that could not be
+    made as null (JSON has no infinity)."""
+    kept = {k: v for k, v in asdict(run).items() if k != "gaps"}
+    kept["toggles"] = [None if math.isinf(t) else t for t in run.toggles]
+    return kept
+
+
 def fmt_click(ms: float) -> str:
     """A toggle's click-to-paint time for the table; a click that could not be made says so."""
     return f"not clickable in {CLICK_TIMEOUT_MS // 1000} s" if math.isinf(ms) else f"{ms:,.0f} ms"
@@ -680,7 +696,7 @@ def main() -> None:
     title = f"# A long answer in a tab ({started}, commit {commit()})\n\n{header}\n\n"
     text = title + report(runs, words, resume)
     print(text)
-    kept = [{k: v for k, v in asdict(r).items() if k != "gaps"} for r in runs]
+    kept = [json_run(r) for r in runs]
     data = {"date": started, "commit": commit(), "machine": header, "sizes": args.tokens,
             "runs": kept, "first_words": words, "resume": resume}  # fmt: skip
     md, _ = write_results(f"tab_{args.name}", text, data)

@@ -83,7 +83,7 @@ def test_the_first_question_reads_as_its_median_with_every_tab_shown() -> None:
 async def test_the_queued_answer_has_the_request_at_once_and_starts_it_after_1_5_s(
     fake: RunningFake,
 ) -> None:
-    body = {"messages": [{"role": "user", "content": QUEUED.text}], "stream": True}
+    body = {"messages": [{"role": "user", "content": QUEUED}], "stream": True}
     async with httpx.AsyncClient(timeout=10) as http:
         asked = time.monotonic()
         async with http.stream("POST", f"{fake.base_url}/chat/completions", json=body) as response:
@@ -94,12 +94,20 @@ async def test_the_queued_answer_has_the_request_at_once_and_starts_it_after_1_5
 
 
 async def test_the_queued_server_reads_the_request_before_it_answers(fake: RunningFake) -> None:
-    body = {"messages": [{"role": "user", "content": QUEUED.text}], "stream": True}
+    body = {"messages": [{"role": "user", "content": QUEUED}], "stream": True}
+    started = asyncio.Event()
     async with httpx.AsyncClient(timeout=10) as http:
-        answer = asyncio.ensure_future(http.post(f"{fake.base_url}/chat/completions", json=body))
+
+        async def ask() -> None:
+            async with http.stream("POST", f"{fake.base_url}/chat/completions", json=body) as r:
+                started.set()  # the status and headers are in
+                await r.aread()
+
+        asking = asyncio.ensure_future(ask())
         asked = time.monotonic()
         while not fake.requests and time.monotonic() - asked < 1.0:
             await asyncio.sleep(0.01)
-        read_s, answered_then = time.monotonic() - asked, answer.done()
-        await answer
+        await asyncio.sleep(0.05)  # a server that answered at once would have by now
+        read_s, answered_then = time.monotonic() - asked, started.is_set()
+        await asking
     assert fake.requests and read_s < 1.0 and not answered_then

@@ -4,6 +4,7 @@ workloads the benchmarks stream are what they say."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import subprocess
@@ -31,7 +32,7 @@ from bench._common import (
     running_stack,
     scripted,
 )
-from bench.bench_tab import TabRun, runs_table
+from bench.bench_tab import TabRun, json_run, runs_table
 from tests.conftest import RunningFake
 from tests.fakes.kimi_server import long_code
 from ui.model_picker import MODE_ID
@@ -214,3 +215,4 @@ def test_the_tab_table_says_a_step_that_could_not_be_clicked() -> None:
     run.toggles = [math.inf, 48.4]
     row = runs_table([run])[-1]
     assert "| not clickable in 60 s / 48 ms |" in row
+    assert json.loads(json.dumps(json_run(run), allow_nan=False))["toggles"] == [None, 48.4]

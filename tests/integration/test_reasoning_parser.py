@@ -136,7 +136,7 @@ def test_a_closing_marker_in_the_history_does_not_end_the_new_reasoning(
 def test_a_request_that_writes_the_opening_marker_streams_words_first_then_chunks(
     client: httpx.Client, vllm_reasoning_server: VllmServer
 ) -> None:
-    """The app's Thinking requests write ``◁think▷`` themselves (backend/planning.py,
+    """The app's Thinking requests write ``◁think▷`` themselves (backend/settings.py,
     ``ModelProfile.reply_start``): the real server continues it, its parser reads the output as
     reasoning from the first token, and the first chunk after the role is one token."""
     server = vllm_reasoning_server
