@@ -236,11 +236,17 @@ block's own."""
 
 
 def copied(page: Page, button: int) -> str:
-    """Click the ``button``-th Copy button of the page (-1: the last) and read the clipboard."""
+    """Click the ``button``-th Copy button of the page (-1: the last) and read the clipboard.
+
+    The text is the one the wait saw: a second read once found the clipboard empty again
+    (2026-12-05, one run of many; only this helper writes "" to it, so it was the
+    helper's own clearing landing late, not the page)."""
     page.evaluate("() => navigator.clipboard.writeText('')")
     page.locator(COPY).nth(button).click()
-    page.wait_for_function("() => navigator.clipboard.readText().then((t) => t.length > 0)")
-    return str(page.evaluate("() => navigator.clipboard.readText()"))
+    text = page.wait_for_function(
+        "() => navigator.clipboard.readText().then((t) => (t.length > 0 ? t : null))"
+    )
+    return str(text.json_value())
 
 
 def test_copy_copies_exactly_the_answer_also_after_regenerate_and_compare(
