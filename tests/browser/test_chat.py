@@ -235,18 +235,21 @@ COPY = '[data-step-type="assistant_message"] button:has(svg.lucide-copy):not(.me
 block's own."""
 
 
-def copied(page: Page, button: int) -> str:
-    """Click the ``button``-th Copy button of the page (-1: the last) and read the clipboard.
+def copied(page: Page, button: int, timeout_s: float = 10.0) -> str:
+    """Click the ``button``-th Copy button of the page (-1: the last) and read the clipboard
+    until it holds text (at most ``timeout_s``; "" if it never does).
 
-    The text is the one the wait saw: a second read once found the clipboard empty again
-    (2026-12-05, one run of many; only this helper writes "" to it, so it was the
-    helper's own clearing landing late, not the page)."""
+    Read from here, not with ``wait_for_function``: that does not wait for a promise, and
+    the promise of ``readText()`` is itself truthy, so the wait returned at once and the
+    read after it sometimes came before the copy (one run of many, 2026-12-05)."""
     page.evaluate("() => navigator.clipboard.writeText('')")
     page.locator(COPY).nth(button).click()
-    text = page.wait_for_function(
-        "() => navigator.clipboard.readText().then((t) => (t.length > 0 ? t : null))"
-    )
-    return str(text.json_value())
+    deadline = time.monotonic() + timeout_s
+    while not (text := str(page.evaluate("() => navigator.clipboard.readText()"))):
+        if time.monotonic() > deadline:
+            break
+        page.wait_for_timeout(50)
+    return text
 
 
 def test_copy_copies_exactly_the_answer_also_after_regenerate_and_compare(
