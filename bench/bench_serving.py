@@ -253,13 +253,14 @@ async def stream_app(
     started = time.perf_counter()
     first: float | None = None
     done: Done | None = None
+    profile = profile_for(model)
     request = ChatRequest(
         model=model,
         messages=messages,
         max_tokens=max_tokens,
         temperature=0.8,
-        thinking=profile_for(model).thinking,
-        prefill=profile_for(model).reply_start,
+        thinking=profile.thinking,
+        prefill=profile.reply_start,
         extra_body=fixed_length(max_tokens),
     )
     try:
