@@ -253,6 +253,15 @@ MAX_TOKENS_PER_CHUNK = 32
 MIN_OBSERVED_TOKENS = 16
 """Answers shorter than this teach :class:`StreamPace` nothing (too few to time)."""
 
+ASSUMED_TOKENS_PER_S = 40.0
+"""The speed :class:`StreamPace` assumes of one chat before it has timed an answer: 2 tokens
+a chunk at 50 ms updates. Every token a chunk (vLLM's default) made a freshly started app
+process read 5 times the chunks in its first burst: 64 first questions through
+``--ui-workers 2`` on the 2-core machine added +46 to +84 ms p95 to the first words in 4
+first bursts, +18 to +44 ms in 3 with 2 tokens a chunk (bench/results/fresh-workers-2026-12-05.md).
+Low, so that a server slower than it still sends a chunk at least every 2 tokens; the first
+answer the process times replaces it."""
+
 
 class StreamPace:
     """A server's decode speed per chat, learnt from finished answers, as a chunk size.
@@ -266,9 +275,10 @@ class StreamPace:
 
     :meth:`tokens_per_chunk` is ``floor(tokens/s x interval_s)``, between 1 and
     ``max_tokens``: floor, so a chunk comes at least once per UI update. Before
-    any answer was observed it is 1 (every token, vLLM's default). The speed is
-    an exponential moving average (weight ``smoothing`` for the newest answer),
-    so it follows the server as its load changes.
+    any answer was observed the speed is ``assumed_tokens_per_s``
+    (:data:`ASSUMED_TOKENS_PER_S`). The learnt speed is an exponential moving
+    average (weight ``smoothing`` for the newest answer), so it follows the
+    server as its load changes.
     """
 
     def __init__(
@@ -276,10 +286,12 @@ class StreamPace:
         interval_s: float = DEFAULT_INTERVAL_S,
         max_tokens: int = MAX_TOKENS_PER_CHUNK,
         smoothing: float = 0.3,
+        assumed_tokens_per_s: float = ASSUMED_TOKENS_PER_S,
     ) -> None:
         self.interval_s = interval_s
         self.max_tokens = max_tokens
         self.smoothing = smoothing
+        self.assumed_tokens_per_s = assumed_tokens_per_s
         self.tokens_per_s: float | None = None
         """The learnt speed of one chat in tokens per second; None before any answer."""
 
@@ -298,6 +310,5 @@ class StreamPace:
 
     def tokens_per_chunk(self) -> int:
         """Tokens to ask per streamed chunk (vLLM's ``stream_interval``), at least 1."""
-        if self.tokens_per_s is None:
-            return 1
-        return max(1, min(self.max_tokens, int(self.tokens_per_s * self.interval_s)))
+        speed = self.assumed_tokens_per_s if self.tokens_per_s is None else self.tokens_per_s
+        return max(1, min(self.max_tokens, int(speed * self.interval_s)))

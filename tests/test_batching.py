@@ -118,7 +118,7 @@ async def test_closing_mid_stall_closes_the_source_at_once() -> None:
 
 def test_pace_asks_one_ui_interval_of_tokens_per_chunk() -> None:
     pace = StreamPace(interval_s=0.05)
-    assert pace.tokens_per_chunk() == 1  # nothing learnt: every token, as vLLM does
+    assert pace.tokens_per_chunk() == 2  # nothing learnt: 40 tokens/s assumed
     pace.observe(tokens=199, seconds=1.99)  # 100 tokens/s: 5 arrive per 50 ms update
     assert pace.tokens_per_chunk() == 5
     pace.observe(tokens=10, seconds=0.01)  # too short an answer to time: ignored

@@ -205,7 +205,7 @@ def test_the_direct_side_asks_the_chunks_the_app_would_ask(fake: RunningFake) ->
     the measured speed comes out a little under 100 (the app's rounds down)."""
     first, second = asyncio.run(asked_twice(fake.base_url))
     assert first.complete and second.complete
-    assert "stream_interval" not in fake.requests[0]  # nothing learnt yet
+    assert fake.requests[0]["stream_interval"] == 2  # nothing learnt yet: 40 tokens/s assumed
     assert fake.requests[1]["stream_interval"] in (4, 5)
     assert fake.requests[1]["messages"][-1] == {"role": "assistant", "content": "◁think▷"}
 

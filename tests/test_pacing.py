@@ -46,7 +46,7 @@ async def test_chunks_follow_the_learnt_speed_with_the_same_text(fake: RunningFa
     client = ChatClient(fake.base_url, "k")
     every_token, learnt = ServerPace(client, stream_interval=1), ServerPace(client)
     first = await chunks(learnt, "#scenario=thinking")
-    assert "stream_interval" not in fake.requests[-1]  # nothing learnt yet: every token
+    assert fake.requests[-1]["stream_interval"] == 2  # nothing learnt yet: 40 tokens/s assumed
     learnt.speed.tokens_per_s = 100.0  # whatever it learnt from the first: now 100 tokens/s
     grouped = await chunks(learnt, "#scenario=thinking")
     assert fake.requests[-1]["stream_interval"] == 5  # 100 tokens/s x 50 ms
