@@ -256,11 +256,10 @@ MIN_OBSERVED_TOKENS = 16
 ASSUMED_TOKENS_PER_S = 40.0
 """The speed :class:`StreamPace` assumes of one chat before it has timed an answer: 2 tokens
 a chunk at 50 ms updates. Every token a chunk (vLLM's default) made a freshly started app
-process read 5 times the chunks in its first burst: 64 first questions through
-``--ui-workers 2`` on the 2-core machine added +46 to +84 ms p95 to the first words in 4
-first bursts, +18 to +44 ms in 3 with 2 tokens a chunk (bench/results/fresh-workers-2026-12-05.md).
-Low, so that a server slower than it still sends a chunk at least every 2 tokens; the first
-answer the process times replaces it."""
+process read 5 times the chunks in its first burst; with 2 a chunk its CPU per chat in a
+first burst of 64 through ``--ui-workers 2`` fell from 37-45 ms to 30-40 ms on the 2-core
+machine (bench/results/fresh-workers-2026-12-05.md). Low, so that a server slower than it
+still sends a chunk at least every 2 tokens; the first answer the process times replaces it."""
 
 
 class StreamPace:
