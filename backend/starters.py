@@ -8,6 +8,7 @@ is attached as if the person had uploaded it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 from backend.i18n import LOCALES, msg, translator, translator_for
@@ -72,10 +73,15 @@ def starters_for(language: str | None) -> tuple[SampleStarter, ...]:
 
 def sample_for(text: str) -> Path | None:
     """The sample image of a starter whose message is exactly ``text`` (in any language)."""
-    wanted = text.strip()
-    for locale in LOCALES:
-        tr = translator(locale)
-        for starter in STARTERS:
-            if tr(starter.message) == wanted:
-                return starter.path
-    return None
+    return _samples_by_message().get(text.strip())
+
+
+@cache
+def _samples_by_message() -> dict[str, Path]:
+    """Every starter's message, in every language, to its sample image (made once: every
+    question is looked up here before its request)."""
+    return {
+        translator(locale)(starter.message): starter.path
+        for locale in LOCALES
+        for starter in STARTERS
+    }
