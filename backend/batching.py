@@ -256,10 +256,12 @@ MIN_OBSERVED_TOKENS = 16
 ASSUMED_TOKENS_PER_S = 40.0
 """The speed :class:`StreamPace` assumes of one chat before it has timed an answer: 2 tokens
 a chunk at 50 ms updates. Every token a chunk (vLLM's default) made a freshly started app
-process read 5 times the chunks in its first burst; with 2 a chunk its CPU per chat in a
-first burst of 64 through ``--ui-workers 2`` fell from 37-45 ms to 30-40 ms on the 2-core
-machine (bench/results/fresh-workers-2026-12-05.md). Low, so that a server slower than it
-still sends a chunk at least every 2 tokens; the first answer the process times replaces it."""
+process read 5 times the chunks of a learnt pace in its first burst at the scripted server's
+100 tokens/s; with 2 a chunk its CPU per chat in a first burst of 64 through
+``--ui-workers 2`` fell from 37-45 ms to 30-40 ms on the 2-core machine
+(bench/results/fresh-workers-2026-12-05.md). The price is on servers slower than this: there
+the first answer's chunks come less often than every UI update (every 100 ms at 20 tokens/s);
+the first answer the process times replaces it."""
 
 
 class StreamPace:

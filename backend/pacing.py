@@ -35,8 +35,10 @@ class ServerPace:
         client: the server's client (borrowed, never closed here).
         stream_interval: tokens per streamed chunk to ask (vLLM >= 0.32's
             ``stream_interval`` request field; the first token always comes at once);
-            0 = from the learnt speed, one UI update's worth (every token for a
-            thinking request, :meth:`request`); 1 = every token (the field is not sent).
+            0 = one UI update's worth at the learnt speed (40 tokens/s assumed until an
+            answer is timed, :class:`backend.batching.StreamPace`; every token for a
+            thinking request without a prefill, :meth:`request`); 1 = every token (the
+            field is not sent).
     """
 
     def __init__(self, client: ChatClient, stream_interval: int = 0) -> None:
@@ -55,7 +57,8 @@ class ServerPace:
         every token: its first token is the marker alone, which vLLM sends at once,
         and the next chunk would come only ``stream_interval`` tokens later, so the
         first words a person can read would wait about one UI update (50 ms). Other
-        requests ask for the learnt pace (:meth:`StreamPace.tokens_per_chunk`).
+        requests ask for the learnt pace (:meth:`StreamPace.tokens_per_chunk`; an
+        assumed one before any answer is timed).
         """
         if self.stream_interval:
             interval = self.stream_interval

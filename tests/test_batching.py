@@ -125,6 +125,16 @@ def test_pace_asks_one_ui_interval_of_tokens_per_chunk() -> None:
     assert pace.tokens_per_chunk() == 5
 
 
+@pytest.mark.parametrize(("assumed", "chunk"), [(10.0, 1), (40.0, 2), (100.0, 5), (1000.0, 32)])
+def test_before_any_answer_the_pace_asks_one_update_at_the_assumed_speed(
+    assumed: float, chunk: int
+) -> None:
+    pace = StreamPace(interval_s=0.05, max_tokens=32, assumed_tokens_per_s=assumed)
+    assert pace.tokens_per_chunk() == chunk
+    pace.observe(tokens=400, seconds=1.0)  # the first timed answer replaces the assumption
+    assert pace.tokens_per_chunk() == 20
+
+
 def test_pace_follows_the_server_and_stays_within_bounds() -> None:
     pace = StreamPace(interval_s=0.05, max_tokens=32, smoothing=0.5)
     pace.observe(tokens=300, seconds=1.0)
