@@ -251,17 +251,17 @@ def ask(page: Page, text: str, marks: dict[str, str]) -> None:
     page.locator("#chat-input").press("Enter")
 
 
-def click_timing(page: Page, target: Locator, give_up_ms: float | None = None) -> float:
+def click_timing(page: Page, target: Locator, give_up: bool = False) -> float:
     """Click ``target``; the Event Timing duration of that click (click to next paint, ms).
 
-    With ``give_up_ms``: ``math.inf`` when ``target`` could not be clicked that long
-    (Playwright clicks an element once it stands still); without, that raises.
+    When ``target`` cannot be clicked within :data:`CLICK_TIMEOUT_MS` (Playwright clicks
+    an element once it stands still): ``math.inf`` with ``give_up``; without, that raises.
     """
     before = page.evaluate("() => window.__probe.events.length")
     try:
-        target.click(timeout=give_up_ms)
+        target.click(timeout=CLICK_TIMEOUT_MS)
     except PlaywrightTimeout:
-        if give_up_ms is None:
+        if not give_up:
             raise
         return math.inf
     page.wait_for_function(
@@ -279,7 +279,7 @@ def toggle(page: Page, app: ChatApp) -> float:
     element once it stands still; Open WebUI's title moved for a whole minute as its
     reasoning streamed, 2026-12-05)."""
     was_open = step_open(page, app)
-    duration = click_timing(page, app.step(page), give_up_ms=CLICK_TIMEOUT_MS)
+    duration = click_timing(page, app.step(page), give_up=True)
     if math.isinf(duration):
         return duration
     assert step_open(page, app) != was_open, f"{app.name}: the step did not toggle"
