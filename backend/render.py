@@ -56,10 +56,11 @@ class Note:
     """A note from the app (not from the model). ``level``: ``info`` and ``warning`` get
     their sign when drawn (an icon, drawn by the page: not an emoji, which a machine
     without an emoji font shows as a box), ``error`` is a failure said as a warning,
-    ``plain`` is drawn as it is."""
+    ``fork`` says that an older turn is answered again (drawn as ``info``; the page
+    brings it into view, the new answer under it), ``plain`` is drawn as it is."""
 
     text: str
-    level: Literal["info", "warning", "error", "plain"] = "info"
+    level: Literal["info", "warning", "error", "fork", "plain"] = "info"
     buttons: tuple[Button, ...] = ()
 
 

@@ -236,7 +236,7 @@ class TurnRunner:
         notes: list[RenderEvent] = [ButtonUsed()]
         if later_turns:  # forked there: the later turns go, the answer comes under it
             notes.append(TurnsGone(message_id))
-            notes.append(Note(rerun_note(turn.text, later_turns, self.chat.tr)))
+            notes.append(Note(rerun_note(turn.text, later_turns, self.chat.tr), "fork"))
         answering = Answering(message_id, turn, self.chat.server, max_tokens, make_room)
         return Opening(notes, answering)
 

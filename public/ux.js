@@ -28,12 +28,17 @@
   // Chainlit scrolls when a message arrives, before its picture has loaded, and keeps
   // the person's own message at the top while the answer streams, so the overlay lands
   // below the fold. Once it has loaded it is scrolled into view, unless the person has
-  // scrolled since they last sent a message.
+  // scrolled since they last sent a message. Only a picture in a message's content
+  // (Chainlit's class for an inline image) is followed: a message's avatar is a picture
+  // too, and loads again whenever Chainlit draws the message again, which had moved the
+  // view to an older message (a note above a new answer, the answer then out of view).
   const SENT = '[data-step-type="user_message"]';
+  const PICTURE = "img.inline-image";
   let moved = false;
   const follow = (event) => {
     const picture = event.target;
-    const note = picture instanceof HTMLImageElement && picture.closest('[data-step-type="assistant_message"]');
+    const note = picture instanceof HTMLImageElement && picture.matches(PICTURE) &&
+      picture.closest('[data-step-type="assistant_message"]');
     const sent = document.querySelectorAll(SENT);
     const last = sent[sent.length - 1];
     if (!note || moved || !last) return;
@@ -54,13 +59,42 @@
       }
     }
   };
+  // The note that an older turn is answered again (ui/notes.py NOTE_MARKS, "fork") comes
+  // after the person pressed Regenerate (or Retry) under that turn, often far above the
+  // chat's end, where Chainlit's page follows new messages only if its last scroll event
+  // said it was at the bottom (the later turns leaving the page may or may not send
+  // one): the note is brought to the top of the view, as Chainlit brings a question just
+  // sent, and the new answer streams under it. Only within a while of a press on a
+  // message's button, so that a stored chat opened later shows where Chainlit puts it.
+  const FORK = '[id^="step-"][id$="00000000a005"]';
+  const PRESS_TO_NOTE_MS = 10000;
+  let pressedAt = -Infinity;
+  const pressed = (event) => {
+    if (event.target.closest?.("[data-step-type] button")) pressedAt = performance.now();
+  };
+  const forked = (changes) => {
+    if (performance.now() - pressedAt > PRESS_TO_NOTE_MS) return;
+    for (const change of changes) {
+      for (const node of change.addedNodes) {
+        if (node.nodeType !== Node.ELEMENT_NODE) continue;
+        const note = node.matches(FORK) ? node : node.querySelector(FORK);
+        if (!note) continue;
+        pressedAt = -Infinity;
+        moved = false; // a new answer, as after a question sent: its picture is followed
+        note.scrollIntoView({ block: "start" });
+        return;
+      }
+    }
+  };
   const start = () => {
     document.addEventListener("load", follow, true);
+    document.addEventListener("click", pressed, true);
     for (const name of ["wheel", "touchmove", "keydown"]) {
       document.addEventListener(name, byHand, { capture: true, passive: true });
     }
     const scan = (changes) => {
       newTurn(changes);
+      forked(changes);
       document.querySelectorAll(TEXTS).forEach(fold);
     };
     new MutationObserver(scan).observe(document.body, { childList: true, subtree: true });

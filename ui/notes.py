@@ -12,17 +12,20 @@ from __future__ import annotations
 import uuid
 from typing import Final, Literal
 
-NoteKind = Literal["info", "warning", "error", "waiting", "plain"]
+NoteKind = Literal["info", "warning", "error", "waiting", "fork", "plain"]
 
 NOTE_MARKS: Final[dict[NoteKind, str]] = {
     "info": "00000000a001",
     "warning": "00000000a002",
     "error": "00000000a003",
     "waiting": "00000000a004",
+    "fork": "00000000a005",
 }
 """The last group of a note's message id by its kind (public/style.css draws the kind's
-sign before the note). Hex digits, so the id is still a UUID (PostgreSQL's data layer
-stores step ids as UUIDs). A ``plain`` note has no sign."""
+sign before the note; a ``fork`` note, which says that an older turn is answered again,
+has the ``info`` sign, and public/ux.js brings it into view). Hex digits, so the id is
+still a UUID (PostgreSQL's data layer stores step ids as UUIDs). A ``plain`` note has no
+sign."""
 
 
 def note_id(kind: NoteKind) -> str:

@@ -99,3 +99,29 @@ def test_the_view_follows_the_grounding_overlay(sized_page: Page) -> None:
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=copy.element_handle())
     expect(copy).to_be_in_viewport(ratio=0.95, timeout=3000)
     screenshot(page, f"grounding-overlay-followed-{size_of(page)}")
+
+
+def test_an_avatar_loading_again_does_not_move_the_view(chromium: Browser, stack: Stack) -> None:
+    """Chainlit draws a message again (a note, an answer that ends) with a fresh avatar,
+    whose load is not a picture the view should follow: the view stays where it is."""
+    context = functional_context(chromium)
+    page = context.new_page()
+    try:
+        page.goto(stack.ui_url)
+        for n in (1, 2, 3):
+            ask(page, f"Question {n} #scenario=plain")
+            expect(page.locator(ANSWERS)).to_have_count(n)
+            wait_answer_done(page)
+        # Chainlit's message list: the closest ancestor of a message that scrolls
+        container = page.locator(SENT).first.locator(
+            "xpath=ancestor::div[contains(@class, 'overflow-y-auto')][1]"
+        )
+        container.evaluate("(list) => { list.scrollTop = 0; }")  # not by hand: no wheel, no key
+        page.wait_for_timeout(300)
+        avatar = page.locator('[data-step-type="assistant_message"] img:not(.inline-image)').last
+        expect(avatar).to_be_attached()
+        avatar.dispatch_event("load")
+        page.wait_for_timeout(300)
+        assert container.evaluate("(list) => list.scrollTop") == 0
+    finally:
+        context.close()
