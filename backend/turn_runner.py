@@ -266,7 +266,9 @@ class TurnRunner:
     async def _run(self, opening: Awaitable[Opening]) -> Events:
         """The render events of one turn: the opening's notes, then (if there is an answer
         to give) plan, stream, record and say how it ended. The turn's notices (its files',
-        its plan's) are said in one note, once the plan is made. A model server that cannot
+        its plan's) are said in one note, once the plan is made; a ``fork`` note (an older
+        turn answered again, its later turns gone) is said at once, before the plan, so that
+        the page brings it into view as the later turns leave. A model server that cannot
         be reached (or is loading) is waited for, with a note, before the answer fails."""
         opened = await opening
         answering = opened.answer

@@ -30,11 +30,13 @@
   // below the fold. Once it has loaded it is scrolled into view, unless the person has
   // scrolled since they last sent a message. Only a picture in a message's content
   // (Chainlit's class for an inline image) is followed: a message's avatar is a picture
-  // too, and loads again whenever Chainlit draws the message again, which had moved the
-  // view to an older message (a note above a new answer, the answer then out of view).
+  // too, and loads again when Chainlit mounts the message again (as when an answer ends),
+  // which had moved the view to an older message (a note above a new answer, the answer
+  // then out of view).
   const SENT = '[data-step-type="user_message"]';
   const PICTURE = "img.inline-image";
-  let moved = false;
+  let moved = false; // scrolled by hand since the last question sent
+  let pressedAt = -Infinity; // when a button on a message was pressed (the fork note below)
   const follow = (event) => {
     const picture = event.target;
     const note = picture instanceof HTMLImageElement && picture.matches(PICTURE) &&
@@ -48,7 +50,10 @@
   };
   const byHand = (event) => {
     const typing = event.type === "keydown" && event.target.closest?.("input, textarea, [contenteditable]");
-    if (!typing) moved = true;
+    if (!typing) {
+      moved = true;
+      pressedAt = -Infinity; // scrolled after a press: the fork note is not followed
+    }
   };
   const newTurn = (changes) => {
     for (const change of changes) {
@@ -68,16 +73,17 @@
   // message's button, so that a stored chat opened later shows where Chainlit puts it.
   const FORK = '[id^="step-"][id$="00000000a005"]';
   const PRESS_TO_NOTE_MS = 10000;
-  let pressedAt = -Infinity;
   const pressed = (event) => {
-    if (event.target.closest?.("[data-step-type] button")) pressedAt = performance.now();
+    const onMessage = event.target.closest?.("[data-step-type] button");
+    pressedAt = onMessage ? performance.now() : -Infinity; // a chat opened: nothing to follow
   };
   const forked = (changes) => {
     if (performance.now() - pressedAt > PRESS_TO_NOTE_MS) return;
     for (const change of changes) {
       for (const node of change.addedNodes) {
         if (node.nodeType !== Node.ELEMENT_NODE) continue;
-        const note = node.matches(FORK) ? node : node.querySelector(FORK);
+        const notes = node.matches(FORK) ? [node] : node.querySelectorAll(FORK);
+        const note = notes[notes.length - 1];
         if (!note) continue;
         pressedAt = -Infinity;
         moved = false; // a new answer, as after a question sent: its picture is followed

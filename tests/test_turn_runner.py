@@ -239,7 +239,8 @@ async def test_a_rerun_rewinds_and_reanswers_the_same_turn(chat: ChatSession) ->
     first = chat.conversation.turns[0]
     events = await drain(runner.rerun("m1"))
     assert isinstance(events[0], ButtonUsed) and events[1] == TurnsGone("m1")
-    (fork,) = [e for e in events if isinstance(e, Note) and "1 later turn(s)" in e.text]
+    fork = events[2]  # said at once, not held for the plan's notices
+    assert isinstance(fork, Note) and "1 later turn(s)" in fork.text
     assert fork.level == "fork"  # the page brings this note into view (public/ux.js)
     assert chat.conversation.turns == [first] and first.status == "done"
     gone = await drain(runner.rerun("m2"))

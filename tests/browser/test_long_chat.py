@@ -1,6 +1,7 @@
 """Below the fold, on a desktop and a phone: photos a person sent are thumbnails, a long
 text is folded to a few lines (a click unfolds it), and the view follows a grounding
-overlay that arrives after the answer (public/ux.js, public/style.css)."""
+overlay that arrives after the answer but not a message's avatar, and moves to the note of
+a Regenerate on an older answer (public/ux.js, public/style.css)."""
 
 from __future__ import annotations
 
@@ -123,5 +124,57 @@ def test_an_avatar_loading_again_does_not_move_the_view(chromium: Browser, stack
         avatar.dispatch_event("load")
         page.wait_for_timeout(300)
         assert container.evaluate("(list) => list.scrollTop") == 0
+    finally:
+        context.close()
+
+
+PUT_FORK_NOTE = """(question) => {
+    const note = document.createElement("div");
+    note.id = "step-" + crypto.randomUUID().slice(0, -12) + "00000000a005";
+    note.textContent = "Answering again";
+    question.append(note);
+    return note.id;
+}"""
+"""Put a fork note (ui/notes.py NOTE_MARKS) at the end of a question on the page, as
+Chainlit puts the app's note under the turn that Regenerate answers again; its id."""
+
+PRESS_A_MESSAGE_BUTTON = """(question) => {
+    const button = document.createElement("button");
+    question.append(button);
+    button.click();
+    button.remove();
+}"""
+"""A press on a button inside a message (Regenerate, Retry), in the page's own events."""
+
+
+@pytest.mark.parametrize("then", ["pressed", "not pressed", "pressed, then scrolled"])
+def test_a_fork_note_comes_into_view_only_after_a_press_on_a_message(
+    chromium: Browser, stack: Stack, then: str
+) -> None:
+    """The note that an older turn is answered again is brought into view when it comes
+    after a press on a button in a message, not when a chat is opened (no press) and not
+    when the person scrolled after the press."""
+    context = functional_context(chromium)
+    page = context.new_page()
+    try:
+        page.goto(stack.ui_url)
+        for n in (1, 2, 3):
+            ask(page, f"Question {n} #scenario=plain")
+            expect(page.locator(ANSWERS)).to_have_count(n)
+            wait_answer_done(page)
+        first = page.locator(SENT).first
+        expect(first).not_to_be_in_viewport()  # the chat's end is in view, not its start
+        if then != "not pressed":
+            first.evaluate(PRESS_A_MESSAGE_BUTTON)
+        if then == "pressed, then scrolled":
+            page.mouse.move(550, 400)
+            page.mouse.wheel(0, 5)
+            page.wait_for_timeout(300)  # the wheel's events reach the page
+        note = page.locator(f"#{first.evaluate(PUT_FORK_NOTE)}")
+        if then == "pressed":
+            expect(note).to_be_in_viewport()
+        else:
+            page.wait_for_timeout(500)
+            expect(note).not_to_be_in_viewport()
     finally:
         context.close()
