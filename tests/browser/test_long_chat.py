@@ -102,30 +102,36 @@ def test_the_view_follows_the_grounding_overlay(sized_page: Page) -> None:
     screenshot(page, f"grounding-overlay-followed-{size_of(page)}")
 
 
-def test_an_avatar_loading_again_does_not_move_the_view(chromium: Browser, stack: Stack) -> None:
-    """Chainlit draws a message again (a note, an answer that ends) with a fresh avatar,
-    whose load is not a picture the view should follow: the view stays where it is."""
+@pytest.fixture
+def three_turns(chromium: Browser, stack: Stack) -> Iterator[Page]:
+    """A page on the UI with three questions answered, the chat's end in view."""
     context = functional_context(chromium)
     page = context.new_page()
-    try:
-        page.goto(stack.ui_url)
-        for n in (1, 2, 3):
-            ask(page, f"Question {n} #scenario=plain")
-            expect(page.locator(ANSWERS)).to_have_count(n)
-            wait_answer_done(page)
-        # Chainlit's message list: the closest ancestor of a message that scrolls
-        container = page.locator(SENT).first.locator(
-            "xpath=ancestor::div[contains(@class, 'overflow-y-auto')][1]"
-        )
-        container.evaluate("(list) => { list.scrollTop = 0; }")  # not by hand: no wheel, no key
-        page.wait_for_timeout(300)
-        avatar = page.locator('[data-step-type="assistant_message"] img:not(.inline-image)').last
-        expect(avatar).to_be_attached()
-        avatar.dispatch_event("load")
-        page.wait_for_timeout(300)
-        assert container.evaluate("(list) => list.scrollTop") == 0
-    finally:
-        context.close()
+    page.goto(stack.ui_url)
+    for n in (1, 2, 3):
+        ask(page, f"Question {n} #scenario=plain")
+        expect(page.locator(ANSWERS)).to_have_count(n)
+        wait_answer_done(page)
+    expect(page.locator(SENT).first).not_to_be_in_viewport()
+    yield page
+    context.close()
+
+
+def test_an_avatar_loading_again_does_not_move_the_view(three_turns: Page) -> None:
+    """Chainlit draws a message again (a note, an answer that ends) with a fresh avatar,
+    whose load is not a picture the view should follow: the view stays where it is."""
+    page = three_turns
+    # Chainlit's message list: the closest ancestor of a message that scrolls
+    container = page.locator(SENT).first.locator(
+        "xpath=ancestor::div[contains(@class, 'overflow-y-auto')][1]"
+    )
+    container.evaluate("(list) => { list.scrollTop = 0; }")  # not by hand: no wheel, no key
+    page.wait_for_timeout(300)
+    avatar = page.locator('[data-step-type="assistant_message"] img:not(.inline-image)').last
+    expect(avatar).to_be_attached()
+    avatar.dispatch_event("load")
+    page.wait_for_timeout(300)
+    assert container.evaluate("(list) => list.scrollTop") == 0
 
 
 PUT_FORK_NOTE = """(question) => {
@@ -149,32 +155,22 @@ PRESS_A_MESSAGE_BUTTON = """(question) => {
 
 @pytest.mark.parametrize("then", ["pressed", "not pressed", "pressed, then scrolled"])
 def test_a_fork_note_comes_into_view_only_after_a_press_on_a_message(
-    chromium: Browser, stack: Stack, then: str
+    three_turns: Page, then: str
 ) -> None:
     """The note that an older turn is answered again is brought into view when it comes
     after a press on a button in a message, not when a chat is opened (no press) and not
     when the person scrolled after the press."""
-    context = functional_context(chromium)
-    page = context.new_page()
-    try:
-        page.goto(stack.ui_url)
-        for n in (1, 2, 3):
-            ask(page, f"Question {n} #scenario=plain")
-            expect(page.locator(ANSWERS)).to_have_count(n)
-            wait_answer_done(page)
-        first = page.locator(SENT).first
-        expect(first).not_to_be_in_viewport()  # the chat's end is in view, not its start
-        if then != "not pressed":
-            first.evaluate(PRESS_A_MESSAGE_BUTTON)
-        if then == "pressed, then scrolled":
-            page.mouse.move(550, 400)
-            page.mouse.wheel(0, 5)
-            page.wait_for_timeout(300)  # the wheel's events reach the page
-        note = page.locator(f"#{first.evaluate(PUT_FORK_NOTE)}")
-        if then == "pressed":
-            expect(note).to_be_in_viewport()
-        else:
-            page.wait_for_timeout(500)
-            expect(note).not_to_be_in_viewport()
-    finally:
-        context.close()
+    page = three_turns
+    first = page.locator(SENT).first  # out of view: the chat's end is in view
+    if then != "not pressed":
+        first.evaluate(PRESS_A_MESSAGE_BUTTON)
+    if then == "pressed, then scrolled":
+        page.mouse.move(550, 400)
+        page.mouse.wheel(0, 5)
+        page.wait_for_timeout(300)  # the wheel's events reach the page
+    note = page.locator(f"#{first.evaluate(PUT_FORK_NOTE)}")
+    if then == "pressed":
+        expect(note).to_be_in_viewport()
+    else:
+        page.wait_for_timeout(500)
+        expect(note).not_to_be_in_viewport()
