@@ -68,9 +68,11 @@
   // after the person pressed Regenerate (or Retry) under that turn, often far above the
   // chat's end, where Chainlit's page follows new messages only if its last scroll event
   // said it was at the bottom (the later turns leaving the page may or may not send
-  // one): the note is brought to the top of the view, as Chainlit brings a question just
-  // sent, and the new answer streams under it. Only within a while of a press on a
-  // message's button, so that a stored chat opened later shows where Chainlit puts it.
+  // one): the note is scrolled towards the top of the view. With little yet below it the
+  // list cannot scroll that far and ends at its bottom, so Chainlit's page then follows
+  // the new answer as it streams (a long one moves the note up out of view). Only within
+  // a while of a press on a message's button, so that a stored chat opened later shows
+  // where Chainlit puts it.
   const FORK = '[id^="step-"][id$="00000000a005"]';
   const PRESS_TO_NOTE_MS = 10000;
   const pressed = (event) => {
