@@ -55,14 +55,18 @@
       pressedAt = -Infinity; // scrolled after a press: the fork note is not followed
     }
   };
+  // The elements matching ``selector`` that a MutationObserver's ``changes`` added (an
+  // added element itself, or inside it), in document order within each addition.
+  const added = (changes, selector) =>
+    changes.flatMap((change) =>
+      [...change.addedNodes].flatMap((node) =>
+        node.nodeType !== Node.ELEMENT_NODE
+          ? []
+          : node.matches(selector) ? [node] : [...node.querySelectorAll(selector)],
+      ),
+    );
   const newTurn = (changes) => {
-    for (const change of changes) {
-      for (const node of change.addedNodes) {
-        if (node.nodeType === Node.ELEMENT_NODE && (node.matches(SENT) || node.querySelector(SENT))) {
-          moved = false;
-        }
-      }
-    }
+    if (added(changes, SENT).length) moved = false;
   };
   // The note that an older turn is answered again (ui/notes.py NOTE_MARKS, "fork") comes
   // after the person pressed Regenerate (or Retry) under that turn, often far above the
@@ -81,18 +85,11 @@
   };
   const forked = (changes) => {
     if (performance.now() - pressedAt > PRESS_TO_NOTE_MS) return;
-    for (const change of changes) {
-      for (const node of change.addedNodes) {
-        if (node.nodeType !== Node.ELEMENT_NODE) continue;
-        const notes = node.matches(FORK) ? [node] : node.querySelectorAll(FORK);
-        const note = notes[notes.length - 1];
-        if (!note) continue;
-        pressedAt = -Infinity;
-        moved = false; // a new answer, as after a question sent: its picture is followed
-        note.scrollIntoView({ block: "start" });
-        return;
-      }
-    }
+    const note = added(changes, FORK).at(-1); // the newest
+    if (!note) return;
+    pressedAt = -Infinity;
+    moved = false; // a new answer, as after a question sent: its picture is followed
+    note.scrollIntoView({ block: "start" });
   };
   const start = () => {
     document.addEventListener("load", follow, true);
