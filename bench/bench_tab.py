@@ -54,10 +54,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import httpx
-from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Playwright, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from backend.reasoning import ReasoningSplitter
@@ -71,6 +71,7 @@ from bench._common import (
     scripted_server,
     write_results,
 )
+from bench.netlog import NetLog
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
@@ -142,6 +143,7 @@ class ChatApp(Protocol):
     """A chat web app as the benchmark drives it (this one, or Open WebUI)."""
 
     name: str
+    url: str
     reasoning_first: str
     """A regex of the first thing a person sees of a short ``long-think`` reasoning."""
 
@@ -383,43 +385,119 @@ def direct_first_words(http: httpx.Client, base_url: str, text: str) -> float:
     return first - started
 
 
+class Seen(NamedTuple):
+    """One round's seconds to the first visible words: at the tab's network layer
+    (chromium's NetLog; a socket client's arrival in the socket rounds), at the page's
+    script, and on screen; a direct call has its one time in all three; None: not timed
+    that way."""
+
+    network: float
+    script: float | None = None
+    screen: float | None = None
+
+
+@dataclass(frozen=True)
+class TabWords:
+    """One tab round as the probe saw it, page clock (Unix ms): Enter, the question leaving
+    the page (its first socket send), the first words' message event, and their paint;
+    ``count``: that message was the ``count``-th on the socket of ``socket_url`` since
+    Enter (how :meth:`seen` finds its frame in the NetLog); ``origin``: the app's URL."""
+
+    origin: str
+    enter_ms: float
+    left_ms: float
+    script_ms: float
+    screen_ms: float
+    socket_url: str
+    count: int
+
+    def seen(self, log: NetLog) -> Seen:
+        """The round's :class:`Seen`: from the tab's first write after Enter to the words'
+        frame, both at the network layer; the question leaving to the words' message event;
+        Enter to paint.
+
+        Raises:
+            LookupError: the frames are not in ``log`` (see :class:`bench.netlog.NetLog`).
+        """
+        left = log.first_write(self.origin, self.enter_ms)
+        arrived = log.nth_message(self.socket_url, self.enter_ms, self.count)
+        if not left <= arrived <= self.script_ms + 1:  # 1 ms: the NetLog's resolution
+            raise LookupError(f"the words' frame at {arrived}: not between {left} and the script")
+        return Seen(
+            (arrived - left) / 1000,
+            (self.script_ms - self.left_ms) / 1000,
+            (self.screen_ms - self.enter_ms) / 1000,
+        )
+
+
 def tab_first_words(
     page: Page, app: ChatApp, text: str, words: str, shown: str, model: str
-) -> tuple[float, float]:
-    """Seconds for a short stream: from the moment the question left the tab to the
-    socket frame with the first ``words`` (a regex), and from Enter to ``shown`` (a regex)
-    on screen."""
+) -> TabWords:
+    """Ask ``text`` (a short stream) in a fresh chat; the probe's marks of the first
+    ``words`` (a regex) reaching the page's script and of ``shown`` (a regex) on screen."""
     app.new_chat(page, model)
     settle(page)
     ask(page, text, {"words": words, "shown": shown, "end": END})
     wait_mark(page, "end")
     dump = page.evaluate("() => window.__probe.dump()")
-    socket = dump["socketMarks"]["words"] - dump["leftAt"]
-    return socket / 1000, (dump["marks"]["shown"] - dump["sentAt"]) / 1000
+    return TabWords(
+        app.url,
+        dump["sentAt"],
+        dump["leftAt"],
+        dump["socketMarks"]["words"],
+        dump["marks"]["shown"],
+        dump["socketUrls"]["words"],
+        dump["socketCounts"]["words"],
+    )
 
 
-Sides = dict[str, list[tuple[float, float]]]
-"""Per side (direct, or an app's name): (reached the tab, on screen) seconds per round."""
+Sides = dict[str, list[Seen]]
+"""Per side (direct, or an app's name): each round's :class:`Seen`."""
 
 
-def first_words(apps: list[tuple[Page, ChatApp]], base_url: str, pairs: int) -> dict[str, Sides]:
+def first_words(
+    apps: list[tuple[Page, ChatApp]], base_url: str, pairs: int
+) -> dict[str, dict[str, list[Seen | TabWords]]]:
     """Interleaved rounds (direct, then each app) of the short reasoning and the short
-    answer, ``pairs`` times after one warm-up round."""
-    out: dict[str, Sides] = {"reasoning": {}, "answer": {}}
+    answer, ``pairs`` times after one warm-up round; the tabs' rounds as the probe saw
+    them (:meth:`TabWords.seen` times them once the browser's NetLog is written)."""
+    out: dict[str, dict[str, list[Seen | TabWords]]] = {"reasoning": {}, "answer": {}}
     with httpx.Client(timeout=60) as http:  # made once: a new client's TLS set-up is ~0.2 s
         for i in range(pairs + 1):
             for stream, text in (("reasoning", SHORT_THINK), ("answer", SHORT_ANSWER)):
                 model = THINKING if stream == "reasoning" else INSTRUCT
                 direct = direct_first_words(http, base_url, text)
-                seen = {"direct": (direct, direct)}
+                seen: dict[str, Seen | TabWords] = {"direct": Seen(direct, direct, direct)}
                 for page, app in apps:
                     words = r"\br0\b" if stream == "reasoning" else r"\ba0\b"
                     shown = app.reasoning_first if stream == "reasoning" else words
                     seen[app.name] = tab_first_words(page, app, text, words, shown, model)
                 if i:  # the first round warms up
-                    for side, seconds in seen.items():
-                        out[stream].setdefault(side, []).append(seconds)
+                    for side, rounds in seen.items():
+                        out[stream].setdefault(side, []).append(rounds)
     return out
+
+
+def first_words_logged(
+    pw: Playwright, args: argparse.Namespace, base_url: str, ours: KimiApp, peer: Any | None
+) -> dict[str, Sides]:
+    """:func:`first_words` in a browser of its own that writes chromium's NetLog, each tab
+    round then timed from it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "netlog.json"
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, f"--log-net-log={path}"]
+        )
+        rounds = first_words(open_apps(browser, args, ours, peer), base_url, args.pairs)
+        browser.close()
+        log = NetLog.load(path)
+    return {
+        stream: {
+            side: [r if isinstance(r, Seen) else r.seen(log) for r in seen]
+            for side, seen in sides.items()
+        }
+        for stream, sides in rounds.items()
+    }
 
 
 async def socket_first_words(
@@ -472,7 +550,7 @@ async def socket_first_words(
                 if i:  # the first round warms up
                     for side, seconds in seen.items():
                         assert seconds is not None, f"{side}: no visible words in {name}"
-                        out[name].setdefault(side, []).append((seconds, seconds))
+                        out[name].setdefault(side, []).append(Seen(seconds))
         finally:
             await direct.aclose()
     return out
@@ -567,27 +645,29 @@ def runs_table(runs: list[TabRun]) -> list[str]:
 
 
 def words_table(words: dict[str, Sides]) -> list[str]:
-    """The markdown rows of the first-words rounds: medians, and added to direct."""
+    """The markdown rows of the first-words rounds: medians, and added to direct's."""
     lines = [
-        "| first visible | side | reached the tab (sent to frame) | on screen (Enter to paint) |",
-        "|---|---|---|---|",
+        "| first visible | side | reached the tab (its network layer, question sent to frame)"
+        " | reached the page's script (sent to message event) | on screen (Enter to paint) |",
+        "|---|---|---|---|---|",
     ]
     for stream, sides in words.items():
         if not sides:
             continue
-        direct = statistics.median(s for s, _ in sides["direct"])
+        direct = statistics.median(s.network for s in sides["direct"])
         for side, rounds in sides.items():
-            socket = statistics.median(s for s, _ in rounds)
-            screen = statistics.median(v for _, v in rounds)
             if side == "direct":
-                lines.append(f"| {stream} | direct | {direct * 1000:.1f} ms | |")
+                lines.append(f"| {stream} | direct | {direct * 1000:.1f} ms | | |")
                 continue
-            shown = "" if "socket" in stream else f"{screen * 1000:.1f} ms "
-            shown += "" if "socket" in stream else f"({(screen - direct) * 1000:+.1f})"
-            lines.append(
-                f"| {stream} | {side} | {socket * 1000:.1f} ms ({(socket - direct) * 1000:+.1f}) "
-                f"| {shown} |"
-            )
+            cells = []
+            for column in zip(*rounds, strict=True):
+                times = [t for t in column if t is not None]
+                median = statistics.median(times) if times else None
+                cells.append(
+                    "" if median is None
+                    else f"{median * 1000:.1f} ms ({(median - direct) * 1000:+.1f})"
+                )  # fmt: skip
+            lines.append(f"| {stream} | {side} | {' | '.join(cells)} |")
     return lines
 
 
@@ -633,6 +713,20 @@ def plot(runs: list[TabRun], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def open_apps(
+    browser: Browser, args: argparse.Namespace, ours: KimiApp, peer: Any | None
+) -> list[tuple[Page, ChatApp]]:
+    """A page of this app (signed in with ``--sign-in``) and, with a ``peer``, one of
+    Open WebUI in ``browser``."""
+    page = new_page(browser)
+    if args.sign_in:
+        ours.sign_in(page)
+    apps: list[tuple[Page, ChatApp]] = [(page, ours)]
+    if peer is not None:
+        apps.append((new_page(browser, peer.storage_state()), OpenWebUIApp(peer.url)))
+    return apps
+
+
 def in_browser(
     args: argparse.Namespace, base_url: str, ours: KimiApp, peer: Any | None
 ) -> tuple[list[TabRun], dict[str, Sides], dict[str, float]]:
@@ -641,12 +735,7 @@ def in_browser(
     runs: list[TabRun] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = new_page(browser)
-        if args.sign_in:
-            ours.sign_in(page)
-        apps: list[tuple[Page, ChatApp]] = [(page, ours)]
-        if peer is not None:
-            apps.append((new_page(browser, peer.storage_state()), OpenWebUIApp(peer.url)))
+        apps = open_apps(browser, args, ours, peer)
         for app_page, app in apps:  # a warm-up stream each
             tab_first_words(app_page, app, SHORT_THINK, r"\br0\b", app.reasoning_first, THINKING)
         chosen = [cases(*args.tokens)[name] for name in args.cases]
@@ -657,9 +746,9 @@ def in_browser(
                 runs.append(run)
         last = rf"\br{args.tokens[0] - 1}\b"
         resumed = args.resume and args.sign_in and any(c.name == "open" for c in chosen)
-        resume = resume_once(page, ours, last) if resumed else {}
-        words = first_words(apps, base_url, args.pairs) if args.pairs else {}
+        resume = resume_once(apps[0][0], ours, last) if resumed else {}
         browser.close()
+        words = first_words_logged(pw, args, base_url, ours, peer) if args.pairs else {}
     return runs, words, resume
 
 

@@ -11,6 +11,9 @@
     events: [],
     marks: {},
     socketMarks: {},
+    socketCounts: {},
+    socketUrls: {},
+    received: new Map(),
     watching: [],
     sentAt: null,
     leftAt: null,
@@ -42,21 +45,29 @@
   const sent = (event) => {
     if (event.type === "click" || (event.key === "Enter" && !event.shiftKey)) {
       probe.sentAt = now();
+      probe.received = new Map();
     }
   };
   document.addEventListener("keydown", sent, true);
 
   // Socket traffic: when the question left (the first frame sent after Enter) and when a
-  // pattern's text first reached the tab (a received frame), before any rendering.
+  // pattern's text first reached the page's script (a received frame's message event),
+  // with which message on its socket since Enter it was (to find that frame in chromium's
+  // NetLog, bench/netlog.py, where it reached the tab's network layer).
   const NativeWebSocket = window.WebSocket;
   window.WebSocket = class extends NativeWebSocket {
     constructor(...args) {
       super(...args);
       this.addEventListener("message", (event) => {
-        if (!probe.watching.length || typeof event.data !== "string") return;
+        if (!probe.watching.length || probe.sentAt === null) return;
+        const count = (probe.received.get(this) || 0) + 1;
+        probe.received.set(this, count);
+        if (typeof event.data !== "string") return;
         for (const [name, pattern] of probe.watching) {
           if (probe.socketMarks[name] === undefined && pattern.test(event.data)) {
             probe.socketMarks[name] = now();
+            probe.socketCounts[name] = count;
+            probe.socketUrls[name] = this.url;
           }
         }
       });
@@ -100,6 +111,8 @@
   probe.watch = (patterns) => {
     probe.marks = {};
     probe.socketMarks = {};
+    probe.socketCounts = {};
+    probe.socketUrls = {};
     probe.sentAt = null;
     probe.leftAt = null;
     probe.watching = Object.entries(patterns).map(([name, source]) => [name, new RegExp(source)]);
@@ -110,6 +123,8 @@
     events: probe.events,
     marks: probe.marks,
     socketMarks: probe.socketMarks,
+    socketCounts: probe.socketCounts,
+    socketUrls: probe.socketUrls,
     sentAt: probe.sentAt,
     leftAt: probe.leftAt,
   });
