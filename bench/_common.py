@@ -28,7 +28,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,6 +92,22 @@ class Workload:
 def scripted(scenario: str) -> Workload:
     """The scripted server's ``paced`` or ``quick`` answer (200 pieces)."""
     return Workload(question(scenario), PACED_TOKENS, PACED_TOKENS * 0.01, PACED_END)
+
+
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Keep every thread of the running process ``pid`` to ``cpus`` (threads it starts
+    later inherit it from theirs); nothing for a process that has ended."""
+    with suppress(FileNotFoundError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with suppress(ProcessLookupError):  # the thread ended meanwhile
+                os.sched_setaffinity(int(task.name), cpus)
+
+
+def pin_tree(pid: int, cpus: set[int]) -> None:
+    """:func:`pin_threads` for the process ``pid`` and every process under it."""
+    with suppress(psutil.NoSuchProcess):
+        for process in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+            pin_threads(process.pid, cpus)
 
 
 def free_port() -> int:

@@ -57,7 +57,7 @@ import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,7 @@ from bench._common import (
     machine,
     now_utc,
     percentile,
+    pin_threads,
     question,
     running_stack,
     write_results,
@@ -331,14 +332,6 @@ async def first_question_cpu_ms(target: Target, http: httpx.AsyncClient, asks: i
         finally:
             await tab.close()
     return [ms * 1000 for ms in spent]
-
-
-def pin_threads(pid: int, cpus: set[int]) -> None:
-    """Keep every thread of the running process ``pid`` to ``cpus`` (threads it starts
-    later inherit it from theirs)."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with suppress(ProcessLookupError):  # the thread ended meanwhile
-            os.sched_setaffinity(int(task.name), cpus)
 
 
 def app_cores(pin: bool) -> set[int] | None:

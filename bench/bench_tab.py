@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import httpx
+import psutil
 from playwright.sync_api import Browser, Locator, Page, Playwright, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -67,6 +68,8 @@ from bench._common import (
     machine,
     now_utc,
     percentile,
+    pin_threads,
+    pin_tree,
     running_stack,
     scripted_server,
     write_results,
@@ -478,16 +481,60 @@ def first_words(
     return out
 
 
+def split_cores() -> Cores:
+    """This process's CPUs as (the first, for the client side: chromium, this driver; the
+    rest, for the servers), as a deployment has the browser on another machine and vLLM on
+    cores of its own (``--pin``; bench_burst's ``--pin`` alike).
+
+    Raises:
+        SystemExit: this process may use only one CPU.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    return {cpus[0]}, set(cpus[1:])
+
+
+def playwright_driver() -> int:
+    """The pid of Playwright's driver (the node process this one started; the browsers it
+    launches run under it).
+
+    Raises:
+        LookupError: no driver running under this process.
+    """
+    for child in psutil.Process().children():
+        if "run-driver" in child.cmdline():
+            return int(child.pid)
+    raise LookupError("no Playwright driver under this process")
+
+
+Cores = tuple[set[int], set[int]]
+"""(the client side's CPUs, the servers') of :func:`split_cores`."""
+
+
 def first_words_logged(
-    pw: Playwright, args: argparse.Namespace, base_url: str, ours: KimiApp, peer: Any | None
+    pw: Playwright,
+    args: argparse.Namespace,
+    base_url: str,
+    ours: KimiApp,
+    peer: Any | None,
+    cores: Cores | None,
 ) -> dict[str, Sides]:
     """:func:`first_words` in a browser of its own that writes chromium's NetLog, each tab
-    round then timed from it."""
+    round then timed from it. With ``cores``, these rounds and the socket rounds after them
+    run with chromium and this driver on the client's CPUs and the servers on theirs
+    (:func:`split_cores`)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "netlog.json"
+        if cores:
+            client, servers = cores
+            pin_tree(os.getpid(), servers)  # the servers (and Playwright's driver, until below)
         browser = pw.chromium.launch(
             executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, f"--log-net-log={path}"]
         )
+        if cores:
+            pin_tree(playwright_driver(), client)  # chromium is under it
+            pin_threads(os.getpid(), client)
         rounds = first_words(open_apps(browser, args, ours, peer), base_url, args.pairs)
         browser.close()
         log = NetLog.load(path)
@@ -728,9 +775,10 @@ def open_apps(
 
 
 def in_browser(
-    args: argparse.Namespace, base_url: str, ours: KimiApp, peer: Any | None
+    args: argparse.Namespace, base_url: str, ours: KimiApp, peer: Any | None, cores: Cores | None
 ) -> tuple[list[TabRun], dict[str, Sides], dict[str, float]]:
-    """The streams, the resume and the first-words rounds in chromium."""
+    """The streams, the resume and the first-words rounds in chromium (those on ``cores``:
+    :func:`first_words_logged`)."""
     server_root = base_url.removesuffix("/v1")
     runs: list[TabRun] = []
     with sync_playwright() as pw:
@@ -748,7 +796,7 @@ def in_browser(
         resumed = args.resume and args.sign_in and any(c.name == "open" for c in chosen)
         resume = resume_once(apps[0][0], ours, last) if resumed else {}
         browser.close()
-        words = first_words_logged(pw, args, base_url, ours, peer) if args.pairs else {}
+        words = first_words_logged(pw, args, base_url, ours, peer, cores) if args.pairs else {}
     return runs, words, resume
 
 
@@ -761,6 +809,10 @@ def main() -> None:
         help="this app with sign-in (chats stored: resume) or open",
     )  # fmt: skip
     p.add_argument("--pairs", type=int, default=16, help="first-words rounds (0: none)")
+    p.add_argument(
+        "--pin", action="store_true",
+        help="first-words rounds: chromium and this driver on one CPU, the servers on the rest",
+    )  # fmt: skip
     p.add_argument("--openwebui", action="store_true", help="also Open WebUI (bench/openwebui.py)")
     p.add_argument("--name", default="long_stream", help="results file: tab_<name>")
     p.add_argument(
@@ -768,6 +820,7 @@ def main() -> None:
         metavar=("REASONING", "ANSWER", "CODE"), help="stream sizes (default 10000 2000 10000)",
     )  # fmt: skip
     args = p.parse_args()
+    cores = split_cores() if args.pin else None
     started, header = now_utc(), machine()
     with ExitStack() as exits:
         base_url, _ = exits.enter_context(scripted_server([THINKING, INSTRUCT]))
@@ -778,11 +831,17 @@ def main() -> None:
             from bench.openwebui import running_openwebui
 
             peer = exits.enter_context(running_openwebui(base_url))
-        runs, words, resume = in_browser(args, base_url, ours, peer)
+        runs, words, resume = in_browser(args, base_url, ours, peer, cores)
         if args.pairs:  # after the browser: Playwright's sync API holds an event loop
             socket = socket_first_words(base_url, ours.url, peer, args.pairs, args.sign_in)
             words.update(asyncio.run(socket))
     title = f"# A long answer in a tab ({started}, commit {commit()})\n\n{header}\n\n"
+    if cores:
+        client, servers = cores
+        title += (
+            f"First-words rounds (`--pin`): chromium and the driver on CPU {sorted(client)}, "
+            f"the servers (scripted, apps) on CPU(s) {sorted(servers)}.\n\n"
+        )
     text = title + report(runs, words, resume)
     print(text)
     kept = [json_run(r) for r in runs]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from bench._common import (
     Workload,
     cut_off_notes,
     hermetic_environ,
+    pin_tree,
     question,
     running_stack,
     scripted,
@@ -216,3 +218,32 @@ def test_the_tab_table_says_a_step_that_could_not_be_clicked() -> None:
     row = runs_table([run])[-1]
     assert "| not clickable in 60 s / 48 ms |" in row
     assert json.loads(json.dumps(json_run(run), allow_nan=False))["toggles"] == [None, 48.4]
+
+
+CHILD_WITH_A_THREAD = (
+    "import threading, time\n"
+    "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to tell them apart")
+def test_pinning_a_tree_keeps_every_thread_of_every_process_under_it() -> None:
+    """bench_tab's ``--pin`` places the servers (children of the benchmark) and chromium
+    (under Playwright's driver) by the tree; a thread left out would run anywhere."""
+    mine = os.sched_getaffinity(0)
+    first = {min(mine)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_WITH_A_THREAD], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        pin_tree(os.getpid(), first)
+        threads = [int(t.name) for t in Path(f"/proc/{child.pid}/task").iterdir()]
+        assert len(threads) >= 2
+        assert all(os.sched_getaffinity(t) == first for t in threads)
+        assert os.sched_getaffinity(0) == first
+    finally:
+        pin_tree(os.getpid(), mine)
+        child.kill()
+        child.wait()
+    assert os.sched_getaffinity(0) == mine
