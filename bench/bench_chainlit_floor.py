@@ -114,7 +114,7 @@ def rounds(url: str, base_url: str, count: int) -> list[tuple[float, float]]:
             page.goto(url)
             page.locator("#chat-input").wait_for()
             time.sleep(0.5)  # the page settles, as bench_tab's settle()
-            direct = direct_first_words(http, base_url, SHORT_ANSWER)
+            direct = direct_first_words(http, base_url, SHORT_ANSWER, INSTRUCT)
             ask(page, SHORT_ANSWER, {"words": r"\ba0\b", "end": END})
             wait_mark(page, "end")
             dump = page.evaluate("() => window.__probe.dump()")

@@ -61,8 +61,9 @@ import psutil
 from playwright.sync_api import Browser, Locator, Page, Playwright, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from backend.client import continuing
 from backend.reasoning import ReasoningSplitter
-from backend.settings import Settings
+from backend.settings import Settings, profile_for
 from backend.store.core import open_store
 from bench._common import (
     machine,
@@ -370,9 +371,14 @@ def resume_once(page: Page, app: KimiApp, last_word: str) -> dict[str, float]:
     return {"shown": shown, "opened": opened, "last_word": last}
 
 
-def direct_first_words(http: httpx.Client, base_url: str, text: str) -> float:
-    """Seconds from sending ``text`` straight to the server to its first visible words."""
-    body = {"model": THINKING, "stream": True, "messages": [{"role": "user", "content": text}]}
+def direct_first_words(http: httpx.Client, base_url: str, text: str, model: str) -> float:
+    """Seconds from asking ``model`` ``text`` straight to the server to its first visible
+    words; the request written as the app writes it (a Thinking reply's opening marker
+    in the request: ``backend.settings.ModelProfile.reply_start``)."""
+    messages = [{"role": "user", "content": text}]
+    reply_start = profile_for(model).reply_start
+    body = {"model": model, "stream": True, "messages": messages}
+    body |= continuing(messages, reply_start)
     splitter = ReasoningSplitter(starts_in_reasoning=True)
     started = time.perf_counter()
     first = None
@@ -469,7 +475,7 @@ def first_words(
         for i in range(pairs + 1):
             for stream, text in (("reasoning", SHORT_THINK), ("answer", SHORT_ANSWER)):
                 model = THINKING if stream == "reasoning" else INSTRUCT
-                direct = direct_first_words(http, base_url, text)
+                direct = direct_first_words(http, base_url, text, model)
                 seen: dict[str, Seen | TabWords] = {"direct": Seen(direct, direct, direct)}
                 for page, app in apps:
                     words = r"\br0\b" if stream == "reasoning" else r"\ba0\b"

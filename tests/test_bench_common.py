@@ -34,7 +34,7 @@ from bench._common import (
     running_stack,
     scripted,
 )
-from bench.bench_tab import TabRun, json_run, runs_table
+from bench.bench_tab import TabRun, direct_first_words, json_run, runs_table
 from tests.conftest import RunningFake
 from tests.fakes.kimi_server import long_code
 from ui.model_picker import MODE_ID
@@ -168,6 +168,26 @@ def test_a_thinking_models_first_token_is_a_word_on_both_sides(two_models: Runni
     for side in (direct, tab):
         assert side.complete and side.words_s is not None, side
         assert side.words_s - side.first_s < 0.15 and 0.15 <= side.words_s <= 1.0, side
+
+
+def test_the_tabs_direct_call_writes_the_thinking_marker_as_the_app_does(
+    two_models: RunningFake,
+) -> None:
+    """bench_tab's direct side asked Thinking-2506 without the opening marker the app's
+    request writes (backend/settings.py, ``ModelProfile.reply_start``), so its first words
+    came a token later than the app's and the tab's "added" read low by that token; it
+    asks as the app does now, and Instruct as asked."""
+    two_models.reset()
+    with httpx.Client(timeout=60) as http:
+        thinking = direct_first_words(http, two_models.base_url, question("paced"),
+                                      "kimi-vl-thinking-2506")  # fmt: skip
+        direct_first_words(http, two_models.base_url, question("paced"), "kimi-vl")
+    asked_thinking, asked_instruct = two_models.requests
+    assert asked_thinking["messages"][-1] == {"role": "assistant", "content": "◁think▷"}
+    assert asked_thinking["continue_final_message"] is True
+    assert asked_instruct["model"] == "kimi-vl"
+    assert asked_instruct["messages"][-1]["role"] == "user"
+    assert thinking > 0
 
 
 async def ask_picking(ui_url: str, model: str) -> Timing:
