@@ -25,11 +25,16 @@ Reported per case and app, from Enter to the answer's last words on screen: lag 
 end (the tab showed the last words, minus when the server sent them), Long Task total,
 worst and count, frame gap p50/p99/max, the toggles; and the time to the first visible
 words added to a direct call (httpx straight to the scripted server, the same short
-stream), median of ``--pairs`` interleaved rounds, for a reasoning (this app shows its
-words; Open WebUI shows a folded "Thinking..." block, whose appearance is counted) and
-for an answer. Targets (project brief): lag <= 1 s, no Long Task over 100 ms, frame
-gap p99 <= 50 ms, a toggle within 100 ms, a resumed step open within 1 s, first visible
-words <= 8 ms added.
+stream, the request written as the app writes it), median of ``--pairs`` interleaved
+rounds, for a reasoning (this app shows its words; Open WebUI shows a folded
+"Thinking..." block, whose appearance is counted) and for an answer, three ways: when
+the frame with the words reached the tab (chromium's network layer, from its NetLog,
+``bench/netlog.py``: the tab's first write after Enter to that frame), when the page's
+script got it (after whatever the page's main thread was doing), and on screen; and
+through socket clients without a browser. ``--pin`` runs the first-words rounds with
+chromium and this driver on one CPU and the servers on the others. Targets (project
+brief): lag <= 1 s, no Long Task over 100 ms, frame gap p99 <= 50 ms, a toggle within
+100 ms, a resumed step open within 1 s, first visible words <= 8 ms added.
 
 Writes ``bench/results/tab_<name>.md``/``.json`` and a PNG of the frame gaps over each
 stream. Run from the repository root when the load average is low (2 cores here):
