@@ -80,7 +80,7 @@ from bench._common import (
     scripted_server,
     write_results,
 )
-from bench.netlog import NetLog
+from bench.netlog import CLOCK_SLACK_MS, NetLog
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
@@ -412,34 +412,35 @@ class Seen(NamedTuple):
 
 @dataclass(frozen=True)
 class TabWords:
-    """One tab round as the probe saw it, page clock (Unix ms): Enter, the question leaving
-    the page (its first socket send), the first words' message event, and their paint;
-    ``count``: that message was the ``count``-th on the socket of ``socket_url`` since
-    Enter (how :meth:`seen` finds its frame in the NetLog); ``origin``: the app's URL."""
+    """One tab round as the probe saw it, page clock (Unix ms): Enter, the first words'
+    message event, and their paint; ``count``: that message was the ``count``-th on the
+    socket of ``socket_url`` since it opened (how :meth:`seen` finds its frame in the
+    NetLog); ``origin``: the app's URL."""
 
     origin: str
     enter_ms: float
-    left_ms: float
     script_ms: float
     screen_ms: float
     socket_url: str
     count: int
 
     def seen(self, log: NetLog) -> Seen:
-        """The round's :class:`Seen`: from the tab's first write after Enter to the words'
-        frame, both at the network layer; the question leaving to the words' message event;
-        Enter to paint.
+        """The round's :class:`Seen`: from the tab's first write after Enter (the NetLog's:
+        this app's question frame, Open WebUI's first POST) to the words' frame reaching
+        the network layer, and to its message event; Enter to paint.
 
         Raises:
-            LookupError: the frames are not in ``log`` (see :class:`bench.netlog.NetLog`).
+            LookupError: the frames are not in ``log`` (see :class:`bench.netlog.NetLog`),
+                or the frame found is not between the question and the page's event (a
+                count that does not match the log's).
         """
         left = log.first_write(self.origin, self.enter_ms)
         arrived = log.nth_message(self.socket_url, self.enter_ms, self.count)
-        if not left <= arrived <= self.script_ms + 1:  # 1 ms: the NetLog's resolution
+        if not left <= arrived <= self.script_ms + CLOCK_SLACK_MS:
             raise LookupError(f"the words' frame at {arrived}: not between {left} and the script")
         return Seen(
             (arrived - left) / 1000,
-            (self.script_ms - self.left_ms) / 1000,
+            (self.script_ms - left) / 1000,
             (self.screen_ms - self.enter_ms) / 1000,
         )
 
@@ -457,7 +458,6 @@ def tab_first_words(
     return TabWords(
         app.url,
         dump["sentAt"],
-        dump["leftAt"],
         dump["socketMarks"]["words"],
         dump["marks"]["shown"],
         dump["socketUrls"]["words"],
@@ -492,6 +492,10 @@ def first_words(
     return out
 
 
+Cores = tuple[set[int], set[int]]
+"""(the client side's CPUs, the servers') of :func:`split_cores`."""
+
+
 def split_cores() -> Cores:
     """This process's CPUs as (the first, for the client side: chromium, this driver; the
     rest, for the servers), as a deployment has the browser on another machine and vLLM on
@@ -514,13 +518,10 @@ def playwright_driver() -> int:
         LookupError: no driver running under this process.
     """
     for child in psutil.Process().children():
-        if "run-driver" in child.cmdline():
-            return int(child.pid)
+        with contextlib.suppress(psutil.Error):  # a child that has ended meanwhile
+            if "run-driver" in child.cmdline():
+                return int(child.pid)
     raise LookupError("no Playwright driver under this process")
-
-
-Cores = tuple[set[int], set[int]]
-"""(the client side's CPUs, the servers') of :func:`split_cores`."""
 
 
 def first_words_logged(
@@ -706,7 +707,8 @@ def words_table(words: dict[str, Sides]) -> list[str]:
     """The markdown rows of the first-words rounds: medians, and added to direct's."""
     lines = [
         "| first visible | side | reached the tab (its network layer, question sent to frame)"
-        " | reached the page's script (sent to message event) | on screen (Enter to paint) |",
+        " | reached the page's script (question sent to message event)"
+        " | on screen (Enter to paint) |",
         "|---|---|---|---|---|",
     ]
     for stream, sides in words.items():

@@ -16,12 +16,14 @@ frame headers and request URLs, no payloads. Times have a resolution of 1 ms.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+CLOCK_SLACK_MS = 2
+"""How much earlier than a page's clock the log may read: its times and its clock offset
+are both whole milliseconds, rounded down (a write logged at x.0 for a page's x.5)."""
 DATA_OPCODES = {0, 1, 2}
 """WebSocket continuation, text and binary frames (RFC 6455 section 5.2); the rest are
 control frames, which a page's script never sees."""
@@ -62,6 +64,13 @@ class NetLog:
         ]
         self.urls = {e.source: e.params["url"] for e in self.events if "url" in e.params}
         """Each request's (a WebSocket's too) URL by source id."""
+        self.opened: dict[int, float] = {}
+        """Each source's first event's time."""
+        for e in self.events:
+            self.opened.setdefault(e.source, e.time_ms)
+        self.framed = {e.source for e in self.events if e.kind.startswith("WEBSOCKET_")}
+        """The sources that carried WebSocket frames (chromium logs a socket's URL on a
+        stream job too)."""
 
     @classmethod
     def load(cls, path: Path) -> NetLog:
@@ -77,8 +86,9 @@ class NetLog:
 
     def first_write(self, origin: str, after_ms: float) -> float:
         """When the first write to ``origin`` (``http://host:port``) left at or after
-        ``after_ms`` (Unix ms): a WebSocket data frame sent, or a request other than GET
-        started (a page that posts its question over HTTP).
+        ``after_ms`` (Unix ms, the page's clock; :data:`CLOCK_SLACK_MS` earlier in the
+        log's): a WebSocket data frame sent, or a request other than GET started (a page
+        that posts its question over HTTP).
 
         Raises:
             LookupError: nothing written there after ``after_ms``.
@@ -86,27 +96,32 @@ class NetLog:
         host = urlsplit(origin).netloc
         for e in self.events:
             there = urlsplit(self.urls.get(e.source, "")).netloc == host
-            if there and e.time_ms >= math.floor(after_ms) and is_write(e):
+            if there and e.time_ms >= after_ms - CLOCK_SLACK_MS and is_write(e):
                 return e.time_ms
         raise LookupError(f"nothing written to {origin} after {after_ms:.0f}")
 
-    def nth_message(self, url: str, after_ms: float, n: int) -> float:
+    def nth_message(self, url: str, open_before_ms: float, n: int) -> float:
         """When the ``n``-th whole message (1 for the first) arrived on the WebSocket of
-        ``url`` at or after ``after_ms`` (Unix ms): its final frame's header read.
+        ``url`` opened last before ``open_before_ms`` (Unix ms; a page loaded again opens
+        a socket of the same URL), counted from its opening, as a page's ``message``
+        events are: its final frame's header read.
 
         Raises:
-            LookupError: no such socket, or fewer than ``n`` messages.
+            LookupError: no socket of ``url`` opened by then, or fewer than ``n`` messages.
         """
-        sockets = {source for source, seen in self.urls.items() if seen == url}
+        sockets = [
+            source
+            for source in self.framed
+            if self.urls.get(source) == url
+            and self.opened[source] <= open_before_ms + CLOCK_SLACK_MS
+        ]
         if not sockets:
-            raise LookupError(f"no WebSocket to {url} in the log")
-        count = 0
-        for e in self.events:
-            if e.source in sockets and e.time_ms >= math.floor(after_ms) and is_message_end(e):
-                count += 1
-                if count == n:
-                    return e.time_ms
-        raise LookupError(f"{count} messages on {url} after {after_ms:.0f}, not {n}")
+            raise LookupError(f"no WebSocket to {url} opened before {open_before_ms:.0f}")
+        socket = max(sockets, key=self.opened.__getitem__)
+        ends = [e.time_ms for e in self.events if e.source == socket and is_message_end(e)]
+        if len(ends) < n:
+            raise LookupError(f"{len(ends)} messages on {url}, not {n}")
+        return ends[n - 1]
 
 
 def is_message_end(event: Event) -> bool:

@@ -45,23 +45,22 @@
   const sent = (event) => {
     if (event.type === "click" || (event.key === "Enter" && !event.shiftKey)) {
       probe.sentAt = now();
-      probe.received = new Map();
     }
   };
   document.addEventListener("keydown", sent, true);
 
   // Socket traffic: when the question left (the first frame sent after Enter) and when a
   // pattern's text first reached the page's script (a received frame's message event),
-  // with which message on its socket since Enter it was (to find that frame in chromium's
-  // NetLog, bench/netlog.py, where it reached the tab's network layer).
+  // with which message on its socket since the socket opened it was (to find that frame in
+  // chromium's NetLog, bench/netlog.py, where it reached the tab's network layer).
   const NativeWebSocket = window.WebSocket;
   window.WebSocket = class extends NativeWebSocket {
     constructor(...args) {
       super(...args);
       this.addEventListener("message", (event) => {
-        if (!probe.watching.length || probe.sentAt === null) return;
         const count = (probe.received.get(this) || 0) + 1;
         probe.received.set(this, count);
+        if (!probe.watching.length || probe.sentAt === null) return;
         if (typeof event.data !== "string") return;
         for (const [name, pattern] of probe.watching) {
           if (probe.socketMarks[name] === undefined && pattern.test(event.data)) {

@@ -246,24 +246,32 @@ CHILD_WITH_A_THREAD = (
     "print('ready', flush=True)\n"
     "time.sleep(30)\n"
 )
+LAUNCHER = (  # a process that starts CHILD_WITH_A_THREAD and says its pid
+    "import subprocess, sys, time\n"
+    f"child = subprocess.Popen([sys.executable, '-c', {CHILD_WITH_A_THREAD!r}],"
+    " stdout=subprocess.PIPE)\n"
+    "child.stdout.readline()\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(30)\n"
+)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to tell them apart")
 def test_pinning_a_tree_keeps_every_thread_of_every_process_under_it() -> None:
     """bench_tab's ``--pin`` places the servers (children of the benchmark) and chromium
     (under Playwright's driver) by the tree; a thread left out would run anywhere."""
-    mine = os.sched_getaffinity(0)
-    first = {min(mine)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD_WITH_A_THREAD], stdout=subprocess.PIPE)
+    first = {min(os.sched_getaffinity(0))}
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, start_new_session=True
+    )
     try:
-        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
-        pin_tree(os.getpid(), first)
-        threads = [int(t.name) for t in Path(f"/proc/{child.pid}/task").iterdir()]
-        assert len(threads) >= 2
-        assert all(os.sched_getaffinity(t) == first for t in threads)
-        assert os.sched_getaffinity(0) == first
+        assert launcher.stdout is not None
+        grandchild = int(launcher.stdout.readline())
+        pin_tree(launcher.pid, first)
+        for pid in (launcher.pid, grandchild):
+            threads = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+            assert all(os.sched_getaffinity(t) == first for t in threads), pid
+        assert len(list(Path(f"/proc/{grandchild}/task").iterdir())) >= 2
     finally:
-        pin_tree(os.getpid(), mine)
-        child.kill()
-        child.wait()
-    assert os.sched_getaffinity(0) == mine
+        os.killpg(launcher.pid, 9)
+        launcher.wait()

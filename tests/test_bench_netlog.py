@@ -71,26 +71,50 @@ def test_the_question_leaves_with_the_first_frame_or_post_to_the_app_after_enter
                     frame(104, 7, sent=True))  # fmt: skip
     assert posted.first_write(APP, OFFSET + 100.4) == OFFSET + 101
     with pytest.raises(LookupError):
-        log.first_write(APP, OFFSET + 105)
+        log.first_write(APP, OFFSET + 107)
 
 
-def test_the_nth_message_counts_whole_data_messages_on_that_socket_only() -> None:
+def test_a_write_logged_a_little_before_the_pages_enter_is_still_the_question() -> None:
+    """The log's times and its clock offset are both whole ms, rounded down: the question
+    sent at the page's 100.9 can be logged at 99."""
+    log = netlog(*SOCKETS, frame(99, 7, sent=True))
+    assert log.first_write(APP, OFFSET + 100.9) == OFFSET + 99
+
+
+def test_the_nth_message_counts_whole_data_messages_from_the_sockets_opening() -> None:
     log = netlog(
         *SOCKETS,
-        frame(99, 7, sent=False),  # before Enter
-        frame(110, 7, sent=False),  # 1
+        frame(99, 7, sent=False),  # 1 (before Enter: counted, as the page counts it)
+        frame(110, 7, sent=False),  # 2
         frame(111, 8, sent=False),  # another socket
         frame(112, 7, sent=False, opcode=9),  # a ping: control
-        frame(113, 7, sent=False, final=False),  # the start of message 2
-        frame(114, 7, sent=False, opcode=0),  # its end: 2
-        frame(120, 7, sent=False, opcode=2),  # binary: 3
+        frame(113, 7, sent=False, final=False),  # the start of message 3
+        frame(114, 7, sent=False, opcode=0),  # its end: 3
+        frame(120, 7, sent=False, opcode=2),  # binary: 4
     )
-    after = OFFSET + 100.7  # Enter on the page's clock; the log's times are whole ms
-    assert [log.nth_message(WS, after, n) - OFFSET for n in (1, 2, 3)] == [110, 114, 120]
-    with pytest.raises(LookupError, match="3 messages"):
-        log.nth_message(WS, after, 4)
+    enter = OFFSET + 100.7
+    assert [log.nth_message(WS, enter, n) - OFFSET for n in (1, 2, 3, 4)] == [99, 110, 114, 120]
+    with pytest.raises(LookupError, match="4 messages"):
+        log.nth_message(WS, enter, 5)
     with pytest.raises(LookupError, match="no WebSocket"):
-        log.nth_message(f"{WS}x", after, 1)
+        log.nth_message(f"{WS}x", enter, 1)
+
+
+def test_the_socket_is_the_one_of_that_url_opened_last_before_enter() -> None:
+    """A page loaded again opens a socket of the same URL (Open WebUI's has no session in
+    it); chromium also logs the URL on a stream job that carries no frames."""
+    log = netlog(
+        *SOCKETS,
+        event(50, 11, "REQUEST_ALIVE", url=WS),  # the stream job: no frames
+        frame(60, 7, sent=False),
+        event(200, 12, "REQUEST_ALIVE", url=WS),  # the page loaded again
+        frame(230, 12, sent=False),
+        frame(240, 7, sent=False),  # the old socket, still closing
+    )
+    assert log.nth_message(WS, OFFSET + 150, 1) == OFFSET + 60
+    assert log.nth_message(WS, OFFSET + 250, 1) == OFFSET + 230
+    with pytest.raises(LookupError, match="opened before"):
+        log.nth_message(WS, OFFSET - 10, 1)
 
 
 def test_an_unfinished_log_is_refused(tmp_path: Path) -> None:
@@ -104,17 +128,18 @@ def test_an_unfinished_log_is_refused(tmp_path: Path) -> None:
         NetLog.load(path)
 
 
-def round_at(script_ms: float) -> TabWords:
-    return TabWords(APP, OFFSET + 100.5, OFFSET + 101.5, OFFSET + script_ms, OFFSET + 300.5, WS, 2)
+def round_at(script_ms: float, count: int = 3) -> TabWords:
+    return TabWords(APP, OFFSET + 100.5, OFFSET + script_ms, OFFSET + 300.5, WS, count)
 
 
 def test_a_round_is_timed_from_the_question_leaving_to_the_words_frame() -> None:
-    log = netlog(*SOCKETS, frame(101, 7, sent=True), frame(104, 7, sent=False),
-                 frame(110, 7, sent=False))  # fmt: skip
-    seen = round_at(190.5).seen(log)
-    assert seen == pytest.approx(Seen(0.009, 0.089, 0.2))
-    with pytest.raises(LookupError, match="not between"):  # the wrong frame: after the script
-        round_at(108.0).seen(log)
+    log = netlog(*SOCKETS, frame(90, 7, sent=False), frame(101, 7, sent=True),
+                 frame(104, 7, sent=False), frame(110, 7, sent=False))  # fmt: skip
+    assert round_at(190.5).seen(log) == pytest.approx(Seen(0.009, 0.0895, 0.2))
+    with pytest.raises(LookupError, match="not between"):  # after the page's event
+        round_at(107.0).seen(log)
+    with pytest.raises(LookupError, match="not between"):  # before the question left
+        round_at(190.5, count=1).seen(log)
 
 
 def test_the_words_table_gives_each_column_added_to_the_direct_call() -> None:
