@@ -3,25 +3,13 @@ first-words rounds timed from it (issue 23, item 2: the first words reaching the
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from playwright.sync_api import sync_playwright
-from starlette.applications import Starlette
-from starlette.responses import HTMLResponse, Response
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket
 
-from bench.bench_tab import CHROMIUM, CHROMIUM_ARGS, Seen, TabWords, words_table
+from bench.bench_tab import Seen, TabWords, words_table
 from bench.netlog import NetLog
-from tests.conftest import free_port
 
 OFFSET = 1_796_000_000_000
 """Unix ms of the synthetic logs' clock zero (``constants.timeTickOffset``)."""
@@ -156,76 +144,3 @@ def test_the_words_table_gives_each_column_added_to_the_direct_call() -> None:
         "| answer (socket clients) | direct | 7.0 ms | | |",
         "| answer (socket clients) | App | 12.0 ms (+5.0) |  |  |",
     ]
-
-
-PAGE = """<html><body><script>
-window.got = [];
-const ws = new WebSocket(`ws://${location.host}/ws`);
-ws.onmessage = () => window.got.push(performance.timeOrigin + performance.now());
-window.ask = () => {
-  window.asked = performance.timeOrigin + performance.now();
-  ws.send("question");
-  const until = performance.now() + 300;
-  while (performance.now() < until) {}  // the page's main thread busy, as in a render
-};
-</script></body></html>"""
-
-
-async def page(_: object) -> Response:
-    return HTMLResponse(PAGE)
-
-
-async def answer(socket: WebSocket) -> None:
-    """Three messages 20 ms apart for each one received."""
-    await socket.accept()
-    while True:
-        await socket.receive_text()
-        for word in ("one", "two", "three"):
-            await socket.send_text(word)
-            await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-def site() -> Iterator[str]:
-    """The page and its WebSocket, served by uvicorn in a thread."""
-    app = Starlette(routes=[Route("/", page), WebSocketRoute("/ws", answer)])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
-
-
-@pytest.mark.browser
-def test_chromium_logs_the_frames_when_they_reach_the_tab_not_when_the_page_is_free(
-    site: str, tmp_path: Path
-) -> None:
-    """The log's format as this Debian chromium writes it, and what bench_tab relies on:
-    the frames' times are when they reached the browser, while the page's script gets them
-    only after its main thread is free (here 300 ms busy after the question left)."""
-    path = tmp_path / "netlog.json"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, f"--log-net-log={path}"]
-        )
-        tab = browser.new_page()
-        tab.goto(site)
-        tab.wait_for_function("() => window.ask !== undefined")
-        time.sleep(0.3)  # the socket open
-        tab.evaluate("() => window.ask()")
-        tab.wait_for_function("() => window.got.length === 3")
-        asked, got = tab.evaluate("() => [window.asked, window.got]")
-        browser.close()
-    log = NetLog.load(path)
-    left = log.first_write(site, asked)
-    assert asked - 1 <= left <= asked + 5  # the clocks agree within the log's 1 ms
-    socket = f"{site.replace('http', 'ws')}/ws"
-    arrived = [log.nth_message(socket, asked, n) for n in (1, 2, 3)]
-    assert 35 <= arrived[2] - arrived[0] <= 150  # two 20 ms pauses on the server
-    assert arrived[2] - left < 200  # before the page was free
-    assert min(got) - left >= 300
-    assert json.loads(path.read_text())["constants"]["timeTickOffset"]
