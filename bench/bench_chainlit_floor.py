@@ -137,7 +137,8 @@ def report(seen: list[tuple[float, float]], started: str, header: str) -> str:
             "",
             header,
             "",
-            "| first visible | side | reached the page's script (sent to message event) | added (median of rounds) |",
+            "| first visible | side | reached the page's script (sent to message event)"
+            " | added (median of rounds) |",
             "|---|---|---|---|",
             f"| answer | direct | {direct:.1f} ms | |",
             f"| answer | bare Chainlit 2.12 | {tab:.1f} ms | +{added:.1f} ms |",
