@@ -94,6 +94,24 @@ def scripted(scenario: str) -> Workload:
     return Workload(question(scenario), PACED_TOKENS, PACED_TOKENS * 0.01, PACED_END)
 
 
+Cores = tuple[set[int], set[int]]
+"""(the client side's CPUs, the servers') of :func:`split_cores`."""
+
+
+def split_cores() -> Cores:
+    """This process's CPUs as (the first, for the client side: the benchmark's driver, its
+    browser; the rest, for the servers), as a deployment has the browsers on other machines
+    and vLLM on cores of its own (bench_burst's and bench_tab's ``--pin``).
+
+    Raises:
+        SystemExit: this process may use only one CPU.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    return {cpus[0]}, set(cpus[1:])
+
+
 def pin_threads(pid: int, cpus: set[int]) -> None:
     """Keep every thread of the running process ``pid`` to ``cpus`` (threads it starts
     later inherit it from theirs); nothing for a process that has ended."""

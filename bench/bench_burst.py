@@ -74,6 +74,7 @@ from bench._common import (
     pin_threads,
     question,
     running_stack,
+    split_cores,
     write_results,
 )
 from bench.bench_load import (
@@ -345,11 +346,9 @@ def app_cores(pin: bool) -> set[int] | None:
     """
     if not pin:
         return None
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit("--pin needs at least two CPUs")
-    os.sched_setaffinity(0, {cpus[0]})
-    return set(cpus[1:])
+    driver, app = split_cores()
+    os.sched_setaffinity(0, driver)
+    return app
 
 
 @contextmanager

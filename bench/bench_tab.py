@@ -71,6 +71,7 @@ from backend.reasoning import ReasoningSplitter
 from backend.settings import Settings, profile_for
 from backend.store.core import open_store
 from bench._common import (
+    Cores,
     machine,
     now_utc,
     percentile,
@@ -78,6 +79,7 @@ from bench._common import (
     pin_tree,
     running_stack,
     scripted_server,
+    split_cores,
     write_results,
 )
 from bench.netlog import CLOCK_SLACK_MS, NetLog
@@ -490,24 +492,6 @@ def first_words(
                     for side, rounds in seen.items():
                         out[stream].setdefault(side, []).append(rounds)
     return out
-
-
-Cores = tuple[set[int], set[int]]
-"""(the client side's CPUs, the servers') of :func:`split_cores`."""
-
-
-def split_cores() -> Cores:
-    """This process's CPUs as (the first, for the client side: chromium, this driver; the
-    rest, for the servers), as a deployment has the browser on another machine and vLLM on
-    cores of its own (``--pin``; bench_burst's ``--pin`` alike).
-
-    Raises:
-        SystemExit: this process may use only one CPU.
-    """
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit("--pin needs at least two CPUs")
-    return {cpus[0]}, set(cpus[1:])
 
 
 def playwright_driver() -> int:
