@@ -105,18 +105,34 @@ class RunningFake:
 
 
 @contextmanager
-def serving(fake: KimiServer, port: int | None = None) -> Iterator[RunningFake]:
-    """Run ``fake`` on ``port`` (default a free one) in a thread until the block ends."""
+def in_thread(app: Any, port: int | None = None) -> Iterator[str]:
+    """Serve the ASGI ``app`` with uvicorn in a thread on 127.0.0.1:``port`` (default a
+    free one) until the block ends; yields its root URL once the server has started.
+
+    Fails the test if it has not started within 10 s.
+    """
     port = port or free_port()
-    config = uvicorn.Config(fake.app(), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    if not wait_for_200(f"http://127.0.0.1:{port}/health", 10, interval_s=0.05):
-        pytest.fail("the scripted server did not answer /health within 10 s")
-    yield RunningFake(fake, f"http://127.0.0.1:{port}/v1")
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            pytest.fail(f"uvicorn did not start on port {port} within 10 s")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=5)
+
+
+@contextmanager
+def serving(fake: KimiServer, port: int | None = None) -> Iterator[RunningFake]:
+    """Run ``fake`` on ``port`` (default a free one) in a thread until the block ends."""
+    with in_thread(fake.app(), port) as root:
+        if not wait_for_200(f"{root}/health", 10, interval_s=0.05):
+            pytest.fail("the scripted server did not answer /health within 10 s")
+        yield RunningFake(fake, f"{root}/v1")
 
 
 @pytest.fixture(scope="session")

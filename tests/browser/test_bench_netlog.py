@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from playwright.sync_api import Playwright
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, Response
@@ -21,7 +19,7 @@ from starlette.websockets import WebSocket
 
 from bench.bench_tab import CHROMIUM, CHROMIUM_ARGS
 from bench.netlog import NetLog
-from tests.conftest import free_port
+from tests.conftest import in_thread
 
 pytestmark = pytest.mark.browser
 
@@ -56,16 +54,8 @@ async def answer(socket: WebSocket) -> None:
 @pytest.fixture
 def site() -> Iterator[str]:
     """The page and its WebSocket, served by uvicorn in a thread."""
-    app = Starlette(routes=[Route("/", page), WebSocketRoute("/ws", answer)])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with in_thread(Starlette(routes=[Route("/", page), WebSocketRoute("/ws", answer)])) as root:
+        yield root
 
 
 def test_chromium_logs_the_frames_when_they_reach_the_tab_not_when_the_page_is_free(
