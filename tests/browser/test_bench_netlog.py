@@ -18,7 +18,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from bench.bench_tab import CHROMIUM, CHROMIUM_ARGS
-from bench.netlog import NetLog
+from bench.netlog import CLOCK_SLACK_MS, NetLog
 from tests.conftest import in_thread
 
 pytestmark = pytest.mark.browser
@@ -80,10 +80,11 @@ def test_chromium_logs_the_frames_when_they_reach_the_tab_not_when_the_page_is_f
         browser.close()
     log = NetLog.load(path)
     left = log.first_write(site, asked)
-    assert asked - 1 <= left <= asked + 5  # the clocks agree within the log's 1 ms
+    # The log's times and its clock offset are whole ms, rounded down (netlog.CLOCK_SLACK_MS).
+    assert asked - CLOCK_SLACK_MS <= left <= asked + 5
     socket = f"{site.replace('http', 'ws')}/ws"
     arrived = [log.nth_message(socket, asked, n) for n in (1, 2, 3)]
     assert 35 <= arrived[2] - arrived[0] <= 150  # two 20 ms pauses on the server
     assert arrived[2] - left < 200  # before the page was free
-    assert min(got) - left >= 300
+    assert min(got) - asked >= 300  # the page's own clock: busy 300 ms after asking
     assert json.loads(path.read_text())["constants"]["timeTickOffset"]
