@@ -343,8 +343,7 @@ class TurnRunner:
             if attempt.notices:
                 yield merged(attempt.notices)
                 attempt.notices = []
-        for note in await self._record(answering.turn):
-            yield note
+        saving.begin()
         async with aclosing(answering.server.pace.paced(planned.request, self._pacing())) as events:
             async for event in events:
                 for drawn in [*shown.on(event), *saving.due()]:
@@ -508,6 +507,15 @@ class Checkpoints:
         self.every_s = runner.chat.settings.save_every_s
         self._last = time.monotonic()
         self._task: asyncio.Task[list[RenderEvent]] | None = None
+
+    def begin(self) -> None:
+        """Save the turn as it starts (``pending``, its question) in a task of its own, so
+        that the request goes out while the store writes: awaited first, the write took
+        2.5-4.7 ms of a question's first words (docs/benchmarks.md, "The turn stored while
+        the request goes out"). Its notes come with :meth:`due` or :meth:`settled`; no-op
+        while a save is in flight (a try after the server was found away)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self.runner._record(self.turn))
 
     def due(self) -> list[RenderEvent]:
         """Start a save if one is due; the notes of a save that has finished since."""

@@ -109,6 +109,36 @@ async def test_a_turn_is_recorded_as_it_starts_and_as_it_ends_with_numbers_not_w
     assert isinstance(events[-1], TurnEnded) and events[-1].status == "done"
 
 
+class StoreThatWaitsForTheRequest(Recorded):
+    """A sink whose first write (the turn as it starts) is held until the scripted server
+    has the turn's request, or 3 s; whether it came."""
+
+    def __init__(self, fake: RunningFake) -> None:
+        super().__init__()
+        self.fake = fake
+        self.request_came_first: bool | None = None
+
+    async def record(self, record: TurnRecord) -> Saving:
+        if self.request_came_first is None:
+            async with asyncio.timeout(3):
+                while not self.fake.requests:
+                    await asyncio.sleep(0.01)
+            self.request_came_first = bool(self.fake.requests)
+        return await super().record(record)
+
+
+async def test_the_request_goes_out_while_the_turn_as_it_starts_is_stored(
+    chat: ChatSession, fake: RunningFake
+) -> None:
+    fake.reset()
+    sink = StoreThatWaitsForTheRequest(fake)
+    events = await drain(TurnRunner(chat, sink).new_turn("m1", "#scenario=thinking", []))
+    assert sink.request_came_first  # a write held 3 s would time out and fail the turn
+    started, ended = sink.records
+    assert (started.turn.status, ended.turn.status) == ("pending", "done")
+    assert "".join(e.text for e in events if isinstance(e, AnswerText)) == ANSWER.lstrip()
+
+
 async def test_the_events_say_the_turn_in_order(chat: ChatSession) -> None:
     events = await drain(TurnRunner(chat).new_turn("m1", "#scenario=thinking", []))
     kinds = [type(e).__name__ for e in events]
