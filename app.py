@@ -72,6 +72,7 @@ UPLOADS = UploadRoom(
 security.install(process.SETTINGS.allowed_origins, UPLOADS)
 chainlit_patches.on_file_stored(judge_upload)  # uploads judged (images prepared) on attach
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
+chainlit_patches.hand_questions_on_at_once()  # on_message without Chainlit's 1 ms wait
 chainlit_patches.quiet_stop()  # Stop is said once, by the answer it ended
 status.install()  # GET /kimi/status for ./launch.sh status
 turn_buttons.install()  # Send anyway, Retry, Compare under a turn

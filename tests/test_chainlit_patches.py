@@ -5,6 +5,7 @@ Chainlit, and change or delete it."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 from functools import partial
@@ -12,6 +13,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import httpx
+import pytest
 from chainlit.server import router, sio
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
@@ -153,3 +155,35 @@ async def test_chainlits_catch_all_route_shadows_later_routes_unless_ours_go_fir
             assert [a.json() for a in answers] == [{"ours": True}, {"other": True}]
         else:  # Chainlit's page: the reason for the patch
             assert all(a.headers["content-type"].startswith("text/html") for a in answers)
+
+
+def test_questions_still_wait_a_millisecond_before_on_message_and_only_there() -> None:
+    """Patch 7 replaces the ``asyncio`` chainlit/socket.py reads ``sleep`` from; its only
+    other sleep is a session's timeout."""
+    socket = importlib.import_module("chainlit.socket")
+    assert "await asyncio.sleep(0.001)" in source(socket.process_message)
+    assert "config.code.on_message(message)" in source(socket.process_message)
+    sleeps = Path(inspect.getfile(socket)).read_text().count("asyncio.sleep(")
+    assert sleeps == 2
+    assert "asyncio.sleep(config.project.session_timeout)" in inspect.getsource(socket)
+
+
+async def test_the_short_pause_becomes_one_yield_and_long_sleeps_stay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float, result: object = None) -> object:
+        asked.append(seconds)
+        return await real_sleep(0, result)
+
+    chainlit_patches.hand_questions_on_at_once()
+    chainlit_patches.hand_questions_on_at_once()  # idempotent
+    socket = importlib.import_module("chainlit.socket")
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    assert await socket.asyncio.sleep(0.001, "r") == "r"
+    await socket.asyncio.sleep(3600)
+    assert asked == [0, 3600]
+    assert socket.asyncio.create_task is asyncio.create_task
+    assert socket.asyncio.CancelledError is asyncio.CancelledError

@@ -16,6 +16,7 @@ not by wrapping ``chainlit.auth``.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import time
@@ -271,3 +272,34 @@ def quiet_stop() -> None:
     installed = sio.handlers["/"]["stop"]
     stop.__wrapped__ = getattr(installed, "__wrapped__", installed)  # type: ignore[attr-defined]
     sio.handlers["/"]["stop"] = stop
+
+
+# --- 7. A question handed to on_message without a 1 ms wait -------------------------------
+# Why: Chainlit 2.12's ``process_message`` (chainlit/socket.py) starts the tasks that store
+# the question and the thread, then ``await asyncio.sleep(0.001)`` before it calls
+# ``on_message``: a millisecond (1.1-1.4 ms measured here) added to every question's first
+# words, which with the app's own work before the request came to half of them
+# (docs/benchmarks.md, "The turn stored while the request goes out"). Yielding to the loop
+# once lets those tasks start just as well (they were scheduled before it). The module's
+# other sleep (a session's timeout, minutes) is left as it is.
+# Ends when: Chainlit calls ``on_message`` without the pause; then delete this section and
+# its call in app.py.
+
+SHORT_PAUSE_S: Final = 0.001
+"""The longest ``asyncio.sleep`` in chainlit/socket.py that becomes one yield to the loop."""
+
+
+async def _yield_for_a_short_pause(seconds: float, result: Any = None) -> Any:
+    """``asyncio.sleep`` for chainlit/socket.py: a pause of :data:`SHORT_PAUSE_S` or less
+    yields to the event loop once; a longer one sleeps as asked."""
+    return await asyncio.sleep(0 if seconds <= SHORT_PAUSE_S else seconds, result)
+
+
+def hand_questions_on_at_once() -> None:
+    """Give chainlit/socket.py an ``asyncio`` whose ``sleep`` is
+    :func:`_yield_for_a_short_pause` (idempotent)."""
+    socket = importlib.import_module("chainlit.socket")
+    if socket.asyncio.sleep is _yield_for_a_short_pause:
+        return
+    unpaused = types.SimpleNamespace(**{**vars(asyncio), "sleep": _yield_for_a_short_pause})
+    socket.asyncio = unpaused  # type: ignore[attr-defined]
