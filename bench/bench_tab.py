@@ -236,6 +236,21 @@ class TabRun:
     load: str = ""
 
 
+QUIET_CPU_PERCENT = 15.0
+"""The most the machine's CPUs may be busy (mean over one second) when a stream starts."""
+
+
+def wait_quiet(limit_s: float = 30.0) -> float:
+    """Wait until the CPUs are at most :data:`QUIET_CPU_PERCENT` busy over a second (the
+    other app's tab, or its server, may still be working after its stream), at most
+    ``limit_s`` seconds; the percent seen last (``psutil.cpu_percent``, all CPUs)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        busy = float(psutil.cpu_percent(interval=1.0))
+        if busy <= QUIET_CPU_PERCENT or time.monotonic() >= deadline:
+            return busy
+
+
 def load_average() -> str:
     """The 1-minute load average now, for the table."""
     return f"{os.getloadavg()[0]:.2f}"
@@ -311,7 +326,7 @@ def stream_once(page: Page, app: ChatApp, case: Case, server_root: str) -> TabRu
     """Ask ``case``'s question in a fresh chat and measure the tab until the last words show."""
     app.new_chat(page, case.model)
     settle(page)
-    load = load_average()
+    load = f"{load_average()}, CPU {wait_quiet():.0f} %"
     ask(page, case.question, {"end": END})
     sent_at = time.monotonic()
     toggles: list[float] = []
@@ -674,7 +689,7 @@ def runs_table(runs: list[TabRun]) -> list[str]:
     """The markdown rows of the streams."""
     lines = [
         "| case | app | lag at end | Long Tasks total / worst / count | frame gap p50 / p99 / max"
-        " | toggles (click to paint) | load |",
+        " | toggles (click to paint) | load, CPUs busy before |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in runs:

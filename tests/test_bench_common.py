@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from backend.client import output_limit
@@ -20,6 +21,7 @@ from backend.events import Done, Usage
 from backend.i18n import ENGLISH
 from backend.render import Ending, finished
 from backend.settings import INSTRUCT, Settings
+from bench import bench_tab
 from bench._common import (
     PICKER_ID,
     ROOT,
@@ -275,3 +277,14 @@ def test_pinning_a_tree_keeps_every_thread_of_every_process_under_it() -> None:
     finally:
         os.killpg(launcher.pid, 9)
         launcher.wait()
+
+
+def test_a_stream_starts_once_the_cpus_are_quiet_or_the_wait_is_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readings = iter([90.0, 40.0, 12.0, 3.0])
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval: next(readings))
+    assert bench_tab.wait_quiet() == 12.0  # the first reading at most 15 %
+    busy = iter([95.0] * 5)
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval: next(busy))
+    assert bench_tab.wait_quiet(limit_s=0) == 95.0  # no wait left: the reading it had
