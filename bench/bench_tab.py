@@ -786,6 +786,15 @@ def open_apps(
     return apps
 
 
+def blank_others(apps: list[tuple[Page, ChatApp]], measured: Page) -> None:
+    """Send every page but ``measured`` to ``about:blank``: the other app's last long chat
+    (and whatever its page still animates) renders nothing while this one is measured.
+    Each case's ``new_chat`` loads its app again."""
+    for page, _app in apps:
+        if page is not measured and page.url != "about:blank":
+            page.goto("about:blank")
+
+
 def in_browser(
     args: argparse.Namespace, base_url: str, ours: KimiApp, peer: Any | None, cores: Cores | None
 ) -> tuple[list[TabRun], dict[str, Sides], dict[str, float]]:
@@ -801,11 +810,13 @@ def in_browser(
         chosen = [cases(*args.tokens)[name] for name in args.cases]
         for case in chosen:
             for app_page, app in apps:
+                blank_others(apps, app_page)
                 run = stream_once(app_page, app, case, server_root)
                 print(runs_table([run])[-1], flush=True)
                 runs.append(run)
         last = rf"\br{args.tokens[0] - 1}\b"
         resumed = args.resume and args.sign_in and any(c.name == "open" for c in chosen)
+        blank_others(apps, apps[0][0])
         resume = resume_once(apps[0][0], ours, last) if resumed else {}
         browser.close()
         words = first_words_logged(pw, args, base_url, ours, peer, cores) if args.pairs else {}
