@@ -309,8 +309,11 @@ async def test_stream_interval_sends_fewer_chunks_with_the_same_text(
         done = events[-1]
         assert isinstance(done, Done) and done.usage is not None
         assert done.usage.completion_tokens == 48 and done.finish_reason == "length"
-    # One chunk a token (an empty-text token makes no event) against 1 + ceil(47 / 8).
-    assert len(pieces(one)) > 30
+    # One chunk a token against 1 + ceil(47 / 8). A token that is part of a character has
+    # no text and makes no event, and which tokens the random weights pick varies with the
+    # CPU's arithmetic: 30 of the 48 had text in a fresh clone's run (2026-12-05), more
+    # before; at least half is still many times the grouped stream's chunks.
+    assert len(pieces(one)) >= 48 // 2
     assert len(pieces(eight)) <= 1 + 6
 
 
