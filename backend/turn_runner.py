@@ -513,7 +513,8 @@ class Checkpoints:
         that the request goes out while the store writes: awaited first, the write took
         2.5-4.7 ms of a question's first words (docs/benchmarks.md, "The turn stored while
         the request goes out"). Its notes come with :meth:`due` or :meth:`settled`; no-op
-        while a save is in flight (a try after the server was found away)."""
+        while an earlier save's notes are not collected yet (a try after the server was
+        found away: the turn is stored once)."""
         if self._task is None:
             self._task = asyncio.create_task(self.runner._record(self.turn))
 
