@@ -326,7 +326,8 @@ def stream_once(page: Page, app: ChatApp, case: Case, server_root: str) -> TabRu
     """Ask ``case``'s question in a fresh chat and measure the tab until the last words show."""
     app.new_chat(page, case.model)
     settle(page)
-    load = f"{load_average()}, CPU {wait_quiet():.0f} %"
+    busy = wait_quiet()
+    load = f"{load_average()}, CPU {busy:.0f} %"
     ask(page, case.question, {"end": END})
     sent_at = time.monotonic()
     toggles: list[float] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import types
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
@@ -181,7 +182,8 @@ async def test_the_short_pause_becomes_one_yield_and_long_sleeps_stay(
     chainlit_patches.hand_questions_on_at_once()
     chainlit_patches.hand_questions_on_at_once()  # idempotent
     socket = importlib.import_module("chainlit.socket")
-    monkeypatch.setattr(asyncio, "sleep", sleep)
+    # Only the patch's own asyncio: the test servers' threads sleep through the real one.
+    monkeypatch.setattr(chainlit_patches, "asyncio", types.SimpleNamespace(sleep=sleep))
     assert await socket.asyncio.sleep(0.001, "r") == "r"
     await socket.asyncio.sleep(3600)
     assert asked == [0, 3600]

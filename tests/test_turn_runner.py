@@ -332,8 +332,10 @@ async def test_a_message_sent_while_the_server_is_away_is_answered_once_it_is_ba
     port = free_port()
     chat = make_session(Settings(base_url=f"http://127.0.0.1:{port}/v1", connect_timeout_s=1))
     events: list[RenderEvent] = []
+    sink = Recorded()
+    runner = TurnRunner(chat, sink)
     with ExitStack() as stack:
-        async with aclosing(TurnRunner(chat).new_turn("m1", "hi #scenario=plain", [])) as turn:
+        async with aclosing(runner.new_turn("m1", "hi #scenario=plain", [])) as turn:
             async for event in turn:
                 events.append(event)
                 # The server comes back after three tries (started once: the events after
@@ -348,6 +350,8 @@ async def test_a_message_sent_while_the_server_is_away_is_answered_once_it_is_ba
     assert kinds.index("WaitingOver") > kinds.index("WaitingNote")  # the note goes
     assert isinstance(events[-1], TurnEnded) and events[-1].status == "done"
     assert events[-1].answer.startswith("## What the picture shows")
+    stored = [r.turn.status for r in sink.records]  # as it starts (and saves), then done
+    assert stored[0] == "pending" and stored[-1] == "done" and stored.count("done") == 1
 
 
 async def test_a_server_away_past_the_wait_fails_with_retry(make_session: SessionFactory) -> None:
