@@ -817,8 +817,10 @@ def in_browser(
                 runs.append(run)
         last = rf"\br{args.tokens[0] - 1}\b"
         resumed = args.resume and args.sign_in and any(c.name == "open" for c in chosen)
-        blank_others(apps, apps[0][0])
-        resume = resume_once(apps[0][0], ours, last) if resumed else {}
+        resume: dict[str, float] = {}
+        if resumed:
+            blank_others(apps, apps[0][0])
+            resume = resume_once(apps[0][0], ours, last)
         browser.close()
         words = first_words_logged(pw, args, base_url, ours, peer, cores) if args.pairs else {}
     return runs, words, resume
