@@ -443,6 +443,7 @@ class Tab:
 
         self.sio.on("stream_start", on_text)
         self.sio.on("stream_token", on_text)
+        self.sio.on("window_message", on_text)
         self.sio.on("new_message", on_message)
         self.sio.on("update_message", on_message)
         self.sio.on("task_start", on_task_start)
@@ -567,10 +568,14 @@ class Tab:
 
 def frame_text(data: object) -> str:
     """The text a ``stream_start`` (a step or message, its ``output``) or ``stream_token``
-    (its ``token``) frame of Chainlit's socket protocol carries; "" for anything else."""
+    (its ``token``) frame of Chainlit's socket protocol carries, or a ``window_message``
+    with an open block's live text (``ui.bridge.show_live``); "" for anything else."""
     if not isinstance(data, dict):
         return ""
-    text = data.get("token", data.get("output"))
+    live = data.get("kimi")
+    if isinstance(live, dict):
+        data = live if live.get("kind") == "live" else {}
+    text = data.get("token", data.get("output", data.get("text")))
     return text if isinstance(text, str) else ""
 
 

@@ -1,3 +1,4 @@
 // Kimi-VL Chat's script for the page (config.toml: custom_js, a module): one file per concern.
 import "./links.js"; // links in messages open in a new tab, without a reference back
 import "./stream.js"; // reasoning steps fold and unfold without rendering again
+import "./live.js"; // the open block of a long text streams without rendering the page

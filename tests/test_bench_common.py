@@ -30,6 +30,7 @@ from bench._common import (
     Timing,
     Workload,
     cut_off_notes,
+    frame_text,
     hermetic_environ,
     pin_tree,
     question,
@@ -158,6 +159,14 @@ def test_first_visible_words_are_timed_at_the_words_not_at_a_lone_marker(
     for side in (direct, tab):
         assert side.complete and side.words_s is not None, side
         assert 0.15 <= side.words_s - side.first_s <= 1.0, side
+
+
+def test_a_tab_reads_streamed_text_from_each_frame_that_carries_it() -> None:
+    assert frame_text({"id": "b", "output": "r0 "}) == "r0 "  # stream_start
+    assert frame_text({"id": "b", "token": "r1 "}) == "r1 "  # stream_token
+    assert frame_text({"kimi": {"kind": "live", "id": "b", "text": "r2 "}}) == "r2 "
+    assert frame_text({"kimi": {"kind": "composer", "text": "put back"}}) == ""
+    assert frame_text(["r3 "]) == ""
 
 
 def test_a_thinking_models_first_token_is_a_word_on_both_sides(two_models: RunningFake) -> None:

@@ -21,10 +21,10 @@ from backend.blocks import HARD_CHARS
 from backend.settings import Settings
 from tests.conftest import RunningFake
 from tests.fakes.kimi_server import LONG_END, long_prose
-from tests.test_app import Browser, start_chat, user_message
+from tests.test_app import Browser, carries_text, start_chat, user_message
 from tests.test_app import close_resources as close_resources  # the app's resources, per test
 from ui.answer_view import ANSWER_HARD_CHARS
-from ui.blocks import BLOCK_ID_TAIL
+from ui.blocks import BLOCK_ID_TAIL, LIVE_PLACEHOLDER
 from ui.session import runner
 
 LONG = "#scenario=long-think #reasoning=3000 #answer=3000 #rate=20000"
@@ -41,10 +41,30 @@ def frames_of(browser: Browser, step_id: str) -> list[tuple[str, dict[str, Any]]
 
 
 def assert_closed_once(browser: Browser, step_id: str, closing: str) -> None:
-    """The block streamed, then got its final text once, then nothing more."""
+    """The block was drawn blank, showed its text live, then got its final text once, then
+    nothing more."""
     events = [e for e, _ in frames_of(browser, step_id)]
     assert events[0] == "stream_start" and events.count(closing) == 1
     assert events[-1] == closing, f"{step_id} was sent again after it closed: {events}"
+    assert "stream_token" not in events  # the text went live (ui/bridge.py), not to React
+    start = next(d for e, d in frames_of(browser, step_id) if e == "stream_start")
+    assert start["output"] == LIVE_PLACEHOLDER and browser.live(step_id)
+
+
+def live_then_drawn(browser: Browser, block_id: str, final: str) -> None:
+    """A block's first live words came before the block itself, and its final text is what
+    showed live (a code block cut in two gets its closing fence: backend/blocks.py)."""
+    live = [
+        i
+        for i, (e, d) in enumerate(browser.frames)
+        if carries_text(e, d) and d["kimi"]["id"] == block_id
+    ]
+    start = next(
+        i for i, (e, d) in enumerate(browser.frames) if e == "stream_start" and d["id"] == block_id
+    )
+    assert live[0] < start
+    shown = browser.live(block_id)
+    assert final.startswith(shown) and re.fullmatch(r"(\n?`{3,}\n?)?", final[len(shown) :])
 
 
 async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
@@ -58,6 +78,7 @@ async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
         assert block_id.endswith(BLOCK_ID_TAIL) and block["parentId"] == step["id"]
         assert len(block["output"]) <= HARD_CHARS + 100
         assert_closed_once(browser, block_id, "update_message")
+        live_then_drawn(browser, block_id, block["output"])
     assert browser.reasoning() == "".join(long_prose("r", 3000))  # exactly, in order
     assert step["output"] == "" and step["name"].startswith("Thought for ")
 
@@ -70,6 +91,7 @@ async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
         )
         events = [e for e, _ in frames_of(browser, block["id"])]
         assert events[0] == "stream_start" and events[-1] == "delete_message"
+        assert "stream_token" not in events and browser.live(block["id"])
         assert events.count("new_message") <= 1  # the open one ends unsent
     assert "delete_message" not in [e for e, _ in frames_of(browser, first["id"])]
     answer = "".join(long_prose("a", 3000))

@@ -34,7 +34,7 @@ from backend.presenter import NOT_SAVED_NOTE, SAVED_AGAIN_NOTE
 from backend.store.db import create_engine
 from backend.store.export import INTERRUPTED_NOTE
 from backend.store.pending import cause, retryable
-from bench._common import Tab
+from bench._common import Tab, frame_text
 from tests.conftest import DATA
 from tests.fakes.kimi_server import conversation
 from tests.live_app import LiveApp, requests_seen, scripted_server, signed_in
@@ -329,13 +329,13 @@ async def test_an_app_killed_mid_answer_keeps_what_had_streamed_but_the_last_sec
         tab = Tab(app.url, http, cookies=signed_in(app.url, "alice", PASSWORD))
         await tab.open()
         streamed: list[str] = []
-        drawn = tab.sio.handlers["/"]["stream_token"]
+        drawn = tab.sio.handlers["/"]["window_message"]
 
-        async def on_token(payload: dict[str, Any]) -> None:
-            streamed.append(str(payload.get("token", "")))
+        async def on_text(payload: dict[str, Any]) -> None:
+            streamed.append(frame_text(payload))  # an open block's live text
             await drawn(payload)
 
-        tab.sio.on("stream_token", on_token)
+        tab.sio.on("window_message", on_text)
         asking = asyncio.create_task(tab.ask("Tell me at length #scenario=slow-answer"))
         deadline = time.monotonic() + 60
         while "a40 " not in "".join(streamed):

@@ -62,8 +62,8 @@ class AnswerView(Blocks[cl.Message]):
         self._messages.append(message)
         return message
 
-    async def _finish(self, block: cl.Message, closing: str) -> None:
-        block.content = link_remote_images(block.content + closing)  # no image fetches
+    async def _finish(self, block: cl.Message, text: str) -> None:
+        block.content = link_remote_images(text)  # no image fetches
         await block.send()
         self._sent.add(block.id)
 
@@ -75,7 +75,7 @@ class AnswerView(Blocks[cl.Message]):
         of a run, and the page shows the two as one answer (``public/style.css``).
         With no answer text (stopped while thinking, cut off before the answer) the
         system message alone is the answer's message: nothing to copy."""
-        self._open = None
+        self._drop_open()
         if not content and not self._messages:
             await self._footer(footer, actions, self.answer_id)
             return

@@ -5,10 +5,18 @@ streamed into one message costs the browser more at each update as it grows
 (:mod:`backend.blocks` says why and where the text is cut). Here each block is
 its own Chainlit step (inside the reasoning step, :class:`StepBlocks`) or
 message (the answer while it streams, :class:`ui.answer_view.AnswerView`):
-tokens stream into the open block; when :class:`~backend.blocks.BlockSplitter`
+the open block shows its text live; when :class:`~backend.blocks.BlockSplitter`
 cuts, the open block gets its final text (remote images made links,
 :func:`backend.safety.link_remote_images`), is stored (Chainlit's data layer, so
 a resumed chat shows it) and is not touched again while the text streams.
+
+The open block's text does not go through Chainlit's ``stream_token``: each of those
+renders Chainlit's whole page again in the browser (20-25 ms of main thread per update
+on this project's machine, docs/facts.md), 20 times a second. The block is made with
+:data:`LIVE_PLACEHOLDER` as its text (a ``stream_token``: on the page, not stored), and
+its text goes to the page through :func:`ui.bridge.show_live`, which
+``public/live.js`` appends as plain text. Markdown is rendered once the block closes:
+while a block is open the person reads its raw text (README says so).
 
 The blocks' ids end in :data:`BLOCK_ID_TAIL`, which ``public/style.css`` and
 ``public/stream.js`` recognise in the page (``#step-<id>``): a reasoning block
@@ -25,9 +33,15 @@ import chainlit as cl
 
 from backend.blocks import HARD_CHARS, SOFT_CHARS, BlockCut, BlockSplitter
 from backend.safety import link_remote_images
+from ui import bridge
 
 BLOCK_ID_TAIL: Final = "b10cb10cb10c"
 """The last group of every block's id (a UUID's 12 hex digits), for the page's CSS and JS."""
+
+LIVE_PLACEHOLDER: Final = " "
+"""An open block's own text on the page until it closes: blank, so Chainlit draws the
+block (a step or message with no text is drawn without its content) and shows nothing
+of it; ``public/live.js`` shows the live text instead."""
 
 BLOCK_NAME: Final = "block"
 """The name of a reasoning block's step: never shown (``public/style.css`` hides its title)."""
@@ -41,6 +55,9 @@ def block_id() -> str:
 class _Block(Protocol):
     """What a block is in Chainlit: a step or a message that streams."""
 
+    @property
+    def id(self) -> str: ...
+
     async def stream_token(self, token: str, is_sequence: bool = False) -> None: ...
 
 
@@ -48,32 +65,48 @@ B = TypeVar("B", bound=_Block)
 
 
 class Blocks(Generic[B]):
-    """Text streamed into a run of blocks: the open one streams, a cut closes it."""
+    """Text streamed into a run of blocks: the open one shows it live, a cut closes it."""
 
     def __init__(self, soft_chars: int, hard_chars: int, opening: str = "") -> None:
         self._splitter = BlockSplitter(soft_chars, hard_chars)
         self._open: B | None = None
+        self._text = ""  # the open block's text so far
         self._opening = opening  # shown first in the next block
 
     async def add(self, text: str) -> None:
-        """Stream ``text`` into the open block, closing and opening blocks where cut."""
+        """Show ``text`` in the open block, closing and opening blocks where cut."""
         for part in self._splitter.feed(text):
             if isinstance(part, BlockCut):
-                if self._open is not None:
-                    block, self._open = self._open, None
-                    await self._finish(block, part.closing)
+                await self._close_open(part.closing)
                 self._opening = part.opening
                 continue
             if self._open is None:
-                self._open = self._new_block()
                 part, self._opening = self._opening + part, ""
-            await self._open.stream_token(part)
+                self._open = self._new_block()
+                # The words first: the page keeps them until the block is drawn.
+                await bridge.show_live(self._open.id, part)
+                await self._open.stream_token(LIVE_PLACEHOLDER)
+            else:
+                await bridge.show_live(self._open.id, part)
+            self._text += part
+
+    async def _close_open(self, closing: str) -> None:
+        """Give the open block its final text (``closing`` added) and store it; no-op if
+        none is open."""
+        if self._open is not None:
+            block, text = self._open, self._text + closing
+            self._drop_open()
+            await self._finish(block, text)
+
+    def _drop_open(self) -> None:
+        """Forget the open block without closing it (it leaves the page, or is replaced)."""
+        self._open, self._text = None, ""
 
     def _new_block(self) -> B:
         raise NotImplementedError
 
-    async def _finish(self, block: B, closing: str) -> None:
-        """Give a closed block its final text (``closing`` added) and store it."""
+    async def _finish(self, block: B, text: str) -> None:
+        """Give a closed block its final ``text`` and store it."""
         raise NotImplementedError
 
 
@@ -94,13 +127,11 @@ class StepBlocks(Blocks[cl.Step]):
 
     async def close(self) -> None:
         """Give the open block its final text and store it; no-op if none is open."""
-        if self._open is not None:
-            block, self._open = self._open, None
-            await self._finish(block, "")
+        await self._close_open("")
 
     async def remove(self) -> None:
         """Take every block off the page and out of the store (before their parent goes)."""
-        self._open = None
+        self._drop_open()
         for block in self._blocks:
             await block.remove()
         self._blocks.clear()
@@ -117,6 +148,6 @@ class StepBlocks(Blocks[cl.Step]):
         self._blocks.append(block)
         return block
 
-    async def _finish(self, block: cl.Step, closing: str) -> None:
-        block.output = link_remote_images(block.output + closing)  # no image fetches
+    async def _finish(self, block: cl.Step, text: str) -> None:
+        block.output = link_remote_images(text)  # no image fetches
         await block.update()

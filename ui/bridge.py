@@ -12,7 +12,8 @@ echoed included). Over it the app
 * gives the page its own words (:func:`send_strings`): the drop zone's, and the sentence
   for a file over Chainlit's ``max_size_mb``, which the page refuses before it is sent;
 * puts a kept message's text back in the message box (:func:`put_back`);
-* hands the page a file to save (:func:`offer_download`).
+* hands the page a file to save (:func:`offer_download`);
+* streams the open block of a long text (:func:`show_live`, ``public/live.js``).
 
 What comes back from the page is checked against :data:`ACTIONS` (:func:`action_of`):
 anything else, our own echoed messages included, is ignored.
@@ -73,6 +74,14 @@ async def send_strings(tr: Translator) -> None:
 async def put_back(text: str) -> None:
     """Put ``text`` back in the message box (a message that could not be sent as it was)."""
     await _send("composer", text=text)
+
+
+async def show_live(block_id: str, text: str) -> None:
+    """Append ``text`` to what the page shows of the open block ``block_id`` (a step or
+    message of :mod:`ui.blocks`), as plain text: ``public/live.js`` adds it without a
+    render of Chainlit's page; the block's markdown is drawn once, when it closes.
+    The block may reach the page after its first text: the page keeps that text until then."""
+    await _send("live", id=block_id, text=text)
 
 
 def action_of(data: object) -> Action | None:

@@ -180,6 +180,58 @@ def test_a_long_reasoning_streams_folds_resumes_and_exports_whole(
     context.close()
 
 
+SAMPLE = """
+(reasoningText) => {
+  const boxes = [...document.querySelectorAll(".kimi-live")];
+  const last = boxes.at(-1);
+  const scroller = last?.closest(".overflow-y-auto");
+  let below = null;  // px of the live text's last line under the view's bottom edge
+  if (last && scroller) {
+    below = last.getBoundingClientRect().bottom - scroller.getBoundingClientRect().bottom;
+  }
+  const reasoning = [...document.querySelectorAll(reasoningText)].map((e) => e.textContent);
+  return {
+    live: boxes.map((box) => box.textContent),
+    inAnswer: boxes.some((box) => box.closest('[data-step-type="assistant_message"]') !== null),
+    reasoning: reasoning.join("\\n"),
+    below,
+    thread: location.pathname.startsWith("/thread/"),
+  };
+}
+"""
+"""What the page shows at one moment: the live texts (public/live.js), whether one is in an
+answer, the reasoning's text, and how far the last live text ends under the visible chat."""
+
+
+def test_the_open_block_streams_as_raw_text_once_and_in_view(chromium: Browser, app: App) -> None:
+    context, page = signed_in(chromium, app)
+    page.locator("#chat-input").fill(QUESTION)
+    page.locator("#chat-input").press("Enter")
+    samples = []
+    while page.locator("#stop-button").count():
+        samples.append(page.evaluate(SAMPLE, REASONING_TEXT))
+        if len(samples) == 25:
+            screenshot(page, "long-reasoning-live")
+        time.sleep(0.2)
+    wait_answer_done(page)
+    live = [sample for sample in samples if sample["live"]]
+    assert len(live) > 20, f"{len(live)} of {len(samples)} moments showed live text"
+    # The chat was stored and Chainlit's page mounted again at /thread/<id>: it goes on live.
+    assert any(sample["thread"] for sample in live)
+    assert any("**" in text for sample in live for text in sample["live"])  # raw markdown
+    assert any(sample["inAnswer"] for sample in live)  # the answer streams live too
+    for sample in samples:  # every word once, in order, at every moment
+        shown = words(sample["reasoning"], "r")
+        assert shown == list(range(len(shown)))
+    # The view follows the text (the person never scrolled): within two lines of its bottom.
+    followed = [sample["below"] <= 60 for sample in live if sample["below"] is not None]
+    assert followed and all(followed), followed
+    expect(page.locator(".kimi-live")).to_have_count(0)  # each block ended drawn as markdown
+    expect(page.locator("[data-kimi-live]")).to_have_count(0)
+    assert "**" not in reasoning_text(page)
+    context.close()
+
+
 def test_stop_mid_long_reasoning_keeps_every_block_shown(chromium: Browser, app: App) -> None:
     context, page = signed_in(chromium, app)
     page.locator("#chat-input").fill(QUESTION.replace("2000", "6000"))
@@ -194,5 +246,6 @@ def test_stop_mid_long_reasoning_keeps_every_block_shown(chromium: Browser, app:
     time.sleep(0.5)  # nothing more comes
     shown = words(reasoning_text(page), "r")
     assert len(shown) > 500 and shown == list(range(len(shown)))  # a prefix, whole, in order
+    expect(page.locator(".kimi-live")).to_have_count(0)  # the open block ended drawn
     screenshot(page, "long-reasoning-stopped")
     context.close()
