@@ -3,28 +3,34 @@
 //
 // ui/blocks.py streams a reasoning or an answer as a run of blocks. The open block is drawn
 // by Chainlit with a blank text, and its text comes as window messages
-// `{kimi: {kind: "live", id, text}}` (ui/bridge.py, show_live), in order. This script
-// appends that text, as text (never HTML), to an element of its own at the end of the
-// block's content (`#step-<id> .message-content`); the block's markdown, blank meanwhile,
-// is hidden (public/style.css, [data-kimi-live]). When the block closes, the app sends it
-// its whole text: once React has drawn that (the block's own content shows text), the live
-// element goes, in the same frame. A Chainlit `stream_token` renders the whole page
-// (docs/facts.md); this costs the page one text append and one layout.
+// `{kimi: {kind: "live", id, text}}` (ui/bridge.py, show_live), in order, then
+// `{kimi: {kind: "live_end", id}}` once the block has been sent its whole text. This script
+// appends the text, as text (never HTML), to an element of its own at the end of the
+// block's content (`#step-<id> .message-content`); the block's markdown, blank meanwhile, is
+// hidden (public/style.css, [data-kimi-live]). Once React has drawn the whole text (the
+// block's own content shows text), the live element goes, in the same frame; after
+// `live_end` it goes at the latest END_MS later (a text that draws as nothing). A Chainlit
+// `stream_token` renders the whole page (docs/facts.md); this costs the page one text
+// append and one layout.
+//
+// Chainlit's page forwards every window message to the server (its AppWrapper); live text
+// is the server's own, so this script's listener, first in line (capture), keeps it here.
 //
 // Text for a block not on the page yet (its first words come before it) is kept until the
 // block appears. Chainlit's page mounts everything again when a new chat is first stored
 // (its move to /thread/<id>): the live text is then put into the block's new content.
-// Text kept for a block that never appears (a closed tab's, a removed block's) is dropped
-// after KEEP_MS.
+// Text kept for a block that does not appear within KEEP_MS of its last text (a removed
+// block's) is dropped.
 //
-// Chainlit follows a streaming answer by scrolling at each of its renders (its
-// ScrollContainer: a spacer under the messages keeps the question at the top until the
-// answer fills the view, then each render scrolls to the bottom unless the person has
-// scrolled up). Here, once a frame, the spacer shrinks by what the live text grew, and
-// then the view goes to the bottom unless the person has scrolled away from it.
+// Chainlit follows a streaming answer at each of its renders (its ScrollContainer: a spacer
+// under the messages keeps the question at the top until the answer fills the view; then,
+// unless the person has scrolled away from the bottom since sending, each render scrolls to
+// the bottom). Here, once a frame, the spacer shrinks by what the live text grew, and the
+// view goes to the bottom on the same condition.
 (() => {
   const LIVE = "data-kimi-live";
   const KEEP_MS = 10000;
+  const END_MS = 1000;
   const blocks = new Map(); // block id -> {text, node, box, content, height, since}
   const grown = new Set(); // blocks whose live text grew since the last frame
 
@@ -45,9 +51,7 @@
     return false;
   };
 
-  const place = (id, block) => {
-    const content = contentOf(id);
-    if (!content) return;
+  const place = (block, content) => {
     const box = document.createElement("div");
     box.className = "kimi-live";
     block.node = document.createTextNode(block.text);
@@ -74,35 +78,38 @@
     if (!blocks.size) observer.disconnect();
   };
 
-  const keepFor = (id, block) => {
+  // Text kept for a block not on the page goes KEEP_MS after its last text.
+  const keep = (id, block) => {
     block.since = performance.now();
     setTimeout(() => {
-      const kept = performance.now() - block.since >= KEEP_MS - 1;
-      if (blocks.get(id) === block && !block.node && kept) forget(id, block);
+      const idle = performance.now() - block.since >= KEEP_MS - 1;
+      if (blocks.get(id) === block && !block.node && idle) forget(id, block);
     }, KEEP_MS);
   };
 
-  // A block that closed blank (its whole text blanks) has nothing to draw: once React no
-  // longer shows it streaming (its cursor gone), its blank live text goes too.
-  const closedBlank = (block) =>
-    !block.node.data.trim() && !block.content.querySelector(":scope > :not(.kimi-live) .loading-cursor");
-
-  // After any change to the page: draw kept text, and end live text React has replaced.
-  const check = () => {
-    for (const [id, block] of blocks) {
-      if (block.content && !block.content.isConnected) {
-        unplace(block); // the page was mounted again
-        keepFor(id, block);
-      }
-      if (!block.content) place(id, block);
-      else if (drawn(block) || closedBlank(block)) forget(id, block);
+  // Put the block's text on the page if it is not, or end it if React has drawn it.
+  const settle = (id, block) => {
+    if (block.content && !block.content.isConnected) {
+      unplace(block); // the page was mounted again
+      keep(id, block);
     }
+    if (!block.content) {
+      const content = contentOf(id);
+      if (content) place(block, content);
+    }
+    if (block.content && drawn(block)) forget(id, block);
   };
+
+  const ours = (node) => {
+    for (const block of blocks.values()) if (block.box?.contains(node)) return true;
+    return false;
+  };
+  const changedByPage = (record) =>
+    !ours(record.target) &&
+    (record.type === "characterData" ||
+      [...record.addedNodes, ...record.removedNodes].some((node) => !ours(node)));
   const observer = new MutationObserver((records) => {
-    const ours = (node) => [...blocks.values()].some((block) => block.box?.contains(node));
-    if (records.some((record) => !ours(record.target) && ![...record.addedNodes].every(ours))) {
-      check();
-    }
+    if (records.some(changedByPage)) for (const [id, block] of blocks) settle(id, block);
   });
 
   const add = (id, text) => {
@@ -113,16 +120,61 @@
       }
       block = { text: "", node: null, box: null, content: null, height: 0, since: 0 };
       blocks.set(id, block);
-      keepFor(id, block);
     }
     if (block.node) {
       block.node.appendData(text);
       grow(block);
-    } else {
-      block.text += text;
-      place(id, block);
+      return;
     }
+    block.text += text;
+    keep(id, block);
+    settle(id, block);
   };
+
+  const end = (id) => {
+    const block = blocks.get(id);
+    if (block) setTimeout(() => blocks.get(id) === block && forget(id, block), END_MS);
+  };
+
+  // Whether the view follows the text: from a question sent until the person scrolls away
+  // from the bottom (a scroll of the messages within a second of their wheel, touch, key
+  // or pointer; Chainlit's own scrolls after a send do not count).
+  let following = true;
+  let touchedAt = -Infinity;
+  const sent = () => {
+    following = true;
+    touchedAt = -Infinity;
+  };
+  const touched = () => {
+    touchedAt = performance.now();
+  };
+  for (const type of ["wheel", "touchmove", "pointerdown", "keydown"]) {
+    document.addEventListener(type, touched, { capture: true, passive: true });
+  }
+  document.addEventListener(
+    "keydown",
+    (event) => {
+      if (event.key === "Enter" && !event.shiftKey && event.target?.id === "chat-input") sent();
+    },
+    true,
+  );
+  document.addEventListener(
+    "click",
+    (event) => {
+      if (event.target instanceof Element && event.target.closest("#chat-submit")) sent();
+    },
+    true,
+  );
+  document.addEventListener(
+    "scroll",
+    (event) => {
+      const view = event.target;
+      if (!(view instanceof Element) || performance.now() - touchedAt > 1000) return;
+      if (!view.querySelector("[data-step-type]")) return; // not the messages
+      following = view.scrollTop + view.clientHeight >= view.scrollHeight - 10;
+    },
+    { capture: true, passive: true },
+  );
 
   // Once a frame: what Chainlit's page does at each of its renders to follow an answer.
   let scheduled = false;
@@ -133,9 +185,6 @@
       requestAnimationFrame(follow);
     }
   };
-  // The view follows the text while the question is at the top with room under it (the
-  // spacer), while it is at the bottom, and while it is where this script last put it.
-  const placedAt = new WeakMap(); // scroller -> the scrollTop this script set
   const follow = () => {
     scheduled = false;
     for (const block of grown) {
@@ -143,28 +192,26 @@
       const height = block.box.offsetHeight;
       const growth = height - block.height;
       block.height = height;
-      const scroller = block.box.closest(".overflow-y-auto");
-      if (growth <= 0 || !scroller) continue;
-      const spacer = scroller.lastElementChild;
+      const view = block.box.closest(".overflow-y-auto");
+      if (growth <= 0 || !view) continue;
+      const spacer = view.lastElementChild;
       const room = parseFloat(spacer?.style.height || "0") || 0;
-      const { scrollTop, clientHeight, scrollHeight } = scroller;
-      const following =
-        room > 0 ||
-        placedAt.get(scroller) === scrollTop ||
-        scrollTop + clientHeight >= scrollHeight - growth - 10;
       if (room > 0) spacer.style.height = `${Math.max(0, room - growth)}px`;
-      if (growth > room && following) {
-        scroller.scrollTop = scroller.scrollHeight;
-        placedAt.set(scroller, scroller.scrollTop);
-      }
+      if (growth > room && following) view.scrollTop = view.scrollHeight;
     }
     grown.clear();
   };
 
-  window.addEventListener("message", (event) => {
-    const said = fromApp(event);
-    if (said?.kind === "live" && typeof said.id === "string" && typeof said.text === "string") {
-      add(said.id, said.text);
-    }
-  });
+  window.addEventListener(
+    "message",
+    (event) => {
+      const said = fromApp(event);
+      if (typeof said?.id !== "string") return;
+      if (said.kind === "live" && typeof said.text === "string") add(said.id, said.text);
+      else if (said.kind === "live_end") end(said.id);
+      else return;
+      event.stopImmediatePropagation(); // not back to the server (Chainlit's AppWrapper)
+    },
+    true,
+  );
 })();

@@ -46,7 +46,8 @@ def carries_text(event: str, data: Any) -> bool:
     """Whether a frame streams text: Chainlit's ``stream_token``, or an open block's live
     text (a ``window_message`` of kind ``live``, ui/bridge.py)."""
     if event == "window_message":
-        return isinstance(data, dict) and data.get("kimi", {}).get("kind") == "live"
+        said = data.get("kimi") if isinstance(data, dict) else None
+        return isinstance(said, dict) and said.get("kind") == "live"
     return event == "stream_token"
 
 
@@ -63,13 +64,15 @@ class Browser:
     holding: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def emit(self, event: str, data: Any) -> None:
+        # python-socketio's emit starts the send before it waits: a frame whose send is
+        # cancelled still reaches the page.
+        self.frames.append((event, data))
         if self.token_delay_s and carries_text(event, data):
             self.sending_token.set()
             await asyncio.sleep(self.token_delay_s)
         if self.hold is not None and self.hold(event, data):
             self.holding.set()
             await asyncio.sleep(30)
-        self.frames.append((event, data))
 
     def live(self, block_id: str) -> str:
         """The text a block showed live while it was open (ui/bridge.py, show_live)."""

@@ -52,8 +52,9 @@ def assert_closed_once(browser: Browser, step_id: str, closing: str) -> None:
 
 
 def live_then_drawn(browser: Browser, block_id: str, final: str) -> None:
-    """A block's first live words came before the block itself, and its final text is what
-    showed live (a code block cut in two gets its closing fence: backend/blocks.py)."""
+    """A block's first live words came before the block itself, its final text is what
+    showed live (a code block cut in two gets its closing fence: backend/blocks.py), and
+    the page was told its live text ended after that final text was sent."""
     live = [
         i
         for i, (e, d) in enumerate(browser.frames)
@@ -64,7 +65,18 @@ def live_then_drawn(browser: Browser, block_id: str, final: str) -> None:
     )
     assert live[0] < start
     shown = browser.live(block_id)
-    assert final.startswith(shown) and re.fullmatch(r"(\n?`{3,}\n?)?", final[len(shown) :])
+    assert final.startswith(shown) and re.fullmatch(r"(\n?(`{3,}|~{3,})\n?)?", final[len(shown) :])
+    ends = [
+        i
+        for i, (e, d) in enumerate(browser.frames)
+        if e == "window_message" and d["kimi"] == {"kind": "live_end", "id": block_id}
+    ]
+    whole = max(
+        i
+        for i, (e, d) in enumerate(browser.frames)
+        if e in ("update_message", "new_message") and d["id"] == block_id
+    )
+    assert len(ends) == 1 and ends[0] > whole
 
 
 async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
@@ -107,6 +119,22 @@ async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
     assert turn.reasoning == browser.reasoning() and turn.status == "done"
 
 
+async def test_a_stop_while_live_text_is_sent_keeps_that_text_in_the_block(
+    browser: Browser,
+) -> None:
+    """Defect: the text being sent when a Stop landed reached the page (a send, once
+    started, goes out) but not the block's final text, which replaced it."""
+    browser.token_delay_s = 10  # a slow browser: Stop lands while the first text is sent
+    task = asyncio.create_task(app.on_message(user_message(f"Think {LONG}")))
+    await asyncio.wait_for(browser.sending_token.wait(), timeout=30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    ((block_id, block),) = browser.steps("undefined").items()
+    assert browser.live(block_id).strip()
+    live_then_drawn(browser, block_id, block["output"])
+
+
 async def test_stop_mid_long_reasoning_closes_the_open_block_with_what_came(
     browser: Browser,
 ) -> None:
@@ -120,8 +148,9 @@ async def test_stop_mid_long_reasoning_closes_the_open_block_with_what_came(
         await task
     step = next(iter(browser.steps("llm").values()))
     assert step["name"].endswith("(stopped)")
-    for block_id in browser.steps("undefined"):
+    for block_id, block in browser.steps("undefined").items():
         assert_closed_once(browser, block_id, "update_message")
+        live_then_drawn(browser, block_id, block["output"])
     turn = runner().chat.conversation.turns[-1]
     assert turn.status == "stopped"
     assert turn.reasoning.startswith(browser.reasoning()) and len(browser.reasoning()) > 4000

@@ -21,6 +21,7 @@ import chainlit as cl
 
 from backend.blocks import HARD_CHARS, SOFT_CHARS
 from backend.safety import link_remote_images
+from ui import bridge
 from ui.blocks import Blocks, block_id
 
 ANSWER_SOFT_CHARS: Final = SOFT_CHARS
@@ -75,6 +76,7 @@ class AnswerView(Blocks[cl.Message]):
         of a run, and the page shows the two as one answer (``public/style.css``).
         With no answer text (stopped while thinking, cut off before the answer) the
         system message alone is the answer's message: nothing to copy."""
+        streaming = self._open
         self._drop_open()
         if not content and not self._messages:
             await self._footer(footer, actions, self.answer_id)
@@ -92,6 +94,8 @@ class AnswerView(Blocks[cl.Message]):
             await message.update()
         else:
             await message.send()
+        if streaming is not None:
+            await bridge.end_live(streaming.id)
         if footer:
             await self._footer(footer, actions, block_id())
 

@@ -15,7 +15,8 @@ renders Chainlit's whole page again in the browser (20-25 ms of main thread per 
 on this project's machine, docs/facts.md), 20 times a second. The block is made with
 :data:`LIVE_PLACEHOLDER` as its text (a ``stream_token``: on the page, not stored), and
 its text goes to the page through :func:`ui.bridge.show_live`, which
-``public/live.js`` appends as plain text. Markdown is rendered once the block closes:
+``public/live.js`` appends as plain text (:func:`ui.bridge.end_live` once the block has
+its whole text). Markdown is rendered once the block closes:
 while a block is open the person reads its raw text (README says so).
 
 The blocks' ids end in :data:`BLOCK_ID_TAIL`, which ``public/style.css`` and
@@ -27,6 +28,7 @@ without its own avatar.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Final, Generic, Protocol, TypeVar
 
 import chainlit as cl
@@ -67,11 +69,18 @@ B = TypeVar("B", bound=_Block)
 class Blocks(Generic[B]):
     """Text streamed into a run of blocks: the open one shows it live, a cut closes it."""
 
-    def __init__(self, soft_chars: int, hard_chars: int, opening: str = "") -> None:
+    def __init__(
+        self,
+        soft_chars: int,
+        hard_chars: int,
+        opening: str = "",
+        before_first: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         self._splitter = BlockSplitter(soft_chars, hard_chars)
         self._open: B | None = None
         self._text = ""  # the open block's text so far
         self._opening = opening  # shown first in the next block
+        self._before_first = before_first  # run once, after the first words, before their block
 
     async def add(self, text: str) -> None:
         """Show ``text`` in the open block, closing and opening blocks where cut."""
@@ -80,15 +89,19 @@ class Blocks(Generic[B]):
                 await self._close_open(part.closing)
                 self._opening = part.opening
                 continue
+            # The text is the block's before it is sent: a Stop that lands while it is
+            # being sent (it still reaches the page) closes the block with it.
             if self._open is None:
                 part, self._opening = self._opening + part, ""
-                self._open = self._new_block()
-                # The words first: the page keeps them until the block is drawn.
-                await bridge.show_live(self._open.id, part)
-                await self._open.stream_token(LIVE_PLACEHOLDER)
+                block = self._open = self._new_block()
+                self._text += part
+                try:  # the words first: the page keeps them until the block is drawn
+                    await bridge.show_live(block.id, part)
+                finally:
+                    await self._draw(block)
             else:
+                self._text += part
                 await bridge.show_live(self._open.id, part)
-            self._text += part
 
     async def _close_open(self, closing: str) -> None:
         """Give the open block its final text (``closing`` added) and store it; no-op if
@@ -97,6 +110,14 @@ class Blocks(Generic[B]):
             block, text = self._open, self._text + closing
             self._drop_open()
             await self._finish(block, text)
+            await bridge.end_live(block.id)
+
+    async def _draw(self, block: B) -> None:
+        """Put a new block on the page, blank (its text is live), after ``before_first``."""
+        if self._before_first is not None:
+            before, self._before_first = self._before_first, None
+            await before()
+        await block.stream_token(LIVE_PLACEHOLDER)
 
     def _drop_open(self) -> None:
         """Forget the open block without closing it (it leaves the page, or is replaced)."""
@@ -114,14 +135,21 @@ class StepBlocks(Blocks[cl.Step]):
     """Reasoning text as child steps of one step (the reasoning step), block by block.
 
     Args:
-        parent: the step the blocks belong to (already sent).
+        parent: the step the blocks belong to: on the page before the first block is
+            drawn (``before_first`` may send it, after the first words went out).
         soft_chars, hard_chars: block sizes (:class:`backend.blocks.BlockSplitter`).
+        before_first: awaited once, after the first block's first words were sent and
+            before that block is drawn.
     """
 
     def __init__(
-        self, parent: cl.Step, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_CHARS
+        self,
+        parent: cl.Step,
+        soft_chars: int = SOFT_CHARS,
+        hard_chars: int = HARD_CHARS,
+        before_first: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
-        super().__init__(soft_chars, hard_chars)
+        super().__init__(soft_chars, hard_chars, before_first=before_first)
         self._parent = parent
         self._blocks: list[cl.Step] = []
 

@@ -13,7 +13,8 @@ echoed included). Over it the app
   for a file over Chainlit's ``max_size_mb``, which the page refuses before it is sent;
 * puts a kept message's text back in the message box (:func:`put_back`);
 * hands the page a file to save (:func:`offer_download`);
-* streams the open block of a long text (:func:`show_live`, ``public/live.js``).
+* streams the open block of a long text (:func:`show_live`, :func:`end_live`,
+  ``public/live.js``).
 
 What comes back from the page is checked against :data:`ACTIONS` (:func:`action_of`):
 anything else, our own echoed messages included, is ignored.
@@ -82,6 +83,12 @@ async def show_live(block_id: str, text: str) -> None:
     render of Chainlit's page; the block's markdown is drawn once, when it closes.
     The block may reach the page after its first text: the page keeps that text until then."""
     await _send("live", id=block_id, text=text)
+
+
+async def end_live(block_id: str) -> None:
+    """Say that block ``block_id`` has been sent its whole text: the page ends its live text
+    once the block's markdown is drawn, or about a second later if that draws nothing."""
+    await _send("live_end", id=block_id)
 
 
 def action_of(data: object) -> Action | None:

@@ -37,7 +37,13 @@ class ReasoningView:
         self._since = 0.0
 
     async def add(self, text: str) -> None:
-        """Stream reasoning text, opening the step (expanded) on the first call."""
+        """Stream reasoning text, opening the step (expanded) on the first text.
+
+        The step goes on the page right after the first words (which the page keeps
+        until their block, inside the step, is drawn: ``public/live.js``), so nothing
+        goes out before them."""
+        if not text:
+            return
         if self._open is None:
             self._since = self._clock()
             # Same parent as the answer message (the run of on_message), so the
@@ -50,8 +56,7 @@ class ReasoningView:
                 default_open=True,  # folded when it ends by public/stream.js
             )
             step.start = cl.utils.utc_now()
-            await step.send()
-            self._open = (step, StepBlocks(step))
+            self._open = (step, StepBlocks(step, before_first=step.send))
         await self._open[1].add(text)
 
     async def discard(self) -> None:
