@@ -58,6 +58,19 @@ new MutationObserver(() => {
 """
 """Long Tasks, and when the answer's last words were first on the page (wall clock)."""
 
+SENT_BACK = """
+window.__liveSentBack = 0;
+const PageSocket = window.WebSocket;
+window.WebSocket = class extends PageSocket {
+  send(data) {
+    if (typeof data === "string" && data.includes('"kind":"live')) window.__liveSentBack += 1;
+    super.send(data);
+  }
+};
+"""
+"""Counts the frames the page sends its server that carry live text back (Chainlit's page
+forwards every window message it sees)."""
+
 
 def words(text: str, prefix: str) -> list[int]:
     """The numbers of the words ``{prefix}N`` in ``text``, in order."""
@@ -82,10 +95,11 @@ def app(tmp_path: Path, scripted: str) -> Iterator[App]:
 
 
 def signed_in(chromium: Browser, app: App) -> tuple[BrowserContext, Page]:
-    """Alice signed in, in a context that records Long Tasks and the end of the answer
-    (``bypass_csp``: the test's own script runs in the page)."""
+    """Alice signed in, in a context that records Long Tasks, the end of the answer and
+    live text sent back (``bypass_csp``: the test's own scripts run in the page)."""
     context = new_context(chromium, bypass_csp=True)
     context.add_init_script(WATCH)
+    context.add_init_script(SENT_BACK)
     page = context.new_page()
     page.goto(app.url)
     page.locator("#email").fill("alice")
@@ -236,6 +250,7 @@ def test_the_open_block_streams_as_raw_text_once_and_in_view(chromium: Browser, 
     assert placed and all(s["below"] <= 60 for s in placed), placed
     filled = [s["below"] for s in placed if s["room"] == 0 and s["overflow"] > 0]
     assert filled and all(below >= -120 for below in filled), filled
+    assert page.evaluate("window.__liveSentBack") == 0  # kept in the page
     expect(page.locator(".kimi-live")).to_have_count(0)  # each block ended drawn as markdown
     expect(page.locator("[data-kimi-live]")).to_have_count(0)
     assert "**" not in reasoning_text(page)
