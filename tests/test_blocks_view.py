@@ -23,7 +23,7 @@ from tests.conftest import RunningFake
 from tests.fakes.kimi_server import LONG_END, long_prose
 from tests.test_app import Browser, carries_text, start_chat, user_message
 from tests.test_app import close_resources as close_resources  # the app's resources, per test
-from ui.answer_view import ANSWER_HARD_CHARS
+from ui.answer_view import ANSWER_HARD_CHARS, AnswerView
 from ui.blocks import BLOCK_ID_TAIL, LIVE_PLACEHOLDER
 from ui.session import runner
 
@@ -117,6 +117,30 @@ async def test_a_long_reasoning_and_answer_stream_as_blocks_that_stop_changing(
     assert actions and all(a["forId"] == footer["id"] for a in actions)  # Regenerate, under it
     turn = runner().chat.conversation.turns[-1]
     assert turn.reasoning == browser.reasoning() and turn.status == "done"
+
+
+async def test_a_block_is_drawn_whole_one_update_after_the_next_one_opens(
+    browser: Browser,
+) -> None:
+    """Each is a render of Chainlit's whole page in the browser: in one update they would
+    make one long frame. Until then the cut block's text stays live."""
+    view = AnswerView("answer-id", soft_chars=20, hard_chars=40)
+    await view.add("A first paragraph, long enough.\n\nThe sec")
+    first, second = view._messages  # the first block cut, the second opened
+    assert [e for e, _ in frames_of(browser, first.id)] == ["stream_start"]
+    assert [e for e, _ in frames_of(browser, second.id)] == ["stream_start"]
+    assert browser.live(first.id) == "A first paragraph, long enough.\n\n"
+    await view.add("ond one")
+    drawn = [d for e, d in browser.frames if e == "new_message" and d["id"] == first.id]
+    assert [d["output"] for d in drawn] == ["A first paragraph, long enough.\n\n"]
+    assert browser.live(second.id) == "The second one"
+    await view.finish("A first paragraph, long enough.\n\nThe second one", [])
+    ended = [
+        d["kimi"]["id"]
+        for e, d in browser.frames
+        if e == "window_message" and d["kimi"]["kind"] == "live_end"
+    ]
+    assert ended == [first.id, second.id]
 
 
 async def test_a_stop_while_live_text_is_sent_keeps_that_text_in_the_block(

@@ -76,8 +76,7 @@ class AnswerView(Blocks[cl.Message]):
         of a run, and the page shows the two as one answer (``public/style.css``).
         With no answer text (stopped while thinking, cut off before the answer) the
         system message alone is the answer's message: nothing to copy."""
-        streaming = self._open
-        self._drop_open()
+        streaming = self._drop_all()
         if not content and not self._messages:
             await self._footer(footer, actions, self.answer_id)
             return
@@ -94,8 +93,8 @@ class AnswerView(Blocks[cl.Message]):
             await message.update()
         else:
             await message.send()
-        if streaming is not None:
-            await bridge.end_live(streaming.id)
+        for block in streaming:
+            await bridge.end_live(block.id)
         if footer:
             await self._footer(footer, actions, block_id())
 

@@ -79,14 +79,23 @@ class Blocks(Generic[B]):
         self._splitter = BlockSplitter(soft_chars, hard_chars)
         self._open: B | None = None
         self._text = ""  # the open block's text so far
+        self._cut: tuple[B, str] | None = None  # cut at the last update, not yet drawn whole
         self._opening = opening  # shown first in the next block
         self._before_first = before_first  # run once, after the first words, before their block
 
     async def add(self, text: str) -> None:
-        """Show ``text`` in the open block, closing and opening blocks where cut."""
+        """Show ``text`` in the open block, closing and opening blocks where cut.
+
+        A block cut here is drawn whole at the next call (its live text stays on the page
+        until then), not right after the block that follows it is drawn: each of the two
+        is a render of Chainlit's whole page, and together they would be one long frame."""
+        await self._close_cut()
         for part in self._splitter.feed(text):
             if isinstance(part, BlockCut):
-                await self._close_open(part.closing)
+                await self._close_cut()  # a second cut in one call
+                if self._open is not None:
+                    self._cut = (self._open, self._text + part.closing)
+                    self._drop_open()
                 self._opening = part.opening
                 continue
             # The text is the block's before it is sent: a Stop that lands while it is
@@ -104,13 +113,22 @@ class Blocks(Generic[B]):
                 await bridge.show_live(self._open.id, part)
 
     async def _close_open(self, closing: str) -> None:
-        """Give the open block its final text (``closing`` added) and store it; no-op if
-        none is open."""
+        """Give the cut block and the open one their final text (the open one's with
+        ``closing`` added) and store them; no-op for those there are not."""
+        await self._close_cut()
         if self._open is not None:
             block, text = self._open, self._text + closing
             self._drop_open()
-            await self._finish(block, text)
-            await bridge.end_live(block.id)
+            await self._draw_whole(block, text)
+
+    async def _close_cut(self) -> None:
+        if self._cut is not None:
+            (block, text), self._cut = self._cut, None
+            await self._draw_whole(block, text)
+
+    async def _draw_whole(self, block: B, text: str) -> None:
+        await self._finish(block, text)
+        await bridge.end_live(block.id)
 
     async def _draw(self, block: B) -> None:
         """Put a new block on the page, blank (its text is live), after ``before_first``."""
@@ -120,8 +138,17 @@ class Blocks(Generic[B]):
         await block.stream_token(LIVE_PLACEHOLDER)
 
     def _drop_open(self) -> None:
-        """Forget the open block without closing it (it leaves the page, or is replaced)."""
+        """Forget the open block without closing it (it leaves the page, is replaced, or
+        is cut)."""
         self._open, self._text = None, ""
+
+    def _drop_all(self) -> list[B]:
+        """Forget the open and the cut block without closing them (they leave the page,
+        or are replaced); returns them."""
+        streaming = [block for block in (self._open, self._cut and self._cut[0]) if block]
+        self._drop_open()
+        self._cut = None
+        return streaming
 
     def _new_block(self) -> B:
         raise NotImplementedError
@@ -159,7 +186,7 @@ class StepBlocks(Blocks[cl.Step]):
 
     async def remove(self) -> None:
         """Take every block off the page and out of the store (before their parent goes)."""
-        self._drop_open()
+        self._drop_all()
         for block in self._blocks:
             await block.remove()
         self._blocks.clear()
