@@ -28,7 +28,6 @@ without its own avatar.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Final, Generic, Protocol, TypeVar
 
 import chainlit as cl
@@ -69,19 +68,12 @@ B = TypeVar("B", bound=_Block)
 class Blocks(Generic[B]):
     """Text streamed into a run of blocks: the open one shows it live, a cut closes it."""
 
-    def __init__(
-        self,
-        soft_chars: int,
-        hard_chars: int,
-        opening: str = "",
-        before_first: Callable[[], Awaitable[object]] | None = None,
-    ) -> None:
+    def __init__(self, soft_chars: int, hard_chars: int, opening: str = "") -> None:
         self._splitter = BlockSplitter(soft_chars, hard_chars)
         self._open: B | None = None
         self._text = ""  # the open block's text so far
         self._cut: tuple[B, str] | None = None  # cut at the last update, not yet drawn whole
         self._opening = opening  # shown first in the next block
-        self._before_first = before_first  # run once, after the first words, before their block
 
     async def add(self, text: str) -> None:
         """Show ``text`` in the open block, closing and opening blocks where cut.
@@ -131,10 +123,7 @@ class Blocks(Generic[B]):
         await bridge.end_live(block.id)
 
     async def _draw(self, block: B) -> None:
-        """Put a new block on the page, blank (its text is live), after ``before_first``."""
-        if self._before_first is not None:
-            before, self._before_first = self._before_first, None
-            await before()
+        """Put a new block on the page, blank (its text is live)."""
         await block.stream_token(LIVE_PLACEHOLDER)
 
     def _drop_open(self) -> None:
@@ -162,21 +151,14 @@ class StepBlocks(Blocks[cl.Step]):
     """Reasoning text as child steps of one step (the reasoning step), block by block.
 
     Args:
-        parent: the step the blocks belong to: on the page before the first block is
-            drawn (``before_first`` may send it, after the first words went out).
+        parent: the step the blocks belong to (already sent).
         soft_chars, hard_chars: block sizes (:class:`backend.blocks.BlockSplitter`).
-        before_first: awaited once, after the first block's first words were sent and
-            before that block is drawn.
     """
 
     def __init__(
-        self,
-        parent: cl.Step,
-        soft_chars: int = SOFT_CHARS,
-        hard_chars: int = HARD_CHARS,
-        before_first: Callable[[], Awaitable[object]] | None = None,
+        self, parent: cl.Step, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_CHARS
     ) -> None:
-        super().__init__(soft_chars, hard_chars, before_first=before_first)
+        super().__init__(soft_chars, hard_chars)
         self._parent = parent
         self._blocks: list[cl.Step] = []
 

@@ -37,13 +37,8 @@ class ReasoningView:
         self._since = 0.0
 
     async def add(self, text: str) -> None:
-        """Stream reasoning text, opening the step (expanded) on the first text.
-
-        The step goes on the page right after the first words (which the page keeps
-        until their block, inside the step, is drawn: ``public/live.js``), so nothing
-        goes out before them."""
-        if not text:
-            return
+        """Stream reasoning text, opening the step (expanded) on the first call: also
+        on a lone opening marker (``text`` empty), which a person sees as "Thinking…"."""
         if self._open is None:
             self._since = self._clock()
             # Same parent as the answer message (the run of on_message), so the
@@ -56,7 +51,8 @@ class ReasoningView:
                 default_open=True,  # folded when it ends by public/stream.js
             )
             step.start = cl.utils.utc_now()
-            self._open = (step, StepBlocks(step, before_first=step.send))
+            await step.send()
+            self._open = (step, StepBlocks(step))
         await self._open[1].add(text)
 
     async def discard(self) -> None:
