@@ -92,17 +92,16 @@ class Blocks(Generic[B]):
                 continue
             # The text is the block's before it is sent: a Stop that lands while it is
             # being sent (it still reaches the page) closes the block with it.
-            if self._open is None:
+            new = self._open is None
+            if new:
                 part, self._opening = self._opening + part, ""
-                block = self._open = self._new_block()
-                self._text += part
-                try:  # the words first: the page keeps them until the block is drawn
-                    await bridge.show_live(block.id, part)
-                finally:
-                    await self._draw(block)
-            else:
-                self._text += part
-                await bridge.show_live(self._open.id, part)
+            block = self._open = self._open or self._new_block()
+            self._text += part
+            try:  # the words first: the page keeps them until the block is drawn
+                await bridge.show_live(block.id, part)
+            finally:
+                if new:  # drawn blank: its text is live
+                    await block.stream_token(LIVE_PLACEHOLDER)
 
     async def _close_open(self, closing: str) -> None:
         """Give the cut block and the open one their final text (the open one's with
@@ -121,10 +120,6 @@ class Blocks(Generic[B]):
     async def _draw_whole(self, block: B, text: str) -> None:
         await self._finish(block, text)
         await bridge.end_live(block.id)
-
-    async def _draw(self, block: B) -> None:
-        """Put a new block on the page, blank (its text is live)."""
-        await block.stream_token(LIVE_PLACEHOLDER)
 
     def _drop_open(self) -> None:
         """Forget the open block without closing it (it leaves the page, is replaced, or
@@ -163,7 +158,8 @@ class StepBlocks(Blocks[cl.Step]):
         self._blocks: list[cl.Step] = []
 
     async def close(self) -> None:
-        """Give the open block its final text and store it; no-op if none is open."""
+        """Give the cut and the open block their final text and store them; no-op if
+        there are none."""
         await self._close_open("")
 
     async def remove(self) -> None:
