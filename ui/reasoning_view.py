@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 import chainlit as cl
+from chainlit.config import config
 
 from backend.i18n import ENGLISH, Translator
 from backend.presenter import THINKING_LABEL, StepEnd, thought_label
@@ -49,6 +50,12 @@ class ReasoningView:
                 type="llm",
                 parent_id=parent.id if parent else None,
                 default_open=True,  # folded when it ends by public/stream.js
+                # Its avatar is the model's, as its answer's. Chainlit's page asks for
+                # /avatars/<avatarName, else the step's name>; Chainlit's server refuses
+                # names of other than ASCII letters, digits, "_", ".", "-" and spaces
+                # with HTTP 400 (chainlit/server.py, get_avatar): "Thinking…", and every
+                # title in Chinese, drew a pulsing placeholder and logged an error.
+                metadata={"avatarName": config.ui.name},
             )
             step.start = cl.utils.utc_now()
             await step.send()

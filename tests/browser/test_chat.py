@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Response, expect
 
 from tests.browser.conftest import (
     ANSWERS,
@@ -308,3 +308,41 @@ def test_the_ui_reports_its_open_chats_to_the_operator(chromium: Browser, stack:
     while open_chats() != with_this_tab - 1 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert open_chats() == with_this_tab - 1
+
+
+def test_a_turn_leaves_the_page_console_clean(chromium: Browser, stack: Stack) -> None:
+    """No console warning or error, and no failed request, while a reasoning and an
+    answer stream into a stored chat; loading the page and its first turn log only
+    react-dropzone's note that it skips "*/*" (``.chainlit/config.toml``: every file
+    reaches the app), once per mount of Chainlit's chat (at ``/`` and at ``/thread/<id>``).
+
+    Before: with ``accept`` a list, that note came at every render of the chat, 29 times
+    a turn; and the reasoning step asked for the avatar "Thinking…", which Chainlit's
+    server refuses (HTTP 400)."""
+    context = new_context(chromium)
+    said: list[str] = []
+    failed: list[str] = []
+
+    def note_failure(response: Response) -> None:
+        if response.status >= 400:
+            failed.append(f"{response.status} {response.url}")
+
+    try:
+        page = context.new_page()
+        page.on("console", lambda m: said.append(f"{m.type}: {m.text}"))
+        page.on("response", note_failure)
+        page.goto(stack.ui_url)
+        expect(page.locator("#chat-settings-open-modal")).to_be_visible()
+        ask(page, "What is in this picture? #scenario=steady", DATA / "rocket.jpg")
+        wait_answer_done(page)
+        offline = "net::ERR_FAILED"  # the test's own refusal of CDN requests (block_cdn)
+        notes = [s for s in said if s.startswith(("warning", "error")) and offline not in s]
+        assert notes and all(n.startswith('warning: Skipped "*/*"') for n in notes), notes
+        said.clear()
+        ask(page, "And once more? #scenario=steady")
+        wait_answer_done(page)
+        expect(page.locator(ANSWERS)).to_have_count(2)
+    finally:
+        context.close()
+    assert [s for s in said if s.startswith(("warning", "error"))] == []
+    assert failed == []
