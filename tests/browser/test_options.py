@@ -139,9 +139,12 @@ def test_long_reasoning_is_batched_and_the_page_keeps_painting(
     # interval; the first delta and the last flush may each come sooner) as an open
     # block's live text; each reasoning block also opens and closes with one send of its
     # own (ui/blocks.py), so the total depends on the blocks, but stays far from one update
-    # per token.
+    # per token. ``seconds`` is timed in the page, from the first frame's message event: the
+    # page's script gets it 90-140 ms after it reached the tab, while Chainlit renders the
+    # question (README, first visible words), so the page's span is up to 0.15 s shorter
+    # than the server's (the fresh-clone run of 2026-12-05 19:50: 14 sends in 0.58 s).
     token_sends = sum(kind in ("stream_token", "live") for kind in updates)
-    assert 0 < token_sends <= seconds * 20 + 2
+    assert 0 < token_sends <= (seconds + 0.15) * 20 + 2
     assert len(updates) < 30_000 / 100
     assert longest_frame_ms < 1000  # the page never froze for a second
 
