@@ -227,6 +227,7 @@ def test_the_open_block_streams_as_raw_text_once_and_in_view(chromium: Browser, 
     context, page = signed_in(chromium, app)
     page.locator("#chat-input").fill(QUESTION)
     page.locator("#chat-input").press("Enter")
+    expect(page.locator("#stop-button")).to_be_visible()  # the turn is running: sample it
     samples = []
     while page.locator("#stop-button").count():
         samples.append(page.evaluate(SAMPLE, REASONING_TEXT))
