@@ -51,10 +51,9 @@ class ReasoningView:
                 parent_id=parent.id if parent else None,
                 default_open=True,  # folded when it ends by public/stream.js
                 # Its avatar is the model's, as its answer's. Chainlit's page asks for
-                # /avatars/<avatarName, else the step's name>; Chainlit's server refuses
-                # names of other than ASCII letters, digits, "_", ".", "-" and spaces
-                # with HTTP 400 (chainlit/server.py, get_avatar): "Thinking…", and every
-                # title in Chinese, drew a pulsing placeholder and logged an error.
+                # /avatars/<avatarName, else the step's name>, and its server refuses
+                # "Thinking…" and every Chinese title with HTTP 400 (docs/facts.md): a
+                # pulsing placeholder and an error in the page's console.
                 metadata={"avatarName": config.ui.name},
             )
             step.start = cl.utils.utc_now()
