@@ -1,7 +1,8 @@
 """A turn as it is recorded, and the sink that records it.
 
 The turn runner (:mod:`backend.turn_runner`) hands each turn to a :class:`TurnSink`
-when its answer starts (status ``pending``) and again when it ends. The store
+when its answer starts (status ``pending``; written once its first words are out, at most
+:data:`FIRST_WORDS_WAIT_S` later) and again when it ends. The store
 implements the sink (:class:`backend.store.turns.ThreadTurns`); open mode has none;
 tests use an in-memory one. What is recorded is the turn's data (text, images,
 answer, reasoning, status, the measured numbers), never rendered text.
@@ -17,6 +18,11 @@ from backend.timings import Timings
 
 INTERRUPTED: Final = "interrupted"
 """Stored status of a turn whose answer never ended (the app was killed)."""
+
+FIRST_WORDS_WAIT_S: Final = 1.0
+"""The longest a write made as a turn starts (its record as it starts, a chat's page writes)
+waits for the answer's first words, in seconds: nothing needs it sooner, and on a loaded
+machine its CPU would come out of the first words' time (docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True, slots=True)

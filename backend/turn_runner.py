@@ -23,6 +23,7 @@ answer ended changes nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -32,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
-from backend.batching import Pacing
+from backend.batching import Pacing, visible
 from backend.chat import ChatSession, Upload
 from backend.client import ServedModel
 from backend.conversation import Turn, TurnStatus
@@ -53,7 +54,7 @@ from backend.presenter import (
     rerun_note,
     server_away_note,
 )
-from backend.record import Saving, ShownAnswers, TurnRecord, TurnSink
+from backend.record import FIRST_WORDS_WAIT_S, Saving, ShownAnswers, TurnRecord, TurnSink
 from backend.render import (
     AnswerText,
     ButtonsUnder,
@@ -348,6 +349,8 @@ class TurnRunner:
             async for event in events:
                 for drawn in [*shown.on(event), *saving.due()]:
                     yield drawn
+                if shown.words_out:  # drawn: the caller asks for more once it has
+                    saving.words_out()
 
     async def _failed(
         self, turn: Turn, shown: Shown, attempt: Attempt, saving: Checkpoints, exc: ChatError
@@ -507,16 +510,30 @@ class Checkpoints:
         self.every_s = runner.chat.settings.save_every_s
         self._last = time.monotonic()
         self._task: asyncio.Task[list[RenderEvent]] | None = None
+        self._words_out = asyncio.Event()
 
     def begin(self) -> None:
-        """Save the turn as it starts (``pending``, its question) in a task of its own, so
-        that the request goes out while the store writes: awaited first, the write took
-        2.5-4.7 ms of a question's first words (docs/benchmarks.md, "The turn stored while
-        the request goes out"). Its notes come with :meth:`due` or :meth:`settled`; no-op
-        while an earlier save's notes are not collected yet (a try after the server was
-        found away: the turn is stored once)."""
+        """Save the turn as it starts (``pending``, its question) in a task of its own, once
+        :meth:`words_out` says its first words are out, or :data:`FIRST_WORDS_WAIT_S` after
+        this call, whichever comes first. Awaited before the request, the write took 2.5-4.7
+        ms of a question's first words; run while the request was out, its CPU still came
+        out of them on a loaded machine (docs/benchmarks.md, "The turn stored after its first
+        words"). Its notes come with :meth:`due` or :meth:`settled`; no-op while an earlier
+        save's notes are not collected yet (a try after the server was found away: the turn
+        is stored once)."""
         if self._task is None:
-            self._task = asyncio.create_task(self.runner._record(self.turn))
+            started = replace(self.turn, images=list(self.turn.images))
+            self._task = asyncio.create_task(self._save_start(started))
+
+    async def _save_start(self, started: Turn) -> list[RenderEvent]:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(FIRST_WORDS_WAIT_S):
+                await self._words_out.wait()
+        return await self.runner._record(self.turn, stored=started)
+
+    def words_out(self) -> None:
+        """The answer's first words are drawn (or it ended): the turn as it started is saved now."""
+        self._words_out.set()
 
     def due(self) -> list[RenderEvent]:
         """Start a save if one is due; the notes of a save that has finished since."""
@@ -538,7 +555,9 @@ class Checkpoints:
         return task.result() if not task.cancelled() else []
 
     async def settled(self) -> list[RenderEvent]:
-        """Wait for the save in flight, if any; its notes."""
+        """Wait for the save in flight, if any (the turn as it started is saved at once if it
+        still waits for the first words); its notes."""
+        self._words_out.set()
         if self._task is not None:
             await asyncio.wait([self._task])
         return self._collected()
@@ -613,6 +632,8 @@ class Shown:
         self.answer_started = False
         self.waiting = False
         self.done: Done | None = None
+        self.words_out = False
+        """True once the answer's first visible words (or its end) were handed out."""
 
     @property
     def started(self) -> bool:
@@ -625,6 +646,7 @@ class Shown:
             self.waiting = True
             return [WaitingNote(not_started_note(event.seconds, event.queued, self.chat.tr))]
         drawn = self._waiting_over()
+        self.words_out = self.words_out or isinstance(event, Done) or visible(event.text)
         if isinstance(event, ReasoningDelta):
             self.reasoning.append(event.text)
             if self.show_reasoning:

@@ -139,6 +139,65 @@ async def test_the_request_goes_out_while_the_turn_as_it_starts_is_stored(
     assert "".join(e.text for e in events if isinstance(e, AnswerText)) == ANSWER.lstrip()
 
 
+class StoreThatSeesTheScreen(Recorded):
+    """A sink that notes, at each write, the words the person had been shown by then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drawn: list[RenderEvent] = []
+        self.words_at_write: list[str] = []
+
+    async def record(self, record: TurnRecord) -> Saving:
+        texts = (e.text for e in self.drawn if isinstance(e, ReasoningText | AnswerText))
+        self.words_at_write.append("".join(texts))
+        return await super().record(record)
+
+
+async def test_the_turn_as_it_starts_is_stored_once_its_first_words_are_drawn(
+    chat: ChatSession,
+) -> None:
+    """Defect: the first write ran while the request was out, and on a loaded machine its
+    CPU came out of the first words' time (docs/benchmarks.md)."""
+    sink = StoreThatSeesTheScreen()
+    async for event in TurnRunner(chat, sink).new_turn("m1", "#scenario=thinking", []):
+        sink.drawn.append(event)
+    started, ended = sink.records
+    assert (started.turn.status, ended.turn.status) == ("pending", "done")
+    assert started.turn.reasoning == started.turn.answer == ""  # the turn as it started
+    first_words = sink.words_at_write[0]
+    assert first_words.strip() and REASONING.startswith(first_words)
+
+
+async def test_a_silent_server_does_not_hold_the_turn_as_it_starts_back(
+    chat: ChatSession,
+) -> None:
+    """No text for 4 s: the turn as it starts is stored about a second after the request,
+    long before the words (and checkpoints follow every ``save_every_s``, 3 s)."""
+    sink = StoreThatSeesTheScreen()
+    async for event in TurnRunner(chat, sink).new_turn("m1", "#scenario=silent", []):
+        sink.drawn.append(event)
+    assert sink.records[0].turn.status == "pending" and sink.words_at_write[0] == ""
+    assert sink.records[-1].turn.status == "done" and sink.words_at_write[-1] == ANSWER
+
+
+async def test_a_stop_before_the_first_words_stores_the_turn_as_it_started_then_stopped(
+    chat: ChatSession, fake: RunningFake
+) -> None:
+    fake.reset()
+    sink = Recorded()
+    answering = asyncio.create_task(
+        drain(TurnRunner(chat, sink).new_turn("m1", "#scenario=silent", []))
+    )
+    async with asyncio.timeout(5):
+        while not fake.requests:  # out, and no words for 4 s
+            await asyncio.sleep(0.01)
+    answering.cancel()  # what Stop does
+    with pytest.raises(asyncio.CancelledError):
+        await answering
+    assert [r.turn.status for r in sink.records] == ["pending", "stopped"]
+    assert sink.records[0].turn.answer == sink.records[1].turn.answer == ""
+
+
 async def test_the_events_say_the_turn_in_order(chat: ChatSession) -> None:
     events = await drain(TurnRunner(chat).new_turn("m1", "#scenario=thinking", []))
     kinds = [type(e).__name__ for e in events]

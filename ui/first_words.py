@@ -30,8 +30,11 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Final, TypeVar
 
-WAIT_S: Final = 1.0
-"""The longest a chat's page write waits for its answer's first words, in seconds."""
+from backend.record import FIRST_WORDS_WAIT_S
+
+WAIT_S: Final = FIRST_WORDS_WAIT_S
+"""The longest a chat's page write waits for its answer's first words, in seconds (the
+turn's own record as it starts waits as long: ``backend.record``)."""
 
 T = TypeVar("T")
 
