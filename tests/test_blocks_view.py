@@ -23,9 +23,9 @@ from tests.conftest import RunningFake
 from tests.fakes.kimi_server import LONG_END, long_prose
 from tests.test_app import Browser, carries_text, start_chat, user_message
 from tests.test_app import close_resources as close_resources  # the app's resources, per test
-from ui.answer import AUTHOR
 from ui.answer_view import ANSWER_HARD_CHARS, AnswerView
 from ui.blocks import BLOCK_ID_TAIL, LIVE_PLACEHOLDER
+from ui.notes import AUTHOR
 from ui.session import runner
 
 LONG = "#scenario=long-think #reasoning=3000 #answer=3000 #rate=20000"

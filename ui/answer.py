@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
-from typing import Any, Final, ParamSpec
+from typing import Any, ParamSpec
 
 import chainlit as cl
 
@@ -45,16 +45,13 @@ from ui.answer_view import AnswerView
 from ui.first_words import FIRST_WORDS
 from ui.grounding_view import show_marks
 from ui.language import session_translator
-from ui.notes import NoteKind, note_id
+from ui.notes import AUTHOR, NoteKind, note_id
 from ui.reasoning_view import ReasoningView
 
 log = logging.getLogger(LOGGER_NAME)
 
 AfterFirst = Callable[[], Awaitable[None]]
 """What :func:`draw` runs once a turn's first event is drawn."""
-
-AUTHOR: Final = "Kimi-VL Chat"
-"""Author of the app's own notes (not the model's answers)."""
 
 
 async def say(text: str, buttons: Sequence[Button] = (), kind: NoteKind = "plain") -> None:

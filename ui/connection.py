@@ -23,7 +23,7 @@ from backend.client import ServedModel
 from backend.errors import ChatError, RequestTimeout, ServerLoading, ServerUnreachable
 from backend.panel import panel_fields
 from backend.presenter import connecting_note, in_markdown, ready_note, waiting_note
-from ui.answer import AUTHOR
+from ui.notes import AUTHOR
 
 READY_POLL_S = 1.0
 """Seconds between two connection attempts while the server is not ready."""

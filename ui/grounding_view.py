@@ -22,14 +22,11 @@ from backend.i18n import ENGLISH, Translator
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
 from backend.uploads import MediaWorkers
-from ui.notes import note_id
+from ui.notes import AUTHOR, note_id
 
 log = logging.getLogger(LOGGER_NAME)
 
 _DIGIT = re.compile(r"\d")
-
-AUTHOR = "Kimi-VL Chat"
-"""Author of the overlay messages: the app, as for its other notes (app.py ``say``)."""
 
 
 async def show_marks(

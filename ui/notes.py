@@ -12,6 +12,10 @@ from __future__ import annotations
 import uuid
 from typing import Final, Literal
 
+AUTHOR: Final = "Kimi-VL Chat"
+"""Author of the app's own messages (its notes, the grounding overlays; not the model's
+answers)."""
+
 NoteKind = Literal["info", "warning", "error", "waiting", "fork", "plain"]
 
 NOTE_MARKS: Final[dict[NoteKind, str]] = {
