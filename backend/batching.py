@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from typing import cast
 
 from backend.errors import FirstTokenTimeout, StreamStalled
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
+from backend.events import (
+    AnswerDelta,
+    Done,
+    ReasoningDelta,
+    ReasoningOpened,
+    StreamEvent,
+    Waiting,
+)
 from backend.i18n import msg
 
 DEFAULT_INTERVAL_S = 0.05
@@ -101,7 +108,11 @@ class Pacer:
         return min(due) if due else None
 
     def feed(self, event: StreamEvent, now: float) -> list[StreamEvent]:
-        """An event from the stream, at ``now``: what goes to the UI now, in order."""
+        """An event from the stream, at ``now``: what goes to the UI now, in order. A
+        :class:`ReasoningOpened` goes at once and is not text: the server is still waited
+        for (:class:`Waiting`, the first-token timeout) until text comes."""
+        if isinstance(event, ReasoningOpened):
+            return [*self.flush(), event]
         self._last_event = now
         if isinstance(event, Done):
             return [*self.flush(), event]

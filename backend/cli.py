@@ -173,7 +173,8 @@ class Printer:
     def show(self, event: RenderEvent) -> None:
         """Print one event (see the class docstring)."""
         if isinstance(event, ReasoningText):
-            self._part("reasoning", event.text, self.err, dim=self.dim)
+            if event.text:  # an empty one opens the step, which a terminal does not draw
+                self._part("reasoning", event.text, self.err, dim=self.dim)
         elif isinstance(event, AnswerText):
             if not self.answered and not self.jsonl:
                 self.err.write("\n")

@@ -32,7 +32,15 @@ import httpx2
 import orjson
 
 from backend.errors import ClientClosed, StreamBroken
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, TextPart, Usage
+from backend.events import (
+    AnswerDelta,
+    Done,
+    ReasoningDelta,
+    ReasoningOpened,
+    StreamEvent,
+    TextPart,
+    Usage,
+)
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.reasoning import ReasoningSplitter
@@ -423,11 +431,14 @@ class ChatClient:
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
         """Stream one chat completion as typed events.
 
-        Yields :class:`ReasoningDelta` and :class:`AnswerDelta` parts as chunks
-        arrive (reasoning from ``delta.reasoning``, from the older
-        ``delta.reasoning_content``, or split out of ``delta.content`` by
-        :class:`backend.reasoning.ReasoningSplitter`, since vLLM has no parser for
-        Kimi-VL's ``◁think▷`` markers), then exactly one :class:`Done`. Once the
+        Yields :class:`ReasoningOpened` once the server took a request whose prefill
+        began the reply inside the reasoning (before the model's first token: the page
+        shows the reasoning step while the server prepares it), then
+        :class:`ReasoningDelta` and :class:`AnswerDelta` parts as chunks arrive
+        (reasoning from ``delta.reasoning``, from the older ``delta.reasoning_content``,
+        or split out of ``delta.content`` by :class:`backend.reasoning.ReasoningSplitter`,
+        since vLLM has no parser for Kimi-VL's ``◁think▷`` markers), then exactly one
+        :class:`Done`. Once the
         server sends a reasoning field, content is taken as answer as it is.
 
         Closing the generator early (``aclose()``, or cancellation as Chainlit's
@@ -450,6 +461,8 @@ class ChatClient:
         try:
             async with self._open(request) as response:
                 started_streaming = True
+                if request.prefill and reading.splitter.in_reasoning:
+                    yield ReasoningOpened()
                 async for chunk in _chunks(response):
                     for part in limit.cut(reading.parts(chunk)):
                         yield part

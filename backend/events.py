@@ -1,13 +1,24 @@
 """Plain value types for the parts of a streamed chat completion.
 
-A stream from :mod:`backend.client` yields, in order, any number of
-:class:`ReasoningDelta` and :class:`AnswerDelta` parts and exactly one final
-:class:`Done`. Front ends (Chainlit, the CLI) render these and nothing else.
+A stream from :mod:`backend.client` yields, in order, at most one
+:class:`ReasoningOpened`, any number of :class:`ReasoningDelta` and
+:class:`AnswerDelta` parts and exactly one final :class:`Done`. Front ends
+(Chainlit, the CLI) render these and nothing else.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningOpened:
+    """The server took (HTTP 2xx) a request that began the reply inside the reasoning: a
+    Thinking model's ``◁think▷`` written by the request as the start of its reply
+    (``ModelProfile.reply_start`` in backend/settings.py), so the reply is reasoning from
+    its first token. Comes before any text, at most once; it is not a token (no time to
+    first token, and a server that has not started answering is still waited for as such).
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,5 +102,5 @@ class Waiting:
 TextPart = ReasoningDelta | AnswerDelta
 """A text part of a stream: what the reasoning splitter produces."""
 
-StreamEvent = ReasoningDelta | AnswerDelta | Done
+StreamEvent = ReasoningOpened | ReasoningDelta | AnswerDelta | Done
 """Everything a chat completion stream yields."""

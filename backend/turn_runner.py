@@ -38,7 +38,14 @@ from backend.chat import ChatSession, Upload
 from backend.client import ServedModel
 from backend.conversation import Turn, TurnStatus
 from backend.errors import ChatError, ServerLoading, ServerUnreachable
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
+from backend.events import (
+    AnswerDelta,
+    Done,
+    ReasoningDelta,
+    ReasoningOpened,
+    StreamEvent,
+    Waiting,
+)
 from backend.i18n import msg
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
@@ -646,12 +653,12 @@ class Shown:
             self.waiting = True
             return [WaitingNote(not_started_note(event.seconds, event.queued, self.chat.tr))]
         drawn = self._waiting_over()
+        if isinstance(event, ReasoningOpened):  # the step shows while the server prepares
+            return [*drawn, *self._step_open()]
         self.words_out = self.words_out or isinstance(event, Done) or visible(event.text)
         if isinstance(event, ReasoningDelta):
             self.reasoning.append(event.text)
-            if self.show_reasoning:
-                self.step_open = True
-                drawn.append(ReasoningText(event.text))
+            drawn += self._step_open(event.text)
         elif isinstance(event, AnswerDelta):
             self.answer.append(event.text)
             drawn += self._step_end("done")
@@ -713,8 +720,19 @@ class Shown:
         self.waiting = False
         return [WaitingOver()]
 
+    def _step_open(self, text: str = "") -> list[RenderEvent]:
+        """The step opened (if the person sees the reasoning), with ``text`` in it."""
+        if not self.show_reasoning:
+            return []
+        self.step_open = True
+        return [ReasoningText(text)]
+
     def _step_end(self, ended: StepEnd | Literal["discarded"]) -> list[RenderEvent]:
+        """The open step's end; a step that got no reasoning to show (opened as the server
+        took the request, then stopped, failed, or answered at once) leaves the page."""
         if not self.step_open:
             return []
         self.step_open = False
+        if not any(visible(text) for text in self.reasoning):
+            ended = "discarded"
         return [ReasoningEnd(ended)]

@@ -268,7 +268,7 @@ async def stream_app(
             if isinstance(event, ReasoningDelta | AnswerDelta):
                 if first is None and event.text:
                     first = time.perf_counter()
-            else:
+            elif isinstance(event, Done):
                 done = event
     except Exception as exc:  # a ChatError: reported, the run goes on
         return Result(None, time.perf_counter() - started, 0, 0, f"{type(exc).__name__}: {exc}")

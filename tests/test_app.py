@@ -290,12 +290,16 @@ async def test_unreachable_server_is_said_at_chat_start(monkeypatch: pytest.Monk
     await app.on_chat_end()
 
 
-async def test_a_thinking_model_answering_without_thought_shows_no_step(browser: Browser) -> None:
-    """The request writes ``◁think▷``; a reply that closes it at once (the scripted
-    ``plain`` answer, continued) is all answer: no reasoning step opens."""
+async def test_a_thinking_model_answering_without_thought_leaves_no_step(browser: Browser) -> None:
+    """The request writes ``◁think▷``, so "Thinking…" shows while the server prepares the
+    reply; a reply that closes it at once (the scripted ``plain`` answer, continued) is all
+    answer: the step leaves the page before the answer's first words."""
     await app.on_message(user_message("#scenario=plain"))
-    assert not browser.steps("llm")
-    assert not [d for e, d in browser.frames if e == "delete_message"]
+    (step,) = browser.steps("llm")
+    events = [e if e != "delete_message" else f"delete {d['id']}" for e, d in browser.frames]
+    gone = events.index(f"delete {step}")
+    assert "stream_start" not in events[:gone]  # no answer block before the step left
+    assert events.count(f"delete {step}") == 1
     assert browser.texts()[-1].startswith(ANSWER.strip())
     turn = runner().chat.conversation.turns[-1]
     assert turn.answer == ANSWER.lstrip() and turn.reasoning == ""

@@ -10,7 +10,14 @@ import pytest
 
 from backend.batching import Pacer, Pacing, StreamPace, coalesce
 from backend.errors import FirstTokenTimeout, StreamStalled
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent, Waiting
+from backend.events import (
+    AnswerDelta,
+    Done,
+    ReasoningDelta,
+    ReasoningOpened,
+    StreamEvent,
+    Waiting,
+)
 
 DONE = Done(finish_reason="stop", usage=None, ttft_s=0.1, reasoning_s=None, elapsed_s=1.0)
 
@@ -189,6 +196,21 @@ def test_pacer_first_visible_words_pass_at_once_after_a_lone_marker() -> None:
     assert pacer.deadline() == pytest.approx(0.155)  # one interval after "Okay"
     assert pacer.tick(0.155) == [ReasoningDelta(", so")]
     assert pacer.feed(ReasoningDelta(" then"), 0.160) == []
+
+
+def test_pacer_an_opened_reasoning_passes_at_once_and_the_server_is_still_waited_for() -> None:
+    """The step opens as the server takes the request; until text comes the server has
+    not started answering: the waiting notes and the first-token timeout still apply."""
+    pacing = Pacing(interval_s=0.05, waiting_after_s=3.0, first_token_timeout_s=10.0)
+    pacer = Pacer(pacing, started=0.0)
+    assert pacer.feed(ReasoningOpened(), 0.01) == [ReasoningOpened()]
+    assert pacer.deadline() == pytest.approx(3.0)
+    assert pacer.tick(3.0) == [Waiting(3.0)]
+    with pytest.raises(FirstTokenTimeout):
+        pacer.tick(10.0)
+    pacer = Pacer(pacing, started=0.0)
+    pacer.feed(ReasoningOpened(), 0.01)
+    assert pacer.feed(ReasoningDelta("Okay"), 0.02) == [ReasoningDelta("Okay")]  # at once
 
 
 def test_pacer_whitespace_alone_is_no_visible_word() -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import types
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from backend.errors import (
     TooManyImages,
     can_retry,
 )
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.events import AnswerDelta, Done, ReasoningDelta, ReasoningOpened, StreamEvent
 from backend.vllm_errors import ErrorEvent, HttpStatusError, map_error
 from tests.conftest import RunningFake, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING
@@ -408,6 +409,33 @@ async def test_the_opening_marker_alone_starts_the_reasoning_at_once(client: Cha
     assert texts(rest) == (REASONING, ANSWER.lstrip())
     done = rest[-1]
     assert isinstance(done, Done) and done.ttft_s is not None and done.ttft_s < 0.8
+
+
+async def test_a_thinking_request_that_writes_its_marker_opens_the_reasoning_when_taken(
+    client: ChatClient,
+) -> None:
+    """The request begins the reply with ``◁think▷``: the reasoning is open as soon as the
+    server takes the request, before its first token (here 4 s of silence), and that is
+    no token: the time to the first token counts from the words."""
+    messages = [{"role": "user", "content": "#scenario=silent"}]
+    request = ChatRequest(
+        model="kimi-vl-thinking-2506",
+        messages=messages,
+        max_tokens=100,
+        temperature=0.8,
+        thinking=True,
+        prefill="◁think▷",
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    stream = client.stream(request)
+    assert await anext(stream) == ReasoningOpened() and loop.time() - started < 3
+    rest = [event async for event in stream]
+    assert ReasoningOpened() not in rest
+    done = rest[-1]
+    assert isinstance(done, Done) and done.ttft_s is not None and done.ttft_s > 3.5
+    instruct = replace(request, model="kimi-vl", thinking=False, prefill="")
+    assert ReasoningOpened() not in [event async for event in client.stream(instruct)]
 
 
 MODEL_ENTRY = {"id": "m", "object": "model", "created": 0, "owned_by": "t"}

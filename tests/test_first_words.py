@@ -320,6 +320,55 @@ async def test_what_waits_for_the_first_event_runs_once_after_it_or_at_an_empty_
     assert drawn == ["after first"]
 
 
+async def test_the_step_opening_empty_is_not_the_first_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Thinking reply's step opens as the server takes the request, before the model's
+    first token: what waits for the first words (the chat's page writes, ``after_first``)
+    still waits, and goes once the words are drawn."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from backend.i18n import ENGLISH
+    from backend.render import ReasoningText, RenderEvent
+    from ui.answer import TurnView, _draw
+    from ui.first_words import FIRST_WORDS
+
+    monkeypatch.setattr(FIRST_WORDS, "wait_s", 30.0)
+    chat_session()
+    drawn: list[str] = []
+    view = TurnView(cast(Any, SimpleNamespace(tr=ENGLISH)))
+
+    async def draw_event(event: RenderEvent) -> None:
+        drawn.append(f"text {event.text!r}" if isinstance(event, ReasoningText) else "other")
+
+    view.draw = draw_event  # type: ignore[method-assign]
+    words = asyncio.Event()
+
+    async def events() -> AsyncGenerator[RenderEvent, None]:
+        yield ReasoningText("")  # "Thinking…"
+        await words.wait()
+        yield ReasoningText("r0 ")
+        await asyncio.sleep(30)  # still streaming
+
+    async def caught_up() -> None:
+        drawn.append("after first")
+
+    task = asyncio.create_task(_draw(events(), view, caught_up))
+    written = asyncio.Event()
+
+    async def write() -> None:
+        written.set()
+
+    waiting = asyncio.create_task(FIRST_WORDS.run(task, write))
+    await asyncio.sleep(0.2)
+    assert drawn == ["text ''"] and not written.is_set()
+    words.set()
+    await asyncio.wait_for(waiting, 2)
+    assert drawn == ["text ''", "text 'r0 '", "after first"]
+    task.cancel()
+
+
 async def test_queued_writes_of_one_step_keep_their_order_when_the_thread_is_written(
     store: Store, layer: KimiDataLayer, gate: FirstWordsGate
 ) -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 from backend.batching import Pacing
 from backend.client import ChatClient, ChatRequest
-from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
+from backend.events import AnswerDelta, Done, ReasoningDelta, ReasoningOpened, StreamEvent
 from backend.pacing import QUEUE_FRESH_S, ServerPace
 from tests.conftest import RunningFake
 from tests.fakes.kimi_server import ANSWER, REASONING
@@ -72,7 +72,8 @@ async def test_a_thinking_request_that_writes_its_marker_gets_words_first_then_c
     assert sent["messages"][-1] == {"role": "assistant", "content": "◁think▷"}
     assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
     assert texts(events) == texts(every_token) == (REASONING, ANSWER.lstrip())
-    first = events[0]  # the first token alone: words, not the marker
+    assert events[0] == ReasoningOpened()  # the step opens as the server takes the request
+    first = events[1]  # the first token alone: words, not the marker
     assert isinstance(first, ReasoningDelta) and first.text and REASONING.startswith(first.text)
     assert every_token[0] == ReasoningDelta("")  # the marker alone, then the words
     assert len(events) < len(every_token) / 3

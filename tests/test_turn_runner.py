@@ -198,6 +198,28 @@ async def test_a_stop_before_the_first_words_stores_the_turn_as_it_started_then_
     assert sink.records[0].turn.answer == sink.records[1].turn.answer == ""
 
 
+async def test_the_step_opens_as_the_server_takes_the_request_and_leaves_if_nothing_came(
+    chat: ChatSession,
+) -> None:
+    """A Thinking model's reply is reasoning from its first token: "Thinking…" shows while
+    the server prepares it (4 s here), and a Stop before any reasoning takes it away."""
+    drawn: list[RenderEvent] = []
+
+    async def answer() -> None:
+        async for event in TurnRunner(chat).new_turn("m1", "#scenario=silent", []):
+            drawn.append(event)
+
+    answering = asyncio.create_task(answer())
+    async with asyncio.timeout(3):
+        while not drawn:
+            await asyncio.sleep(0.01)
+    assert drawn == [ReasoningText("")]
+    answering.cancel()  # what Stop does
+    with pytest.raises(asyncio.CancelledError):
+        await answering
+    assert ReasoningEnd("discarded") in drawn and ReasoningEnd("stopped") not in drawn
+
+
 async def test_the_events_say_the_turn_in_order(chat: ChatSession) -> None:
     events = await drain(TurnRunner(chat).new_turn("m1", "#scenario=thinking", []))
     kinds = [type(e).__name__ for e in events]

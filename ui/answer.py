@@ -51,7 +51,7 @@ from ui.reasoning_view import ReasoningView
 log = logging.getLogger(LOGGER_NAME)
 
 AfterFirst = Callable[[], Awaitable[None]]
-"""What :func:`draw` runs once a turn's first event is drawn."""
+"""What :func:`draw` runs once a turn's first event (not the step opening empty) is drawn."""
 
 
 async def say(text: str, buttons: Sequence[Button] = (), kind: NoteKind = "plain") -> None:
@@ -76,8 +76,9 @@ async def draw(
     A Stop (cancellation) that lands while an event is being drawn is thrown into the
     runner, which closes the stream, ends the turn and yields what says so; those are
     drawn and the Stop goes on. A Stop that lands inside the runner is handled there.
-    ``after_first`` runs once the first event is on its way to the page (or the turn
-    ended without one): what the page can be told later than the first words.
+    ``after_first`` runs once the first event is on its way to the page, not counting
+    the reasoning step opening empty (or the turn ended without one): what the page can
+    be told later than the first words.
     """
     await _draw(events, TurnView(chat, pressed), after_first)
 
@@ -107,15 +108,22 @@ async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None =
                 stop = None
                 try:
                     await view.draw(event)
-                    if after_first is not None:
+                    if after_first is not None and not _opens_the_step(event):
                         then, after_first = after_first, None
                         await then()
                 except asyncio.CancelledError as cancelled:
                     stop = cancelled
-                FIRST_WORDS.open()  # the chat's page writes may go now (ui/first_words.py)
+                if not _opens_the_step(event):  # the chat's page writes may go now
+                    FIRST_WORDS.open()  # (ui/first_words.py)
     finally:
         if after_first is not None:  # the turn ended before its first event
             await after_first()
+
+
+def _opens_the_step(event: RenderEvent) -> bool:
+    """True for the reasoning step opening with nothing in it yet ("Thinking…" while the
+    server prepares the reply): not the turn's first words, so what waits for them waits on."""
+    return isinstance(event, ReasoningText) and not event.text
 
 
 class TurnView:

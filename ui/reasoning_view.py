@@ -35,13 +35,15 @@ class ReasoningView:
         self._clock = clock
         self._tr = tr
         self._open: tuple[cl.Step, StepBlocks] | None = None
-        self._since = 0.0
+        self._since: float | None = None  # the first reasoning text: "Thought for" counts from it
 
     async def add(self, text: str) -> None:
         """Stream reasoning text, opening the step (expanded) on the first call: also
-        on a lone opening marker (``text`` empty), which a person sees as "Thinking…"."""
-        if self._open is None:
+        with ``text`` empty (the server took a Thinking request, or a lone opening marker
+        came), which a person sees as "Thinking…"."""
+        if self._since is None and text:
             self._since = self._clock()
+        if self._open is None:
             # Same parent as the answer message (the run of on_message), so the
             # browser shows the step above the answer, not after the whole run.
             parent = cl.context.current_step
@@ -81,6 +83,7 @@ class ReasoningView:
         step, blocks = self._open
         self._open = None
         await blocks.close()
-        step.name = thought_label(self._clock() - self._since, ended, self._tr)
+        thought = self._clock() - self._since if self._since is not None else 0.0
+        step.name = thought_label(thought, ended, self._tr)
         step.end = cl.utils.utc_now()
         await step.update()
