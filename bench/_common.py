@@ -224,9 +224,9 @@ class Timing:
     """One answer as a client saw it, in seconds from the moment the question was sent.
 
     Attributes:
-        first_s: the first token (direct: the first delta with text, a lone opening
-            marker included; through the app: the reasoning step opening, or the
-            first text).
+        first_s: the first token of text (direct: the first delta with text once the
+            reasoning markers are split out; through the app: the first frame with text;
+            the reasoning step opening, as the server takes a Thinking request, is none).
         last_s: last visible text.
         end_s: end of the turn (direct: ``[DONE]``; app: ``task_end``).
         text: the visible text received (direct: reasoning and answer; app: the
@@ -287,8 +287,8 @@ class DirectClient:
     so both sides get the same chunks: with every token, the driver's own reading of 64
     direct streams filled the core it shares with the scripted server, whose streams then
     ran late and caught up (2026-12-04, docs/benchmarks.md).
-    The first token (``first_s``) is the first delta with any text, the opening
-    marker included, as the app opens its reasoning step on it. The last visible
+    The first token (``first_s``) is the first delta with text once the reasoning
+    markers are split out (a lone opening marker is none, as in the app). The last visible
     text (``last_s``) is split out by the same
     :class:`backend.reasoning.ReasoningSplitter` the app uses.
     """
@@ -349,11 +349,9 @@ class DirectClient:
                 token = reasoning + (delta.get("content") or "")
                 if token:
                     chunks.append(time.perf_counter())
-                if token and first is None:
-                    # The first token, even the opening marker alone: the app opens its
-                    # reasoning step on it, so a person sees the answer begin there.
-                    first = chunks[0]
                 parts = splitter.feed(token)
+                if parts and first is None:  # a lone opening marker is no text, as in the app
+                    first = chunks[-1]
                 if parts:
                     last = time.perf_counter()
                     received.extend(p.text for p in parts)
@@ -424,10 +422,8 @@ class Tab:
                 self._words.append(now)
 
         async def on_message(step: dict[str, Any]) -> None:
-            if step.get("type") == "llm" and step["id"] not in self._messages:
-                # The reasoning step opening ("Thinking…"): the first thing a person
-                # sees of a Thinking model's answer, as its first token is the marker.
-                self._seen.append(time.perf_counter())
+            # The reasoning step opening ("Thinking…") is no token: a Thinking request
+            # writes the opening marker, and the step opens as the server takes it.
             self._messages[step["id"]] = step
 
         async def on_task_start(_: object = None) -> None:

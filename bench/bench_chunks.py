@@ -41,7 +41,7 @@ import openai
 import orjson
 
 from backend.client import ChatClient, ChatRequest
-from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.events import AnswerDelta, Done, ReasoningDelta, ReasoningOpened
 from backend.pacing import ServerPace
 from backend.settings import THINKING_2506
 from bench._common import MODEL, question, running_server
@@ -124,6 +124,8 @@ async def way_client(pace: ServerPace) -> tuple[int, str]:
     )
     n, parts = 0, []
     async for event in pace.client.stream(pace.request(request)):
+        if isinstance(event, ReasoningOpened):  # the server took it: no chunk yet
+            continue
         n += 1
         if isinstance(event, Done):
             pace.learn(event)

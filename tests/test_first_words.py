@@ -320,17 +320,18 @@ async def test_what_waits_for_the_first_event_runs_once_after_it_or_at_an_empty_
     assert drawn == ["after first"]
 
 
-async def test_the_step_opening_empty_is_not_the_first_words(
+async def test_an_empty_step_opening_and_leaving_is_not_the_first_words(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A Thinking reply's step opens as the server takes the request, before the model's
-    first token: what waits for the first words (the chat's page writes, ``after_first``)
-    still waits, and goes once the words are drawn."""
+    first token, and leaves if the reply closes its reasoning at once: what waits for the
+    first words (the chat's page writes, ``after_first``) still waits, and goes once the
+    words are drawn."""
     from types import SimpleNamespace
     from typing import Any, cast
 
     from backend.i18n import ENGLISH
-    from backend.render import ReasoningText, RenderEvent
+    from backend.render import AnswerText, ReasoningEnd, ReasoningText, RenderEvent
     from ui.answer import TurnView, _draw
     from ui.first_words import FIRST_WORDS
 
@@ -347,8 +348,10 @@ async def test_the_step_opening_empty_is_not_the_first_words(
 
     async def events() -> AsyncGenerator[RenderEvent, None]:
         yield ReasoningText("")  # "Thinking…"
+        yield ReasoningText("\n")  # nothing to read yet
+        yield ReasoningEnd("discarded")  # a reply that closed its reasoning at once
         await words.wait()
-        yield ReasoningText("r0 ")
+        yield AnswerText("a", "a0 ", None)
         await asyncio.sleep(30)  # still streaming
 
     async def caught_up() -> None:
@@ -362,11 +365,13 @@ async def test_the_step_opening_empty_is_not_the_first_words(
 
     waiting = asyncio.create_task(FIRST_WORDS.run(task, write))
     await asyncio.sleep(0.2)
-    assert drawn == ["text ''"] and not written.is_set()
+    assert drawn == ["text ''", "text '\\n'", "other"] and not written.is_set()
     words.set()
     await asyncio.wait_for(waiting, 2)
-    assert drawn == ["text ''", "text 'r0 '", "after first"]
+    assert drawn == ["text ''", "text '\\n'", "other", "other", "after first"]
     task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 async def test_queued_writes_of_one_step_keep_their_order_when_the_thread_is_written(

@@ -154,10 +154,11 @@ class StoreThatSeesTheScreen(Recorded):
 
 
 async def test_the_turn_as_it_starts_is_stored_once_its_first_words_are_drawn(
-    chat: ChatSession,
+    chat: ChatSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Defect: the first write ran while the request was out, and on a loaded machine its
     CPU came out of the first words' time (docs/benchmarks.md)."""
+    monkeypatch.setattr("backend.turn_runner.FIRST_WORDS_WAIT_S", 30.0)  # a slow machine
     sink = StoreThatSeesTheScreen()
     async for event in TurnRunner(chat, sink).new_turn("m1", "#scenario=thinking", []):
         sink.drawn.append(event)

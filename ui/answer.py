@@ -51,7 +51,7 @@ from ui.reasoning_view import ReasoningView
 log = logging.getLogger(LOGGER_NAME)
 
 AfterFirst = Callable[[], Awaitable[None]]
-"""What :func:`draw` runs once a turn's first event (not the step opening empty) is drawn."""
+"""What :func:`draw` runs once a turn's first event (not an empty step's) is drawn."""
 
 
 async def say(text: str, buttons: Sequence[Button] = (), kind: NoteKind = "plain") -> None:
@@ -77,8 +77,8 @@ async def draw(
     runner, which closes the stream, ends the turn and yields what says so; those are
     drawn and the Stop goes on. A Stop that lands inside the runner is handled there.
     ``after_first`` runs once the first event is on its way to the page, not counting
-    the reasoning step opening empty (or the turn ended without one): what the page can
-    be told later than the first words.
+    the reasoning step opening or leaving with nothing in it (or the turn ended without
+    one): what the page can be told later than the first words.
     """
     await _draw(events, TurnView(chat, pressed), after_first)
 
@@ -108,22 +108,26 @@ async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None =
                 stop = None
                 try:
                     await view.draw(event)
-                    if after_first is not None and not _opens_the_step(event):
+                    if after_first is not None and not _before_the_words(event):
                         then, after_first = after_first, None
                         await then()
                 except asyncio.CancelledError as cancelled:
                     stop = cancelled
-                if not _opens_the_step(event):  # the chat's page writes may go now
+                if not _before_the_words(event):  # the chat's page writes may go now
                     FIRST_WORDS.open()  # (ui/first_words.py)
     finally:
         if after_first is not None:  # the turn ended before its first event
             await after_first()
 
 
-def _opens_the_step(event: RenderEvent) -> bool:
-    """True for the reasoning step opening with nothing in it yet ("Thinking…" while the
-    server prepares the reply): not the turn's first words, so what waits for them waits on."""
-    return isinstance(event, ReasoningText) and not event.text
+def _before_the_words(event: RenderEvent) -> bool:
+    """True for what a turn draws before its first words: the reasoning step opening with
+    nothing to read in it ("Thinking…" while the server prepares the reply) and leaving
+    again (a reply that closes its reasoning at once). What waits for the first words
+    (the chat's page writes, ``after_first``) waits on."""
+    if isinstance(event, ReasoningText):
+        return not event.text.strip()
+    return event == ReasoningEnd("discarded")
 
 
 class TurnView:
