@@ -331,7 +331,7 @@ class TurnRunner:
                 if shown.started or not attempt.may_wait():
                     raise
                 log.info("waiting for the model server to come back: %s", exc)
-                shown.waiting = True  # taken off the screen by what comes next
+                shown.waiting = shown.away = True  # taken off the screen by what comes next
                 yield WaitingNote(server_away_note(attempt.waited_s, self.chat.tr))
                 await asyncio.sleep(SERVER_POLL_S)
 
@@ -638,6 +638,9 @@ class Shown:
         self.step_open = False
         self.answer_started = False
         self.waiting = False
+        self.away = False
+        """True while the note on screen says the server cannot be reached (not that it
+        has not started answering)."""
         self.done: Done | None = None
         self.words_out = False
         """True once the answer's first visible words (or its end) were handed out."""
@@ -650,11 +653,12 @@ class Shown:
     def on(self, event: StreamEvent | Waiting) -> list[RenderEvent]:
         """The render events for one paced stream event."""
         if isinstance(event, Waiting):
-            self.waiting = True
+            self.waiting, self.away = True, False
             return [WaitingNote(not_started_note(event.seconds, event.queued, self.chat.tr))]
-        drawn = self._waiting_over()
         if isinstance(event, ReasoningOpened):  # the step shows while the server prepares
-            return [*drawn, *self._step_open()]
+            back = self._waiting_over() if self.away else []  # not started: still true
+            return [*back, *self._step_open()]
+        drawn = self._waiting_over()
         self.words_out = self.words_out or isinstance(event, Done) or visible(event.text)
         if isinstance(event, ReasoningDelta):
             self.reasoning.append(event.text)
@@ -717,7 +721,7 @@ class Shown:
     def _waiting_over(self) -> list[RenderEvent]:
         if not self.waiting:
             return []
-        self.waiting = False
+        self.waiting = self.away = False
         return [WaitingOver()]
 
     def _step_open(self, text: str = "") -> list[RenderEvent]:

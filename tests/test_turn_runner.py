@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from backend.chat import ChatSession, Upload
+from backend.events import ReasoningDelta, ReasoningOpened, Waiting
 from backend.logs import LOGGER_NAME
 from backend.record import SAVED, Saving, TurnRecord
 from backend.render import (
@@ -30,10 +31,11 @@ from backend.render import (
     TurnEnded,
     TurnsGone,
     WaitingNote,
+    WaitingOver,
 )
 from backend.settings import Settings
 from backend.timings import Timings
-from backend.turn_runner import TurnRunner
+from backend.turn_runner import Shown, TurnRunner
 from tests.conftest import RunningFake, SessionFactory, free_port, serving
 from tests.fakes.kimi_server import ANSWER, REASONING, KimiServer
 
@@ -219,6 +221,20 @@ async def test_the_step_opens_as_the_server_takes_the_request_and_leaves_if_noth
     with pytest.raises(asyncio.CancelledError):
         await answering
     assert ReasoningEnd("discarded") in drawn and ReasoningEnd("stopped") not in drawn
+
+
+def test_the_server_taking_the_request_ends_a_note_that_it_was_away_not_one_that_it_waits(
+    chat: ChatSession,
+) -> None:
+    """Headers after 3 s (a busy server): "has not started answering" is still true when
+    the step opens; "cannot be reached" is not."""
+    waited = Shown(chat, "m1", None)
+    assert isinstance(waited.on(Waiting(3.0))[0], WaitingNote)
+    assert waited.on(ReasoningOpened()) == [ReasoningText("")]
+    assert waited.on(ReasoningDelta("r0 ")) == [WaitingOver(), ReasoningText("r0 ")]
+    away = Shown(chat, "m2", None)
+    away.waiting = away.away = True  # as TurnRunner._attempts says the server is away
+    assert away.on(ReasoningOpened()) == [WaitingOver(), ReasoningText("")]
 
 
 async def test_the_events_say_the_turn_in_order(chat: ChatSession) -> None:
