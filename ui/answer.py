@@ -19,6 +19,7 @@ from typing import Any, ParamSpec
 
 import chainlit as cl
 
+from backend.batching import visible
 from backend.chat import ChatSession
 from backend.errors import ChatError
 from backend.logs import LOGGER_NAME
@@ -126,7 +127,7 @@ def _before_the_words(event: RenderEvent) -> bool:
     again (a reply that closes its reasoning at once). What waits for the first words
     (the chat's page writes, ``after_first``) waits on."""
     if isinstance(event, ReasoningText):
-        return not event.text.strip()
+        return not visible(event.text)
     return event == ReasoningEnd("discarded")
 
 
