@@ -72,6 +72,24 @@ window.WebSocket = class extends PageSocket {
 forwards every window message it sees)."""
 
 
+ABOVE_THE_BOTTOM = """
+window.__aboveTheBottom = [];
+const measure = () => {
+  const last = [...document.querySelectorAll(".kimi-live")].at(-1);
+  const view = last?.closest(".overflow-y-auto");
+  if (view) {
+    const room = parseFloat(view.lastElementChild.style.height || "0") || 0;
+    const above = view.getBoundingClientRect().bottom - last.getBoundingClientRect().bottom;
+    if (room === 0 && view.scrollHeight > view.clientHeight) window.__aboveTheBottom.push(above);
+  }
+  requestAnimationFrame(measure);
+};
+requestAnimationFrame(measure);
+"""
+"""At every frame where the messages fill the view (Chainlit's spacer under them is gone),
+how far above the view's bottom the last live text ends (px)."""
+
+
 def words(text: str, prefix: str) -> list[int]:
     """The numbers of the words ``{prefix}N`` in ``text``, in order."""
     return [int(n) for n in re.findall(rf"\b{prefix}(\d+)\b", text)]
@@ -94,12 +112,13 @@ def app(tmp_path: Path, scripted: str) -> Iterator[App]:
     running.stop()
 
 
-def signed_in(chromium: Browser, app: App) -> tuple[BrowserContext, Page]:
-    """Alice signed in, in a context that records Long Tasks, the end of the answer and
-    live text sent back (``bypass_csp``: the test's own scripts run in the page)."""
+def signed_in(chromium: Browser, app: App, *watches: str) -> tuple[BrowserContext, Page]:
+    """Alice signed in, in a context that records Long Tasks, the end of the answer, live
+    text sent back and what ``watches`` record (``bypass_csp``: the test's own scripts run
+    in the page)."""
     context = new_context(chromium, bypass_csp=True)
-    context.add_init_script(WATCH)
-    context.add_init_script(SENT_BACK)
+    for script in (WATCH, SENT_BACK, *watches):
+        context.add_init_script(script)
     page = context.new_page()
     page.goto(app.url)
     page.locator("#email").fill("alice")
@@ -200,12 +219,8 @@ SAMPLE = """
   const last = boxes.at(-1);
   const scroller = last?.closest(".overflow-y-auto");
   let below = null;  // px of the live text's last line under the view's bottom edge
-  let room = null;  // Chainlit's spacer under the messages (the question kept at the top)
-  let overflow = null;  // px of the messages out of view
   if (last && scroller) {
     below = last.getBoundingClientRect().bottom - scroller.getBoundingClientRect().bottom;
-    room = parseFloat(scroller.lastElementChild.style.height || "0") || 0;
-    overflow = scroller.scrollHeight - scroller.clientHeight;
   }
   const reasoning = [...document.querySelectorAll(reasoningText)].map((e) => e.textContent);
   return {
@@ -213,8 +228,6 @@ SAMPLE = """
     inAnswer: boxes.some((box) => box.closest('[data-step-type="assistant_message"]') !== null),
     reasoning: reasoning.join("\\n"),
     below,
-    room,
-    overflow,
     thread: location.pathname.startsWith("/thread/"),
   };
 }
@@ -224,7 +237,7 @@ answer, the reasoning's text, and how far the last live text ends under the visi
 
 
 def test_the_open_block_streams_as_raw_text_once_and_in_view(chromium: Browser, app: App) -> None:
-    context, page = signed_in(chromium, app)
+    context, page = signed_in(chromium, app, ABOVE_THE_BOTTOM)
     page.locator("#chat-input").fill(QUESTION)
     page.locator("#chat-input").press("Enter")
     expect(page.locator("#stop-button")).to_be_visible()  # the turn is running: sample it
@@ -245,13 +258,21 @@ def test_the_open_block_streams_as_raw_text_once_and_in_view(chromium: Browser, 
         shown = words(sample["reasoning"], "r")
         assert shown == list(range(len(shown)))
     # The view follows the text (the person never scrolled): the live text's end in view,
-    # and once the text fills the view (no room left under it), at the view's bottom, over
-    # the run's loading dot at most.
+    # and at every frame once the text fills the view, at the view's bottom, over the run's
+    # loading dot at most (a new block is laid out from its first frame: no blank under it).
     placed = [s for s in live if s["below"] is not None]
     assert placed and all(s["below"] <= 60 for s in placed), placed
-    filled = [s["below"] for s in placed if s["room"] == 0 and s["overflow"] > 0]
-    assert filled and all(below >= -120 for below in filled), filled
+    above = page.evaluate("window.__aboveTheBottom")
+    assert len(above) > 100 and max(above) <= 120, sorted(above)[-5:]
     assert page.evaluate("window.__liveSentBack") == 0  # kept in the page
+    # Every block but the last of its run is skipped off screen (public/style.css; the rule
+    # reads Chainlit's .step > div > #step-<id>).
+    skipped = page.evaluate(
+        """(sel) => [...document.querySelectorAll(sel)].map(
+             (e) => getComputedStyle(e.closest('[id^="step-"]')).contentVisibility)""",
+        REASONING_TEXT,
+    )
+    assert len(skipped) > 3 and skipped == ["auto"] * (len(skipped) - 1) + ["visible"], skipped
     expect(page.locator(".kimi-live")).to_have_count(0)  # each block ended drawn as markdown
     expect(page.locator("[data-kimi-live]")).to_have_count(0)
     assert "**" not in reasoning_text(page)
