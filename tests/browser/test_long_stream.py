@@ -97,7 +97,7 @@ def words(text: str, prefix: str) -> list[int]:
 
 def reasoning_text(page: Page) -> str:
     """All of the reasoning as shown, block after block (``textContent``: a block off
-    screen is not laid out, public/style.css, so it has no ``innerText``)."""
+    screen, but for the last, is not laid out, public/style.css, so it has no ``innerText``)."""
     return "\n".join(page.locator(REASONING_TEXT).all_text_contents())
 
 
@@ -265,8 +265,8 @@ def test_the_open_block_streams_as_raw_text_once_and_in_view(chromium: Browser, 
     above = page.evaluate("window.__aboveTheBottom")
     assert len(above) > 100 and max(above) <= 120, sorted(above)[-5:]
     assert page.evaluate("window.__liveSentBack") == 0  # kept in the page
-    # Every block but the last of its run is skipped off screen (public/style.css; the rule
-    # reads Chainlit's .step > div > #step-<id>).
+    # Every block but the last of its run may be skipped off screen: its computed
+    # content-visibility (public/style.css; the rule reads Chainlit's .step > div > #step-<id>).
     skipped = page.evaluate(
         """(sel) => [...document.querySelectorAll(sel)].map(
              (e) => getComputedStyle(e.closest('[id^="step-"]')).contentVisibility)""",
