@@ -107,15 +107,16 @@ async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None =
                         raise stop from None
                     return
                 stop = None
+                words = not _before_the_words(event)
                 try:
                     await view.draw(event)
-                    if after_first is not None and not _before_the_words(event):
+                    if after_first is not None and words:
                         then, after_first = after_first, None
                         await then()
                 except asyncio.CancelledError as cancelled:
                     stop = cancelled
-                if not _before_the_words(event):  # the chat's page writes may go now
-                    FIRST_WORDS.open()  # (ui/first_words.py)
+                if words:  # the chat's page writes may go now (ui/first_words.py)
+                    FIRST_WORDS.open()
     finally:
         if after_first is not None:  # the turn ended before its first event
             await after_first()
