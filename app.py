@@ -33,6 +33,7 @@ from ui import (
     commands,
     history,
     model_picker,
+    previews,
     process,
     security,
     server_panel,
@@ -43,8 +44,8 @@ from ui.answer import draw, said, say
 from ui.connection import connect_or_wait, send_settings, stop_waiting
 from ui.first_words import FIRST_WORDS
 from ui.model_picker import served_now, show_served
-from ui.session import RUNNER_KEY, new_chat, runner
-from ui.tasks import one_at_a_time, stop_answers, stop_answers_when_gone
+from ui.session import RUNNER_KEY, new_chat, runner, stop_saving_watch
+from ui.tasks import admitting, one_at_a_time, stop_answers, stop_answers_when_gone
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -70,7 +71,8 @@ UPLOADS = UploadRoom(
 )
 # Origin, owner, upload size and quota, CSP
 security.install(process.SETTINGS.allowed_origins, UPLOADS)
-chainlit_patches.on_file_stored(judge_upload)  # uploads judged (images prepared) on attach
+# uploads judged (images prepared) on attach; a HEIC photo shown as a copy browsers decode
+chainlit_patches.on_file_stored(judge_upload, previews.show_as_picture)
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 chainlit_patches.hand_questions_on_at_once()  # on_message without Chainlit's 1 ms wait
 chainlit_patches.quiet_stop()  # Stop is said once, by the answer it ended
@@ -80,6 +82,13 @@ turn_buttons.install()  # Send anyway, Retry, Compare under a turn
 # Sign-in and stored chats (ui/history.py): on once a user exists; None: the app runs
 # open and stores nothing.
 STORE = history.register(process.SETTINGS)
+chainlit_patches.wrap_socket_messages(  # too long, past the store, beyond the queue: refused
+    admitting(
+        lambda: process.resources().answers,
+        lambda: process.SETTINGS.max_message_chars,
+        lambda: STORE.stored_chats if STORE is not None else None,
+    )
+)
 security.refuse_open_beyond_loopback(  # also for `chainlit run app.py --host 0.0.0.0`
     sign_in=STORE is not None, allow_anonymous=process.SETTINGS.allow_anonymous
 )
@@ -89,6 +98,10 @@ security.refuse_open_beyond_loopback(  # also for `chainlit run app.py --host 0.
 async def startup() -> None:
     """Create the shared resources once, when the app starts."""
     process.resources().start_housekeeping()
+    if STORE is not None:  # answers and uploads counted in the store, for every worker
+        process.resources().answers.shared = STORE.leases
+        UPLOADS.shared = STORE.leases
+        STORE.leases.start()
     server_panel.start(process.SETTINGS)
     # What is loaded by now lives as long as the process: keep it out of the garbage
     # collector's full passes. One pass over the app's ~250,000 objects takes 0.2-1.2 s
@@ -163,7 +176,7 @@ async def on_message(message: cl.Message) -> None:
         await message.remove()  # off the transcript and the stored thread
         await commands.run(action, runner())
         return
-    async with one_at_a_time(process.resources().answers):
+    async with one_at_a_time(process.resources().answers, message.id):
         turns = runner()
         model = turns.chat.model
         if not await model_picker.switch_model(turns.chat, message):
@@ -171,7 +184,10 @@ async def on_message(message: cl.Message) -> None:
         # Compare: a server up since, a switch. A stale cache is refreshed after the
         # first words (page_catches_up): its model list would cost this request's CPU.
         turns.chat.served_besides(process.served_known(refresh=False))
-        uploads = [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path]
+        uploads = previews.originals(
+            cl.user_session.get(previews.SHOWN_KEY),
+            [Upload(el.name, Path(el.path)) for el in message.elements or [] if el.path],
+        )
         sample = None if uploads else sample_for(message.content)
         if sample is not None:
             uploads = [Upload(name=sample.name, path=sample)]
@@ -206,6 +222,7 @@ async def on_chat_end() -> None:
     session. If the session is not taken up again, its answers stop: nobody can see
     them (a stored chat's answers finish and are stored: README, "Closed tabs")."""
     stop_waiting()
+    stop_saving_watch()
     server_panel.close_panel()
     turns: TurnRunner | None = cl.user_session.get(RUNNER_KEY)
     if turns is None:
@@ -228,5 +245,7 @@ async def on_chat_resume(thread: ThreadDict) -> None:
     if not history.all_saved(thread["id"]):
         await say(turns.chat.tr(history.NOT_ALL_SAVED), kind="warning")
     await connect_or_wait(turns.chat, [], served_now)
+    turns.chat.served_besides(process.served_known(refresh=False))  # its Compare buttons
+    turns.answer_ids.update(restored.answer_ids)  # where ‹ n/m › go
     await draw(turns.resumed(restored.last_answer_id), turns.chat)
     await commands.offer()

@@ -2,9 +2,9 @@
 
 One concern a module:
 
-- ``settings``: what the app reads (``KIMI_*``), model profiles.
+- ``settings``: what the app reads (``KIMI_*``); ``families``: model families as data.
 - ``events``, ``errors``: value types of a stream; exceptions whose messages people read.
-- ``reasoning``: the incremental ◁think▷ splitter (also inside the vLLM plugin).
+- ``reasoning``: the incremental reasoning splitter (also inside the vLLM plugin).
 - ``images``, ``media``, ``uploads``, ``documents``, ``video``: what an upload is, how
   Kimi-VL sees it, and preparing a message's uploads (starting on upload).
 - ``conversation``: turns, request messages, budgets, planning.

@@ -12,15 +12,16 @@ generation at sign-in; :meth:`Users.revoke_tokens` (sign-out) and
 :meth:`Users.set_password` add one to it, so every token issued before stops
 working at once (``ui/signin.py`` checks it on each request).
 
-Throttling (:class:`SignInThrottle`): failed sign-ins are counted per user name
-and per client address; past :data:`FREE_FAILURES` in a row, the next attempt
-must wait :data:`FIRST_DELAY_S`, doubling with each further failure up to
-:data:`MAX_DELAY_S`. An attempt made while waiting is refused without checking
-the password. Unknown names are counted like real ones, so the answer and its
+Throttling (the numbers here; the counts live in the shared store,
+:class:`backend.store.bounds.SignInThrottle`): sign-in attempts are counted per user name
+and per client address before their password is checked; after :data:`FREE_FAILURES`
+in a row, the next attempt must wait :data:`FIRST_DELAY_S`, doubling with each further
+failure up to :data:`MAX_DELAY_S`. An attempt made while waiting is refused without
+checking the password. Unknown names are counted like real ones, so the answer and its
 timing never tell whether a name exists.
 
 Ownership: a chat (Chainlit thread) belongs to the user who started it
-(``threads."userIdentifier"``); it and its files may be read by that user, and by
+(``kimi_threads."userIdentifier"``); it and its files may be read by that user, and by
 anyone once it is shared (:func:`may_read_thread`); :class:`Ownership` answers
 whose a step, a feedback, a file or a thread is.
 """
@@ -31,9 +32,6 @@ import asyncio
 import functools
 import json
 import re
-import time
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -67,11 +65,9 @@ MAX_DELAY_S: Final = 300.0
 """The longest wait between two attempts (5 minutes)."""
 FORGET_AFTER_S: Final = 900.0
 """Failures are forgotten this long (15 minutes) after the last one."""
-MAX_TRACKED: Final = 10_000
-"""Names and addresses remembered at most; the least recently failed go first."""
 KEY_CHARS: Final = 128
 """Characters of a name or address kept as its key (a real name has at most 64), so a
-megabyte of typed name costs no more memory than a short one."""
+megabyte of typed name costs no more room than a short one."""
 
 _HASHER: Final = PasswordHasher()
 
@@ -241,77 +237,6 @@ class Users:
         return await self.check(name, password) is not None
 
 
-@dataclass(slots=True)
-class _Failures:
-    count: int
-    last: float
-    until: float
-
-
-class SignInThrottle:
-    """Failed sign-ins per user name and per client address, and how long to wait.
-
-    In memory, per process (each UI worker counts its own). See the module
-    docstring for the rule; the numbers are the keyword arguments.
-
-    Args:
-        clock: seconds, monotonic (``time.monotonic``; tests pass their own).
-    """
-
-    def __init__(
-        self,
-        *,
-        free: int = FREE_FAILURES,
-        first_delay_s: float = FIRST_DELAY_S,
-        max_delay_s: float = MAX_DELAY_S,
-        forget_after_s: float = FORGET_AFTER_S,
-        max_tracked: int = MAX_TRACKED,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.free, self.first_delay_s, self.max_delay_s = free, first_delay_s, max_delay_s
-        self.forget_after_s, self.max_tracked, self.clock = forget_after_s, max_tracked, clock
-        self._failures: OrderedDict[tuple[str, str], _Failures] = OrderedDict()
-
-    def _get(self, key: tuple[str, str], now: float) -> _Failures | None:
-        found = self._failures.get(key)
-        if found is not None and now >= found.until and now - found.last > self.forget_after_s:
-            del self._failures[key]
-            return None
-        return found
-
-    @staticmethod
-    def _keys(name: str, client: str) -> tuple[tuple[str, str], tuple[str, str]]:
-        return ("name", name[:KEY_CHARS]), ("client", client[:KEY_CHARS])
-
-    def wait_s(self, name: str, client: str) -> float:
-        """Seconds before an attempt for ``name`` from ``client`` may be checked (0: now)."""
-        now = self.clock()
-        found = [self._get(k, now) for k in self._keys(name, client)]
-        return max([f.until - now for f in found if f is not None] + [0.0])
-
-    def failed(self, name: str, client: str) -> int:
-        """Count a failed attempt; returns the longer run of failures (name or client)."""
-        now = self.clock()
-        runs = []
-        for key in self._keys(name, client):
-            found = self._get(key, now) or _Failures(0, now, now)
-            found.count += 1
-            found.last = now
-            over = found.count - self.free
-            if over > 0:
-                found.until = now + min(self.first_delay_s * 2 ** (over - 1), self.max_delay_s)
-            self._failures[key] = found
-            self._failures.move_to_end(key)
-            runs.append(found.count)
-        while len(self._failures) > self.max_tracked:
-            self._failures.popitem(last=False)
-        return max(runs)
-
-    def succeeded(self, name: str) -> None:
-        """Forget the failures of ``name`` (the client's run goes on until forgotten)."""
-        self._failures.pop(self._keys(name, "")[0], None)
-
-
 def may_read_thread(owner: str | None, viewer: str | None, *, shared: bool) -> bool:
     """True if ``viewer`` (a user name, None when not signed in) may read a chat and its files.
 
@@ -351,15 +276,16 @@ class ThreadAccess:
 
     @classmethod
     def of(cls, owner: str | None, metadata: Any, name: Any) -> ThreadAccess:
-        """From a ``threads`` row's ``userIdentifier``, ``metadata`` and ``name``."""
+        """From a ``kimi_threads`` row's ``userIdentifier``, ``metadata`` and ``name``."""
         found = _metadata(metadata)
         shared = bool(found.get("is_shared"))
         return cls(owner, shared, str(name or ""), str(found.get("shared_at") or ""))
 
 
 class Ownership:
-    """Whose rows are in Chainlit's tables (threads, steps, elements, feedbacks). Borrows
-    ``engine``; every method raises ``sqlalchemy.exc.SQLAlchemyError`` when the database fails.
+    """Whose rows are in the page's tables (:mod:`backend.store.pages`: threads, steps,
+    elements, feedback). Borrows ``engine``; every method raises
+    ``sqlalchemy.exc.SQLAlchemyError`` when the database fails.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
@@ -372,7 +298,7 @@ class Ownership:
     async def thread(self, thread_id: str) -> ThreadAccess | None:
         """The thread ``thread_id``, or None if there is none."""
         row = await self._one(
-            'SELECT "userIdentifier", "metadata", "name" FROM threads WHERE "id" = :id',
+            'SELECT "userIdentifier", "metadata", "name" FROM kimi_threads WHERE "id" = :id',
             id=thread_id,
         )
         return None if row is None else ThreadAccess.of(row[0], row[1], row[2])
@@ -380,23 +306,23 @@ class Ownership:
     async def step_owner(self, step_id: str) -> str | None:
         """The owner of the thread that step ``step_id`` is in (None: no step, or no owner)."""
         row = await self._one(
-            'SELECT t."userIdentifier" FROM steps s JOIN threads t ON t."id" = s."threadId" '
-            'WHERE s."id" = :id',
+            'SELECT t."userIdentifier" FROM kimi_steps s '
+            'JOIN kimi_threads t ON t."id" = s."threadId" WHERE s."id" = :id',
             id=step_id,
         )
         return None if row is None else row[0]
 
     async def feedback_step(self, feedback_id: str) -> str | None:
         """The step id feedback ``feedback_id`` is for, or None if there is no such feedback."""
-        row = await self._one('SELECT "forId" FROM feedbacks WHERE "id" = :id', id=feedback_id)
+        row = await self._one('SELECT "forId" FROM kimi_feedback WHERE "id" = :id', id=feedback_id)
         return None if row is None else str(row[0])
 
     async def file(self, key: str) -> tuple[ThreadAccess, str] | None:
         """The thread of the element stored under object key ``key``, and its mime type;
         None if no element has that key."""
         row = await self._one(
-            'SELECT t."userIdentifier", t."metadata", t."name", e."mime" FROM elements e '
-            'JOIN threads t ON t."id" = e."threadId" WHERE e."objectKey" = :key LIMIT 1',
+            'SELECT t."userIdentifier", t."metadata", t."name", e."mime" FROM kimi_elements e '
+            'JOIN kimi_threads t ON t."id" = e."threadId" WHERE e."objectKey" = :key LIMIT 1',
             key=key,
         )
         if row is None:

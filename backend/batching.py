@@ -77,7 +77,7 @@ class Pacer:
     Text deltas of one kind are held and released together at most every
     ``pacing.interval_s``. The first *visible* text of each kind is released at
     once: a delta with nothing to show (the empty reasoning delta that says a
-    lone ``◁think▷`` opened the reasoning) is released at once too, but does not
+    lone opening marker opened the reasoning) is released at once too, but does not
     start the interval, so the first words after it are not held back.
 
     Use: :meth:`feed` each event as it arrives, :meth:`tick` when the clock
@@ -270,7 +270,7 @@ a chunk at 50 ms updates. Every token a chunk (vLLM's default) made a freshly st
 process read 5 times the chunks of a learnt pace in its first burst at the scripted server's
 100 tokens/s; with 2 a chunk its CPU per chat in a first burst of 64 through
 ``--ui-workers 2`` fell from 37-45 ms to 30-40 ms on the 2-core machine
-(bench/results/fresh-workers-2026-12-05.md). The price is on servers slower than this: there
+(docs/benchmarks.md, a burst of first questions). The price is on servers slower than this: there
 the first answer's chunks come less often than every UI update (every 100 ms at 20 tokens/s);
 the first answer the process times replaces it."""
 

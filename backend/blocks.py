@@ -201,17 +201,3 @@ class BlockSplitter:
         out.append(cut)
         self._size = len(cut.opening)
         self._after_blank = False
-
-
-def split_blocks(
-    text: str, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_CHARS
-) -> list[str]:
-    """The blocks of a whole text as they are shown (closing and opening text included)."""
-    blocks = [""]
-    for part in BlockSplitter(soft_chars, hard_chars).feed(text):
-        if isinstance(part, BlockCut):
-            blocks[-1] += part.closing
-            blocks.append(part.opening)
-        else:
-            blocks[-1] += part
-    return blocks if blocks != [""] else []

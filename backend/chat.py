@@ -22,11 +22,12 @@ from typing import Any
 from backend.client import ChatClient, ServedModel
 from backend.conversation import Conversation, TokenCounter, Turn
 from backend.errors import ChatError, ImageError
+from backend.families import ModelFamily, family_for
 from backend.i18n import ENGLISH, Translator, msg
-from backend.images import PreparedImage, upload_size
+from backend.images import PreparedImage, shown_as_is, upload_size
 from backend.logs import LOGGER_NAME
 from backend.resources import Server
-from backend.settings import ModelProfile, Settings, profile_for
+from backend.settings import Settings
 from backend.uploads import (
     MediaWorkers,
     Prefetched,
@@ -35,6 +36,7 @@ from backend.uploads import (
     UploadResult,
     prepare_uploads,
 )
+from backend.versions import Version, Versions
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -57,11 +59,11 @@ class SamplingOptions:
     show_stats: bool = True
 
     @classmethod
-    def for_profile(cls, profile: ModelProfile, max_model_len: int) -> SamplingOptions:
+    def for_profile(cls, profile: ModelFamily, max_model_len: int) -> SamplingOptions:
         """The recommended defaults of a model, max tokens capped by max model length."""
         return cls(
             temperature=profile.temperature,
-            top_p=1.0,
+            top_p=profile.top_p,
             max_tokens=min(profile.max_tokens, max_model_len // 2),
         )
 
@@ -112,9 +114,12 @@ class ChatSession:
     others: list[ServedModel] = field(default_factory=list)
     """Other models the app serves (on this or other servers): what Compare can ask."""
     token_counter: TokenCounter = field(default_factory=TokenCounter)
-    forgotten: list[str] = field(default_factory=list)
-    """Message ids of the turns rewound away (edit, rerun) since the last record took
-    them (:meth:`take_forgotten`): the store drops those turns, and no others."""
+    versions: Versions = field(default_factory=Versions)
+    """Every version of every turn (Regenerate, Edit: :mod:`backend.versions`); the
+    conversation is the branch shown."""
+    chat_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """The chat's id (the UI's thread id; a fresh one for the CLI), sent with every request
+    as ``X-Session-Id`` so vLLM's router keeps the chat on one replica (serving/replicas.py)."""
     _background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @classmethod
@@ -126,10 +131,14 @@ class ChatSession:
         wanted_model: str = "",
         tr: Translator = ENGLISH,
         locate: Locate | None = None,
+        chat_id: str = "",
     ) -> ChatSession:
-        """A session borrowing ``server`` and ``workers``, speaking ``tr``'s language;
-        nothing is sent yet."""
-        return cls(settings, server, workers, wanted_model=wanted_model, tr=tr, locate=locate)
+        """A session borrowing ``server`` and ``workers``, speaking ``tr``'s language, for the
+        chat ``chat_id`` (empty: a fresh id); nothing is sent yet."""
+        session = cls(settings, server, workers, wanted_model=wanted_model, tr=tr, locate=locate)
+        if chat_id:
+            session.chat_id = chat_id
+        return session
 
     @property
     def client(self) -> ChatClient:
@@ -137,15 +146,15 @@ class ChatSession:
         return self.server.client
 
     @property
-    def profile(self) -> ModelProfile:
+    def profile(self) -> ModelFamily:
         """The profile of the connected model, else of the wanted one, else the setting's.
 
         Known before connecting, so uploads are prepared with the chosen
         model's image budget even while the server is still loading.
         """
         if self.model is not None:
-            return profile_for(self.model.id)
-        return profile_for(self.wanted_model or self.settings.model)
+            return family_for(self.model.id)
+        return family_for(self.wanted_model or self.settings.model)
 
     @property
     def max_model_len(self) -> int:
@@ -198,6 +207,7 @@ class ChatSession:
                     names=names,
                 )
             )
+        self.client.learn_reasoning(chosen.id, family_for(chosen.id))
         if self.model is None or self.model.id != chosen.id or self.options is None:
             self.model = chosen
             defaults = SamplingOptions.for_profile(self.profile, self.max_model_len)
@@ -275,6 +285,18 @@ class ChatSession:
             return None
         return await self.prefetched.problem(upload.path)
 
+    async def picture_of(self, upload: Upload) -> tuple[str, bytes] | None:
+        """A copy of image ``upload`` that every browser shows, as (MIME type, bytes), for
+        an image browsers may not show as it is (HEIC, AVIF, TIFF, BMP, CMYK JPEG:
+        :func:`backend.images.shown_as_is`); None for any other upload, or one whose
+        preparation (started by :meth:`judge_upload`) failed. The copy is the prepared
+        image the model gets (upright, RGB, at most the model's image budget, JPEG or
+        PNG), so nothing is decoded again; the header check runs in the media pool."""
+        prepared = await self.prefetched.prepared(upload.path)
+        if prepared is None or await self.workers.run(shown_as_is, upload.path):
+            return None
+        return prepared.encoded()
+
     async def prepare_uploads(self, uploads: Sequence[Upload]) -> UploadResult:
         """Prepare the uploads of one message for the chosen model
         (:func:`backend.uploads.prepare_uploads`), using what :meth:`prefetch` started.
@@ -297,52 +319,73 @@ class ChatSession:
         return next((k for k, t in self.message_turns.items() if t is turn), None)
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
-        """Record a new turn for a UI message.
+        """Record a new turn for a UI message, after the last turn shown.
 
         If ``message_id`` is a message already answered (Chainlit's edit of an
-        earlier message), history is rewound to just before it and the edited
-        turn keeps its prepared images.
+        earlier message), the edited question is a new version of its turn (a fresh
+        key; the message now shows it), its earlier version and the turns after that
+        stay (:mod:`backend.versions`), and it keeps the prepared images.
         """
         earlier = self.turn_of(message_id)
-        if earlier is not None:
-            images = images or earlier.images
-            self._rewind(self.conversation.turns.index(earlier))
-        turn = self.conversation.start_turn(text, images)
-        self.message_turns[message_id] = turn
-        self.forgotten = [m for m in self.forgotten if m != message_id]  # an edit keeps its id
+        if earlier is None:
+            turn = self.conversation.start_turn(text, images)  # after the turns shown
+            self.versions.add(message_id, turn, self.versions.last())
+            self.message_turns[message_id] = turn
+            return turn
+        turn = self._add_version(earlier, Turn(text=text, images=list(images or earlier.images)))
+        self.message_turns[message_id] = turn  # the edited message shows the new version
         return turn
 
-    def rewind_to(self, message_id: str) -> tuple[Turn, int] | None:
-        """Make the turn of UI message ``message_id`` the last one, to answer it again.
-
-        History is rewound to that turn (as an edit does): later turns are no
-        longer part of what the model sees. Returns the turn and how many later
-        turns were dropped, or None if the message has no turn (any more).
-        """
-        turn = self.turn_of(message_id)
-        if turn is None:
+    def new_version(self, message_id: str) -> Turn | None:
+        """A new version of the turn of UI message ``message_id`` (Regenerate), to answer
+        again: its question and images, no answer yet, shown in its place; the turns after
+        the earlier version stay with it. None if the message has no turn shown."""
+        earlier = self.turn_of(message_id)
+        if earlier is None:
             return None
-        index = self.conversation.turns.index(turn)
-        dropped = len(self.conversation.turns) - index - 1
-        self._rewind(index + 1)
-        return turn, dropped
+        turn = self._add_version(earlier, Turn(text=earlier.text, images=list(earlier.images)))
+        self.message_turns[message_id] = turn  # the message's answer is the new version's
+        return turn
 
-    def _rewind(self, keep: int) -> None:
-        """Keep the first ``keep`` turns; forget the UI messages of the others."""
-        self.conversation.truncate(keep)
-        kept = self.conversation.turns
-        self.forgotten += [k for k, t in self.message_turns.items() if t not in kept]
-        self.message_turns = {k: t for k, t in self.message_turns.items() if t in kept}
+    def choose(self, key: str) -> list[Version]:
+        """Show version ``key`` (and the turns it was shown with after it); the branch
+        shown from its place on, its own version first.
 
-    def take_forgotten(self) -> tuple[str, ...]:
-        """The message ids rewound away since the last call (then forgotten here)."""
-        taken, self.forgotten = tuple(self.forgotten), []
-        return taken
+        Raises:
+            KeyError: no such version.
+        """
+        chosen = self.versions.choose(key)
+        shown = self._show()
+        place = next(i for i, v in enumerate(shown) if v is chosen)
+        return shown[place:]
 
-    def restore(self, conversation: Conversation, message_turns: dict[str, Turn]) -> None:
-        """Go on with a stored chat: its conversation and the UI message of each turn."""
-        self.conversation = conversation
+    def version_of(self, turn: Turn) -> Version | None:
+        """The version that holds ``turn``, if it is one of this chat's."""
+        key = self.versions.key_of(turn)
+        return self.versions[key] if key is not None else None
+
+    def _add_version(self, earlier: Turn, turn: Turn) -> Turn:
+        """Add ``turn`` as a new version beside ``earlier`` and show it."""
+        version = self.version_of(earlier)
+        assert version is not None  # every turn shown is a version
+        key = uuid.uuid4().hex
+        self.versions.add(key, turn, version.parent)
+        self.message_turns[key] = turn
+        self._show()
+        return turn
+
+    def _show(self) -> list[Version]:
+        """Make the conversation the branch shown; that branch."""
+        shown = self.versions.branch()
+        self.conversation.turns = [v.turn for v in shown]
+        return shown
+
+    def restore(self, versions: Versions, message_turns: dict[str, Turn]) -> None:
+        """Go on with a stored chat: every version of its turns (the conversation is the
+        branch shown) and the UI message of each turn."""
+        self.versions = versions
         self.message_turns = dict(message_turns)
+        self._show()
 
     def keep_draft(self, message_id: str, text: str, images: list[PreparedImage]) -> None:
         """Keep a message whose files could not all be used, until sent or replaced."""
@@ -386,7 +429,7 @@ class ChatSession:
         def write() -> dict[int, PreparedImage]:
             folder.mkdir(parents=True, exist_ok=True)
             return {
-                key: image.spilled(folder / f"image-{uuid.uuid4().hex}.txt")
+                key: image.spilled(folder / f"image-{uuid.uuid4().hex}")
                 for key, image in pending.items()
             }
 

@@ -22,6 +22,7 @@ import functools
 import importlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -41,6 +42,7 @@ from backend.events import (
     TextPart,
     Usage,
 )
+from backend.families import KIMI_MARKERS, ModelFamily, ReasoningMarkers
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.reasoning import ReasoningSplitter
@@ -87,13 +89,16 @@ class ChatRequest:
         max_tokens: answer budget in tokens (reasoning counts against it).
         temperature, top_p: sampling parameters.
         thinking: True if text before any marker is reasoning (Thinking models).
+        markers: the family's reasoning markers, for a server without a reasoning parser.
         prefill: the start of the reply, already written: sent as a last assistant
             message that the model continues (vLLM's ``continue_final_message``) and
             not streamed back: the opening marker for a Thinking model
-            (``ModelProfile.reply_start`` in backend/settings.py).
+            (``ModelFamily.reply_start`` in backend/families.py).
         request_id: sent as ``X-Request-Id``; vLLM uses it as the request id
             it logs, so a request can be found in ``llm.log``.
         extra_body: extra JSON fields vLLM understands (e.g. ``structured_outputs``).
+        session_id: the chat's id, sent as ``X-Session-Id``: vLLM's router keeps a chat on
+            one replica by it (serving/replicas.py); a single vLLM ignores it.
     """
 
     model: str
@@ -102,10 +107,16 @@ class ChatRequest:
     temperature: float
     top_p: float = 1.0
     thinking: bool = False
+    markers: ReasoningMarkers = KIMI_MARKERS
     prefill: str = ""
     request_id: str | None = None
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    session_id: str | None = None
 
+
+REASONING_PROBE_ID = "reasoning-probe-"
+"""The ``X-Request-Id`` prefix of the one-token request that learns whether a server
+separates a model's reasoning (:meth:`ChatClient.learn_reasoning`); in ``llm.log``."""
 
 PROBE_TIMEOUT_S = 5.0
 """Seconds for the quick questions (``/health``, ``/v1/models``): a server that takes
@@ -252,6 +263,7 @@ class ChatClient:
         self._completions_url = f"{self.base_url}/chat/completions"
         self._streams: aiohttp.ClientSession | None = None  # made in the loop, on first use
         self._closing = False
+        self._separates: dict[str, asyncio.Task[bool | None]] = {}  # by served model
 
     def _stream_session(self) -> aiohttp.ClientSession:
         """The aiohttp session of the chat completions, made on the first (in the event
@@ -348,25 +360,72 @@ class ChatClient:
         """Close every HTTP connection pool (the streams' and the SDK's, if they were made);
         from its first instant, every call raises :class:`ClientClosed`."""
         self._closing = True
+        for learning in self._separates.values():
+            learning.cancel()
         if self._streams is not None:
             await self._streams.close()
         if "_openai" in vars(self):
             await self._openai.close()
         await self._http.aclose()
 
-    async def is_healthy(self) -> bool:
-        """True if ``GET /health`` answers 200 (vLLM: the engine is ready).
+    def learn_reasoning(self, model: str, family: ModelFamily) -> asyncio.Task[bool | None] | None:
+        """Start learning, once per served ``model``, whether this server separates its
+        reasoning (a vLLM reasoning parser): a chat calls it as it connects. Returns the
+        learning (its answer as :meth:`separates_reasoning` gives it), None where there is
+        nothing to learn.
 
-        Never raises: an unreachable or loading server (or a closed client) is
-        simply not healthy.
+        Only a family whose replies begin inside the reasoning needs it (another's text is
+        answer until the model writes a marker, either way). The answer is one request of
+        one token (:data:`REASONING_PROBE_ID`), its reply started as the family's requests
+        start it: a parser sends that token as ``delta.reasoning``, a server without one as
+        ``delta.content``. An unclear answer (the server not ready, an error) is learnt
+        again by the next stream.
         """
-        if self.closed:
-            return False
+        if (family.starts_in_reasoning or family.dev_shaped) and not self.closed:
+            return self._learning(model, family.reply_start)
+        return None
+
+    def separates_reasoning(self, model: str) -> bool | None:
+        """Whether this server sends ``model``'s reasoning in its own field, as learnt
+        (:meth:`learn_reasoning`); None while it is not known. A question never waits
+        for it: until it is known, a stream's content is split unless a reasoning
+        field comes first."""
+        learning = self._separates.get(model)
+        if learning is None or not learning.done() or learning.cancelled():
+            return None
+        return learning.result()
+
+    def _learning(self, model: str, prefill: str) -> asyncio.Task[bool | None]:
+        """The probe of ``model``: the one under way or learnt, or a new one where the
+        last was unclear."""
+        known = self._separates.get(model)
+        if known is None or (known.done() and (known.cancelled() or known.result() is None)):
+            known = asyncio.create_task(self._probe_reasoning(model, prefill))
+            self._separates[model] = known
+        return known
+
+    async def _probe_reasoning(self, model: str, prefill: str) -> bool | None:
+        """One token of a reply begun with ``prefill``: True if it came as reasoning, False
+        as content, None if the server did not answer it (within :data:`PROBE_TIMEOUT_S`)."""
+        probe = ChatRequest(
+            model=model,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=1,
+            temperature=0.0,
+            prefill=prefill,
+            request_id=f"{REASONING_PROBE_ID}{uuid.uuid4().hex}",
+        )
         try:
-            response = await self._http.get(f"{self.server_root}/health", timeout=PROBE_TIMEOUT_S)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+            async with asyncio.timeout(PROBE_TIMEOUT_S), self._open(probe) as response:
+                async for chunk in _chunks(response):
+                    delta = ((chunk.get("choices") or [{}])[0]).get("delta") or {}
+                    if delta.get("reasoning") or delta.get("reasoning_content"):
+                        return True
+                    if delta.get("content"):
+                        return False
+        except Exception as exc:  # any failure: unclear, learnt again by the next stream
+            log.info("reasoning probe of %s at %s: %s", model, self.base_url, exc)
+        return None
 
     async def list_models(self) -> list[ServedModel]:
         """Return the served models from ``GET /v1/models``.
@@ -436,10 +495,13 @@ class ChatClient:
         shows the reasoning step while the server prepares it), then
         :class:`ReasoningDelta` and :class:`AnswerDelta` parts as chunks arrive
         (reasoning from ``delta.reasoning``, from the older ``delta.reasoning_content``,
-        or split out of ``delta.content`` by :class:`backend.reasoning.ReasoningSplitter`,
-        since vLLM has no parser for Kimi-VL's ``◁think▷`` markers), then exactly one
-        :class:`Done`. Once the
-        server sends a reasoning field, content is taken as answer as it is.
+        or, from a server without a reasoning parser, split out of ``delta.content`` by
+        :class:`backend.reasoning.ReasoningSplitter`), then exactly one :class:`Done`.
+        Which of the two a server does is learnt once per served model, when a chat
+        connects (:meth:`learn_reasoning`); a server that separates the reasoning has
+        its content taken as answer as it is, never split again. Before that is known
+        (the first question right after the connect), content is split until a
+        reasoning field comes.
 
         Closing the generator early (``aclose()``, or cancellation as Chainlit's
         Stop does) closes the HTTP response, which makes vLLM abort the request.
@@ -454,14 +516,19 @@ class ChatClient:
                 :class:`ClientClosed` after :meth:`aclose`.
         """
         self._check_open()
-        reading = _Reading(ReasoningSplitter(starts_in_reasoning=request.thinking))
-        reading.splitter.feed(request.prefill)  # written by the request: read, not shown
+        server_splits = False
+        if request.thinking:
+            server_splits = self.separates_reasoning(request.model) is True
+            self._learning(request.model, request.prefill)  # learnt once, for the next
+        splitter = ReasoningSplitter(markers=request.markers, starts_in_reasoning=request.thinking)
+        reading = _Reading(splitter, server_splits=server_splits)
+        splitter.feed(request.prefill)  # written by the request: read, not shown
         started_streaming = False
         limit = OutputLimit(output_limit(request.max_tokens))
         try:
             async with self._open(request) as response:
                 started_streaming = True
-                if request.prefill and reading.splitter.in_reasoning:
+                if request.prefill and splitter.in_reasoning:
                     yield ReasoningOpened()
                 async for chunk in _chunks(response):
                     for part in limit.cut(reading.parts(chunk)):
@@ -498,6 +565,8 @@ class ChatClient:
         headers = {"Content-Type": "application/json"}
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
+        if request.session_id:
+            headers["X-Session-Id"] = request.session_id
         body = orjson.dumps(request_body(request))
         post = self._stream_session().post
         async with post(self._completions_url, data=body, headers=headers) as response:
@@ -546,7 +615,10 @@ def _broke(exc: Exception) -> bool:
 class _Reading:
     """One stream being read: the reasoning split, the finish reason, usage and the clock."""
 
-    def __init__(self, splitter: ReasoningSplitter) -> None:
+    def __init__(self, splitter: ReasoningSplitter, *, server_splits: bool) -> None:
+        """``server_splits``: the server separates the reasoning (learnt at connect), so
+        content is answer as it is; otherwise ``splitter`` splits it, until the server
+        sends a reasoning field after all."""
         self.splitter = splitter
         self.started = time.perf_counter()
         self.first_token: float | None = None
@@ -556,7 +628,7 @@ class _Reading:
         self.last_chunk: float | None = None
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
-        self.server_splits = False
+        self.server_splits = server_splits
 
     def parts(self, chunk: dict[str, Any]) -> list[TextPart]:
         """The text parts of one chunk, in order (noting its finish reason and usage)."""

@@ -5,8 +5,8 @@ images, the model's answer and reasoning). :meth:`Conversation.plan` turns it
 into OpenAI chat messages for the next request, within the server's limits:
 
 * earlier assistant turns go back with their answer only; reasoning never goes
-  back (the official Kimi-VL demo strips ``... ◁/think▷`` from history, and
-  reasoning fed back makes the model imitate the markers);
+  back (the official Kimi-VL demo strips the reasoning and its closing marker from
+  history, and reasoning fed back makes the model imitate the markers);
 * images are the already prepared copies (data URLs), never re-read uploads;
 * when the prompt would exceed ``max_model_len`` minus the answer budget, or its
   images would exceed ``--limit-mm-per-prompt``, the oldest images and then the
@@ -27,7 +27,7 @@ from typing import Any, Literal
 from backend.errors import ContextTooLong, TooManyImages
 from backend.i18n import msg
 from backend.images import PreparedImage
-from backend.reasoning import strip_reasoning
+from backend.reasoning import strip_any_reasoning
 
 TurnStatus = Literal["pending", "done", "stopped", "cut_off", "failed"]
 
@@ -132,7 +132,7 @@ class Turn:
 
     def assistant_message(self) -> dict[str, Any]:
         """The OpenAI assistant message: the answer only, reasoning stripped."""
-        return {"role": "assistant", "content": strip_reasoning(self.answer)}
+        return {"role": "assistant", "content": strip_any_reasoning(self.answer)}
 
     @property
     def in_history(self) -> bool:
@@ -221,9 +221,11 @@ class Conversation:
         self.turns.append(turn)
         return turn
 
-    def truncate(self, keep: int) -> None:
-        """Keep only the first ``keep`` turns (edit of an earlier message, regenerate)."""
-        del self.turns[keep:]
+    def images_before(self, turn: Turn) -> list[PreparedImage]:
+        """The images of the turns before ``turn`` (all turns' if it is not one of
+        them), oldest first."""
+        before = next((i for i, t in enumerate(self.turns) if t is turn), len(self.turns))
+        return [image for earlier in self.turns[:before] for image in earlier.images]
 
     def plan(
         self,

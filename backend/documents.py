@@ -155,10 +155,7 @@ def _open_failure(path: Path, label: str, error: pdfium.PdfiumError) -> ImageErr
                 name=label,
             )
         )
-    reason = str(error).rstrip(".")
-    return ImageError(
-        msg("{name}: the PDF is damaged or unsupported ({error})", name=label, error=reason)
-    )
+    return ImageError(msg("{name}: the PDF is damaged or unsupported", name=label))
 
 
 def _numbers(numbers: Sequence[int]) -> str:
@@ -287,10 +284,7 @@ def _read_pages(path: Path, label: str, budget: MediaBudget) -> _Reading:
                     reading.left_out = list(range(index + 1, reading.pages + 1))
                     break
         except pdfium.PdfiumError as error:
-            reason = str(error).rstrip(".")
-            raise ImageError(
-                msg("{name}: the PDF is damaged ({error})", name=label, error=reason)
-            ) from error
+            raise ImageError(msg("{name}: the PDF is damaged", name=label)) from error
         finally:
             document.close()
     return reading

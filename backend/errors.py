@@ -46,8 +46,8 @@ class FirstTokenTimeout(RequestTimeout):
 class RequestRejected(ChatError):
     """HTTP 400 (or 404/413/422) from vLLM: the request itself is wrong.
 
-    The message carries vLLM's own explanation, e.g. "At most 4 image(s) may be
-    provided in one prompt."
+    The message is ours; vLLM's own explanation (e.g. "At most 4 image(s) may be
+    provided in one prompt.") goes to app.log (backend/vllm_errors.py, ``log_reason``).
     """
 
 

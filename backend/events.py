@@ -14,8 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class ReasoningOpened:
     """The server took (HTTP 2xx) a request that began the reply inside the reasoning: a
-    Thinking model's ``◁think▷`` written by the request as the start of its reply
-    (``ModelProfile.reply_start`` in backend/settings.py), so the reply is reasoning from
+    Thinking model's opening marker written by the request as the start of its reply
+    (``ModelFamily.reply_start`` in backend/families.py), so the reply is reasoning from
     its first token. Comes before any text, at most once; it is not a token (no time to
     first token, and a server that has not started answering is still waited for as such).
     """
@@ -23,7 +23,7 @@ class ReasoningOpened:
 
 @dataclass(frozen=True, slots=True)
 class ReasoningDelta:
-    """A piece of the model's reasoning (text between ``◁think▷`` and ``◁/think▷``).
+    """A piece of the model's reasoning (text between its family's markers).
 
     Never contains the markers themselves.
     """

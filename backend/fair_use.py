@@ -13,18 +13,22 @@ way, in bytes (:class:`UploadRoom`): ``KIMI_UPLOAD_SESSION_MB`` per chat session
 :class:`AnswerQueues` and :class:`UploadRoom` only count; the UI takes a :class:`Place`
 for every answer before it waits for the chat's turn (``ui/tasks.py``) and for every upload
 before Chainlit reads it (``ui/security.py``), and gives it back when that ends.
-The counts are per process: with several UI workers (``--ui-workers``), HAProxy keeps a
-browser on one worker, so a browser's bound holds; a user signed in from several
-browsers on several workers gets the bound on each.
+The counts here are per process; with a store (sign-in on), :class:`AnswerQueues` and a
+person's upload bytes in :class:`UploadRoom` are counted through it as well
+(:attr:`AnswerQueues.shared`, :attr:`UploadRoom.shared`:
+:class:`backend.store.bounds.Leases`), so every worker and host sharing the store counts
+together.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass
+from typing import Protocol
 
 from backend.errors import ChatError
 from backend.i18n import msg
@@ -34,8 +38,53 @@ class Busy(ChatError):
     """An answer refused because its chat or its person has as many as allowed already."""
 
 
+class TooLong(ChatError):
+    """A message refused because it has more characters than one message may."""
+
+
+def check_message_length(text: str, limit_chars: int) -> None:
+    """Refuse ``text`` if it has more than ``limit_chars`` characters.
+
+    Raises:
+        TooLong: it has; the sentence names both numbers.
+    """
+    if len(text) > limit_chars:
+        raise TooLong(
+            msg(
+                "This message has {count:,} characters; one message may have at most {limit:,}. "
+                "It was not sent: shorten it or split it.",
+                count=len(text),
+                limit=limit_chars,
+            )
+        )
+
+
 class NoRoom(ChatError):
     """An upload refused because its chat or its person holds as many bytes as allowed."""
+
+
+class StoreFull(ChatError):
+    """A message refused because its person's stored chats would hold more than allowed."""
+
+
+def check_stored(held: int, adding: int, limit: int) -> None:
+    """Refuse a message of ``adding`` bytes (its text and files) from a person whose stored
+    chats hold ``held`` bytes, where they may hold ``limit`` (``KIMI_USER_STORE_MB``).
+
+    Raises:
+        StoreFull: ``held + adding`` is over ``limit``; the sentence says both in MB and
+            what to do.
+    """
+    if held + adding > limit:
+        raise StoreFull(
+            msg(
+                "Your stored chats hold {held:.1f} MB, and with this message they would "
+                "pass the {limit:g} MB one person may keep on this server. It was not sent "
+                "or stored: delete chats you no longer need, then send it again.",
+                held=held / 1_000_000,
+                limit=limit / 1_000_000,
+            )
+        )
 
 
 @dataclass
@@ -48,6 +97,8 @@ class Place:
     person: str
     amount: int
     left: bool = False
+    gone: Callable[[], None] | None = None
+    """Called once the place is left: gives back what it holds in a store, if anything."""
 
     def leave(self) -> None:
         """Give the place back (the answer ended, was stopped, or never started; the
@@ -55,6 +106,91 @@ class Place:
         if not self.left:
             self.left = True
             self.tally.remove(self)
+            if self.gone is not None:
+                self.gone()
+
+
+class Leaving(Protocol):
+    """A place held for one answer: a :class:`Place` here, or a lease in the store
+    (:class:`backend.store.bounds.Lease`)."""
+
+    def leave(self) -> None:
+        """Give the place back; once."""
+
+
+class SharedUploads(Protocol):
+    """Upload bytes counted for every process that shares a store
+    (:class:`backend.store.bounds.Leases`)."""
+
+    async def hold(
+        self, chat: str, person: str, size: int, fits: Callable[[int, int], None]
+    ) -> Callable[[], None]:
+        """Hold ``size`` bytes once ``fits(chat's, person's)`` has not raised; returns what
+        gives them back."""
+
+
+class SharedAnswers(Protocol):
+    """Answers counted for every process that shares a store
+    (:class:`backend.store.bounds.Leases`)."""
+
+    async def confirm(
+        self, chat: str, person: str, released: Callable[[], None] = lambda: None
+    ) -> Leaving | None:
+        """A lease for one more answer; None while the store cannot be asked (this
+        process's count stands alone); :class:`Busy` when every process's answers together
+        are at a bound. ``released``: called once a granted lease, left, no longer counts
+        in the store."""
+
+
+class Confirming:
+    """One answer's place counted in this process, whose lease in the shared store is
+    being taken meanwhile (a task), so that the model request need not wait for the
+    store's transaction: the answer is refused (:meth:`confirmed` raises :class:`Busy`)
+    before its first words are drawn if the store finds its person or chat at a bound.
+
+    :meth:`leave` once. The place counts in this process until its lease no longer counts
+    in the store (a lease granted after :meth:`leave` is given back as it arrives), so this
+    process never admits an answer the store would refuse for its own leases: a message
+    it admits is not refused after Chainlit stored it (issue 52 item 5)."""
+
+    def __init__(self, place: Place, lease: asyncio.Task[Leaving | None]) -> None:
+        self.place = place
+        self.lease = lease
+        self.left = False
+        lease.add_done_callback(self._settled)
+
+    async def confirmed(self) -> None:
+        """Wait for the store's answer.
+
+        Raises:
+            Busy: the store refused the lease (another worker holds the rest).
+        """
+        await asyncio.shield(self.lease)
+
+    def _granted(self) -> Leaving | None:
+        if self.lease.cancelled() or self.lease.exception() is not None:
+            return None
+        return self.lease.result()
+
+    def _settled(self, _: object) -> None:
+        granted = self._granted()  # also marks a refusal as seen
+        if self.left:
+            self._give_back(granted)
+
+    def _give_back(self, granted: Leaving | None) -> None:
+        if granted is None:
+            self.place.leave()
+        else:  # the lease's release leaves the place (``released`` of SharedAnswers.confirm)
+            granted.leave()
+
+    def leave(self) -> None:
+        """Give the place back: at once where the store holds no lease for it, else once
+        the store lets the lease go."""
+        if self.left:
+            return
+        self.left = True
+        if self.lease.done():
+            self._give_back(self._granted())
 
 
 class Tally:
@@ -91,17 +227,34 @@ class AnswerQueues:
         self.per_chat = per_chat
         self.per_person = per_person
         self.last_entered = -math.inf
-        """``time.monotonic()`` of the last :meth:`enter` (-inf: none yet)."""
+        """``time.monotonic()`` of the last :meth:`take` (-inf: none yet)."""
+        self.shared: SharedAnswers | None = None
+        """Where the counts live when a store is shared (None: in this process)."""
         self._tally = Tally()
 
-    def enter(self, chat: str, person: str) -> Place:
-        """A place for one more answer of ``chat`` asked by ``person``.
+    async def take(self, chat: str, person: str) -> Leaving:
+        """A place for one more answer of ``chat`` asked by ``person``, counted in this
+        process (:meth:`enter`: a refusal here is certain, as every answer counted here is
+        counted in the store too); with :attr:`shared`, a :class:`Confirming` place whose
+        lease in the store is taken in a task, off the path to the model request.
 
         Raises:
-            Busy: ``chat`` or ``person`` has as many answers running or waiting as allowed.
+            Busy: ``chat`` or ``person`` has as many answers running or waiting as allowed
+                in this process.
         """
-        self.last_entered = time.monotonic()
-        in_chat, of_person = self._tally.chats[chat], self._tally.people[person]
+        place = self.enter(chat, person)
+        if self.shared is None:
+            return place
+        lease = self.shared.confirm(chat, person, released=place.leave)
+        return Confirming(place, asyncio.create_task(lease))
+
+    def check(self, in_chat: int, of_person: int) -> None:
+        """Refuse one more answer where its chat has ``in_chat`` and its person
+        ``of_person`` answers running or waiting.
+
+        Raises:
+            Busy: either is at its bound; the sentence says which.
+        """
         if in_chat >= self.per_chat:
             raise Busy(
                 msg(
@@ -119,6 +272,16 @@ class AnswerQueues:
                     count=of_person,
                 )
             )
+
+    def enter(self, chat: str, person: str) -> Place:
+        """A place for one more answer of ``chat`` asked by ``person``, counted in this
+        process (open mode; with a store, :class:`backend.store.bounds.Leases`).
+
+        Raises:
+            Busy: ``chat`` or ``person`` has as many answers running or waiting as allowed.
+        """
+        self.last_entered = time.monotonic()
+        self.check(self._tally.chats[chat], self._tally.people[person])
         return self._tally.add(chat, person, 1)
 
 
@@ -143,6 +306,32 @@ class UploadRoom:
         self._arriving = Tally()
         self._kept = Tally()
         self._kept_places: dict[str, list[Place]] = {}
+        self.shared: SharedUploads | None = None
+        """Where a person's uploads are also counted when a store is shared (None: only
+        in this process)."""
+
+    async def take(self, chat: str, person: str, size: int, live: Container[str]) -> Place:
+        """:meth:`enter`, and with :attr:`shared` the person's uploads in every process
+        sharing the store counted as well.
+
+        Raises:
+            NoRoom: the upload would take the chat or the person past their bound.
+        """
+        place = self.enter(chat, person, size, live)
+        if self.shared is not None:
+            try:
+                place.gone = await self.shared.hold(chat, person, size, self._fits(size))
+            except NoRoom:
+                place.leave()
+                raise
+        return place
+
+    def _fits(self, size: int) -> Callable[[int, int], None]:
+        def fits(_in_chat: int, of_person: int) -> None:
+            if of_person + size > self.per_person:
+                raise self._person_full()
+
+        return fits
 
     def enter(self, chat: str, person: str, size: int, live: Container[str]) -> Place:
         """A place for an upload of ``size`` bytes into ``chat`` by ``person``; give it to
@@ -166,21 +355,26 @@ class UploadRoom:
                 )
             )
         if of_person > self.per_person:
-            raise NoRoom(
-                msg(
-                    "This file would take your uploads past the {limit:g} MB one person may "
-                    "hold in all their open chats; it was not uploaded. Close chats you no "
-                    "longer need, then try again.",
-                    limit=self.per_person / 1_000_000,
-                )
-            )
+            raise self._person_full()
         return self._arriving.add(chat, person, size)
 
+    def _person_full(self) -> NoRoom:
+        return NoRoom(
+            msg(
+                "This file would take your uploads past the {limit:g} MB one person may "
+                "hold in all their open chats; it was not uploaded. Close chats you no "
+                "longer need, then try again.",
+                limit=self.per_person / 1_000_000,
+            )
+        )
+
     def keep(self, place: Place) -> None:
-        """The upload of ``place`` (from :meth:`enter`) was stored: it counts until its
-        chat session ends."""
+        """The upload of ``place`` (from :meth:`enter` or :meth:`take`) was stored: it
+        counts until its chat session ends."""
         if place.left:
             return
+        gone, place.gone = place.gone, None
         place.leave()
         kept = self._kept.add(place.chat, place.person, place.amount)
+        kept.gone = gone
         self._kept_places.setdefault(place.chat, []).append(kept)

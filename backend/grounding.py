@@ -7,7 +7,7 @@ normalised to 0-1 of the image's width and height and reads ``x=0.204, y=0.149``
 from the answer; Kimi-VL-Instruct users report ``{"bbox_2d": [0.28, 0.5, 0.52,
 0.7]}`` (normalised x1, y1, x2, y2) for objects; asked for pixels, models give
 pixels of the image they saw. :func:`read_marks` accepts, in the answer only (any
-``◁think▷`` reasoning is removed first):
+reasoning left between markers is removed first):
 
 * **click**: ``click(x=0.204, y=0.149)``, with or without ``pyautogui.``, any of
   the pyautogui pointer functions, keyword or positional, or a bare
@@ -39,7 +39,9 @@ them apart.)
 With several images in the turn a mark belongs to the image the answer last named
 before it: its file name, "image 2" / "picture 2" / "screenshot 2" / "photo 2", "the
 second image", "图2", "第2张" / "第二张"; a mark before any such name is not drawn
-(there is no telling which image it is on).
+(there is no telling which image it is on). A question without images of its own
+refers to one image of the chat (:func:`referred_images`); one that names an image the chat
+does not have gets a sentence saying so instead, when the answer gives coordinates.
 
 :func:`draw_marks` draws marks on a new copy of an image with Pillow;
 :func:`overlays` does the whole job for an answer and the turn's prepared images.
@@ -55,13 +57,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, product
-from typing import Final, Literal, Protocol
+from typing import Final, Generic, Literal, Protocol, TypeVar
 
 from PIL import Image, ImageDraw, ImageFont
 
 from backend.i18n import ENGLISH, Message, Translator, msg
 from backend.images import PNG_COMPRESS_LEVEL, decode_data_url
-from backend.reasoning import strip_reasoning
+from backend.reasoning import strip_any_reasoning
 from backend.safety import collector_paused, escape_markdown
 
 Source = Literal["click", "bbox_2d", "tuple"]
@@ -85,6 +87,9 @@ class SeenImage(Protocol):
     def height(self) -> int:
         """Height in pixels of the image as sent to the model."""
         ...
+
+
+Seen = TypeVar("Seen", bound=SeenImage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,7 +500,12 @@ def _shape(values: tuple[float, ...], image: SeenImage) -> Point | Box | str:
             return msg("a mix of fractions (below 1) and pixels (above 1)")
         sides = (image.width, image.height) * (len(values) // 2)
         if any(v > side for v, side in zip(values, sides, strict=True)):
-            return msg("outside the {width}x{height} image", width=image.width, height=image.height)
+            return msg(
+                "outside {name} ({width}x{height})",
+                name=image.name,
+                width=image.width,
+                height=image.height,
+            )
         values = tuple(v / side for v, side in zip(values, sides, strict=True))
     if len(values) == 2:
         return Point(values[0], values[1])
@@ -600,32 +610,93 @@ def _judge(
     return where, shape
 
 
-def read_marks(answer: str, images: Sequence[SeenImage]) -> Grounding:
+def read_marks(
+    answer: str, images: Sequence[SeenImage], missing: Message | None = None
+) -> Grounding:
     """The points and boxes of ``answer`` on the turn's ``images`` (module docstring).
 
     Takes time linear in the answer's length (10,000 boxes: well under a second).
 
     Args:
-        answer: the answer text; any ``◁think▷`` reasoning in it is ignored.
+        answer: the answer text; any reasoning left in it between markers is ignored.
         images: the turn's images as the model saw them, in upload order; their
             sizes (pixels) convert pixel coordinates into fractions.
+        missing: why there is no image to draw on (:attr:`Referred.missing`), when
+            ``images`` is empty for that reason.
 
     Returns:
         The first :data:`MAX_MARKS` marks (one per place: see :data:`SAME_PLACE`)
         and the first :data:`MAX_REASONS` sentences about explicit coordinates
-        that are not drawn, with counts of the others. Empty without images.
+        that are not drawn, with counts of the others. Without images: empty, or
+        ``missing`` as the one sentence when the answer gives any coordinate.
     """
-    if not images:
-        return Grounding()
     with collector_paused():
-        return _read(strip_reasoning(answer), images)
+        text = strip_any_reasoning(answer)
+        if images:
+            return _read(text, images)
+        if missing is not None and _found(_Index(text)):
+            return Grounding(not_drawn=(missing,))
+        return Grounding()
+
+
+@dataclass(frozen=True, slots=True)
+class Referred(Generic[Seen]):
+    """The images an answer's coordinates are drawn on (:func:`referred_images`).
+
+    Attributes:
+        images: the images, in upload order; empty when there is none to draw on.
+        missing: when the question names an image the chat does not have, the sentence
+            that says so ("the question names image 3, but the chat's images end at image
+            2."), shown if the answer gives coordinates; else None.
+    """
+
+    images: tuple[Seen, ...]
+    missing: Message | None = None
+
+
+def referred_images(question: str, own: Sequence[Seen], earlier: Sequence[Seen]) -> Referred[Seen]:
+    """The images an answer's coordinates refer to: the turn's ``own`` images, or, for a
+    question that comes without images (a follow-up such as "Find the spoon in the first
+    photo"), the one image of the chat it names (by file name, "the second photo",
+    "image 2", "第2张", "图2": numbered across ``earlier``, the chat's images before this
+    turn, oldest first) or else the latest one. A question that names an image the chat
+    does not have ("the third photo" of two) gets none, and the sentence why
+    (:attr:`Referred.missing`): drawing on another would be a guess. Empty when the chat
+    has no image. The caption of a drawn copy names the image (:func:`caption`), so a
+    person sees which one was taken."""
+    if own:
+        return Referred(tuple(own))
+    with collector_paused():
+        named = _References(question, earlier).named_before(len(question))
+    if named is None:
+        return Referred(tuple(earlier[-1:]))
+    if 1 <= named <= len(earlier):
+        return Referred((earlier[named - 1],))
+    if not earlier:
+        return Referred(
+            (), msg("the question names image {number}, but the chat has no image.", number=named)
+        )
+    return Referred(
+        (),
+        msg(
+            "the question names image {number}, but the chat's images end at image {count}.",
+            number=named,
+            count=len(earlier),
+        ),
+    )
+
+
+def _found(index: _Index) -> list[_Found]:
+    """Every coordinate the text gives, in text order (explicit formats and bare tuples the
+    module docstring reads), before any is fitted to an image."""
+    explicit = _explicit(index)
+    return _corner_pairs(index, sorted(explicit + _bare(index, explicit), key=lambda f: f.start))
 
 
 def _read(answer: str, images: Sequence[SeenImage]) -> Grounding:
     """:func:`read_marks` of an answer without its reasoning."""
     index = _Index(answer)
-    explicit = _explicit(index)
-    found = _corner_pairs(index, sorted(explicit + _bare(index, explicit), key=lambda f: f.start))
+    found = _found(index)
     refs, places = _References(index.text, images), _Places()
     marks: list[Mark] = []
     reasons: list[str] = []
@@ -830,7 +901,9 @@ def _decode(data_url: str) -> tuple[Image.Image, str]:
     return Image.open(io.BytesIO(data)), mime
 
 
-def overlays(answer: str, images: Sequence[EncodedImage]) -> tuple[list[Overlay], Grounding]:
+def overlays(
+    answer: str, images: Sequence[EncodedImage], missing: Message | None = None
+) -> tuple[list[Overlay], Grounding]:
     """Annotated copies of the turn's images that the answer points at.
 
     Reads the marks (:func:`read_marks`), then draws each image's marks on a copy of
@@ -842,9 +915,10 @@ def overlays(answer: str, images: Sequence[EncodedImage]) -> tuple[list[Overlay]
 
     Returns:
         One :class:`Overlay` per image with marks, in image order, and the
-        :class:`Grounding` (whose ``not_drawn`` a UI may show).
+        :class:`Grounding` (whose ``not_drawn`` a UI may show; ``missing``, why there
+        are no images, is its sentence when the answer gives coordinates).
     """
-    grounding = read_marks(answer, images)
+    grounding = read_marks(answer, images, missing)
     result = []
     for index, image in enumerate(images):
         marks = grounding.on(index)

@@ -8,19 +8,27 @@ browsers draw without a script or a font download. Raw HTML in the text is never
 markdown-it-py escapes it (``html`` off) and refuses ``javascript:`` links. latex2mathml
 copies ``\\text{...}`` into its output unescaped, so its MathML is parsed as XML and
 rebuilt from known MathML elements and attributes only; math it cannot convert, or
-MathML that does not parse, is shown as its LaTeX source in a code span.
+MathML that does not parse, is shown as its LaTeX source in a code span. An image
+with a remote address is drawn as a link to it, as in the chat: the page never fetches
+what an answer names (the public share page and the export use this).
 """
 
 from __future__ import annotations
 
 import html
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from functools import cache, lru_cache
 from typing import Any, Final
 
 from latex2mathml.converter import convert
 from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
 from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+from backend.safety import is_remote
 
 MATHML: Final = "http://www.w3.org/1998/Math/MathML"
 ELEMENTS: Final = frozenset(
@@ -142,7 +150,23 @@ def _renderer() -> MarkdownIt:
     md.enable(["table", "strikethrough"])
     # remark-math (the page's) reads "$1 and $2" as math too: the same here.
     dollarmath_plugin(md, allow_digits=True, allow_space=True, renderer=_math)
+    md.add_render_rule("image", _image_or_link)
     return md
+
+
+def _image_or_link(
+    self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
+) -> str:
+    """An image with a ``data:`` address as markdown-it draws it; any other (a remote
+    address a hostile answer wrote: the browser would fetch it unasked) as a link to it,
+    as the chat draws it (:func:`backend.safety.link_remote_images`)."""
+    token = tokens[idx]
+    src = str(token.attrGet("src") or "")
+    if not is_remote(src):
+        return self.image(tokens, idx, options, env)
+    text = html.escape(self.renderInlineAsText(token.children or [], options, env) or "image")
+    href = html.escape(src, quote=True)
+    return f'<a href="{href}" target="_blank" rel="noopener noreferrer">{text}</a>'
 
 
 def to_html(text: str) -> str:

@@ -6,15 +6,12 @@ server has left (vLLM ``--limit-mm-per-prompt``, minus the images already in the
 message) and a token budget, :data:`MEDIA_CONTEXT_SHARE` of the max model length
 minus what the message's images take. Both return a :class:`MediaResult`.
 
-The kind is sniffed from the file's first bytes, never from its name or the MIME
-type the browser claims (:func:`sniff_kind`).
+Which kind an upload is, and who prepares it, is :mod:`backend.upload_kinds`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
-from pathlib import Path
 from typing import Final
 
 from backend.conversation import IMAGE_OVERHEAD_TOKENS
@@ -25,47 +22,6 @@ MEDIA_CONTEXT_SHARE: Final = 0.5
 rest is left for the typed text, the history and the answer: e.g. 16,384 of 32,768
 tokens, four letter pages at Thinking-2506's full 16,384-patch budget (about 4,100
 tokens each) or sixteen video frames of 1,024 tokens."""
-
-_ISO_IMAGE_BRANDS: Final = frozenset(
-    {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1", b"avif", b"avis"}
-)
-"""ISO base media ``ftyp`` brands of still images (HEIF/HEIC and AVIF, ISO/IEC 23008-12
-and the AV1 image format spec): these files share MP4's container and are images."""
-
-_EBML_MAGIC: Final = b"\x1a\x45\xdf\xa3"
-"""First bytes of a Matroska or WebM file (EBML header, RFC 9559)."""
-
-
-class UploadKind(Enum):
-    """What an uploaded file holds, as far as its first bytes tell."""
-
-    IMAGE = "image"
-    PDF = "pdf"
-    VIDEO = "video"
-
-
-def sniff_kind(path: Path) -> UploadKind:
-    """Tell a PDF or a video from anything else (left to the image decoder).
-
-    PDF: ``%PDF-`` within the first 1024 bytes (where PDF readers look for it,
-    ISO 32000-1 annex H). Video: an ISO base media file (MP4, M4V, MOV, 3GP:
-    ``ftyp`` at byte 4) whose major brand is not a still-image one, or an EBML
-    file (WebM, Matroska). Everything else, unreadable files included, is
-    :attr:`UploadKind.IMAGE`: :func:`backend.images.prepare_image` then says what
-    is wrong with it.
-    """
-    try:
-        with path.open("rb") as file:
-            head = file.read(1024)
-    except OSError:
-        return UploadKind.IMAGE
-    if b"%PDF-" in head:
-        return UploadKind.PDF
-    if head[4:8] == b"ftyp" and head[8:12] not in _ISO_IMAGE_BRANDS:
-        return UploadKind.VIDEO
-    if head.startswith(_EBML_MAGIC):
-        return UploadKind.VIDEO
-    return UploadKind.IMAGE
 
 
 @dataclass(frozen=True, slots=True)

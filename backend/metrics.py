@@ -11,7 +11,10 @@ docs/facts.md, "vLLM 0.32", lists the same names):
   ``vllm:kv_cache_usage_perc`` (a fraction: 1.0 means full, despite the name);
 * counters ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
   ``vllm:prefix_cache_queries_total`` / ``_hits_total`` (tokens) and
-  ``vllm:mm_cache_queries_total`` / ``_hits_total`` (images and other media items).
+  ``vllm:mm_cache_queries_total`` / ``_hits_total`` (images and other media items);
+* counter ``vllm:request_success_total`` (requests finished, all reasons);
+* the sum of the histogram ``vllm:request_queue_time_seconds`` (seconds finished
+  requests spent waiting; vLLM observes it when a request finishes).
 
 Rates need two scrapes: :func:`load_between` turns a previous and a current
 :class:`Scrape` into a :class:`ServerLoad`. :func:`panel_rows` and
@@ -44,6 +47,8 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 MM_QUERIES = "vllm:mm_cache_queries_total"
 MM_HITS = "vllm:mm_cache_hits_total"
+QUEUE_SECONDS = "vllm:request_queue_time_seconds_sum"
+FINISHED = "vllm:request_success_total"
 
 _SUMMED = (
     RUNNING,
@@ -54,6 +59,8 @@ _SUMMED = (
     PREFIX_HITS,
     MM_QUERIES,
     MM_HITS,
+    QUEUE_SECONDS,
+    FINISHED,
 )
 
 FETCH_TIMEOUT_S = 2.0
@@ -81,6 +88,9 @@ class ModelMetrics:
         prefix_hits: of those, tokens found there (counter).
         mm_queries: media items (images) looked up in the multimodal cache (counter).
         mm_hits: of those, items found there (counter).
+        queue_seconds: seconds the finished requests spent waiting, added up (counter;
+            a request's wait is added when it finishes).
+        finished: requests finished since the server started, for any reason (counter).
     """
 
     model: str
@@ -94,6 +104,8 @@ class ModelMetrics:
     prefix_hits: float
     mm_queries: float
     mm_hits: float
+    queue_seconds: float = 0.0
+    finished: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +191,8 @@ def parse_metrics(text: str, at: float) -> Scrape:
             prefix_hits=total.get(PREFIX_HITS, 0.0),
             mm_queries=total.get(MM_QUERIES, 0.0),
             mm_hits=total.get(MM_HITS, 0.0),
+            queue_seconds=total.get(QUEUE_SECONDS, 0.0),
+            finished=total.get(FINISHED, 0.0),
         )
     return Scrape(at=at, models=models)
 

@@ -20,8 +20,8 @@ from typing import Final, Literal, cast
 from backend.chat import SamplingOptions
 from backend.client import ServedModel
 from backend.errors import ChatError
+from backend.families import ModelFamily, family_for
 from backend.i18n import ENGLISH, Message, Translator, msg
-from backend.settings import ModelProfile, profile_for
 
 MIN_MAX_TOKENS = 256
 """The smallest answer budget the panel offers (and its step)."""
@@ -52,7 +52,7 @@ class PanelField:
 
 
 def panel_fields(
-    profile: ModelProfile, options: SamplingOptions, max_model_len: int, tr: Translator = ENGLISH
+    profile: ModelFamily, options: SamplingOptions, max_model_len: int, tr: Translator = ENGLISH
 ) -> list[PanelField]:
     """The controls for a model: temperature, top_p, max tokens, for a thinking model a
     switch to hide the reasoning, and a switch for the timings under answers; labels in
@@ -99,7 +99,7 @@ def panel_fields(
             step=MIN_MAX_TOKENS,
         ),
     ]
-    if profile.thinking:
+    if profile.starts_in_reasoning:
         fields.append(
             PanelField(
                 "hide_reasoning",
@@ -233,10 +233,10 @@ def model_choices(
     chosen = current if any(m.id == current for m in models) else models[0].id
     choices = []
     for model in models:
-        profile = profile_for(model.id)
+        profile = family_for(model.id)
         kind = (
             tr("Reasons step by step before it answers (slower, better at hard questions).")
-            if profile.thinking
+            if profile.starts_in_reasoning
             else tr("Answers at once, without a reasoning step.")
         )
         choices.append(ModelChoice(model.id, tr.text(profile.label), kind, model.id == chosen))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,15 +20,20 @@ from typing import Any
 from backend.chat import ChatSession, SamplingOptions
 from backend.client import ChatClient, ChatRequest, ServedModel
 from backend.conversation import MIN_ANSWER_TOKENS, Budget, Conversation, Plan, Turn, plan_verified
+from backend.families import ReasoningMarkers, family_for
 from backend.logs import LOGGER_NAME
-from backend.settings import profile_for
 
 log = logging.getLogger(LOGGER_NAME)
 
-DEV_SHAPE_REGEX = "◁think▷[^◁]{40,600}◁/think▷[^◁]{20,400}"
-"""Dev mode: vLLM structured outputs force the random-weights model's output into
-the Thinking model's shape, so the reasoning step streams and folds as with
-Kimi-VL (the text itself stays noise)."""
+
+def dev_shape_regex(markers: ReasoningMarkers) -> str:
+    """Dev mode: vLLM structured outputs force the random-weights model's output into
+    a Thinking model's shape (``OPEN`` 40-600 characters ``CLOSE`` 20-400 characters,
+    neither part holding the markers' first character), so the reasoning step streams
+    and folds as with a Thinking family (the text itself stays noise)."""
+    banned = re.escape(markers.open[0])
+    opening, closing = re.escape(markers.open), re.escape(markers.close)
+    return f"{opening}[^{banned}]{{40,600}}{closing}[^{banned}]{{20,400}}"
 
 
 MORE_TOKENS_AT_LEAST = 1.1
@@ -70,7 +76,7 @@ def exact_counter(
     """Count prompts with ``client``'s ``/tokenize``, all counts together within
     ``deadline_s`` seconds from now; past it (a stuck or slow tokenizer), None: the
     plan goes on with its estimate, which over-estimates text. ``prefill``: the start
-    of the reply each request writes (``ModelProfile.reply_start``), counted with the prompt."""
+    of the reply each request writes (``ModelFamily.reply_start``), counted with the prompt."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + deadline_s
 
@@ -125,10 +131,16 @@ async def plan_turn(
         chat.model.id,
         plan,
         chat.options,
-        thinking=chat.profile.thinking or shaped,
+        thinking=chat.profile.starts_in_reasoning or shaped,
+        markers=chat.profile.markers,
         prefill=prefill,
-        extra_body={"structured_outputs": {"regex": DEV_SHAPE_REGEX}} if shaped else {},
+        extra_body=(
+            {"structured_outputs": {"regex": dev_shape_regex(chat.profile.markers)}}
+            if shaped
+            else {}
+        ),
         request_id=request_id,
+        session_id=chat.chat_id,
     )
     log.info(
         "request %s model=%s messages=%d prompt_tokens~%d max_tokens=%d "
@@ -160,13 +172,19 @@ def plan_compare(chat: ChatSession, turn: Turn, other: ServedModel) -> tuple[Tur
     earlier = chat.conversation.turns[: chat.conversation.turns.index(turn)]
     asked = Turn(text=turn.text, images=list(turn.images))
     history = Conversation(turns=[*earlier, asked], system_prompt=chat.conversation.system_prompt)
-    profile = profile_for(other.id)
+    profile = family_for(other.id)
     max_model_len = other.max_model_len or chat.settings.max_model_len
     options = SamplingOptions.for_profile(profile, max_model_len)
     budget = Budget(max_model_len, chat.settings.max_images_per_prompt, options.max_tokens)
     plan = history.plan(asked, budget, chat.token_counter)
     request = _request(
-        other.id, plan, options, thinking=profile.thinking, prefill=profile.reply_start
+        other.id,
+        plan,
+        options,
+        thinking=profile.starts_in_reasoning,
+        markers=profile.markers,
+        prefill=profile.reply_start,
+        session_id=chat.chat_id,
     )
     log.info("request %s model=%s compare of an earlier turn", request.request_id, other.id)
     return asked, Planned(request, plan.notices, options.max_tokens, None)
@@ -178,11 +196,14 @@ def _request(
     options: SamplingOptions,
     *,
     thinking: bool,
+    markers: ReasoningMarkers,
     prefill: str = "",
     extra_body: dict[str, Any] | None = None,
     request_id: str | None = None,
+    session_id: str | None = None,
 ) -> ChatRequest:
-    """The chat completion request of ``plan``, with ``request_id`` (default: a fresh one)."""
+    """The chat completion request of ``plan``, with ``request_id`` (default: a fresh one)
+    and the chat's ``session_id`` (replica affinity behind vLLM's router)."""
     return ChatRequest(
         model=model,
         messages=plan.messages,
@@ -190,7 +211,9 @@ def _request(
         temperature=options.temperature,
         top_p=options.top_p,
         thinking=thinking,
+        markers=markers,
         prefill=prefill,
         request_id=request_id or new_request_id(),
         extra_body=extra_body or {},
+        session_id=session_id,
     )

@@ -160,11 +160,12 @@ DEV_STATS_SUFFIX = msg("dev model: the text is noise")
 
 
 def rerun_note(text: str, later_turns: int, tr: Translator = ENGLISH) -> str:
-    """Said when an older turn is answered again: which one, and what became of later ones."""
+    """Said when an older turn is answered again: which one, and where its later ones are."""
     quoted = text if len(text) <= 60 else text[:57] + "…"
     if later_turns:
         return tr(
-            "Answering again: “{quoted}”. The {later_turns} later turn(s) were removed.",
+            "Answering again: “{quoted}”, as a new version. The {later_turns} later turn(s) "
+            "stay with the earlier version.",
             quoted=escape_markdown(quoted),
             later_turns=later_turns,
         )

@@ -1,34 +1,27 @@
-"""Split Kimi-VL's streamed text into reasoning and answer, incrementally.
+"""Split a model's streamed text into reasoning and answer, incrementally.
 
-Kimi-VL-A3B-Thinking-2506 writes its reasoning between the text markers
-``◁think▷`` and ``◁/think▷`` inside the ordinary answer text (``delta.content``
-of the OpenAI stream), followed by the answer (model card, whose example
-``extract_thinking_and_summary`` splits on the same markers). vLLM has no
-built-in reasoning parser for these markers, and its token-id based thinking
-parser would need each marker to be one token, which Kimi-VL's tokenizer does
-not guarantee (project notes, facts.md, "Reasoning"). So the app splits
-the text itself, in the style of vLLM's reasoning parsers but on text.
+A reasoning model writes its reasoning between two text markers inside the ordinary
+answer text (``delta.content`` of the OpenAI stream) when its server has no reasoning
+parser, followed by the answer; each family's markers are data
+(:class:`backend.families.ReasoningMarkers`). Kimi-VL's are not single tokens of its
+tokenizer, so vLLM's token-id based thinking parsers cannot split them (facts.md,
+"Reasoning"); this splits the text itself, in the style of vLLM's reasoning parsers.
+It runs in the client only for servers without a parser (:mod:`backend.client`) and
+inside our vLLM parser plugin (``serving/kimi_reasoning.py``).
 
 :class:`ReasoningSplitter` is pure (no I/O, no asyncio) and runs once per
 streamed chunk: each :meth:`~ReasoningSplitter.feed` costs time linear in the
 chunk's length (``str.find``; no rescanning of earlier text) and holds back at
-most ``len("◁/think▷") - 1`` = 7 characters, the longest suffix that could still
+most one character less than the longer marker, the longest suffix that could still
 start a marker. :func:`strip_reasoning` removes reasoning from a complete
 assistant message before it goes back to the model as history, as the official
-demo does.
+demos do.
 """
 
 from __future__ import annotations
 
 from backend.events import AnswerDelta, ReasoningDelta, TextPart
-
-THINK_OPEN = "◁think▷"
-"""Marker that opens a reasoning block (Kimi-VL-A3B-Thinking-2506 model card)."""
-
-THINK_CLOSE = "◁/think▷"
-"""Marker that closes a reasoning block (Kimi-VL-A3B-Thinking-2506 model card)."""
-
-_MARKER_START = "◁"  # both markers start with it, and neither contains it elsewhere
+from backend.families import KNOWN_MARKERS, ReasoningMarkers
 
 
 class _PartBuilder:
@@ -57,7 +50,7 @@ class _PartBuilder:
 
 
 class ReasoningSplitter:
-    """Incremental splitter of ``◁think▷ ... ◁/think▷`` text into parts.
+    """Incremental splitter of ``OPEN reasoning CLOSE answer`` text into parts.
 
     Feed each chunk of ``delta.content`` in order to :meth:`feed`, then call
     :meth:`flush` once at the end of the stream. The concatenated output does
@@ -65,36 +58,49 @@ class ReasoningSplitter:
     chunks at any position.
 
     Rules:
-        * ``◁think▷`` switches to reasoning, ``◁/think▷`` to answer. A marker
+        * The opening marker switches to reasoning, the closing one to answer. A marker
           that does not change the state (an opening marker inside reasoning,
           which the thinking model writes first when the splitter
           ``starts_in_reasoning``, or a stray closing marker inside the answer)
           is dropped. Markers never appear in the output, with one exception
           that no splitter can avoid without changing characters: text the
           model wrote on both sides of a removed marker is kept as written, so
-          ``"◁/think◁/think▷▷"`` gives the text ``"◁/think▷"``.
+          ``"[/[/r]r]"`` gives the text ``"[/r]"`` (with the markers ``[r]`` and
+          ``[/r]``, as in the examples below).
         * Whitespace at the start of the stream and right after a marker that
           switches the state is dropped until the first other character, so
-          ``"◁/think▷\\n\\nAnswer"`` gives the answer ``"Answer"``. Whitespace
+          ``"[/r]\\n\\nAnswer"`` gives the answer ``"Answer"``. Whitespace
           anywhere else is kept.
-        * Text that only looks like the start of a marker (``"◁thin"``) is held
+        * Text that only looks like the start of a marker (``"[/"``) is held
           until it either completes a marker or can no longer become one; then
           it is emitted as ordinary text, once and in order.
 
     Args:
-        starts_in_reasoning: True for a thinking model (the thinking profile):
-            text before any marker is reasoning, so an answer that begins with
-            only the closing marker (``"reasoning◁/think▷answer"``) still splits.
-            False for a model that answers directly: text is answer until an
-            opening marker.
+        markers: the family's opening and closing markers.
+        starts_in_reasoning: True for a thinking model (its family's
+            ``starts_in_reasoning``): text before any marker is reasoning, so an answer
+            that begins with only the closing marker (``"reasoning[/r]answer"``)
+            still splits. False for a model that answers directly: text is answer until
+            an opening marker.
     """
 
-    __slots__ = ("_held", "_in_reasoning", "_saw_marker", "_section_started")
+    __slots__ = (
+        "_held",
+        "_in_reasoning",
+        "_markers",
+        "_saw_marker",
+        "_section_started",
+        "_single_start",
+        "_starts",
+    )
 
-    def __init__(self, *, starts_in_reasoning: bool = False) -> None:
+    def __init__(self, *, markers: ReasoningMarkers, starts_in_reasoning: bool = False) -> None:
+        self._markers = markers
+        self._starts = {markers.open[0], markers.close[0]}
+        self._single_start = markers.open[0] if len(self._starts) == 1 else ""
         self._in_reasoning = starts_in_reasoning
         self._saw_marker = False
-        self._held = ""  # a proper prefix of a marker, at most 7 characters
+        self._held = ""  # a proper prefix of a marker
         self._section_started = False  # a non-whitespace character emitted since the switch
 
     @property
@@ -111,7 +117,7 @@ class ReasoningSplitter:
     def answer_started(self) -> bool:
         """True once the answer is under way: in the answer, with text other than whitespace.
 
-        The leading whitespace the splitter drops after ``◁/think▷`` does not
+        The leading whitespace the splitter drops after the closing marker does not
         count. A server-side parser that hands the rest of the stream on
         unsplit waits for this, so the result is the same as splitting it all.
         """
@@ -134,27 +140,28 @@ class ReasoningSplitter:
         buf = self._held + text if self._held else text
         self._held = ""
         out = _PartBuilder()
+        opening, closing = self._markers.open, self._markers.close
         pos = 0
         while True:
-            start = buf.find(_MARKER_START, pos)
+            start = self._next_start(buf, pos)
             if start < 0:
                 self._emit(out, buf[pos:])
                 break
             self._emit(out, buf[pos:start])
-            if buf.startswith(THINK_OPEN, start):
+            if buf.startswith(opening, start):
                 self._switch(reasoning=True)
-                pos = start + len(THINK_OPEN)
-            elif buf.startswith(THINK_CLOSE, start):
+                pos = start + len(opening)
+            elif buf.startswith(closing, start):
                 self._switch(reasoning=False)
-                pos = start + len(THINK_CLOSE)
+                pos = start + len(closing)
             else:
                 rest = buf[start:]
-                if len(rest) < len(THINK_CLOSE) and (
-                    THINK_OPEN.startswith(rest) or THINK_CLOSE.startswith(rest)
+                if len(rest) < self._markers.longest and (
+                    opening.startswith(rest) or closing.startswith(rest)
                 ):
                     self._held = rest
                     break
-                self._emit(out, _MARKER_START)
+                self._emit(out, buf[start])
                 pos = start + 1
         return out.parts()
 
@@ -172,6 +179,13 @@ class ReasoningSplitter:
         self._emit(out, self._held)
         self._held = ""
         return out.parts()
+
+    def _next_start(self, text: str, pos: int) -> int:
+        """Where the next character that may begin a marker is, from ``pos``; -1 if none."""
+        if self._single_start:  # both markers begin alike (Kimi-VL's, Qwen3's)
+            return text.find(self._single_start, pos)
+        found = [at for char in self._starts if (at := text.find(char, pos)) >= 0]
+        return min(found, default=-1)
 
     def _switch(self, *, reasoning: bool) -> None:
         """Apply a marker: enter reasoning (``True``) or the answer (``False``)."""
@@ -191,7 +205,9 @@ class ReasoningSplitter:
             out.add(self._in_reasoning, text)
 
 
-def split_reasoning(text: str, *, starts_in_reasoning: bool) -> tuple[str, str]:
+def split_reasoning(
+    text: str, *, markers: ReasoningMarkers, starts_in_reasoning: bool
+) -> tuple[str, str]:
     """Split a complete message into ``(reasoning, answer)``, markers removed.
 
     The same rules as :class:`ReasoningSplitter` (this feeds it the whole text,
@@ -199,27 +215,27 @@ def split_reasoning(text: str, *, starts_in_reasoning: bool) -> tuple[str, str]:
 
     Args:
         text: the full message as the model wrote it.
-        starts_in_reasoning: as for :class:`ReasoningSplitter`.
+        markers, starts_in_reasoning: as for :class:`ReasoningSplitter`.
     """
-    splitter = ReasoningSplitter(starts_in_reasoning=starts_in_reasoning)
+    splitter = ReasoningSplitter(markers=markers, starts_in_reasoning=starts_in_reasoning)
     parts = splitter.feed(text) + splitter.flush()
     reasoning = "".join(part.text for part in parts if isinstance(part, ReasoningDelta))
     answer = "".join(part.text for part in parts if isinstance(part, AnswerDelta))
     return reasoning, answer
 
 
-def strip_reasoning(text: str) -> str:
+def strip_reasoning(text: str, markers: ReasoningMarkers) -> str:
     """Remove the reasoning from a complete assistant message, for history.
 
-    The official Kimi-VL demo strips everything up to and including
-    ``◁/think▷`` before sending a reply back as history (facts.md, "Kimi-VL"),
-    so the model does not see, and imitate, its old reasoning. vLLM has no
-    parser for these markers that could do it server-side.
+    The official Kimi-VL demo strips everything up to and including its closing
+    marker before sending a reply back as history (facts.md, "Kimi-VL"), so the
+    model does not see, and imitate, its old reasoning; Qwen3's chat templates drop
+    the reasoning of earlier turns the same way.
 
     * No marker: the text is returned unchanged.
     * A closing marker: everything before the first one is reasoning, whether or
-      not an opening marker precedes it (the thinking model may start with only
-      the closing marker); later ``◁think▷ ... ◁/think▷`` blocks are removed too.
+      not an opening marker precedes it (a thinking model may start with only
+      the closing marker); later ``OPEN ... CLOSE`` blocks are removed too.
     * An opening marker never closed (the reply was cut off by ``max_tokens``):
       it and everything after it are dropped.
 
@@ -228,10 +244,23 @@ def strip_reasoning(text: str) -> str:
 
     Args:
         text: the full assistant message as the model wrote it.
+        markers: the markers of the family that wrote it.
 
     Returns:
         The answer alone, without markers.
     """
-    if THINK_OPEN not in text and THINK_CLOSE not in text:
+    if not markers.within(text):
         return text
-    return split_reasoning(text, starts_in_reasoning=THINK_CLOSE in text)[1]
+    return split_reasoning(text, markers=markers, starts_in_reasoning=markers.close in text)[1]
+
+
+def strip_any_reasoning(text: str) -> str:
+    """:func:`strip_reasoning` with each known family's markers in turn.
+
+    For text whose family is not at hand: a turn's stored answer was split as it
+    streamed, so this only removes markers a model left inside its answer, whichever
+    family's they are (:data:`backend.families.KNOWN_MARKERS`).
+    """
+    for markers in KNOWN_MARKERS:
+        text = strip_reasoning(text, markers)
+    return text

@@ -48,7 +48,7 @@ class TurnRecord:
         position: the turn's order in its chat. Written: its 0-based index in the chat
             that records it (for the log; the store keeps a turn's place once it has
             one and gives a new turn the place after the last stored one). Read: the
-            stored order key (ascending; gaps where turns were dropped).
+            stored order key (ascending).
         message_id: Chainlit id of the person's message: which turn this is (Edit
             names it; one row per message id in a chat).
         turn: text, prepared images, answer, reasoning and status; a turn stored
@@ -61,11 +61,18 @@ class TurnRecord:
         created_at: ISO 8601 UTC time the turn was first saved.
         legacy_stats: the stats line as text, as versions before :class:`Timings` stored
             it (their rows have no numbers but the reasoning time); None for newer rows.
-        dropped: message ids of the turns the recording chat rewound away since its
-            previous record (an edit or a rerun of an earlier turn): the store drops
-            those, and only those (another tab's turns of the same chat stay).
         compared: other models' answers to it (Compare), oldest first; only what this
             session showed (:class:`ShownAnswers`), never stored.
+        parent_id: the message id (key) of the turn it follows; None for a first turn.
+            Versions of one turn (Regenerate, Edit) follow the same turn
+            (:mod:`backend.versions`).
+        chosen: when it was last chosen among its versions (the highest is shown);
+            0: not said (the store keeps what it has, or gives a new row its place).
+        beside: the key of another version of this turn (Regenerate, Edit): a new row
+            follows the turn that one follows as stored (else ``parent_id``; None: a first
+            turn). None: a turn asked in the composer, which the store puts after the
+            chat's last stored turn, whatever the recording tab saw last (another tab may
+            have added turns).
     """
 
     position: int
@@ -78,8 +85,10 @@ class TurnRecord:
     stored_status: str = "done"
     created_at: str = ""
     legacy_stats: str | None = None
-    dropped: tuple[str, ...] = ()
     compared: tuple[ComparedAnswer, ...] = ()
+    parent_id: str | None = None
+    chosen: int = 0
+    beside: str | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -114,10 +123,10 @@ SAVED: Final = Saving()
 class TurnSink(Protocol):
     """Where a chat's turns are recorded (the store, or a test's list).
 
-    :meth:`record` stores ``record`` as the chat's turn of ``record.message_id`` and
-    drops the turns named in ``record.dropped`` (an edit or a rerun of an earlier
-    turn rewinds the chat). It never raises for a storage failure: it holds the write
-    until the store takes it, or gives it up, and says so in its :class:`Saving`.
+    :meth:`record` stores ``record`` as the chat's turn of ``record.message_id``; no
+    turn is ever dropped (versions: :mod:`backend.versions`). It never raises for a
+    storage failure: it holds the write until the store takes it, or gives it up, and
+    says so in its :class:`Saving`.
     """
 
     async def record(self, record: TurnRecord) -> Saving:

@@ -19,7 +19,8 @@ from backend.client import ServedModel
 from backend.conversation import TurnStatus
 from backend.errors import ChatError, can_retry
 from backend.events import Done
-from backend.i18n import Translator
+from backend.families import family_for
+from backend.i18n import Message, Translator
 from backend.images import PreparedImage
 from backend.presenter import (
     DEV_STATS_SUFFIX,
@@ -35,17 +36,17 @@ from backend.presenter import (
     too_long_note,
     unusable_files_note,
 )
-from backend.safety import escape_markdown
-from backend.settings import profile_for
 from backend.timings import StepEnd, Timings, stats_line
+from backend.versions import Versions
 
 
 @dataclass(frozen=True, slots=True)
 class Button:
     """A button under a message: ``kind`` names what it does (Chainlit's action name),
-    ``payload`` says on what (always the person's message id as ``"message"``)."""
+    ``payload`` says on what (the person's message id as ``"message"``; for ‹ and › the
+    version to show as ``"version"``)."""
 
-    kind: Literal["retry", "compare", "send_anyway"]
+    kind: Literal["retry", "compare", "send_anyway", "version"]
     label: str
     payload: dict[str, Any] = field(hash=False)
     icon: str = ""
@@ -116,10 +117,16 @@ class AnswerEnd:
 
 @dataclass(frozen=True, slots=True)
 class Marks:
-    """Draw what ``answer`` points at on the turn's ``images`` (the grounding overlay)."""
+    """Draw what ``answer`` points at on ``images`` (the grounding overlay, under answer
+    ``answer_id`` and before its buttons): the turn's own, or the chat's image a question
+    without images refers to (:func:`backend.grounding.referred_images`)."""
 
+    answer_id: str
     answer: str
     images: tuple[PreparedImage, ...]
+    missing: Message | None = None
+    """Why there is no image to draw on: the question names one the chat does not have
+    (:attr:`backend.grounding.Referred.missing`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +207,7 @@ def retry_button(
 
 def compare_button(message_id: str, other: ServedModel, tr: Translator) -> Button:
     """A button that asks ``other`` the turn of the person's message ``message_id``."""
-    label = tr("Compare with {model}", model=tr.text(profile_for(other.id).label))
+    label = tr("Compare with {model}", model=tr.text(family_for(other.id).label))
     return Button("compare", label, {"message": message_id, "model": other.id}, "columns-2")
 
 
@@ -260,6 +267,7 @@ class Ending:
         dev_mode: the stats line says the text is noise.
         show_stats: the answer ends with its line of timings (the settings panel's
             "Timings under answers"); without it, a dev answer still says it is noise.
+        versions: ‹ n/m › of a turn with other versions (:func:`version_buttons`).
     """
 
     message_id: str
@@ -270,6 +278,21 @@ class Ending:
     compared: str | None = None
     dev_mode: bool = False
     show_stats: bool = True
+    versions: tuple[Button, ...] = ()
+
+
+def version_buttons(versions: Versions, key: str) -> tuple[Button, ...]:
+    """‹ n/m › under the answer of version ``key`` when its turn has other versions
+    (Regenerate, Edit): two buttons that show the version before and after it (going
+    round); none for a turn of one version."""
+    n, count = versions.place(key)
+    if count < 2:
+        return ()
+    earlier, later = versions.neighbours(key)
+    return (
+        Button("version", f"‹ {n}/{count}", {"version": earlier}),
+        Button("version", "›", {"version": later}),
+    )
 
 
 def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Translator) -> AnswerEnd:
@@ -294,9 +317,9 @@ def finished(answer_id: str, shown: str, done: Done, ending: Ending, tr: Transla
     said = [stats_line(Timings.from_done(done), tr)] if ending.show_stats else []
     if ending.dev_mode:
         said.append(tr(DEV_STATS_SUFFIX))
-    if ending.compared:  # the label says whose answer it is; a Compare has no buttons
-        compared = tr("**{model}** (compare)", model=escape_markdown(ending.compared))
-        said, buttons = [compared, *said], []
+    buttons += ending.versions
+    if ending.compared:  # its column is titled with the model (ui/compare_view.py)
+        buttons = []  # a Compare has no buttons
     if said:
         lines.append("*" + " · ".join(said) + "*")
     return AnswerEnd(answer_id, shown, tuple(buttons), ending.compared, "\n\n".join(lines))

@@ -39,7 +39,7 @@ PRELOAD_AFTER_S = 0.0
 
 KEPT_BLOCKS_IDLE_S = 60.0
 """Pillow's kept blocks go back to the system once no media has been prepared for this long.
-Measured (bench/results/load_tabs*.md): right after 1,000 tabs with a photo each, 260 MB RSS
+Measured (docs/benchmarks.md, closed tabs): right after 1,000 tabs with a photo each, 260 MB RSS
 with them kept, 236 MB with ``PILLOW_BLOCKS_MAX=0``; 228 MB 120 s later (idle 183 MB)."""
 
 

@@ -5,129 +5,15 @@ Every setting is an environment variable with the prefix ``KIMI_`` (for example
 and its own (:class:`serving.settings.LaunchSettings`, a subclass) and hands them to
 the app as ``KIMI_*`` variables, so the app, the CLI and the launcher never disagree.
 
-Model profiles hold what differs between the served models (sampling defaults
-and the image token budget); sources are cited per profile.
+What differs between the served models is in :mod:`backend.families`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from backend.i18n import msg
-from backend.reasoning import THINK_OPEN
-
-
-@dataclass(frozen=True, slots=True)
-class ModelProfile:
-    """What the app must know about one served model.
-
-    Attributes:
-        served_name: the name vLLM serves it under (``--served-model-name``).
-        hf_id: the Hugging Face repository id ``launch.sh`` passes to ``vllm serve``.
-        label: a short name people see in the UI.
-        thinking: True if the model writes reasoning between ``◁think▷`` and
-            ``◁/think▷`` (then text before any marker counts as reasoning).
-        temperature: recommended sampling temperature.
-        max_tokens: default answer budget in tokens (capped by max model length).
-        in_token_limit: Kimi-VL image budget in 14x14 patches: an image is scaled
-            down until (H/14)*(W/14) <= in_token_limit.
-        dev_shaped: the dev model standing in for Thinking-2506: with dev mode on,
-            the app shapes its output into "◁think▷ … ◁/think▷ answer" with vLLM
-            structured outputs and reads it as a Thinking model's (backend.planning).
-    """
-
-    served_name: str
-    hf_id: str
-    label: str
-    thinking: bool
-    temperature: float
-    max_tokens: int
-    in_token_limit: int
-    dev_shaped: bool = False
-
-    @property
-    def reply_start(self) -> str:
-        """What a request writes of the reply itself (``ChatRequest.prefill``): the
-        opening marker for a Thinking model, nothing for others.
-
-        Kimi-VL-A3B-Thinking begins every reply with ``◁think▷``, and vLLM sends a
-        stream's first token at once and the next ones ``stream_interval`` tokens a chunk
-        (``vllm/v1/engine/output_processor.py``), so a reply that writes the marker itself
-        would show its first words only a chunk later. Written by the request, the marker
-        is not generated: the first token is a reasoning word, sent at once, and later
-        chunks can carry several tokens. Kimi-VL's chat template renders an assistant
-        message as written (docs/facts.md), so the model reads the same prompt it would
-        have written; the reasoning parser (``serving/kimi_reasoning.py``) reads a
-        prompt whose last assistant turn opened its reasoning as still reasoning.
-        The dev model's profile is not a Thinking one (dev mode's shape,
-        ``backend.planning.DEV_SHAPE_REGEX``, writes its marker), so its requests write
-        none.
-        """
-        return THINK_OPEN if self.thinking else ""
-
-
-THINKING_2506 = ModelProfile(
-    served_name="kimi-vl-thinking-2506",
-    hf_id="moonshotai/Kimi-VL-A3B-Thinking-2506",
-    label="Kimi-VL Thinking (2506)",
-    thinking=True,
-    # Model card of Kimi-VL-A3B-Thinking-2506: temperature 0.8, max_tokens up to
-    # 32768; images up to about 1792x1792, i.e. (1792/14)**2 = 16384 patches.
-    temperature=0.8,
-    max_tokens=32768,
-    in_token_limit=16384,
-)
-
-INSTRUCT = ModelProfile(
-    served_name="kimi-vl",
-    hf_id="moonshotai/Kimi-VL-A3B-Instruct",
-    label="Kimi-VL Instruct",
-    thinking=False,
-    # Model card of Kimi-VL-A3B-Instruct: temperature 0.2; preprocessor_config.json
-    # in_token_limit 4096.
-    temperature=0.2,
-    max_tokens=4096,
-    in_token_limit=4096,
-)
-
-DEV = ModelProfile(
-    served_name="kimi-vl-dev",
-    hf_id="(tiny random-weights model built by serving.devmodel)",
-    label=msg("Dev model (random weights: answers are noise)"),  # shown: translated
-    thinking=False,  # random weights write no markers; dev mode shapes them in
-    dev_shaped=True,
-    temperature=0.8,
-    # Long enough to watch an answer stream and to press Stop (the tiny model
-    # writes about 1,000 tokens a second on 2 CPU cores), without always cutting off.
-    max_tokens=2048,
-    in_token_limit=4096,
-)
-
-PROFILES: dict[str, ModelProfile] = {p.served_name: p for p in (THINKING_2506, INSTRUCT, DEV)}
-
-
-def profile_for(served_name: str) -> ModelProfile:
-    """Return the profile of a served model name.
-
-    Unknown names (a server started by someone else) get Instruct-like defaults
-    under their own name: markers are still split out if the model writes them.
-    """
-    known = PROFILES.get(served_name)
-    if known is not None:
-        return known
-    return ModelProfile(
-        served_name=served_name,
-        hf_id=served_name,
-        label=served_name,
-        thinking=False,
-        temperature=INSTRUCT.temperature,
-        max_tokens=INSTRUCT.max_tokens,
-        in_token_limit=INSTRUCT.in_token_limit,
-    )
 
 
 class Settings(BaseSettings):
@@ -208,11 +94,24 @@ class Settings(BaseSettings):
         description="most MB of uploads one user (in open mode: one browser) may hold in "
         "all their open chats together",
     )
+    user_store_mb: int = Field(
+        500,
+        gt=0,
+        description="most MB one user's stored chats may hold (their messages, answers and "
+        "reasoning, and their images' files); a message beyond is refused with a sentence",
+    )
     chat_queue: int = Field(
         2,
         ge=0,
         description="answers that may wait behind the one a chat is giving; more are "
         "refused with a sentence",
+    )
+    max_message_chars: int = Field(
+        1_000_000,
+        gt=0,
+        description="longest message in characters; a longer one is refused with a sentence "
+        "before it is stored or priced (1,000,000 is several times the longest context "
+        "Kimi-VL takes, 131,072 tokens)",
     )
     user_answers: int = Field(
         3,
@@ -241,6 +140,16 @@ class Settings(BaseSettings):
         description="SQLAlchemy async URL; empty = SQLite file chat.db in data_dir; "
         "postgresql+asyncpg://USER:PASSWORD@HOST/DB switches to PostgreSQL",
     )
+    files_s3_bucket: str = Field(
+        "",
+        description="S3 bucket for uploads and prepared images; empty = the folder "
+        "data_dir/files (local, or a shared volume); credentials from the standard AWS "
+        "variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or files",
+    )
+    files_s3_endpoint_url: str = Field(
+        "", description="endpoint of an S3-compatible server (SeaweedFS, MinIO); empty = AWS"
+    )
+    files_s3_region: str = Field("", description="S3 region; empty = boto3's default")
     unsaved_mb: int = Field(
         64,
         gt=0,

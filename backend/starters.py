@@ -85,3 +85,20 @@ def _samples_by_message() -> dict[str, Path]:
         for locale in LOCALES
         for starter in STARTERS
     }
+
+
+def label_for(text: str) -> str | None:
+    """The label of a starter whose message is exactly ``text``, in that message's language
+    (a chat begun by a starter is titled "Where should I click?", not by its instructions);
+    None for any other text."""
+    return _labels_by_message().get(text.strip())
+
+
+@cache
+def _labels_by_message() -> dict[str, str]:
+    """Every starter's message, in every language, to its label in the same language."""
+    return {
+        translator(locale)(starter.message): translator(locale)(starter.label)
+        for locale in LOCALES
+        for starter in STARTERS
+    }

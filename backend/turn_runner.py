@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -46,6 +46,8 @@ from backend.events import (
     StreamEvent,
     Waiting,
 )
+from backend.families import family_for
+from backend.grounding import referred_images
 from backend.i18n import msg
 from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
@@ -64,6 +66,7 @@ from backend.presenter import (
 from backend.record import FIRST_WORDS_WAIT_S, Saving, ShownAnswers, TurnRecord, TurnSink
 from backend.render import (
     AnswerText,
+    Button,
     ButtonsUnder,
     ButtonUsed,
     Ending,
@@ -77,6 +80,7 @@ from backend.render import (
     TurnsGone,
     WaitingNote,
     WaitingOver,
+    compare_button,
     draft_kept,
     error_note,
     finished,
@@ -85,11 +89,12 @@ from backend.render import (
     reference,
     retry_button,
     stopped,
+    version_buttons,
 )
 from backend.resources import Server
 from backend.safety import escape_markdown, link_remote_images_off_loop
-from backend.settings import profile_for
 from backend.timings import StepEnd, Timings
+from backend.versions import Version
 from backend.vllm_errors import log_reason
 
 log = logging.getLogger(LOGGER_NAME)
@@ -143,15 +148,26 @@ class TurnRunner:
     Args:
         chat: the chat's state (borrowed; the runner changes its turns only).
         sink: where turns are recorded; None records nothing (open mode, the CLI).
+        when_unsaved: called when the chat says it is not being saved, e.g. to say when
+            it is again without waiting for the next turn (``ui/session.py``).
     """
 
-    def __init__(self, chat: ChatSession, sink: TurnSink | None = None) -> None:
+    def __init__(
+        self,
+        chat: ChatSession,
+        sink: TurnSink | None = None,
+        when_unsaved: Callable[[TurnRunner], None] | None = None,
+    ) -> None:
         self.chat = chat
         self.sink = sink
+        self.when_unsaved = when_unsaved
         self.unsaved_said = False
         """True once the chat said it is not being saved (said again only when it is)."""
         self.shown = ShownAnswers()
         """What the chat showed beyond its turns (numbers, Compare answers): the export's."""
+        self.answer_ids: dict[str, str] = {}
+        """Each version's answer message (Chainlit id), by the version's key: recorded, or
+        stored (a resumed chat's): the page draws a version again with it."""
 
     @property
     def records(self) -> bool:
@@ -159,7 +175,7 @@ class TurnRunner:
         return self.sink is not None
 
     def ask(self, message_id: str, typed: str, uploads: Sequence[Upload]) -> Events:
-        """Answer a new message (or an edit of an earlier one, which rewinds the chat).
+        """Answer a new message (or an edit of an earlier one: a new version of its turn).
 
         Its files are prepared first; if some cannot be used the message is kept
         back with a note (and "Send without them" when something can go).
@@ -185,9 +201,12 @@ class TurnRunner:
     ) -> Events:
         """Answer again the turn of ``message_id`` (Retry, Regenerate, more tokens).
 
-        An older turn is answered with the history up to it: later turns leave the
-        conversation the model sees and the screen (:class:`backend.render.TurnsGone`), as
-        with an edit, and a note says so.
+        A turn with an answer, or with later turns, gets a new version beside it
+        (:meth:`ChatSession.new_version`), answered with the history up to it: its later
+        turns stay with the earlier version and leave the screen
+        (:class:`backend.render.TurnsGone`), as with an edit, and a note says so. The
+        last turn without an answer the model sees (failed, stopped early) is answered in
+        place.
         ``max_tokens``/``make_room``: as :func:`backend.planning.plan_turn`.
         """
         return self._run(self._rewound(message_id, max_tokens, make_room))
@@ -198,13 +217,22 @@ class TurnRunner:
         return self._run(self._compared(message_id, model))
 
     async def resumed(self, last_answer_id: str | None) -> Events:
-        """What a resumed chat shows besides its stored page: Regenerate under the last
-        answer (``last_answer_id``), when the last turn has an answer the model sees."""
-        turns = self.chat.conversation.turns
+        """What a resumed chat shows besides its stored page: Regenerate and Compare (one
+        per other served model: :meth:`ChatSession.served_besides`) under the last answer
+        (``last_answer_id``), when the last turn has an answer the model sees; ‹ n/m ›
+        under each answer (:attr:`answer_ids`) of a turn with other versions."""
+        turns, tr = self.chat.conversation.turns, self.chat.tr
+        shown = self.chat.versions.branch()
+        for version in shown[:-1]:
+            places = version_buttons(self.chat.versions, version.key)
+            if places and version.key in self.answer_ids:
+                yield ButtonsUnder(self.answer_ids[version.key], places)
         last = self.chat.message_of(turns[-1]) if turns else None
         if last_answer_id is not None and last is not None and turns[-1].in_history:
-            regenerate = retry_button(last, self.chat.tr, REGENERATE_LABEL)
-            yield ButtonsUnder(last_answer_id, (regenerate,))
+            buttons = [retry_button(last, tr, REGENERATE_LABEL)]
+            buttons += [compare_button(last, other, tr) for other in self.chat.others]
+            buttons += list(version_buttons(self.chat.versions, shown[-1].key))
+            yield ButtonsUnder(last_answer_id, tuple(buttons))
 
     async def _asked(self, message_id: str, typed: str, uploads: Sequence[Upload]) -> Opening:
         prepared = await self.chat.prepare_uploads(uploads)
@@ -237,16 +265,41 @@ class TurnRunner:
         return Opening([], Answering(message_id, turn, self.chat.server, max_tokens))
 
     async def _rewound(self, message_id: str, max_tokens: int | None, make_room: bool) -> Opening:
-        found = self.chat.rewind_to(message_id)
-        if found is None:
-            return Opening([Note(self.chat.tr(TURN_GONE_NOTE))])
-        turn, later_turns = found
+        chat = self.chat
+        earlier = chat.turn_of(message_id)
+        if earlier is None:
+            return Opening([Note(chat.tr(TURN_GONE_NOTE))])
+        later_turns = len(chat.conversation.turns) - chat.conversation.turns.index(earlier) - 1
+        turn = earlier  # the last turn, with no answer the model sees: answered in place
+        if later_turns or earlier.in_history:  # a version beside it, its later turns kept
+            turn = chat.new_version(message_id) or earlier
         notes: list[RenderEvent] = [ButtonUsed()]
-        if later_turns:  # forked there: the later turns go, the answer comes under it
+        if later_turns:  # forked there: the later turns leave the page, the answer comes under it
             notes.append(TurnsGone(message_id))
-            notes.append(Note(rerun_note(turn.text, later_turns, self.chat.tr), "fork"))
-        answering = Answering(message_id, turn, self.chat.server, max_tokens, make_room)
+            notes.append(Note(rerun_note(turn.text, later_turns, chat.tr), "fork"))
+        answering = Answering(message_id, turn, chat.server, max_tokens, make_room)
         return Opening(notes, answering)
+
+    async def choose(self, key: str) -> tuple[list[Version], list[RenderEvent]]:
+        """Show version ``key`` of its turn (‹ n/m ›) and record the choice: the branch
+        shown from its place on (the version first), and the notes on how the chat's
+        storing stands.
+
+        Raises:
+            KeyError: the chat has no such version.
+        """
+        shown = self.chat.choose(key)
+        return shown, await self._record(shown[0].turn)
+
+    async def drawn_again(self, key: str, answer_id: str) -> list[RenderEvent]:
+        """Version ``key``'s answer is on the page again as message ``answer_id`` (the
+        branch drawn again after ‹ n/m ›): recorded with it, so a resume puts its buttons
+        there; the notes on how the chat's storing stands.
+
+        Raises:
+            KeyError: the chat has no such version.
+        """
+        return await self._record(self.chat.versions[key].turn, answer_id)
 
     async def _compared(self, message_id: str, model: str) -> Opening:
         tr = self.chat.tr
@@ -264,7 +317,7 @@ class TurnRunner:
             ref = new_request_id()
             log.warning("request %s refused before sending: %s", ref, log_reason(exc))
             return Opening([error_note(exc, None, tr, reference(ref, datetime.now(), tr))])
-        label = tr.text(profile_for(other.id).label)
+        label = tr.text(family_for(other.id).label)
         return Opening([], Answering(message_id, asked, server, planned=planned, compared=label))
 
     async def _server_of(self, model: ServedModel) -> Server:
@@ -444,25 +497,31 @@ class TurnRunner:
         timings: Timings | None = None,
         stored: Turn | None = None,
     ) -> list[RenderEvent]:
-        """Hand ``turn`` to the sink, if there is one and the turn is the chat's;
+        """Hand ``turn`` to the sink, if there is one and the turn is one of the chat's
+        versions (shown or not: a version answered while another is chosen is kept too);
         ``answer_id``: its answer message, once it has one; ``stored``: what to store of
         it, if not the turn as it is (an answer still streaming). Returns the notes that
         say how the chat's storing stands, when that changed."""
         chat = self.chat
-        if self.sink is None or turn not in chat.conversation.turns:
+        version = chat.version_of(turn)
+        if version is not None and answer_id is not None:
+            self.answer_ids[version.key] = answer_id
+        if self.sink is None or version is None:
             return []
-        message_id = chat.message_of(turn)
-        if message_id is None:
-            return []
+        shown = chat.conversation.turns
         record = TurnRecord(
-            position=chat.conversation.turns.index(turn),
-            message_id=message_id,
+            position=shown.index(turn) if turn in shown else len(shown),
+            message_id=version.key,
             turn=stored or turn,
             answer_id=answer_id,
             timings=timings,
             model=chat.model.id if chat.model else None,
             options=asdict(chat.options) if chat.options else {},
-            dropped=chat.take_forgotten(),
+            parent_id=version.parent,
+            chosen=version.chosen,
+            beside=next(
+                (v.key for v in chat.versions.siblings(version.key) if v is not version), None
+            ),
         )
         return self._storing_notes(await self.sink.record(record))
 
@@ -476,6 +535,8 @@ class TurnRunner:
         ]
         if saving.held and not self.unsaved_said:
             notes.append(Note(tr(NOT_SAVED_NOTE), "warning"))
+            if self.when_unsaved is not None:
+                self.when_unsaved(self)
         elif not saving.held and self.unsaved_said:
             notes.append(Note(tr(SAVED_AGAIN_NOTE), "info"))
         self.unsaved_said = saving.held
@@ -694,11 +755,20 @@ class Shown:
             compared=self.compared,
             dev_mode=chat.settings.dev_mode,
             show_stats=chat.options is None or chat.options.show_stats,
+            versions=self._versions(turn),
         )
         drawn: list[RenderEvent] = [finished(self.answer_id, shown, done, ending, chat.tr)]
-        if turn.images and turn.answer:
-            drawn.append(Marks(turn.answer, tuple(turn.images)))
+        referred = referred_images(turn.text, turn.images, chat.conversation.images_before(turn))
+        if (referred.images or referred.missing) and turn.answer:
+            drawn.append(Marks(self.answer_id, turn.answer, referred.images, referred.missing))
         return [*drawn, TurnEnded(turn.status, turn.answer, turn.reasoning, done)]
+
+    def _versions(self, turn: Turn) -> tuple[Button, ...]:
+        """‹ n/m › for the answer of ``turn`` (none for a Compare, or one version)."""
+        version = self.chat.version_of(turn)
+        if self.compared is not None or version is None:
+            return ()
+        return version_buttons(self.chat.versions, version.key)
 
     async def stopped(self, turn: Turn) -> list[RenderEvent]:
         """The end of an answer Stop cut short: what came, marked, with Retry."""

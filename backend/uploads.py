@@ -26,7 +26,8 @@ from backend.errors import ImageError
 from backend.i18n import msg
 from backend.images import PreparedImage, prepare_image, release_kept_blocks
 from backend.logs import LOGGER_NAME
-from backend.media import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult, UploadKind, sniff_kind
+from backend.media import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult
+from backend.upload_kinds import sniff_kind
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -199,7 +200,7 @@ class Prefetched:
             return True
         if found is not None:
             self._tasks.pop(upload.path)[1].cancel()  # made for other limits (another model)
-        if sniff_kind(upload.path) is not UploadKind.IMAGE:
+        if not sniff_kind(upload.path).prepared_early:
             return False  # PDFs and videos depend on what else the message holds
         while len(self._tasks) >= self.limit:
             self._tasks.pop(next(iter(self._tasks)))[1].cancel()
@@ -240,6 +241,23 @@ class Prefetched:
             return None  # said when its message is sent
         return None
 
+    async def prepared(self, path: Path) -> PreparedImage | None:
+        """Wait for the preparation started for ``path`` and return its image; None if
+        nothing was started or it failed (its failure is said by :meth:`problem` or when
+        its message is sent). The preparation is never cancelled by the wait."""
+        found = self._tasks.get(path)
+        if found is None:
+            return None
+        task = found[1]
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # the wait itself was cancelled
+            return None
+        except Exception:
+            return None
+
     def clear(self) -> None:
         """Cancel and forget everything not yet sent (the chat ended)."""
         for _, task in self._tasks.values():
@@ -262,7 +280,7 @@ async def prepare_uploads(
 ) -> UploadResult:
     """Prepare uploaded images, PDFs and videos for the model, in ``workers``.
 
-    Each file's kind is sniffed from its first bytes (:func:`backend.media.sniff_kind`).
+    Each file's kind is sniffed from its first bytes (:func:`backend.upload_kinds.sniff_kind`).
     Images are prepared in parallel, at most ``workers.workers`` at a time. PDFs and
     videos follow, one at a time, in upload order, each within what the message has
     left (:class:`backend.media.MediaBudget`): the image limit per request minus the
@@ -272,7 +290,7 @@ async def prepare_uploads(
     preparation started on upload (``prefetched``) are not prepared again.
     """
     kinds = [sniff_kind(upload.path) for upload in uploads]  # reads 1 KB of each
-    photos = [i for i, kind in enumerate(kinds) if kind is UploadKind.IMAGE]
+    photos = [i for i, kind in enumerate(kinds) if kind.prepared_early]
     early = prefetched or Prefetched()
     started = [early.claim(uploads[i], limits, workers) for i in photos]
     prepared = await asyncio.gather(*started, return_exceptions=True)
@@ -284,11 +302,9 @@ async def prepare_uploads(
         max_bytes=limits.max_bytes,
     ).after([image for image in outcomes.values() if isinstance(image, PreparedImage)])
     for i, kind in enumerate(kinds):
-        if kind is not UploadKind.IMAGE:
+        if not kind.prepared_early:
             try:
-                media = await workers.run(
-                    prepare_document, kind, uploads[i].path, budget, uploads[i].name
-                )
+                media = await workers.run(kind.prepare, uploads[i].path, budget, uploads[i].name)
             except Exception as error:  # reported below with the others
                 outcomes[i] = error
             else:
@@ -297,25 +313,6 @@ async def prepare_uploads(
     if uploads:
         await workers.run(workers.release_memory)
     return _collected(uploads, outcomes)
-
-
-def prepare_document(kind: UploadKind, path: Path, budget: MediaBudget, name: str) -> MediaResult:
-    """A PDF's pages (:func:`backend.documents.prepare_pdf`) or a video's frames
-    (:func:`backend.video.prepare_video`) within ``budget``; for a media worker.
-
-    pypdfium2 and PyAV are imported here, on the first such upload: about 0.15 s of CPU
-    that the app's start does without (tests/test_startup_imports.py).
-
-    Raises:
-        ImageError: as the two functions do.
-    """
-    if kind is UploadKind.PDF:
-        from backend.documents import prepare_pdf
-
-        return prepare_pdf(path, budget, name)
-    from backend.video import prepare_video
-
-    return prepare_video(path, budget, name)
 
 
 def _collected(uploads: Sequence[Upload], outcomes: dict[int, Outcome]) -> UploadResult:
@@ -331,15 +328,13 @@ def _collected(uploads: Sequence[Upload], outcomes: dict[int, Outcome]) -> Uploa
             result.notices.extend(outcome.notices)
             result.texts.append(outcome.text)
         elif isinstance(outcome, ImageError):
+            # The decoder's own words are the operator's (app.log), not the person's.
+            log.info("%s refused: %s (%r)", upload.name, outcome, outcome.__cause__)
             result.problems.append(outcome.message)  # a Message: the UI translates it
         else:
             log.error("preparing %s failed: %r", upload.name, outcome)
             result.problems.append(
-                msg(
-                    "{name}: could not be prepared ({error}).",
-                    name=upload.name,
-                    error=type(outcome).__name__,
-                )
+                msg("{name}: could not be prepared; app.log has the details.", name=upload.name)
             )
     return result
 

@@ -300,10 +300,7 @@ def prepare_video(path: str | Path, budget: MediaBudget, name: str | None = None
     except ImageError:
         raise
     except (av.FFmpegError, ValueError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ImageError(
-            msg("{name}: not a video that can be decoded ({error})", name=label, error=reason)
-        ) from error
+        raise ImageError(msg("{name}: not a video that can be decoded", name=label)) from error
     if not frames:
         raise ImageError(msg("{name}: no frame could be decoded", name=label))
     return MediaResult(

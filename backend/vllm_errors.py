@@ -20,6 +20,10 @@ So errors are classified by status and ``param``. Older servers (and proxies) se
 ``param`` null; only then is vLLM's message text read, for the two sentences vLLM
 0.32 uses ("At most N image(s) may be provided in one prompt", "This model's maximum
 context length is N tokens"), older ones "max_model_len".
+
+What a person reads is always one of our sentences: neither the server's words nor an
+exception's name (issue 47). The server's words go to app.log with the request's
+reference (:func:`log_reason`, logged by backend/turn_runner.py).
 """
 
 from __future__ import annotations
@@ -122,7 +126,8 @@ class VllmError:
 def broken_stream(exc: Exception) -> StreamBroken:
     """Say in words how a started stream broke: ``ValueError`` (a chunk that is not
     JSON, e.g. ``json.JSONDecodeError``) is garbled; a transport error (aiohttp's
-    ``ClientPayloadError``, a reset connection) is cut off."""
+    ``ClientPayloadError``, a reset connection) is cut off. The exception is the
+    error's cause (raised ``from``), which :func:`log_reason` names in app.log."""
     if isinstance(exc, ValueError):
         return StreamBroken(
             msg(
@@ -132,10 +137,8 @@ def broken_stream(exc: Exception) -> StreamBroken:
         )
     return StreamBroken(
         msg(
-            "The model server's reply was cut off: the connection dropped mid-answer "
-            "({error}), maybe because the server stopped or restarted. "
-            "What arrived is kept; try again.",
-            error=type(exc).__name__,
+            "The model server's reply was cut off: the connection dropped mid-answer, "
+            "maybe because the server stopped or restarted. What arrived is kept; try again."
         )
     )
 
@@ -149,8 +152,8 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
     SDK's ``APIStatusError``) -> :func:`status_error`; an error event inside the stream
     (:class:`ErrorEvent`) -> the same by its ``code``, else :class:`ServerFailed`;
     httpx's ``RuntimeError`` "the client has been closed" -> :class:`ClientClosed`.
-    Anything else becomes a :class:`ServerFailed` carrying its type name, never a
-    traceback.
+    Anything else becomes a :class:`ServerFailed` in our words (its traceback goes to
+    app.log).
     """
     if isinstance(exc, ChatError):
         return exc
@@ -165,10 +168,7 @@ def map_error(exc: Exception, *, base_url: str, model: str) -> ChatError:
         return stream_error(exc.body, str(exc), model)
     log.error("unexpected failure talking to %s", base_url, exc_info=exc)
     return ServerFailed(
-        msg(
-            "Unexpected failure talking to the model server ({error}).",
-            error=type(exc).__name__,
-        )
+        msg("Unexpected failure talking to the model server; app.log has the details.")
     )
 
 
@@ -237,25 +237,18 @@ def stream_error(body: object, fallback: str, model: str) -> ChatError:
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 500:
         return status_error(code, error, model)
     return ServerFailed(
-        msg("The model server reported an error while answering: {detail}", detail=error.message)
+        msg("The model server reported an error while answering. What arrived is kept; try again.")
     )
 
 
 def status_error(status: int, error: VllmError, model: str) -> ChatError:
-    """The error for an HTTP ``status`` and vLLM's error object (see the module docstring)."""
+    """The error for an HTTP ``status`` and vLLM's error object (see the module docstring),
+    in our words: ``error.message`` decides the kind only when ``param`` is missing."""
     detail = error.message
     if status == 503:
-        return ServerLoading(
-            msg("The model server is still loading ({detail}). Try again soon.", detail=detail)
-        )
+        return ServerLoading(msg("The model server is still loading. Try again soon."))
     if status >= 500:
-        return ServerFailed(
-            msg(
-                "The model server failed while answering ({status}): {detail}",
-                status=status,
-                detail=detail,
-            )
-        )
+        return ServerFailed(msg("The model server failed while answering. Try again."))
     if status in (401, 403):
         return RequestRejected(
             msg(
@@ -263,22 +256,24 @@ def status_error(status: int, error: VllmError, model: str) -> ChatError:
             )
         )
     if status == 404:
-        return RequestRejected(
-            msg("The model server does not serve '{model}': {detail}", model=model, detail=detail)
-        )
+        return RequestRejected(msg("The model server does not serve '{model}'.", model=model))
     if error.param in MEDIA_PARAMS or (error.param is None and _says_too_many_images(detail)):
         return TooManyImages(
-            msg("Too many images for the server in one request: {detail}", detail=detail)
+            msg(
+                "Too many images for the model server in one request (the chat's earlier "
+                "images count too). Send fewer, or start a new chat."
+            )
         )
     if error.param in LENGTH_PARAMS or (error.param is None and _says_too_long(detail)):
         return ContextTooLong(
             msg(
-                "The conversation is too long for the model: {detail} Start a new chat, "
-                "send fewer images, or lower max tokens.",
-                detail=detail,
+                "The conversation is too long for the model. Start a new chat, "
+                "send fewer images, or lower max tokens."
             )
         )
-    return RequestRejected(msg("The model server rejected the request: {detail}", detail=detail))
+    return RequestRejected(
+        msg("The model server refused this request as it stands; app.log says why.")
+    )
 
 
 def _says_too_many_images(detail: str) -> bool:
@@ -296,25 +291,30 @@ def _says_too_long(detail: str) -> bool:
 
 def log_reason(error: ChatError) -> str:
     """Why a request failed, for the operator's log: our error's class, what the HTTP stack
-    or vLLM said (the status and vLLM's error ``type``, or the transport's exception class),
-    then the sentence people read, in English.
+    or vLLM said (the status and vLLM's error ``type``, or the transport's exception class
+    and text), the sentence people read, in English, then the server's own message.
 
     E.g. ``"ServerFailed (HTTP 500, InternalServerError): The model server failed while
-    answering (500): EngineCore encountered an issue."``; an error raised by the app
-    itself (a plan that does not fit) has no cause: ``"ContextTooLong: ..."``.
+    answering. Try again. The server said: EngineCore encountered an issue."``; an error
+    raised by the app itself (a plan that does not fit) has no cause: ``"ContextTooLong:
+    ..."``.
     """
     said: list[str] = []
+    words = ""  # the server's own message
     cause = error.__cause__
     if _answered_with_status(cause):
         said += [f"HTTP {cause.status_code}", _error_field(cause.body, "type")]
+        words = _error_field(cause.body, "message") or str(cause.body)[:500]
     elif isinstance(cause, ErrorEvent):  # an error event inside a started stream
         code = _error_field(cause.body, "code")
         said += [f"code {code}" if code else "", _error_field(cause.body, "type")]
+        words = _error_field(cause.body, "message")
     elif cause is not None:
-        said.append(type(cause).__name__)
+        said += [type(cause).__name__, str(cause)]
     shown = ", ".join(part for part in said if part)
     name = type(error).__name__
-    return f"{name} ({shown}): {error}" if shown else f"{name}: {error}"
+    line = f"{name} ({shown}): {error}" if shown else f"{name}: {error}"
+    return f"{line} The server said: {words}" if words else line
 
 
 def _error_field(body: object, key: str) -> str:

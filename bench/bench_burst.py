@@ -9,7 +9,7 @@ round, per side and in an order that rotates from round to round:
     N requests at once straight to the scripted server (httpx).
 ``app``
     N fresh tabs of the app (Chainlit's socket.io protocol, as
-    :class:`bench._common.Tab`) connect together and each runs ``on_chat_start``;
+    :class:`bench.harness.Tab`) connect together and each runs ``on_chat_start``;
     then all N send their first question in the same event-loop tick.
 ``Open WebUI``
     The same with N tabs of Open WebUI 0.12.4 (:class:`bench.openwebui.OpenWebUITab`),
@@ -22,7 +22,11 @@ direct, and each UI's process CPU per chat: a fresh tab through one 200-token
 answer (connect, chat start, the question, the answer, the close), the
 process's user + system seconds over the round divided by N, both UIs measured
 in the same run. With ``--photo`` each app tab also attaches a 1.5 MB photo,
-uploaded as the browser does when it is attached, ``--think-s`` before Enter.
+uploaded as the browser does when it is attached, ``--think-s`` before Enter; with
+``--kinds text photo`` each level runs both, and a second table gives the app's CPU per
+chat with a photo against without (issue 53's target: at most 1.3x). Open WebUI's tabs
+attach no photo: it runs only in the text rounds. With ``--profile``, py-spy records the
+app meanwhile and the stages of a chat are summed (:mod:`bench.pyspy`).
 
 Before the bursts, the first question's CPU before its request reaches the server:
 after ``--first-asks`` questions asked together to warm the process, one fresh tab
@@ -42,10 +46,11 @@ Run from the repository root (Open WebUI installed: ``python -m bench.openwebui 
     .venv/bin/python -m bench.bench_burst                       # 8/32/64, 3 rounds, both UIs
     .venv/bin/python -m bench.bench_burst --levels 64 --sides app --rounds 2   # a quick look
     .venv/bin/python -m bench.bench_burst --photo --sides app   # with a photo each
+    .venv/bin/python -m bench.bench_burst --levels 16 --kinds text photo --profile --no-steady
 
 Several app processes behind HAProxy: start them as ``bench/bench_load.py``'s
 docstring says, then ``--app-url http://127.0.0.1:8300 --base-url ...``. Writes
-``bench/results/<name>.md`` and ``.json``.
+``artifacts/bench/<name>.md`` and ``.json``.
 """
 
 from __future__ import annotations
@@ -56,8 +61,8 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,31 +70,28 @@ from typing import Any
 import httpx
 
 from backend.client import KEEPALIVE_EXPIRY_S
-from bench._common import (
+from bench.bench_load import LevelResult, sweep_level, sweep_table
+from bench.harness import (
+    PACED,
+    RESULTS,
     DirectClient,
+    Report,
+    Sampler,
+    Target,
     Timing,
-    machine,
-    now_utc,
+    add_target_options,
+    cpu_s,
+    measured_app,
     percentile,
     pin_threads,
     question,
-    running_stack,
+    rotated,
     split_cores,
-    write_results,
-)
-from bench.bench_load import (
-    PACED,
-    LevelResult,
-    Sampler,
-    Target,
-    cpu_total,
-    launched_pids,
-    sweep_level,
-    sweep_table,
     tok_s,
 )
 from bench.media import make_photo
 from bench.openwebui import VERSION, OpenWebUITab, Peer, running_openwebui
+from bench.pyspy import recording, stage_table
 
 APP, PEER, DIRECT = "app", f"Open WebUI {VERSION}", "direct"
 QUEUED = question("queued")
@@ -127,6 +129,10 @@ class Side:
     pids: list[int]
     open: Opener
 
+    def cpu_s(self) -> float:
+        """The CPU seconds the side's processes have used so far, summed."""
+        return sum(cpu_s(pid) for pid in self.pids)
+
 
 @dataclass
 class Round:
@@ -137,16 +143,11 @@ class Round:
     cpu_s: float
 
 
-def failed(exc: BaseException) -> Timing:
-    """A tab that failed, counted as an error (the round goes on)."""
-    return Timing(math.nan, math.nan, math.nan, error=f"{type(exc).__name__}: {exc}")
-
-
 async def burst(
     side: Side, http: httpx.AsyncClient, n: int, photo: bytes | None, think_s: float
 ) -> Round:
     """``n`` tabs open together; once all are open, all ask in the same tick; all close."""
-    cpu0 = cpu_total(side.pids)
+    cpu0 = side.cpu_s()
     opened = await asyncio.gather(
         *(side.open(http, i, photo, think_s) for i in range(n)), return_exceptions=True
     )
@@ -155,13 +156,13 @@ async def burst(
         answers = await asyncio.gather(*(ask() for ask, _ in tabs), return_exceptions=True)
     finally:
         await asyncio.gather(*(close() for _, close in tabs), return_exceptions=True)
-    timings = [failed(t) if isinstance(t, BaseException) else t for t in answers]
-    timings += [failed(t) for t in opened if isinstance(t, BaseException)]
-    return Round(side.name, timings, cpu_total(side.pids) - cpu0)
+    timings = [Timing.failed(t) if isinstance(t, BaseException) else t for t in answers]
+    timings += [Timing.failed(t) for t in opened if isinstance(t, BaseException)]
+    return Round(side.name, timings, side.cpu_s() - cpu0)
 
 
 def app_side(target: Target) -> Side:
-    """The app: a fresh :class:`bench._common.Tab` per ask."""
+    """The app: a fresh :class:`bench.harness.Tab` per ask."""
 
     async def open_tab(
         http: httpx.AsyncClient, _: int, photo: bytes | None, think_s: float
@@ -248,7 +249,7 @@ async def run_level(
     """``args.rounds`` bursts of ``chats`` per side, the order rotated each round."""
     level = Level(chats, photo is not None)
     for r in range(args.rounds):
-        for side in sides[r % len(sides) :] + sides[: r % len(sides)]:
+        for side in rotated(sides, r):
             done = await burst(side, http, chats, photo, args.think_s)
             level.rounds.setdefault(side.name, []).append(done)
             await asyncio.sleep(args.pause_s)  # the last round's closed tabs settle
@@ -279,6 +280,32 @@ def burst_table(levels: list[Level]) -> str:
             f"| {lv.chats} | {'yes' if lv.photo else 'no'} | {len(lv.timings(APP))} "
             f"| {ours[0]} | {peer[0]} | {lv.first_ms(DIRECT, 50):.0f} | {ours[1]} / {peer[1]} "
             f"| {ours[2]} / {peer[2]} | {ours[3]} / {peer[3]} | {lv.load_avg:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+PHOTO_TO_TEXT_TARGET = 1.3
+"""Issue 53: the app's CPU per chat with a 1.5 MB photo at most this many times a text chat's."""
+
+
+def photo_vs_text_table(levels: list[Level]) -> str:
+    """The app's CPU per chat with a photo against without, per number of chats that ran
+    both (and Open WebUI's text chat beside it), as a Markdown table."""
+    lines = [
+        f"| chats | {APP} text (ms) | {APP} photo (ms) | photo / text | target <= "
+        f"{PHOTO_TO_TEXT_TARGET}x | {PEER} text (ms) |",
+        "| ---: | ---: | ---: | ---: | :---: | ---: |",
+    ]
+    for chats in sorted({lv.chats for lv in levels}):
+        text = next((lv for lv in levels if lv.chats == chats and not lv.photo), None)
+        photo = next((lv for lv in levels if lv.chats == chats and lv.photo), None)
+        if text is None or photo is None:
+            continue
+        ratio = photo.cpu_ms_per_chat(APP) / text.cpu_ms_per_chat(APP)
+        peer = _cells(text, PEER)[2]
+        lines.append(
+            f"| {chats} | {text.cpu_ms_per_chat(APP):.0f} | {photo.cpu_ms_per_chat(APP):.0f} "
+            f"| {ratio:.2f} | {'met' if ratio <= PHOTO_TO_TEXT_TARGET else 'not met'} | {peer} |"
         )
     return "\n".join(lines)
 
@@ -351,21 +378,9 @@ def app_cores(pin: bool) -> set[int] | None:
     return app
 
 
-@contextmanager
-def started_target(args: argparse.Namespace) -> Iterator[Target]:
-    """The app this run starts (``--app-workers`` processes) or the one at ``--app-url``."""
-    if args.app_url:
-        pids = args.app_pid or launched_pids(Path(args.run_dir))
-        yield Target(args.base_url.rstrip("/"), [args.app_url.rstrip("/")], pids, math.nan)
-        return
-    app_cpus = app_cores(args.pin)
-    with running_stack({"KIMI_APP_LOG": args.app_log}, None, args.app_workers, app_cpus) as stack:
-        yield Target.started(stack)
-
-
 async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -> dict[str, Any]:
     """Every level of the burst, then the first question's CPU; the steady table too."""
-    photo = make_photo() if args.photo else None
+    photo = make_photo() if "photo" in args.kinds else None
     # Idle connections expire before the app's uvicorn closes them (5 s), as the app's own
     # client does (backend.client.KEEPALIVE_EXPIRY_S): at 5 s both, a tab's request written
     # as the server closed its connection failed ("Server disconnected without sending a
@@ -387,18 +402,34 @@ async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -
             # Before the bursts: the chats they leave end a minute after their tabs close,
             # a full collection's work grows with them, and both fall in these seconds.
             first_ms = await first_question_cpu_ms(target, http, args.first_asks)
-            levels = []
-            for chats in args.levels:
-                with_peer = peer is not None and chats in args.peer_levels
+            levels, profiles = [], {}
+            for chats, kind in [(n, k) for n in args.levels for k in args.kinds]:
+                with_peer = peer is not None and chats in args.peer_levels and kind == "text"
                 here = sides + ([peer_side(peer, tokens)] if with_peer and peer else [])
-                levels.append(await run_level(here, http, chats, photo, args))
+                attached = photo if kind == "photo" else None
+                spy = RESULTS / f"{args.name}-{chats}-{kind}.spy"
+                with recording(target.pids if args.profile else [], spy) as rec:
+                    levels.append(await run_level(here, http, chats, attached, args))
+                if rec is not None:
+                    profiles[f"{chats} chats, {kind}"] = (
+                        rec.stages(),
+                        len(levels[-1].timings(APP)),
+                    )
                 print(burst_table(levels[-1:]).splitlines()[-1], flush=True)
             steady = []
             if not args.no_steady:
                 steady = await steady_levels(target, direct, http, photo, args)
         finally:
             await direct.aclose()
-    return {"levels": levels, "first_question_cpu_ms": first_ms, "steady": steady}
+    profile = stage_table(profiles) if profiles else ""
+    if args.profile and not profiles:
+        profile = "Not profiled: py-spy is not installed (requirements-bench.txt)."
+    return {
+        "levels": levels,
+        "first_question_cpu_ms": first_ms,
+        "steady": steady,
+        "profile": profile,
+    }
 
 
 async def steady_levels(
@@ -410,7 +441,7 @@ async def steady_levels(
 ) -> list[LevelResult]:
     """The steady load at the same levels, on the same app (``bench/bench_load.py sweep``:
     chats started a fraction of an answer apart, each level's pairs as many as its chats)."""
-    sampler = Sampler(target.pids)
+    sampler = Sampler(target)
     sampler.start()
     try:
         return [
@@ -433,17 +464,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--peer-levels", type=int, nargs="+", default=[8, 32], help="levels Open WebUI runs"
     )
     parser.add_argument("--photo", action="store_true", help="each app tab attaches a photo")
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=["text", "photo"],
+        help="chats per level: text, photo or both (default: --photo's choice)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy records the app; stages summed"
+    )
     parser.add_argument("--think-s", type=float, default=1.0, help="attach to Enter (s)")
     parser.add_argument("--pause-s", type=float, default=1.0, help="between two bursts (s)")
     parser.add_argument(
         "--first-asks", type=int, default=10, help="tabs for the first-question CPU"
     )
-    parser.add_argument("--app-workers", type=int, default=1, help="app processes, no proxy")
-    parser.add_argument("--app-url", default="", help="an app started elsewhere (+ --base-url)")
-    parser.add_argument("--base-url", default="", help="with --app-url: its scripted server")
-    parser.add_argument("--app-pid", type=int, action="append", default=[])
-    parser.add_argument("--run-dir", default=".run", help="with --app-url: launch.sh's run dir")
-    parser.add_argument("--app-log", default="", help="the app's log file (default: none)")
+    add_target_options(parser)
     parser.add_argument("--no-steady", action="store_true", help="no steady-load table")
     parser.add_argument(
         "--pin",
@@ -452,8 +487,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--name", default="burst", help="results file name")
     args = parser.parse_args(argv)
-    if args.app_url and not args.base_url:
-        parser.error("--app-url needs --base-url")
+    args.kinds = args.kinds or (["photo"] if args.photo else ["text"])
     if args.app_url and args.pin:
         parser.error("--pin places the app this run starts, not one at --app-url")
     return args
@@ -462,9 +496,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Start the stack (and Open WebUI), run the bursts, print and write the table."""
     args = parse_args(argv)
-    header, started = f"{now_utc()}; {machine()}", time.monotonic()
+    report, started = Report("A burst of first questions", args.name), time.monotonic()
     with ExitStack() as running:
-        target = running.enter_context(started_target(args))
+        target = running.enter_context(measured_app(args, app_cpus=app_cores(args.pin)))
         app_cpus = os.sched_getaffinity(target.pids[0]) if args.pin else None
         peer = None
         if "openwebui" in args.sides:
@@ -472,44 +506,42 @@ def main(argv: list[str] | None = None) -> None:
             if app_cpus is not None:  # the same cores as the app, not the driver's
                 pin_threads(peer.pid, app_cpus)
         result = asyncio.run(measure(args, target, peer))
-    pinned = (
-        f" on CPU(s) {sorted(app_cpus)}, this driver and the scripted server on CPU "
-        f"{sorted(os.sched_getaffinity(0))} (`--pin`)"
-        if app_cpus is not None
-        else ""
-    )
     levels: list[Level] = result["levels"]
     steady: list[LevelResult] = result["steady"]
-    steady_md = (
-        f"\n## The steady load beside it (the same app, `bench/bench_load.py sweep`)\n\n"
-        f"{sweep_table(steady)}\n"
-        if steady
-        else ""
-    )
-    markdown = (
-        f"# A burst of first questions\n\n{header}. Scripted server `paced` (200 tokens at "
-        f"100 tokens/s per chat); each chat a fresh tab that connects, then all ask in the "
-        f"same instant; {args.rounds} rounds per level, sides in rotating order; added = a "
-        f"side's percentile of time to first visible words less the same burst's sent "
-        f"directly. App: {len(target.pids)} process(es)"
-        + pinned
-        + (f" at {args.app_url}" if args.app_url else "")
-        + f".\n\n{burst_table(levels)}\n\nThe first question's CPU in the app before its "
-        f"request is with the server: {first_question_summary(result['first_question_cpu_ms'])}"
-        f". Run time "
+    report.add(
+        "Scripted server `paced` (200 tokens at 100 tokens/s per chat); each chat a fresh tab "
+        f"that connects, then all ask in the same instant; {args.rounds} rounds per level, "
+        "sides in rotating order; added = a side's percentile of time to first visible words "
+        "less the same burst's sent directly. " + target.about(args),
+        burst_table(levels),
+        "The first question's CPU in the app before its request is with the server: "
+        f"{first_question_summary(result['first_question_cpu_ms'])}. Run time "
         f"{time.monotonic() - started:.0f} s; load average "
-        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.\n{steady_md}"
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.",
     )
-    data = {
-        "when": header,
-        "args": {k: v for k, v in vars(args).items()},
+    if app_cpus is not None:
+        report.add(
+            f"`--pin`: the app on CPU(s) {sorted(app_cpus)}, this driver and the scripted "
+            f"server on CPU {sorted(os.sched_getaffinity(0))}."
+        )
+    if steady:
+        report.add(
+            "## The steady load beside it (the same app, `bench/bench_load.py sweep`)",
+            sweep_table(steady),
+        )
+    if len(args.kinds) > 1:
+        report.add("## CPU per chat, photo against text", photo_vs_text_table(levels))
+    if args.profile:
+        report.add(
+            "## Where the app's time goes (py-spy --gil at 100 Hz: ms per chat)", result["profile"]
+        )
+    report.finish({
+        "args": vars(args),
         "first_question_cpu_ms": result["first_question_cpu_ms"],
         "levels": [asdict(lv) for lv in levels],
         "steady": [asdict(r) for r in steady],
-    }
-    print(markdown)
-    for path in write_results(args.name, markdown, data):
-        print(f"wrote {path}")
+        "profile": result["profile"],
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

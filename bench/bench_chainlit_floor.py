@@ -12,7 +12,7 @@ tab to the socket frame with the first word reaching the page's script
 (``bench/tab_probe.js``).
 
 Prints the medians of ``--rounds`` rounds (after one warm-up) and writes
-``bench/results/chainlit_floor.md``/``.json``. Run from the repository root on a quiet
+``artifacts/bench/chainlit_floor.md``/``.json``. Run from the repository root on a quiet
 machine: ``.venv/bin/python -m bench.bench_chainlit_floor [--rounds 12]``.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,26 +30,23 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
-from bench._common import (
-    free_port,
-    hermetic_environ,
-    machine,
-    now_utc,
-    scripted_server,
-    stop,
-    wait_for_200,
-    write_results,
-)
-from bench.bench_tab import (
+from bench.harness import (
     CHROMIUM,
     CHROMIUM_ARGS,
     END,
     INSTRUCT,
     SHORT_ANSWER,
-    ask,
-    commit,
+    Report,
     direct_first_words,
+    free_port,
+    hermetic_environ,
+    new_page,
+    scripted_server,
+    started,
+    table,
+    type_question,
     wait_mark,
+    wait_ready,
 )
 
 BARE_APP = f'''
@@ -77,8 +73,6 @@ async def on_message(message: cl.Message) -> None:
 '''
 """The bare app: Chainlit's own streaming example, against the scripted server."""
 
-PROBE = Path(__file__).with_name("tab_probe.js")
-
 
 @contextmanager
 def bare_chainlit(base_url: str) -> Iterator[str]:
@@ -88,18 +82,11 @@ def bare_chainlit(base_url: str) -> Iterator[str]:
         Path(folder, "app.py").write_text(BARE_APP)
         port = free_port()
         command = [sys.executable, "-m", "chainlit", "run", "app.py", "--headless"]
-        app = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", str(port)],
-            cwd=folder,
-            env=hermetic_environ(BARE_BASE_URL=base_url),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_for_200(f"http://127.0.0.1:{port}/", 60)
+        command += ["--host", "127.0.0.1", "--port", str(port)]
+        env = hermetic_environ(BARE_BASE_URL=base_url)
+        with started(command, env, cwd=Path(folder)) as app:
+            wait_ready(f"http://127.0.0.1:{port}/", app)
             yield f"http://127.0.0.1:{port}/"
-        finally:
-            stop(app)
 
 
 def rounds(url: str, base_url: str, count: int) -> list[tuple[float, float]]:
@@ -107,15 +94,13 @@ def rounds(url: str, base_url: str, count: int) -> list[tuple[float, float]]:
     seen: list[tuple[float, float]] = []
     with httpx.Client(timeout=60) as http, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(bypass_csp=True)  # the probe reads the page's state
-        context.add_init_script(PROBE.read_text())
-        page = context.new_page()
+        page = new_page(browser)
         for i in range(count + 1):
             page.goto(url)
             page.locator("#chat-input").wait_for()
             time.sleep(0.5)  # the page settles, as bench_tab's settle()
             direct = direct_first_words(http, base_url, SHORT_ANSWER, INSTRUCT)
-            ask(page, SHORT_ANSWER, {"words": r"\ba0\b", "end": END})
+            type_question(page, SHORT_ANSWER, {"words": r"\ba0\b", "end": END})
             wait_mark(page, "end")
             dump = page.evaluate("() => window.__probe.dump()")
             tab = (dump["socketMarks"]["words"] - dump["leftAt"]) / 1000
@@ -125,40 +110,31 @@ def rounds(url: str, base_url: str, count: int) -> list[tuple[float, float]]:
     return seen
 
 
-def report(seen: list[tuple[float, float]], started: str, header: str) -> str:
-    """The medians as markdown."""
-    direct = statistics.median(d for d, _ in seen) * 1000
-    tab = statistics.median(t for _, t in seen) * 1000
-    added = statistics.median(t - d for d, t in seen) * 1000
-    return "\n".join(
-        [
-            f"# Chainlit's own page: the first words in a bare Chainlit tab ({started}, "
-            f"commit {commit()})",
-            "",
-            header,
-            "",
-            "| first visible | side | reached the page's script (sent to message event)"
-            " | added (median of rounds) |",
-            "|---|---|---|---|",
-            f"| answer | direct | {direct:.1f} ms | |",
-            f"| answer | bare Chainlit 2.12 | {tab:.1f} ms | +{added:.1f} ms |",
-            "",
-            f"{len(seen)} rounds after one warm-up, a fresh page each.",
-        ]
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=12)
     args = parser.parse_args()
-    started, header = now_utc(), machine()
-    with scripted_server() as (base_url, _), bare_chainlit(base_url) as url:
+    report = Report("Chainlit's own page: the first words in a bare Chainlit tab", "chainlit_floor")
+    with scripted_server([INSTRUCT]) as base_url, bare_chainlit(base_url) as url:
         seen = rounds(url, base_url, args.rounds)
-    text = report(seen, started, header)
-    print(text)
-    md, _ = write_results("chainlit_floor", text, {"date": started, "rounds": seen})
-    print(f"wrote {md}")
+    direct = statistics.median(d for d, _ in seen) * 1000
+    tab = statistics.median(t for _, t in seen) * 1000
+    added = statistics.median(t - d for d, t in seen) * 1000
+    report.add(
+        table(
+            [
+                "side",
+                "first words reached the page's script (sent to message event)",
+                "added (median of rounds)",
+            ],
+            [
+                ["direct", f"{direct:.1f} ms", ""],
+                ["bare Chainlit 2.12", f"{tab:.1f} ms", f"+{added:.1f} ms"],
+            ],
+        ),
+        f"{len(seen)} rounds after one warm-up, a fresh page each.",
+    )
+    report.finish({"rounds": seen})
 
 
 if __name__ == "__main__":

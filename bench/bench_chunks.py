@@ -42,12 +42,12 @@ import orjson
 
 from backend.client import ChatClient, ChatRequest
 from backend.events import AnswerDelta, Done, ReasoningDelta, ReasoningOpened
+from backend.families import THINKING_2506
 from backend.pacing import ServerPace
-from backend.settings import THINKING_2506
-from bench._common import MODEL, question, running_server
+from bench.harness import THINKING, Report, question, scripted_server, table
 
 BODY: dict[str, Any] = {
-    "model": MODEL,
+    "model": THINKING,
     "messages": [{"role": "user", "content": question("long")}],
     "stream": True,
     "stream_options": {"include_usage": True},
@@ -115,7 +115,7 @@ async def way_client(pace: ServerPace) -> tuple[int, str]:
     """The app's ``ChatClient.stream``, asked as its server's pace asks (events, not
     chunks: ``n`` counts events); the pace learns from each answer, as the app's does."""
     request = ChatRequest(
-        model=MODEL,
+        model=THINKING,
         messages=BODY["messages"],
         max_tokens=40000,
         temperature=0,
@@ -171,7 +171,7 @@ async def measure(base_url: str, repeats: int, concurrency: int) -> dict[str, di
 
 
 def main() -> None:
-    """Start the scripted server, measure each way, print the table."""
+    """Start the scripted server, measure each way, print and write the table."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
@@ -180,15 +180,20 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1, help="streams at once")
     args = parser.parse_args()
     BODY["messages"] = [{"role": "user", "content": question(args.scenario)}]
-    with running_server() as base_url:
+    with scripted_server() as base_url:
         out = asyncio.run(measure(base_url, args.repeats, args.concurrency))
     base = out["sdk"]["us_per_chunk"]
-    print(f"scenario {args.scenario}, {args.concurrency} streams at once")
-    print(f"| way (median of {args.repeats}) | client CPU per token (µs) | vs sdk | text chars |")
-    print("| --- | ---: | ---: | ---: |")
-    for name, row in out.items():
-        us = row["us_per_chunk"]
-        print(f"| {name} | {us:.1f} | {us / base * 100:.0f}% | {row['text_chars']} |")
+    rows = [
+        [name, f"{row['us_per_chunk']:.1f}", f"{row['us_per_chunk'] / base:.0%}", row["text_chars"]]
+        for name, row in out.items()
+    ]
+    report = Report("The client's CPU per streamed chunk", "chunks")
+    report.add(
+        f"Scripted `{args.scenario}`, {args.concurrency} stream(s) at once, median of "
+        f"{args.repeats}.",
+        table(["way", "client CPU per token (µs)", "vs sdk", "text chars"], rows),
+    )
+    report.finish({"args": vars(args), "ways": out})
 
 
 if __name__ == "__main__":

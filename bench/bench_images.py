@@ -28,7 +28,6 @@ and prints bytes and how much of the original's OCR text each keeps (difflib rat
 from __future__ import annotations
 
 import argparse
-import base64
 import difflib
 import io
 import os
@@ -46,9 +45,10 @@ from typing import Any
 from PIL import Image, ImageDraw, ImageFont
 
 from backend.documents import prepare_pdf
-from backend.images import prepare_image
+from backend.images import PreparedImage, decode_data_url, prepare_image
 from backend.media import MEDIA_CONTEXT_SHARE, MediaBudget, MediaResult
 from backend.video import prepare_video
+from bench.harness import Report, table
 from bench.media import make_video, raw_pdf
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
@@ -133,44 +133,57 @@ def _median_ms(prepare: Callable[[], object]) -> float:
     return statistics.median(times) * 1000
 
 
-def _media_rows(folder: Path) -> None:
-    """Table rows for a PDF and a video, with one message's budget on a 32K server."""
+Row = list[str]
+
+
+def _row(name: str, limit: int, size_in: int, images: list[PreparedImage], ms: float) -> Row:
+    """A table row: input, budget, bytes in and out, the first picture's pixels, tokens,
+    its format, the median time."""
+    first = images[0]
+    return [
+        name, str(limit), f"{size_in:,}", f"{sum(_payload_bytes(i) for i in images):,}",
+        f"{first.width}x{first.height}", str(sum(i.tokens for i in images)), _format(first),
+        f"{ms:.1f}",
+    ]  # fmt: skip
+
+
+def _media_rows(folder: Path) -> list[Row]:
+    """Rows for a PDF and a video, with one message's budget on a 32K server."""
     preparers: list[tuple[Path, Callable[[Path, MediaBudget], MediaResult]]] = [
         (_text_pdf(folder / "text-8-pages.pdf"), prepare_pdf),
         (_clip(folder / "clip-10s-720p.mp4"), prepare_video),
     ]
+    rows = []
     for path, prepare in preparers:
         for limit in LIMITS:
             budget = MediaBudget(64, int(MEDIA_CONTEXT_SHARE * CONTEXT), limit)
-            result = prepare(path, budget)
-            first = result.images[0]
-            label = f"{path.name} ({len(result.images)})"
-            pixels = f"{first.width}x{first.height}"
-            print(
-                f"| {label:22} | {limit:5} | {path.stat().st_size:9,} "
-                f"| {sum(i.payload_bytes for i in result.images):9,} | {pixels:>11} "
-                f"| {sum(i.tokens for i in result.images):6} "
-                f"| {first.mime_type.removeprefix('image/'):6} "
-                f"| {_median_ms(partial(prepare, path, budget)):6.1f} |"
-            )
+            images = prepare(path, budget).images
+            ms = _median_ms(partial(prepare, path, budget))
+            name = f"{path.name} ({len(images)})"
+            rows.append(_row(name, limit, path.stat().st_size, images, ms))
+    return rows
 
 
-def timing_table(folder: Path) -> None:
-    """Print the table: input, size in, size out, pixels out, tokens, format, ms."""
-    header = f"| {'input':22} | limit | {'size in':>9} | {'size out':>9} | {'pixels out':>11} "
-    print(header + f"| tokens | {'format':6} | {'ms':>6} |")
-    print("|" + "|".join("-" * width for width in (24, 7, 11, 11, 13, 8, 8, 8)) + "|")
-    for path in _inputs(folder):
-        for limit in LIMITS:
-            prepared = prepare_image(path, limit)
-            pixels = f"{prepared.width}x{prepared.height}"
-            print(
-                f"| {path.name:22} | {limit:5} | {prepared.source_bytes:9,} "
-                f"| {prepared.payload_bytes:9,} | {pixels:>11} | {prepared.tokens:6} "
-                f"| {prepared.mime_type.removeprefix('image/'):6} "
-                f"| {_median_ms(partial(prepare_image, path, limit)):6.1f} |"
-            )
-    _media_rows(folder)
+def _payload_bytes(image: PreparedImage) -> int:
+    """Bytes of the encoded image its data URL carries (before base64)."""
+    return len(decode_data_url(image.data_url)[1])
+
+
+def _format(image: PreparedImage) -> str:
+    """``jpeg``, ``png`` or ``webp``: the encoding its data URL names."""
+    return decode_data_url(image.data_url)[0].removeprefix("image/")
+
+
+def timing_table(folder: Path) -> str:
+    """The table: input, budget, size in, size out, pixels out, tokens, format, ms."""
+    rows = [
+        _row(path.name, limit, path.stat().st_size, [prepare_image(path, limit)],
+             _median_ms(partial(prepare_image, path, limit)))
+        for path in _inputs(folder)
+        for limit in LIMITS
+    ]  # fmt: skip
+    head = ["input", "limit", "size in", "size out", "pixels out", "tokens", "format", "ms"]
+    return table(head, rows + _media_rows(folder))
 
 
 _FIRST_IMAGE = (
@@ -180,8 +193,8 @@ _FIRST_IMAGE = (
 )
 
 
-def first_image_line(folder: Path, name: str = "photo-12mp.jpg", limit: int = 16384) -> None:
-    """Print the time of the first image a fresh process prepares (median of RUNS processes).
+def first_image_line(folder: Path, name: str = "photo-12mp.jpg", limit: int = 16384) -> str:
+    """The time of the first image a fresh process prepares (median of RUNS processes).
 
     The table's times are a running process's: Pillow's freed memory is kept for reuse
     (``backend.images.FREED_BLOCKS_KEPT``), so only the first large image pays the
@@ -192,9 +205,9 @@ def first_image_line(folder: Path, name: str = "photo-12mp.jpg", limit: int = 16
         float(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
         for _ in range(RUNS)
     ]
-    print(
-        f"\nFirst image of a fresh process, {name} at {limit}: "
-        f"{statistics.median(times):.1f} ms (median of {RUNS} processes)"
+    return (
+        f"First image of a fresh process, {name} at {limit}: "
+        f"{statistics.median(times):.1f} ms (median of {RUNS} processes)."
     )
 
 
@@ -207,29 +220,21 @@ def _ocr(image_bytes: bytes, folder: Path) -> str:
     return " ".join(result.stdout.split())
 
 
-def ocr_check(folder: Path) -> None:
-    """Print bytes and OCR agreement with the original for page.png in several encodings."""
+def ocr_check(folder: Path) -> list[str]:
+    """Bytes and OCR agreement with the original for page.png in several encodings."""
     if shutil.which("tesseract") is None:
-        print("tesseract not found (apt-get install tesseract-ocr): OCR check skipped")
-        return
+        return ["tesseract not found (apt-get install tesseract-ocr): OCR check skipped"]
     source = DATA / "page.png"
     prepared = prepare_image(source, 16384)
     page = Image.open(source)
     reference = _ocr(source.read_bytes(), folder)
-    variants: list[tuple[str, bytes]] = [
-        (
-            "prepared (" + prepared.mime_type + ")",
-            base64.b64decode(prepared.data_url.split(",", 1)[1]),
-        )
-    ]
+    mime, data = decode_data_url(prepared.data_url)
+    variants: list[tuple[str, bytes]] = [(f"prepared ({mime})", data)]
     for quality in (95, 90, 85, 80, 75, 50):
         buffer = io.BytesIO()
         page.save(buffer, "JPEG", quality=quality)
         variants.append((f"JPEG quality {quality}", buffer.getvalue()))
-    print(f"\npage.png ({page.width}x{page.height}, {source.stat().st_size:,} bytes): ")
-    print(f"tesseract reads {len(reference)} characters from the original\n")
-    print(f"| {'encoding':24} | {'bytes':>7} | {'OCR agreement':>13} | {'chars changed':>13} |")
-    print(f"|{'-' * 26}|{'-' * 9}|{'-' * 15}|{'-' * 15}|")
+    rows = []
     for label, data in variants:
         text = _ocr(data, folder)
         matcher = difflib.SequenceMatcher(None, reference, text, autojunk=False)
@@ -238,7 +243,12 @@ def ocr_check(folder: Path) -> None:
             for tag, start1, end1, start2, end2 in matcher.get_opcodes()
             if tag != "equal"
         )
-        print(f"| {label:24} | {len(data):7,} | {matcher.ratio():13.4f} | {changed:13} |")
+        rows.append([label, f"{len(data):,}", f"{matcher.ratio():.4f}", str(changed)])
+    return [
+        f"page.png ({page.width}x{page.height}, {source.stat().st_size:,} bytes): tesseract "
+        f"reads {len(reference)} characters from the original.",
+        table(["encoding", "bytes", "OCR agreement", "chars changed"], rows),
+    ]
 
 
 def main() -> None:
@@ -246,12 +256,13 @@ def main() -> None:
     parser.add_argument("--ocr", action="store_true", help="also run the OCR check")
     arguments = parser.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
+    report = Report("Preparing pictures (one core)", "images")
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)
-        timing_table(folder)
-        first_image_line(folder)
+        report.add(timing_table(folder), first_image_line(folder))
         if arguments.ocr:
-            ocr_check(folder)
+            report.add(*ocr_check(folder))
+    report.finish({"args": vars(arguments), "tables": report.parts})
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ then ``... sweep --app-url http://127.0.0.1:8300 --base-url http://127.0.0.1:819
 each tab loads the page first and keeps HAProxy's stickiness cookie, and CPU
 and RSS are summed over the workers and HAProxy that launch.sh recorded.
 
-Each run writes ``bench/results/load_<mode>.md`` and ``.json`` (with date and
+Each run writes ``artifacts/bench/load_<mode>.md`` and ``.json`` (with date and
 machine) and a PNG plot. Run from the repository root, e.g.
 ``.venv/bin/python -m bench.bench_load sweep``; ``--help`` on each mode lists
 its sizes (``sweep --levels 1 8 --pairs 6`` for a quick look).
@@ -48,42 +48,35 @@ import asyncio
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from bench._common import (
-    PACED_TOKENS,
+from bench.harness import (
+    PACED,
     RESULTS,
     DirectClient,
-    Stack,
-    Tab,
+    Report,
+    Sampler,
+    Target,
     Timing,
     Workload,
-    cpu_s,
-    machine,
-    now_utc,
+    add_target_options,
+    measured_app,
     percentile,
     question,
-    rss_mb,
-    running_stack,
-    scripted,
-    write_results,
+    rotated,
+    table,
+    tok_s,
 )
 from bench.media import make_photo
-from serving import runstate
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-PACED = scripted("paced")
-"""The scripted ``paced`` answer: 200 pieces 10 ms apart (2 s of streaming)."""
 
 
 def figure(size: tuple[float, float]) -> Figure:
@@ -92,93 +85,6 @@ def figure(size: tuple[float, float]) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(figsize=size)
-
-
-@dataclass
-class Target:
-    """What is measured: the app (one process, several, or workers behind a proxy) and
-    its server.
-
-    Attributes:
-        base_url: the scripted server's OpenAI base URL (the direct phases ask it).
-        ui_urls: where tabs open the app; new tabs go to each in turn (several app
-            processes this run started, each on its own port: no proxy between).
-        pids: the processes whose CPU and RSS are the app's, summed (one ``chainlit
-            run``, or every worker and HAProxy).
-        ready_s: seconds from starting the app to its first answer (NaN: started elsewhere).
-    Every tab loads the page first and keeps its cookies, as a fresh browser does: the
-    app's browser cookie (each tab is one person to the app's fair-use bounds, see
-    ui/security.py ``person_of``) and a proxy's stickiness cookie.
-    """
-
-    base_url: str
-    ui_urls: list[str]
-    pids: list[int]
-    ready_s: float
-    _opened: int = 0
-
-    @classmethod
-    def started(cls, stack: Stack) -> Target:
-        """The app this benchmark started itself (its processes, no proxy)."""
-        return cls(stack.base_url, stack.ui_urls, [a.pid for a in stack.apps], stack.ready_s)
-
-    def tab(self, http: httpx.AsyncClient) -> Tab:
-        """A new browser tab of the app (of its next process)."""
-        url = self.ui_urls[self._opened % len(self.ui_urls)]
-        self._opened += 1
-        return Tab(url, http, load_page=True)
-
-
-def rss_total(pids: list[int]) -> float:
-    """Summed resident memory of ``pids`` in MB."""
-    return sum(rss_mb(pid) for pid in pids)
-
-
-def cpu_total(pids: list[int]) -> float:
-    """Summed CPU seconds ``pids`` have used so far."""
-    return sum(cpu_s(pid) for pid in pids)
-
-
-def launched_pids(run_dir: Path) -> list[int]:
-    """The chat UI processes ``launch.sh`` recorded in ``run_dir``: its workers and
-    HAProxy (``--ui-workers N``), or its single UI; empty if none is recorded."""
-    state = runstate.read(run_dir)
-    return [p.pid for p in state.ui_processes()] if state else []
-
-
-class Sampler:
-    """Samples the app processes' summed RSS (MB) every ``interval_s`` seconds in the background."""
-
-    def __init__(self, pids: list[int], interval_s: float = 0.5) -> None:
-        self.pids = pids
-        self.interval_s = interval_s
-        self.samples: list[tuple[float, float]] = []
-        """(seconds since start, RSS MB) pairs."""
-        self._task: asyncio.Task[None] | None = None
-        self._t0 = time.monotonic()
-
-    async def _run(self) -> None:
-        while True:
-            self.samples.append((time.monotonic() - self._t0, rss_total(self.pids)))
-            await asyncio.sleep(self.interval_s)
-
-    def start(self) -> None:
-        """Begin sampling (in the running event loop)."""
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        """Stop sampling."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    def peak_since(self, t: float) -> float:
-        """The highest RSS sampled at or after ``t`` seconds."""
-        return max((mb for at, mb in self.samples if at >= t), default=math.nan)
-
-    def now(self) -> float:
-        """Seconds since the sampler was made."""
-        return time.monotonic() - self._t0
 
 
 # --------------------------------------------------------------------------- sweep
@@ -223,7 +129,7 @@ async def run_phase(
     side: str,
     workers: int,
     ask: Callable[[], Awaitable[Timing]],
-    app_pids: list[int],
+    target: Target,
     answer_s: float = PACED.answer_s,
 ) -> Phase:
     """Run ``workers`` asking loops, started ``answer_s / workers`` apart.
@@ -239,7 +145,7 @@ async def run_phase(
         try:
             return await ask()
         except Exception as exc:  # a failed ask is counted as an error, the run goes on
-            return Timing(math.nan, math.nan, math.nan, error=f"{type(exc).__name__}: {exc}")
+            return Timing.failed(exc)
 
     measured_left = workers
     all_measured = asyncio.Event()
@@ -259,9 +165,9 @@ async def run_phase(
             await ask_once()
             phase.asks += 1
 
-    cpu0, t0 = cpu_total(app_pids), time.perf_counter()
+    cpu0, t0 = target.cpu_s(), time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(workers)))
-    phase.app_cpu_s = cpu_total(app_pids) - cpu0
+    phase.app_cpu_s = target.cpu_s() - cpu0
     phase.wall_s = time.perf_counter() - t0
     return phase
 
@@ -295,14 +201,6 @@ def ttft_stats(timings: list[Timing]) -> dict[str, float]:
     return {f"p{q}": percentile(values, q) for q in (50, 90, 95)}
 
 
-def tok_s(timings: list[Timing], tokens: int = PACED_TOKENS) -> float:
-    """Median tokens per second per chat: ``tokens`` per answer over first -> last text."""
-    rates = [
-        tokens / (t.last_s - t.first_s) for t in timings if not t.error and t.last_s > t.first_s
-    ]
-    return statistics.median(rates) if rates else math.nan
-
-
 async def sweep_level(
     stack: Target,
     direct: DirectClient,
@@ -325,10 +223,10 @@ async def sweep_level(
     async def through_app() -> Timing:
         return await app_ask(stack, http, photo, work, think_s)
 
+    sides = {"direct": direct_ask, "app": through_app}
     for i in range(phases_each):
-        order = [("direct", direct_ask), ("app", through_app)]
-        for side, ask in order if i % 2 == 0 else order[::-1]:
-            phases.append(await run_phase(side, chats, ask, stack.pids, work.answer_s))
+        for side in rotated(list(sides), i):
+            phases.append(await run_phase(side, chats, sides[side], stack, work.answer_s))
     d = [t for p in phases if p.side == "direct" for t in p.timings]
     a = [t for p in phases if p.side == "app" for t in p.timings]
     app_phases = [p for p in phases if p.side == "app"]
@@ -350,7 +248,7 @@ async def sweep_level(
         app_cpu_ms_per_chat=cpu / asks * 1000,
         app_cpu_pct=cpu / wall * 100,
         rss_mb_peak=sampler.peak_since(started),
-        rss_mb_after=rss_total(stack.pids),
+        rss_mb_after=stack.rss_mb(),
         errors=sum(bool(t.error) for t in d + a),
         incomplete=sum(not t.complete for t in d + a),
         load_avg=os.getloadavg()[0],
@@ -409,12 +307,12 @@ def sweep_plot(results: list[LevelResult], path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-async def sweep(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, Any]]:
-    """Mode ``sweep``: returns the Markdown and the JSON of the run."""
+async def sweep(args: argparse.Namespace, stack: Target, report: Report) -> dict[str, Any]:
+    """Mode ``sweep``: its tables into ``report``; returns the run's data."""
     photo = make_photo()
-    sampler = Sampler(stack.pids)
+    sampler = Sampler(stack)
     sampler.start()
-    idle_mb = rss_total(stack.pids)
+    idle_mb = stack.rss_mb()
     results: list[LevelResult] = []
     limits = httpx.Limits(max_connections=256)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
@@ -441,34 +339,30 @@ async def sweep(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str,
         finally:
             await direct.aclose()
             await sampler.stop()
-    table = sweep_table(results)
-    plot = f"load_{args.name}.png"
-    if not args.no_plot:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        sweep_plot(results, str(RESULTS / plot))
     server = (
         f"Server: {args.server}, model `{work.model}`, answers of {work.tokens} tokens"
         if args.server
         else "Scripted server: `paced` (200 pieces at 10 ms, 100 tokens/s per chat)"
     )
-    markdown = (
-        f"# Load sweep ({now_utc()})\n\nMachine: {args.machine}. App idle RSS {idle_mb:.0f} MB, "
-        f"ready in {stack.ready_s:.1f} s. {server}; photo: {len(photo) / 1e6:.2f} MB 2000x1500 "
-        f"JPEG. At least {args.pairs} interleaved pairs per row.\n\n{table}\n\n![plot]({plot})\n"
+    report.add(
+        f"App idle RSS {idle_mb:.0f} MB, ready in {stack.ready_s:.1f} s. {server}; photo: "
+        f"{len(photo) / 1e6:.2f} MB 2000x1500 JPEG. At least {args.pairs} interleaved pairs "
+        "per row.",
+        sweep_table(results),
     )
-    data = {
-        "mode": "sweep",
-        "date": now_utc(),
-        "machine": args.machine,
+    plot = f"load_{args.name}.png"
+    if not args.no_plot:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        sweep_plot(results, str(RESULTS / plot))
+        report.add(f"![plot]({plot})")
+    return {
         "idle_rss_mb": idle_mb,
         "ready_s": stack.ready_s,
         "photo_bytes": len(photo),
-        "pairs": args.pairs,
         "server": args.server or "scripted",
         "workload": asdict(work),
         "results": [asdict(r) for r in results],
     }
-    return markdown, data
 
 
 async def workload(args: argparse.Namespace, base_url: str) -> Workload:
@@ -492,7 +386,7 @@ async def workload(args: argparse.Namespace, base_url: str) -> Workload:
 
 
 def replot(name: str) -> None:
-    """Draw ``bench/results/load_<name>.png`` from its JSON (for a run made with --no-plot)."""
+    """Draw ``artifacts/bench/load_<name>.png`` from its JSON (for a run made with --no-plot)."""
     data = json.loads((RESULTS / f"load_{name}.json").read_text())
     sweep_plot([LevelResult(**r) for r in data["results"]], str(RESULTS / f"load_{name}.png"))
 
@@ -500,19 +394,19 @@ def replot(name: str) -> None:
 # --------------------------------------------------------------------------- soak
 
 
-async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, Any]]:
+async def soak(args: argparse.Namespace, stack: Target, report: Report) -> dict[str, Any]:
     """Mode ``soak``: ``--sessions`` tabs x ``--turns`` turns, then RSS for ``--wait-s``."""
     photo = make_photo()
-    sampler = Sampler(stack.pids, interval_s=2)
+    sampler = Sampler(stack, interval_s=2)
     sampler.start()
-    idle_mb = rss_total(stack.pids)
+    idle_mb = stack.rss_mb()
     timings: list[tuple[int, int, bool, Timing]] = []
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=256)) as http:
         await app_ask(stack, http, photo)  # warm-up: every code path loaded
         await asyncio.sleep(2)
-        baseline_mb = rss_total(stack.pids)
+        baseline_mb = stack.rss_mb()
         soak_started = sampler.now()
-        cpu0 = cpu_total(stack.pids)
+        cpu0 = stack.cpu_s()
 
         async def session(i: int) -> None:
             await asyncio.sleep(i * PACED.answer_s / args.sessions)
@@ -532,12 +426,12 @@ async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
             *(session(i) for i in range(args.sessions)), return_exceptions=True
         )
         closed_at = sampler.now()
-        soak_cpu = cpu_total(stack.pids) - cpu0
+        soak_cpu = stack.cpu_s() - cpu0
         peak_mb = sampler.peak_since(soak_started)
-        closed_mb = rss_total(stack.pids)
+        closed_mb = stack.rss_mb()
         print(f"sessions closed; RSS {closed_mb:.0f} MB; waiting {args.wait_s:.0f} s", flush=True)
         await asyncio.sleep(args.wait_s)
-        after_mb = rss_total(stack.pids)
+        after_mb = stack.rss_mb()
     await sampler.stop()
     crashed = [repr(o) for o in outcomes if isinstance(o, BaseException)]
     errors = [
@@ -567,9 +461,6 @@ async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
         (f"app RSS {args.wait_s:.0f} s after the tabs closed (MB)",
          f"{after_mb:.0f} ({(after_mb / baseline_mb - 1) * 100:+.0f}% of baseline)", "<= +20%"),
     ]  # fmt: skip
-    table = "| measure | value | target |\n| --- | ---: | ---: |\n" + "\n".join(
-        f"| {a} | {b} | {c} |" for a, b, c in rows
-    )
     plot = f"load_{args.name}.png"
     fig = figure((8, 4))
     ax = fig.subplots()
@@ -582,22 +473,18 @@ async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
     ax.legend()
     fig.tight_layout()
     fig.savefig(RESULTS / plot, dpi=100)
-    verdict = "PASS" if passed and within else "FAIL"
-    markdown = (
-        f"# Soak ({now_utc()}): {verdict}\n\nMachine: {args.machine}. {args.sessions} tabs x "
-        f"{args.turns} turns, a photo ({len(photo) / 1e6:.2f} MB JPEG) every {args.photo_every} "
-        f"turns, scripted server `paced` (100 tokens/s per chat); tabs started "
-        f"{PACED.answer_s / args.sessions * 1000:.0f} ms apart; "
-        f"RSS followed for {args.wait_s:.0f} s "
-        f"after they closed.\n\n{table}\n\n"
-        + (f"First errors: {errors[:3]}\n\n" if errors else "")
-        + (f"Crashed sessions: {crashed[:3]}\n\n" if crashed else "")
-        + f"![RSS]({plot})\n"
+    report.add(
+        f"**{'PASS' if passed and within else 'FAIL'}**. {args.sessions} tabs x {args.turns} "
+        f"turns, a photo ({len(photo) / 1e6:.2f} MB JPEG) every {args.photo_every} turns, "
+        f"scripted server `paced` (100 tokens/s per chat); tabs started "
+        f"{PACED.answer_s / args.sessions * 1000:.0f} ms apart; RSS followed for "
+        f"{args.wait_s:.0f} s after they closed.",
+        table(["measure", "value", "target"], rows),
+        *([f"First errors: {errors[:3]}"] if errors else []),
+        *([f"Crashed sessions: {crashed[:3]}"] if crashed else []),
+        f"![RSS]({plot})",
     )
-    data = {
-        "mode": "soak",
-        "date": now_utc(),
-        "machine": args.machine,
+    return {
         "sessions": args.sessions,
         "turns": args.turns,
         "photo_every": args.photo_every,
@@ -617,16 +504,15 @@ async def soak(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
         "passed": passed and within,
         "rss_samples": sampler.samples,
     }
-    return markdown, data
 
 
 # --------------------------------------------------------------------------- tabs
 
 
-async def tabs(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, Any]]:
+async def tabs(args: argparse.Namespace, stack: Target, report: Report) -> dict[str, Any]:
     """Mode ``tabs``: ``--tabs`` tabs opened, used once with a photo, closed."""
     photo = make_photo()
-    idle_mb = rss_total(stack.pids)
+    idle_mb = stack.rss_mb()
     curve: list[tuple[int, float]] = [(0, idle_mb)]
     done = 0
     errors: list[str] = []
@@ -652,14 +538,14 @@ async def tabs(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
                     await tab.close()
                 done += 1
                 if done % args.every == 0:
-                    curve.append((done, rss_total(stack.pids)))
+                    curve.append((done, stack.rss_mb()))
                     print(f"{done} tabs closed: RSS {curve[-1][1]:.0f} MB", flush=True)
 
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     elapsed = time.perf_counter() - t0
-    closed_mb = rss_total(stack.pids)
+    closed_mb = stack.rss_mb()
     await asyncio.sleep(args.wait_s)
-    after_mb = rss_total(stack.pids)
+    after_mb = stack.rss_mb()
     per_tab_kb = (closed_mb - idle_mb) / args.tabs * 1024
     rows = [
         ("tabs opened, used with one photo, closed", f"{done} ({len(errors)} with an error)", ""),
@@ -669,9 +555,6 @@ async def tabs(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
         ("RSS kept per closed tab (KB)", f"{per_tab_kb:.0f}", ""),
         ("time (s)", f"{elapsed:.0f}", ""),
     ]
-    table = "| measure | value | target |\n| --- | ---: | ---: |\n" + "\n".join(
-        f"| {a} | {b} | {c} |" for a, b, c in rows
-    )
     plot = f"load_{args.name}.png"
     fig = figure((7, 4))
     ax = fig.subplots()
@@ -682,28 +565,23 @@ async def tabs(args: argparse.Namespace, stack: Target) -> tuple[str, dict[str, 
     ax.legend()
     fig.tight_layout()
     fig.savefig(RESULTS / plot, dpi=100)
-    markdown = (
-        f"# Closed tabs and memory ({now_utc()})\n\nMachine: {args.machine}. {args.tabs} tabs, "
-        f"{args.concurrency} at a time, each: open, attach a {len(photo) / 1e6:.2f} MB JPEG, ask "
-        f"(scripted `quick`: 200 pieces at once), close.\n\n{table}\n\n"
-        + (f"First errors: {errors[:3]}\n\n" if errors else "")
-        + f"![RSS]({plot})\n"
+    report.add(
+        f"{args.tabs} tabs, {args.concurrency} at a time, each: open, attach a "
+        f"{len(photo) / 1e6:.2f} MB JPEG, ask (scripted `quick`: 200 pieces at once), close.",
+        table(["measure", "value", "target"], rows),
+        *([f"First errors: {errors[:3]}"] if errors else []),
+        f"![RSS]({plot})",
     )
-    data = {
-        "mode": "tabs",
-        "date": now_utc(),
-        "machine": args.machine,
+    return {
         "tabs": done,
         "concurrency": args.concurrency,
         "errors": errors,
         "idle_rss_mb": idle_mb,
         "closed_rss_mb": closed_mb,
         "after_wait_rss_mb": after_mb,
-        "wait_s": args.wait_s,
         "elapsed_s": elapsed,
         "curve": curve,
     }
-    return markdown, data
 
 
 # --------------------------------------------------------------------------- main
@@ -744,54 +622,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--wait-s", type=float, default=60, help="seconds before the last RSS")
     for sub in modes.choices.values():
         sub.add_argument("--name", help="results file name (default load_<mode>)")
-        sub.add_argument("--app-log", default="", help="the app's log file (default: none)")
-        sub.add_argument(
-            "--app-url",
-            default="",
-            help="measure an app started elsewhere, e.g. ./launch.sh --ui-only --ui-workers 4 "
-            "(tabs keep the proxy's stickiness cookie); needs --base-url",
-        )
-        sub.add_argument(
-            "--base-url",
-            default="",
-            help="with --app-url: the scripted server's OpenAI base URL the app talks to "
-            "(python -m tests.fakes.kimi_server --port N --no-record; the direct phases ask it)",
-        )
-        sub.add_argument(
-            "--app-pid",
-            type=int,
-            action="append",
-            default=[],
-            help="with --app-url: a process whose CPU and RSS count as the app's (repeatable; "
-            "default: the UI workers and HAProxy recorded in --run-dir)",
-        )
-        sub.add_argument(
-            "--run-dir", default=".run", help="with --app-url: launch.sh's KIMI_RUN_DIR"
-        )
-        sub.add_argument(
-            "--app-workers",
-            type=int,
-            default=1,
-            help="start the app as N processes on ports of their own, new tabs to each in "
-            "turn (what --ui-workers does, without the proxy: where HAProxy is missing)",
-        )
-        sub.add_argument(
-            "--app-env",
-            action="append",
-            default=[],
-            metavar="NAME=VALUE",
-            help="an environment variable for the app (repeatable), e.g. an allocator setting",
-        )
+        add_target_options(sub)
     args = parser.parse_args(argv)
     args.name = args.name or args.mode
-    if args.app_url:
-        if not (args.base_url or getattr(args, "server", None)):
-            parser.error(
-                "--app-url needs --base-url (the scripted server the app talks to) or --server"
-            )
-        args.app_pid = args.app_pid or launched_pids(Path(args.run_dir))
-        if not args.app_pid:
-            parser.error(f"no app process recorded in {args.run_dir}/; name them with --app-pid")
     return args
 
 
@@ -801,40 +634,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.mode == "replot":
         replot(args.name)
         return
-    args.machine = machine()
     runners = {"sweep": sweep, "soak": soak, "tabs": tabs}
-    app_env = dict(item.split("=", 1) for item in args.app_env)
-    server = getattr(args, "server", None)
-    if args.app_url:
-        target = Target(
-            (server or args.base_url).rstrip("/"),
-            [args.app_url.rstrip("/")],
-            args.app_pid,
-            math.nan,
-        )
-        markdown, data = asyncio.run(runners[args.mode](args, target))
-        markdown += (
-            f"\nThe app ran elsewhere at {args.app_url}; CPU and RSS are the sums over "
-            f"processes {target.pids}.\n"
-        )
-    else:
-        env = {"KIMI_APP_LOG": args.app_log, **app_env}
-        with running_stack(env, server, args.app_workers) as stack:
-            markdown, data = asyncio.run(runners[args.mode](args, Target.started(stack)))
-        if args.app_workers > 1:
-            markdown += (
-                f"\nThe app ran as {args.app_workers} processes, each on its own port; new tabs "
-                "went to each in turn (no proxy); CPU and RSS are their sums.\n"
-            )
-    data["command"] = " ".join(["python -m bench.bench_load", *(argv or sys.argv[1:])])
-    data["cpu_count"] = os.cpu_count()
-    data["app_env"] = app_env
-    if app_env:
-        settings = ", ".join(f"`{k}={v}`" for k, v in app_env.items())
-        markdown += f"\nThe app ran with {settings}.\n"
-    md_path, json_path = write_results(f"load_{args.name}", markdown, data)
-    print(markdown)
-    print(f"written: {md_path}, {json_path}")
+    titles = {"sweep": "Load sweep", "soak": "Soak", "tabs": "Closed tabs and memory"}
+    report = Report(titles[args.mode], f"load_{args.name}")
+    with measured_app(args, getattr(args, "server", None)) as target:
+        data = asyncio.run(runners[args.mode](args, target, report))
+        report.add(target.about(args))
+    command = " ".join(["python -m bench.bench_load", *(argv or sys.argv[1:])])
+    report.finish({"command": command, "args": vars(args), **data})
 
 
 if __name__ == "__main__":

@@ -2,16 +2,16 @@
 
 What it measures, for N concurrent chats that each send one image and a question:
 
-- **TTFT**: seconds from sending the request to the first streamed chunk that
-  carries text (vLLM's first chunk holds only the role, ``docs/facts.md``,
-  so it does not count);
+- **TTFT**: seconds from sending the request to the first streamed chunk with
+  visible text (vLLM's first chunk holds only the role, ``docs/facts.md``, and a lone
+  reasoning marker is no text: neither counts);
 - **output tokens/s**: per stream, ``(completion_tokens - 1) / (end - first token)``
   (decode speed one person sees), and in aggregate, all completion tokens of the
   round divided by its wall time (what the server delivers);
-- **app overhead**: the same request sent with raw ``httpx`` (SSE parsed here) and
-  through the app's :class:`backend.client.ChatClient` (openai-python, reasoning
-  splitter, error mapping), alternated, at one chat at a time; plus the time the
-  app spends preparing the photo (:func:`backend.images.prepare_image`).
+- **app overhead**: the same request sent straight (:class:`bench.harness.DirectClient`)
+  and through the app's :class:`backend.client.ChatClient` (its SSE reading, reasoning
+  splitter, error mapping), in rounds whose order rotates, one chat at a time; plus the
+  time the app spends preparing the photo (:func:`backend.images.prepare_image`).
 
 Every request asks for the same fixed length: ``max_tokens`` with vLLM's
 ``ignore_eos`` and ``min_tokens`` extensions (vLLM's ``SamplingParams``), so runs
@@ -23,10 +23,10 @@ Usage::
 
     python -m bench.bench_serving --base-url http://127.0.0.1:8100/v1 \\
         --concurrency 1,8 --rounds 3 --max-tokens 128 --label "TP=1, H200" \\
-        --gpu-memory --out bench/results/h200_tp1.md
+        --gpu-memory --name h200_tp1
 
-Writes a Markdown table (``--out``) and the raw numbers next to it (``.json``).
-Needs only the app's environment (httpx, openai, pillow, pydantic-settings).
+Prints the tables and writes them with the raw numbers to ``artifacts/bench/NAME.md`` and
+``.json``. Needs only the app's environment.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import base64
 import io
-import json
 import random
 import statistics
 import subprocess
@@ -46,94 +45,81 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 from PIL import Image
 
-from backend.client import ChatClient, ChatRequest, continuing
+from backend.client import ChatClient, ChatRequest
 from backend.events import AnswerDelta, Done, ReasoningDelta
+from backend.families import family_for
 from backend.images import fit_to_budget, image_tokens, prepare_image
-from backend.settings import profile_for
+from bench.harness import DirectClient, Report, Timing, Workload, percentile, rotated, table
 
 DEFAULT_IMAGE = Path("tests/data/rocket.jpg")
 QUESTION = "What is in this picture? Answer in detail."
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    """One streamed request.
+def fixed_length(max_tokens: int) -> dict[str, Any]:
+    """vLLM sampling extensions that force exactly ``max_tokens`` output tokens."""
+    return {"ignore_eos": True, "min_tokens": max_tokens}
 
-    Attributes:
-        ttft_s: send to first non-empty content/reasoning chunk (None: none came).
-        elapsed_s: send to end of stream.
-        completion_tokens: from the usage chunk (0 when the server sent none).
-        prompt_tokens: from the usage chunk (0 when the server sent none).
-        error: the failure, empty when the request succeeded.
+
+async def ask_fixed(
+    direct: DirectClient, model: str, messages: list[dict[str, Any]], max_tokens: int
+) -> Timing:
+    """One streamed chat completion of exactly ``max_tokens`` tokens (temperature 0.8)
+    straight to the server; a broken request is a :class:`Timing` with its error."""
+    work = Workload("", max_tokens, 0.0, "", max_tokens, model, uses_budget=True)
+    extra = {"temperature": 0.8, **fixed_length(max_tokens)}
+    try:
+        return await direct.ask(work, extra=extra, messages=messages)
+    except httpx2.HTTPError as exc:
+        return Timing.failed(exc)
+
+
+@dataclass
+class LevelRow:
+    """One concurrency level (times in ms, rates per second; None: nothing measured).
+
+    TTFT percentiles are over the requests that succeeded (linear between ranks); the
+    aggregate rate is all their completion tokens over the sum of the rounds' wall times;
+    requests/s counts them over the same time.
     """
 
-    ttft_s: float | None
-    elapsed_s: float
-    completion_tokens: int
-    prompt_tokens: int
-    error: str = ""
-
-    @property
-    def decode_tps(self) -> float | None:
-        """Output tokens per second after the first token; None when not measurable."""
-        if self.ttft_s is None or self.completion_tokens < 2:
-            return None
-        span = self.elapsed_s - self.ttft_s
-        return (self.completion_tokens - 1) / span if span > 0 else None
-
-
-@dataclass(slots=True)
-class LevelStats:
-    """Aggregates of all rounds at one concurrency level."""
-
-    concurrency: int
+    chats: int
     requests: int
     failed: int
-    ttft_median_ms: float | None
-    ttft_p90_ms: float | None
-    decode_tps_median: float | None
-    aggregate_tps: float | None
-    completion_tokens: int
-    prompt_tokens: int
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    tps_per_chat: float | None
+    tps_aggregate: float | None
+    requests_per_s: float | None
+    prompt_tokens_mean: float | None
     errors: list[str] = field(default_factory=list)
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100) of ``values``; None if empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
+def ms(values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile of ``values`` (seconds) in ms; None for none."""
+    return percentile(values, q) * 1000 if values else None
 
 
-def summarise(concurrency: int, rounds: list[tuple[float, list[Result]]]) -> LevelStats:
-    """Fold rounds of ``(wall_s, results)`` at one concurrency into :class:`LevelStats`.
-
-    The aggregate rate is total completion tokens over total wall time of the
-    rounds (each round starts all its chats together and ends with the last).
-    """
-    results = [r for _, batch in rounds for r in batch]
-    ok = [r for r in results if not r.error]
-    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tps = [t for r in ok if (t := r.decode_tps) is not None]
+def summarise_level(chats: int, rounds: list[tuple[float, list[Timing]]]) -> LevelRow:
+    """Fold ``(wall_s, timings)`` rounds of ``chats`` chats into a :class:`LevelRow`."""
+    timings = [t for _, batch in rounds for t in batch]
+    ok = [t for t in timings if not t.error]
+    tps = [r for t in ok if (r := t.decode_tps) is not None]
     wall = sum(w for w, _ in rounds)
-    tokens = sum(r.completion_tokens for r in ok)
-    median_ttft = statistics.median(ttfts) * 1000 if ttfts else None
-    p90 = percentile(ttfts, 90)
-    return LevelStats(
-        concurrency=concurrency,
-        requests=len(results),
-        failed=len(results) - len(ok),
-        ttft_median_ms=median_ttft,
-        ttft_p90_ms=p90 * 1000 if p90 is not None else None,
-        decode_tps_median=statistics.median(tps) if tps else None,
-        aggregate_tps=tokens / wall if wall > 0 and tokens else None,
-        completion_tokens=tokens,
-        prompt_tokens=sum(r.prompt_tokens for r in ok),
-        errors=sorted({r.error for r in results if r.error}),
+    tokens = sum(t.tokens for t in ok)
+    return LevelRow(
+        chats=chats,
+        requests=len(timings),
+        failed=len(timings) - len(ok),
+        ttft_p50_ms=ms([t.first_s for t in ok], 50),
+        ttft_p95_ms=ms([t.first_s for t in ok], 95),
+        tps_per_chat=statistics.median(tps) if tps else None,
+        tps_aggregate=tokens / wall if wall > 0 and tokens else None,
+        requests_per_s=len(ok) / wall if wall > 0 else None,
+        prompt_tokens_mean=statistics.mean(t.prompt_tokens for t in ok) if ok else None,
+        errors=sorted({t.error for t in timings if t.error})[:5],
     )
 
 
@@ -161,105 +147,27 @@ def variant_images(path: Path, count: int, in_token_limit: int, seed: int = 0) -
     return urls
 
 
-def messages_for(image_url: str, tag: str) -> list[dict[str, Any]]:
-    """One user turn: a unique tag, the image, the question (OpenAI content parts)."""
-    return [
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": f"[chat {tag}]"},
-                {"type": "image_url", "image_url": {"url": image_url}},
-                {"type": "text", "text": QUESTION},
-            ],
-        }
-    ]
-
-
-def fixed_length(max_tokens: int) -> dict[str, Any]:
-    """vLLM sampling extensions that force exactly ``max_tokens`` output tokens."""
-    return {"ignore_eos": True, "min_tokens": max_tokens}
-
-
-async def stream_raw(
-    http: httpx.AsyncClient,
-    base_url: str,
-    model: str,
-    messages: list[dict[str, Any]],
-    max_tokens: int,
-    text: list[str] | None = None,
-) -> Result:
-    """Send one streamed chat completion with plain httpx and time it.
-
-    Parses the SSE ``data:`` lines itself; counts a chunk as the first token when
-    its delta has non-empty ``content``, ``reasoning`` or ``reasoning_content``.
-    When ``text`` is given, every such piece is appended to it (the answer, for a
-    next turn).
-    """
-    body = {
-        "model": model,
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": 0.8,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **fixed_length(max_tokens),
-    }
-    body |= continuing(messages, profile_for(model).reply_start)  # as the app's
-    started = time.perf_counter()
-    first: float | None = None
-    completion = prompt = 0
-    try:
-        async with http.stream("POST", f"{base_url}/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                body_text = (await response.aread()).decode(errors="replace")
-                return Result(
-                    None,
-                    time.perf_counter() - started,
-                    0,
-                    0,
-                    f"HTTP {response.status_code}: {body_text[:200]}",
-                )
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                if chunk.get("usage"):
-                    completion = int(chunk["usage"].get("completion_tokens") or 0)
-                    prompt = int(chunk["usage"].get("prompt_tokens") or 0)
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    piece = (
-                        delta.get("content")
-                        or delta.get("reasoning")
-                        or delta.get("reasoning_content")
-                    )
-                    if piece and first is None:
-                        first = time.perf_counter()
-                    if piece and text is not None:
-                        text.append(piece)
-    except httpx.HTTPError as exc:
-        return Result(None, time.perf_counter() - started, 0, 0, f"{type(exc).__name__}: {exc}")
-    ended = time.perf_counter()
-    return Result(first - started if first else None, ended - started, completion, prompt)
+def messages_for(image_urls: list[str], tag: str, question: str = QUESTION) -> list[dict[str, Any]]:
+    """One user turn: a unique tag, the images, the question (OpenAI content parts)."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": f"[chat {tag}]"}]
+    parts += [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": question}]}]
 
 
 async def stream_app(
     client: ChatClient, model: str, messages: list[dict[str, Any]], max_tokens: int
-) -> Result:
+) -> Timing:
     """The same request through the app's :class:`ChatClient` (what the UI and CLI use)."""
     started = time.perf_counter()
     first: float | None = None
     done: Done | None = None
-    profile = profile_for(model)
+    profile = family_for(model)
     request = ChatRequest(
         model=model,
         messages=messages,
         max_tokens=max_tokens,
         temperature=0.8,
-        thinking=profile.thinking,
+        thinking=profile.starts_in_reasoning,
         prefill=profile.reply_start,
         extra_body=fixed_length(max_tokens),
     )
@@ -271,47 +179,42 @@ async def stream_app(
             elif isinstance(event, Done):
                 done = event
     except Exception as exc:  # a ChatError: reported, the run goes on
-        return Result(None, time.perf_counter() - started, 0, 0, f"{type(exc).__name__}: {exc}")
-    ended = time.perf_counter()
+        return Timing.failed(exc)
+    end = time.perf_counter() - started
     usage = done.usage if done else None
-    return Result(
-        first - started if first else None,
-        ended - started,
-        usage.completion_tokens if usage else 0,
-        usage.prompt_tokens if usage else 0,
-    )
+    at = first - started if first else end
+    tokens, prompt = (usage.completion_tokens, usage.prompt_tokens) if usage else (0, 0)
+    return Timing(at, end, end, tokens=tokens, prompt_tokens=prompt)
 
 
 async def run_level(
-    http: httpx.AsyncClient,
-    base_url: str,
+    direct: DirectClient,
     model: str,
     images: list[str],
     concurrency: int,
     rounds: int,
     max_tokens: int,
     tag: str,
-) -> LevelStats:
+) -> LevelRow:
     """``rounds`` rounds of ``concurrency`` chats started together; images used in turn."""
-    done: list[tuple[float, list[Result]]] = []
+    done: list[tuple[float, list[Timing]]] = []
     for r in range(rounds):
         batch = [
             messages_for(
-                images[(r * concurrency + i) % len(images)], f"{tag}-{concurrency}-{r}-{i}"
+                [images[(r * concurrency + i) % len(images)]], f"{tag}-{concurrency}-{r}-{i}"
             )
             for i in range(concurrency)
         ]
         started = time.perf_counter()
-        results = await asyncio.gather(
-            *(stream_raw(http, base_url, model, m, max_tokens) for m in batch)
-        )
+        results = await asyncio.gather(*(ask_fixed(direct, model, m, max_tokens) for m in batch))
         done.append((time.perf_counter() - started, list(results)))
-    return summarise(concurrency, done)
+    return summarise_level(concurrency, done)
 
 
 @dataclass(slots=True)
 class Overhead:
-    """Raw httpx versus the app's client, same requests, one at a time."""
+    """Straight to the server against the app's client, same requests, one at a time
+    (medians, ms)."""
 
     pairs: int
     raw_ttft_ms: float | None
@@ -322,54 +225,43 @@ class Overhead:
 
 
 async def measure_overhead(
-    http: httpx.AsyncClient,
-    base_url: str,
-    api_key: str,
+    direct: DirectClient,
+    args: argparse.Namespace,
     model: str,
     images: list[str],
-    image_path: Path,
     in_token_limit: int,
-    pairs: int,
-    max_tokens: int,
 ) -> Overhead:
-    """Alternate raw and app requests ``pairs`` times; medians of each side.
-
-    Alternating (raw, app, app, raw, ...) spreads any drift of the server evenly.
-    ``prepare_image_ms`` is the median of 5 runs of the app's photo preparation.
-    """
-    client = ChatClient(base_url, api_key)
-    raw: list[Result] = []
-    app: list[Result] = []
+    """``--overhead-pairs`` rounds of one request straight and one through the app's client,
+    the order rotating; ``prepare_image_ms`` is the median of 5 runs of the app's photo
+    preparation."""
+    client = ChatClient(args.base_url.rstrip("/"), args.api_key)
+    seen: dict[str, list[Timing]] = {"raw": [], "app": []}
     try:
-        for i in range(pairs):
-            m_raw = messages_for(images[(2 * i) % len(images)], f"oh-raw-{i}")
-            m_app = messages_for(images[(2 * i + 1) % len(images)], f"oh-app-{i}")
-            order = [("raw", m_raw), ("app", m_app)]
-            if i % 2:
-                order.reverse()
-            for kind, messages in order:
-                if kind == "raw":
-                    raw.append(await stream_raw(http, base_url, model, messages, max_tokens))
-                else:
-                    app.append(await stream_app(client, model, messages, max_tokens))
+        for i in range(args.overhead_pairs):
+            for side in rotated(list(seen), i):
+                messages = messages_for([images[(2 * i) % len(images)]], f"oh-{side}-{i}")
+                ask = ask_fixed(direct, model, messages, args.max_tokens)
+                if side == "app":
+                    ask = stream_app(client, model, messages, args.max_tokens)
+                seen[side].append(await ask)
     finally:
         await client.aclose()
     prep = []
     for _ in range(5):
         t0 = time.perf_counter()
-        prepare_image(image_path, in_token_limit)
+        prepare_image(Path(args.image), in_token_limit)
         prep.append(time.perf_counter() - t0)
 
-    def med(values: list[float | None]) -> float | None:
-        vals = [v for v in values if v is not None]
-        return statistics.median(vals) * 1000 if vals else None
+    def med(side: str, total: bool) -> float | None:
+        values = [t.end_s if total else t.first_s for t in seen[side] if not t.error]
+        return statistics.median(values) * 1000 if values else None
 
     return Overhead(
-        pairs=pairs,
-        raw_ttft_ms=med([r.ttft_s for r in raw if not r.error]),
-        app_ttft_ms=med([r.ttft_s for r in app if not r.error]),
-        raw_total_ms=med([r.elapsed_s for r in raw if not r.error]),
-        app_total_ms=med([r.elapsed_s for r in app if not r.error]),
+        pairs=args.overhead_pairs,
+        raw_ttft_ms=med("raw", False),
+        app_ttft_ms=med("app", False),
+        raw_total_ms=med("raw", True),
+        app_total_ms=med("app", True),
         prepare_image_ms=statistics.median(prep) * 1000,
     )
 
@@ -397,51 +289,34 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def render_markdown(
-    label: str,
-    meta: dict[str, Any],
-    levels: list[LevelStats],
-    overhead: Overhead | None,
-    memory: list[tuple[int, int]],
-) -> str:
-    """The results as Markdown: one row per concurrency level, then overhead and memory."""
-    lines = [f"## {label}", ""]
-    lines += [f"- {k}: {v}" for k, v in meta.items()]
-    lines += [
-        "",
-        "| concurrent chats | requests (failed) | TTFT median ms | TTFT p90 ms "
-        "| output tok/s per chat (median) | output tok/s aggregate | prompt tokens per chat |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for s in levels:
-        per_chat_prompt = s.prompt_tokens // max(1, s.requests - s.failed)
-        lines.append(
-            f"| {s.concurrency} | {s.requests} ({s.failed}) | {_fmt(s.ttft_median_ms)} "
-            f"| {_fmt(s.ttft_p90_ms)} | {_fmt(s.decode_tps_median)} | {_fmt(s.aggregate_tps)} "
-            f"| {per_chat_prompt} |"
-        )
-    for s in levels:
-        for error in s.errors:
-            lines.append(f"\nerror at {s.concurrency} chats: {error}")
-    if overhead is not None:
-        lines += [
-            "",
-            f"App overhead ({overhead.pairs} alternated pairs, one chat at a time, medians):",
-            "",
-            "| path | TTFT ms | whole answer ms |",
-            "| --- | ---: | ---: |",
-            f"| raw httpx (SSE parsed by hand) | {_fmt(overhead.raw_ttft_ms, 2)} "
-            f"| {_fmt(overhead.raw_total_ms, 2)} |",
-            f"| app: backend.client.ChatClient | {_fmt(overhead.app_ttft_ms, 2)} "
-            f"| {_fmt(overhead.app_total_ms, 2)} |",
-            "",
-            f"Photo preparation in the app (backend.images.prepare_image, CPU): "
-            f"{overhead.prepare_image_ms:.1f} ms median.",
-        ]
-    if memory:
-        shown = ", ".join(f"GPU{i}: {u} MiB of {t} MiB" for i, (u, t) in enumerate(memory))
-        lines += ["", f"GPU memory in use during the run (nvidia-smi): {shown}."]
-    return "\n".join(lines) + "\n"
+def level_table(levels: list[LevelRow]) -> str:
+    """One row per concurrency level."""
+    head = ["concurrent chats", "requests (failed)", "TTFT p50 ms", "TTFT p95 ms",
+            "output tok/s per chat (median)", "output tok/s aggregate",
+            "prompt tokens per chat"]  # fmt: skip
+    rows = [
+        [str(s.chats), f"{s.requests} ({s.failed})", _fmt(s.ttft_p50_ms), _fmt(s.ttft_p95_ms),
+         _fmt(s.tps_per_chat), _fmt(s.tps_aggregate), _fmt(s.prompt_tokens_mean, 0)]
+        for s in levels
+    ]  # fmt: skip
+    errors = [f"error at {s.chats} chats: {e}" for s in levels for e in s.errors]
+    return "\n\n".join([table(head, rows), *errors])
+
+
+def overhead_table(overhead: Overhead) -> str:
+    """Straight against the app's client, and the photo's preparation."""
+    rows = [
+        ["straight (bench.harness.DirectClient)", _fmt(overhead.raw_ttft_ms, 2),
+         _fmt(overhead.raw_total_ms, 2)],
+        ["app: backend.client.ChatClient", _fmt(overhead.app_ttft_ms, 2),
+         _fmt(overhead.app_total_ms, 2)],
+    ]  # fmt: skip
+    return (
+        f"App overhead ({overhead.pairs} rounds, one chat at a time, medians):\n\n"
+        + table(["path", "TTFT ms", "whole answer ms"], rows)
+        + "\n\nPhoto preparation in the app (backend.images.prepare_image, CPU): "
+        f"{overhead.prepare_image_ms:.1f} ms median."
+    )
 
 
 async def first_model(http: httpx.AsyncClient, base_url: str) -> tuple[str, int | None]:
@@ -453,46 +328,35 @@ async def first_model(http: httpx.AsyncClient, base_url: str) -> tuple[str, int 
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    """Run the benchmark described by ``args``; write the files; print the table."""
+    """Run the benchmark described by ``args``; print and write the report; 1 if any
+    request failed."""
     base_url = args.base_url.rstrip("/")
-    timeout = httpx.Timeout(args.timeout, connect=10.0)
-    limits = httpx.Limits(max_connections=max(args.concurrency) + 4)
     headers = {"Authorization": f"Bearer {args.api_key}"}
-    async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers) as http:
+    async with httpx.AsyncClient(timeout=30, headers=headers) as http:
         model, max_len = await first_model(http, base_url)
-        model = args.model or model
-        limit = args.in_token_limit or profile_for(model).in_token_limit
-        count = max(args.concurrency) * args.rounds + 2 * args.overhead_pairs + 8
-        images = variant_images(Path(args.image), count, limit, seed=args.seed)
-        with Image.open(args.image) as probe:
-            w, h = fit_to_budget(probe.width, probe.height, limit)
-        tag = f"{args.seed}-{int(time.time())}"
+    model = args.model or model
+    limit = args.in_token_limit or family_for(model).in_token_limit
+    count = max(args.concurrency) * args.rounds + 2 * args.overhead_pairs + 8
+    images = variant_images(Path(args.image), count, limit, seed=args.seed)
+    with Image.open(args.image) as probe:
+        w, h = fit_to_budget(probe.width, probe.height, limit)
+    tag = f"{args.seed}-{int(time.time())}"
+    direct = DirectClient(base_url, args.api_key)
+    try:
         # Warm-up: compile paths, CUDA graphs and the first multimodal batch.
         for i in range(args.warmup):
-            await stream_raw(
-                http, base_url, model, messages_for(images[-1 - i], f"warm-{tag}-{i}"), 8
-            )
+            await ask_fixed(direct, model, messages_for([images[-1 - i]], f"warm-{tag}-{i}"), 8)
         levels = []
         for c in args.concurrency:
-            stats = await run_level(
-                http, base_url, model, images, c, args.rounds, args.max_tokens, tag
-            )
-            levels.append(stats)
-            print(f"{c} chats: {stats}", file=sys.stderr)
+            row = await run_level(direct, model, images, c, args.rounds, args.max_tokens, tag)
+            levels.append(row)
+            print(f"{c} chats: {row}", file=sys.stderr)
         memory = gpu_memory() if args.gpu_memory else []
         overhead = None
         if args.overhead_pairs:
-            overhead = await measure_overhead(
-                http,
-                base_url,
-                args.api_key,
-                model,
-                images[::-1],
-                Path(args.image),
-                limit,
-                args.overhead_pairs,
-                args.max_tokens,
-            )
+            overhead = await measure_overhead(direct, args, model, images[::-1], limit)
+    finally:
+        await direct.aclose()
     meta = {
         "server": base_url,
         "model": f"{model} (max_model_len {max_len})",
@@ -500,22 +364,21 @@ async def main_async(args: argparse.Namespace) -> int:
         f"(Kimi-VL formula, in_token_limit {limit}); a unique 12 px patch per chat",
         "output": f"exactly {args.max_tokens} tokens per chat (ignore_eos, min_tokens)",
         "rounds": f"{args.rounds} per level after {args.warmup} warm-up request(s)",
+        **dict(kv.split("=", 1) for kv in args.meta),
     }
-    meta.update(dict(kv.split("=", 1) for kv in args.meta))
-    text = render_markdown(args.label, meta, levels, overhead, memory)
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        raw = {
-            "label": args.label,
-            "meta": meta,
-            "levels": [asdict(s) for s in levels],
-            "overhead": asdict(overhead) if overhead else None,
-            "gpu_memory_mib": memory,
-        }
-        out.with_suffix(".json").write_text(json.dumps(raw, indent=2) + "\n")
+    report = Report(f"Serving: {args.label}", args.name)
+    report.add("\n".join(f"- {k}: {v}" for k, v in meta.items()), level_table(levels))
+    if overhead is not None:
+        report.add(overhead_table(overhead))
+    if memory:
+        shown = ", ".join(f"GPU{i}: {u} MiB of {t} MiB" for i, (u, t) in enumerate(memory))
+        report.add(f"GPU memory in use during the run (nvidia-smi): {shown}.")
+    report.finish({
+        "meta": meta,
+        "levels": [asdict(s) for s in levels],
+        "overhead": asdict(overhead) if overhead else None,
+        "gpu_memory_mib": memory,
+    })  # fmt: skip
     return 1 if any(s.failed for s in levels) else 0
 
 
@@ -539,12 +402,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--overhead-pairs", type=int, default=6, help="0 skips the overhead part")
-    p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpu-memory", action="store_true", help="record nvidia-smi memory use")
     p.add_argument("--label", default="serving benchmark")
     p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--out", default="", help="Markdown file; raw numbers go next to it as .json")
+    p.add_argument("--name", default="serving", help="results file: artifacts/bench/NAME.md")
     return p.parse_args(argv)
 
 

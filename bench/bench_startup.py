@@ -24,7 +24,7 @@ seconds and reads its idle RSS (the process and its children), then stops it. Th
 Each side keeps its data folder for the whole run, so round 1 is a first start
 (databases created: Open WebUI also runs its migrations) and later rounds are
 restarts; the table gives the first start apart and the restarts' median, min
-and max. Writes ``bench/results/<name>.md`` and ``.json``. Run from the
+and max. Writes ``artifacts/bench/<name>.md`` and ``.json``. Run from the
 repository root::
 
     .venv/bin/python -m bench.bench_startup --rounds 5
@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,19 +43,19 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench._common import (
-    ROOT,
+from bench.harness import (
+    Report,
     free_port,
     hermetic_environ,
-    machine,
-    now_utc,
-    running_server,
-    stop,
+    rotated,
+    scripted_server,
+    started,
+    table,
     tree_cpu_s,
     tree_rss_mb,
-    write_results,
+    wait_ready,
 )
-from bench.openwebui import VERSION, running_openwebui, wait_until_ready
+from bench.openwebui import VERSION, running_openwebui
 from serving import runstate
 from serving.ui_main import ui_command
 
@@ -68,7 +67,7 @@ Side = Callable[[str, Path], AbstractContextManager[Started]]
 
 
 def app_env(base_url: str, state: Path, **extra: str) -> dict[str, str]:
-    """The app's environment: its defaults (:func:`bench._common.hermetic_environ`), its
+    """The app's environment: its defaults (:func:`bench.harness.hermetic_environ`), its
     files under ``state``."""
     return hermetic_environ(
         KIMI_BASE_URL=base_url,
@@ -79,18 +78,20 @@ def app_env(base_url: str, state: Path, **extra: str) -> dict[str, str]:
     )
 
 
-def _ready(
-    url: str, process: subprocess.Popen[bytes], started: float, log: Path
-) -> tuple[float, float]:
-    """Seconds from ``started`` to the first 200 of ``url`` (within 10 minutes), and the
-    CPU seconds ``process`` and its descendants had used by then."""
-    wait_until_ready(url, process, 600, log)
-    return time.monotonic() - started, tree_cpu_s(process.pid)
+@contextmanager
+def ready(command: list[str], url: str, env: dict[str, str], log: Path) -> Iterator[Started]:
+    """``command`` started, until ``url`` answers 200 (within 10 minutes): the seconds that
+    took, the CPU seconds its process tree had used by then, its pid; stopped on leaving."""
+    begun = time.monotonic()
+    with started(command, env, log) as process:
+        wait_ready(url, process, 600, log)
+        yield time.monotonic() - begun, tree_cpu_s(process.pid), process.pid
 
 
 @contextmanager
 def through_launch_sh(base_url: str, state: Path) -> Iterator[Started]:
-    """``./launch.sh --ui-only`` on a free port; stopped by SIGTERM (the launcher stops the UI)."""
+    """``./launch.sh --ui-only`` on a free port; stopped by SIGTERM (the launcher stops the
+    UI); its RSS is the chat UI process launch.sh recorded."""
     port, run_dir = free_port(), state / "run"
     env = app_env(
         base_url,
@@ -99,40 +100,19 @@ def through_launch_sh(base_url: str, state: Path) -> Iterator[Started]:
         KIMI_RUN_DIR=str(run_dir),
         KIMI_APP_PYTHON=sys.executable,
     )
-    log = state / "launch.out"
-    with log.open("ab") as out:
-        started = time.monotonic()
-        launch = subprocess.Popen(
-            ["./launch.sh", "--ui-only"], cwd=ROOT, env=env, stdout=out, stderr=out
-        )
-    try:
-        ready_s, cpu = _ready(f"http://127.0.0.1:{port}/", launch, started, log)
+    url = f"http://127.0.0.1:{port}/"
+    with ready(["./launch.sh", "--ui-only"], url, env, state / "launch.out") as (seconds, cpu, _):
         recorded = runstate.read(run_dir)
         if recorded is None or recorded.ui is None:
             raise RuntimeError(f"launch.sh recorded no chat UI in {run_dir}")
-        yield ready_s, cpu, recorded.ui.pid
-    finally:
-        stop(launch)
+        yield seconds, cpu, recorded.ui.pid
 
 
-@contextmanager
-def ui_alone(base_url: str, state: Path) -> Iterator[Started]:
+def ui_alone(base_url: str, state: Path) -> AbstractContextManager[Started]:
     """The UI process alone (:func:`serving.ui_main.ui_command`) on a free port."""
     port = free_port()
-    log = state / "chainlit.out"
-    with log.open("ab") as out:
-        started = time.monotonic()
-        app = subprocess.Popen(
-            ui_command("127.0.0.1", port),
-            cwd=ROOT,
-            env=app_env(base_url, state),
-            stdout=out,
-            stderr=out,
-        )
-    try:
-        yield *_ready(f"http://127.0.0.1:{port}/", app, started, log), app.pid
-    finally:
-        stop(app)
+    command = ui_command("127.0.0.1", port)
+    return ready(command, f"http://127.0.0.1:{port}/", app_env(base_url, state), state / "ui.out")
 
 
 @contextmanager
@@ -170,7 +150,7 @@ def run_rounds(
         for state in states.values():
             state.mkdir()
         for r in range(rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
+            for name in rotated(names, r):
                 load = os.getloadavg()[0]
                 with SIDES[name](base_url, states[name]) as (ready_s, cpu, pid):
                     time.sleep(settle_s)
@@ -188,57 +168,43 @@ def run_rounds(
     return results
 
 
-def table(results: dict[str, Measured]) -> str:
-    """The markdown table: first start, restarts (median, min, max), CPU seconds to ready
-    of the restarts (median), idle RSS (median),
-    the 1-minute load average before the starts (lowest-highest)."""
-    lines = [
-        "| UI | first start (s) | restart median (s) | min (s) | max (s) "
-        "| CPU to ready, restart median (s) | idle RSS (MB) | load (1 min) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-    ]
+def summary(results: dict[str, Measured]) -> str:
+    """The table: first start, restarts (median, min, max), CPU seconds to ready of the
+    restarts (median), idle RSS (median), the 1-minute load average before the starts
+    (lowest-highest)."""
+    rows = []
     for name, m in results.items():
         first, restarts = m.ready_s[0], m.ready_s[1:] or m.ready_s
         cpu = statistics.median(m.ready_cpu_s[1:] or m.ready_cpu_s)
-        lines.append(
-            f"| {name} | {first:.2f} | {statistics.median(restarts):.2f} | "
-            f"{min(restarts):.2f} | {max(restarts):.2f} | {cpu:.2f} | "
-            f"{statistics.median(m.idle_rss_mb):.0f} | "
-            f"{min(m.load_1m):.1f}-{max(m.load_1m):.1f} |"
-        )
-    return "\n".join(lines)
+        rows.append([
+            name, f"{first:.2f}", f"{statistics.median(restarts):.2f}", f"{min(restarts):.2f}",
+            f"{max(restarts):.2f}", f"{cpu:.2f}", f"{statistics.median(m.idle_rss_mb):.0f}",
+            f"{min(m.load_1m):.1f}-{max(m.load_1m):.1f}",
+        ])  # fmt: skip
+    head = ["UI", "first start (s)", "restart median (s)", "min (s)", "max (s)",
+            "CPU to ready, restart median (s)", "idle RSS (MB)", "load (1 min)"]  # fmt: skip
+    return table(head, rows)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the rounds, print the table, write ``bench/results/<name>.md`` and ``.json``."""
+    """Run the rounds, print the table, write ``artifacts/bench/<name>.md`` and ``.json``."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="starts of each side (>= 2)")
     parser.add_argument("--settle-s", type=float, default=5.0, help="wait before reading RSS")
     parser.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES))
     parser.add_argument("--name", default="startup", help="results file name")
     args = parser.parse_args(argv)
-    header = f"{now_utc()}; {machine()}"
-    with running_server() as base_url:
+    report = Report("Start to ready", args.name)
+    with scripted_server() as base_url:
         results = run_rounds(base_url, args.sides, args.rounds, args.settle_s)
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    markdown = (
-        f"# Start to ready\n\n{header}; load average {load} at the end.\n"
+    report.add(
         f"{args.rounds} rounds, order rotated; ready = process start to the first HTTP 200 "
-        f"of `GET /`; CPU to ready = user + system seconds of the process tree by then (what a "
-        f"busy machine distorts least); idle RSS {args.settle_s:.0f} s after ready, process "
-        f"tree.\n\n"
-        f"{table(results)}\n"
+        f"of `GET /`; CPU to ready = user + system seconds of the process tree by then (what "
+        f"a busy machine distorts least); idle RSS {args.settle_s:.0f} s after ready, process "
+        "tree.",
+        summary(results),
     )
-    print(markdown)
-    data = {
-        "when": header,
-        "load_end": load,
-        "rounds": args.rounds,
-        "settle_s": args.settle_s,
-        "sides": {name: asdict(m) for name, m in results.items()},
-    }
-    for path in write_results(args.name, markdown, data):
-        print(f"wrote {path.relative_to(ROOT)}")
+    report.finish({"args": vars(args), "sides": {name: asdict(m) for name, m in results.items()}})
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ from backend.settings import Settings
 from backend.store.core import Store
 from backend.store.resume import restore
 from backend.timings import Timings
+from bench.harness import Report, table
 from ui.datalayer import KimiDataLayer
-from ui.files import LocalStorageClient
+from ui.files import FilesStorageClient
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 TURNS = 20
@@ -94,8 +95,8 @@ async def write_chat(layer: KimiDataLayer, store: Store, photos: list[Path]) -> 
 
 async def table_bytes(store: Store) -> int:
     """PostgreSQL: bytes of the app's tables with their indexes and TOAST data."""
-    tables = ("users", "threads", "steps", "elements", "feedbacks", "kimi_users", "kimi_turns",
-              "kimi_images", "kimi_schema")  # fmt: skip
+    tables = ("kimi_page_users", "kimi_threads", "kimi_steps", "kimi_elements", "kimi_feedback",
+              "kimi_users", "kimi_turns", "kimi_images", "kimi_schema")  # fmt: skip
     async with store.engine.connect() as db:
         sizes = [
             (await db.execute(text("SELECT pg_total_relation_size(:t)"), {"t": t})).scalar()
@@ -122,7 +123,7 @@ async def run(database_url: str) -> None:
         settings = Settings(data_dir=str(root / "data"), database_url=database_url)
         store = Store(settings)
         await store.check()
-        layer = KimiDataLayer(store, LocalStorageClient(store.files))
+        layer = KimiDataLayer(store, FilesStorageClient(store.files))
         try:
             thread_id = await write_chat(layer, store, photos)
             chainlit_s, ours_s = zip(
@@ -136,26 +137,28 @@ async def run(database_url: str) -> None:
         prepared = folder_bytes(data / "files" / "prepared")
         uploads = folder_bytes(data / "files") - prepared
         uploaded = sum(p.stat().st_size for p in photos)
-        print(f"# {TURNS}-turn chat, one 12 MP photo a turn ({store.where.split('?')[0]})\n")
-        print("| what | bytes | per turn |")
-        print("|---|---:|---:|")
-        rows = [
-            ("database: SQLite file + WAL" if not database_url
-             else "database: PostgreSQL tables with indexes (not in KIMI_DATA_DIR)", database),
-            ("uploads as sent (files/<user>/...)", uploads),
-            ("prepared copies (files/prepared/...)", prepared),
-            ("total", database + uploads + prepared),
-        ]  # fmt: skip
-        for what, size in rows:
-            print(f"| {what} | {size:,} | {size // TURNS:,} |")
-        print(f"\nphotos as uploaded: {uploaded:,} bytes\n")
-        print("| resume step | median ms |")
-        print("|---|---:|")
-        for what, seconds in (
-            ("Chainlit's get_thread (steps, elements)", chainlit_s),
-            ("our turns + prepared images -> conversation", ours_s),
-        ):
-            print(f"| {what} | {statistics.median(seconds) * 1e3:.1f} |")
+        where = store.where.split("?")[0]
+    kept = [
+        ("database: SQLite file + WAL" if not database_url
+         else "database: PostgreSQL tables with indexes (not in KIMI_DATA_DIR)", database),
+        ("uploads as sent (files/<user>/...)", uploads),
+        ("prepared copies (files/prepared/...)", prepared),
+        ("total", database + uploads + prepared),
+    ]  # fmt: skip
+    resume = [
+        ("Chainlit's get_thread (steps, elements)", chainlit_s),
+        ("our turns + prepared images -> conversation", ours_s),
+    ]
+    report = Report(f"A {TURNS}-turn chat, one 12 MP photo a turn", "store")
+    report.add(
+        f"Stored in {where}; photos as uploaded: {uploaded:,} bytes.",
+        table(["what", "bytes", "per turn"], [[w, f"{n:,}", f"{n // TURNS:,}"] for w, n in kept]),
+        table(
+            ["resume step", f"median of {RUNS} (ms)"],
+            [[w, f"{statistics.median(seconds) * 1e3:.1f}"] for w, seconds in resume],
+        ),
+    )
+    report.finish({"bytes": dict(kept), "resume_s": dict(resume), "uploaded": uploaded})
 
 
 def main() -> None:

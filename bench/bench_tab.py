@@ -3,7 +3,7 @@
 Starts the scripted Kimi-VL server (``python -m tests.fakes.kimi_server``, serving
 Thinking and Instruct), this app in front of it (signed in, so chats are stored and
 can be resumed) and, with ``--openwebui``, Open WebUI 0.12.4 against the same server
-(``bench/openwebui.py``; it reads the same ``◁think▷`` markers). Debian's chromium
+(``bench/openwebui.py``; it reads the same Kimi-VL markers). Debian's chromium
 (headless, Playwright) opens each app; ``bench/tab_probe.js`` is installed before the
 page's own scripts (a context with ``bypass_csp``) and records every animation frame,
 every Long Task (PerformanceObserver ``longtask``: main-thread tasks over 50 ms),
@@ -36,7 +36,7 @@ chromium and this driver on one CPU and the servers on the others. Targets (proj
 brief): lag <= 1 s, no Long Task over 100 ms, frame gap p99 <= 50 ms, a toggle within
 100 ms, a resumed step open within 1 s, first visible words <= 8 ms added.
 
-Writes ``bench/results/tab_<name>.md``/``.json`` and a PNG of the frame gaps over each
+Writes ``artifacts/bench/tab_<name>.md``/``.json`` and a PNG of the frame gaps over each
 stream. Run from the repository root when the load average is low (2 cores here):
 ``.venv/bin/python -m bench.bench_tab [--cases open code] [--openwebui] [--tokens R A C]``.
 """
@@ -47,12 +47,10 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import json
 import math
 import os
 import secrets
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -66,37 +64,41 @@ import psutil
 from playwright.sync_api import Browser, Locator, Page, Playwright, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from backend.client import continuing
-from backend.reasoning import ReasoningSplitter
-from backend.settings import Settings, profile_for
+from backend.settings import Settings
 from backend.store.core import open_store
-from bench._common import (
+from bench.harness import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    END,
+    INSTRUCT,
+    PACED_END,
+    RATE,
+    SHORT_ANSWER,
+    SHORT_THINK,
+    THINKING,
     Cores,
-    machine,
-    now_utc,
+    DirectClient,
+    Report,
+    Tab,
+    Workload,
+    direct_first_words,
+    new_page,
     percentile,
     pin_threads,
     pin_tree,
     running_stack,
     scripted_server,
+    settle,
     split_cores,
-    write_results,
+    type_question,
+    wait_mark,
 )
 from bench.netlog import CLOCK_SLACK_MS, NetLog
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-PROBE = (Path(__file__).with_name("tab_probe.js")).read_text()
 USER, PASSWORD = "bench", "bench-password-1"
-THINKING, INSTRUCT = "kimi-vl-thinking-2506", "kimi-vl"
-"""The scripted server's models: Kimi-VL Thinking (the default) and Instruct."""
-END = r"\(end of answer\)"
-"""The last words of every ``long-*`` answer of the scripted server."""
 TIMEOUT_MS = 300_000
 CLICK_TIMEOUT_MS = 60_000
 """The longest a click waits for its target to stand still, in ms."""
-RATE = 200
-"""Tokens per second of every stream."""
 
 
 @dataclass(frozen=True)
@@ -143,11 +145,6 @@ def cases(
         "code": Case("code", code(code_tokens), INSTRUCT, step_open=None),
         "toggle": Case("toggle", think(reasoning, answer), reasoning_s=seconds, toggles=(0.5, 0.9)),
     }
-
-
-SHORT_THINK = f"Quick one. #scenario=long-think #reasoning=40 #answer=20 #rate={RATE}"
-SHORT_ANSWER = f"Quick one. #scenario=long-answer #answer=20 #rate={RATE}"
-"""The streams of the first-words rounds: a short reasoning and answer; an answer alone."""
 
 
 class ChatApp(Protocol):
@@ -262,23 +259,6 @@ def server_sent(server_root: str) -> dict[str, Any]:
     return sent[-1]
 
 
-def wait_mark(page: Page, name: str, timeout_ms: float = TIMEOUT_MS) -> None:
-    """Wait until the probe has seen its pattern ``name`` on screen."""
-    page.wait_for_function(
-        "(name) => typeof window.__probe.marks[name] === 'number'",
-        arg=name,
-        timeout=timeout_ms,
-        polling=250,
-    )
-
-
-def ask(page: Page, text: str, marks: dict[str, str]) -> None:
-    """Watch for ``marks`` (name: regex), then type ``text`` and press Enter."""
-    page.evaluate("(p) => window.__probe.watch(p)", marks)
-    page.locator("#chat-input").fill(text)
-    page.locator("#chat-input").press("Enter")
-
-
 def click_timing(page: Page, target: Locator, give_up: bool = False) -> float:
     """Click ``target``; the Event Timing duration of that click (click to next paint, ms).
 
@@ -314,21 +294,13 @@ def toggle(page: Page, app: ChatApp) -> float:
     return duration
 
 
-def settle(page: Page) -> None:
-    """Let a freshly loaded page finish its own loading before a measurement starts (at
-    most 5 s without network traffic: Open WebUI's page never stops polling), then 0.5 s."""
-    with contextlib.suppress(PlaywrightTimeout):
-        page.wait_for_load_state("networkidle", timeout=5_000)
-    time.sleep(0.5)
-
-
 def stream_once(page: Page, app: ChatApp, case: Case, server_root: str) -> TabRun:
     """Ask ``case``'s question in a fresh chat and measure the tab until the last words show."""
     app.new_chat(page, case.model)
     settle(page)
     busy = wait_quiet()
     load = f"{load_average()}, CPU {busy:.0f} %"
-    ask(page, case.question, {"end": END})
+    type_question(page, case.question, {"end": END})
     sent_at = time.monotonic()
     toggles: list[float] = []
     if case.step_open is not None:
@@ -394,29 +366,6 @@ def resume_once(page: Page, app: KimiApp, last_word: str) -> dict[str, float]:
     return {"shown": shown, "opened": opened, "last_word": last}
 
 
-def direct_first_words(http: httpx.Client, base_url: str, text: str, model: str) -> float:
-    """Seconds from asking ``model`` ``text`` straight to the server to its first visible
-    words; the request written as the app writes it (a Thinking reply's opening marker
-    in the request: ``backend.settings.ModelProfile.reply_start``)."""
-    messages = [{"role": "user", "content": text}]
-    reply_start = profile_for(model).reply_start
-    body = {"model": model, "stream": True, "messages": messages}
-    body |= continuing(messages, reply_start)
-    splitter = ReasoningSplitter(starts_in_reasoning=True)
-    started = time.perf_counter()
-    first = None
-    with http.stream("POST", f"{base_url}/chat/completions", json=body) as response:
-        for line in response.iter_lines():
-            if first is None and line.startswith("data: {"):
-                choices = json.loads(line[6:])["choices"]
-                delta = choices[0]["delta"] if choices else {}
-                token = (delta.get("reasoning") or "") + (delta.get("content") or "")
-                if any(part.text.strip() for part in splitter.feed(token)):
-                    first = time.perf_counter()
-    assert first is not None, "no visible words"
-    return first - started
-
-
 class Seen(NamedTuple):
     """One round's seconds to the first visible words: at the tab's network layer
     (chromium's NetLog; a socket client's arrival in the socket rounds), at the page's
@@ -470,7 +419,7 @@ def tab_first_words(
     ``words`` (a regex) reaching the page's script and of ``shown`` (a regex) on screen."""
     app.new_chat(page, model)
     settle(page)
-    ask(page, text, {"words": words, "shown": shown, "end": END})
+    type_question(page, text, {"words": words, "shown": shown, "end": END})
     wait_mark(page, "end")
     dump = page.evaluate("() => window.__probe.dump()")
     return TabWords(
@@ -564,19 +513,16 @@ async def socket_first_words(
 ) -> dict[str, Sides]:
     """Interleaved rounds of the short reasoning (this app and direct) and the short answer
     (with Open WebUI too) through socket clients, as the project's load benchmarks measure
-    (no browser): straight to the server (``bench._common.DirectClient``), this app
-    (``bench._common.Tab``, a fresh session each) and Open WebUI (``peer``:
+    (no browser): straight to the server (``bench.harness.DirectClient``), this app
+    (``bench.harness.Tab``, a fresh session each) and Open WebUI (``peer``:
     ``bench.openwebui.OpenWebUITab``, a fresh chat each); seconds to the first visible
     words (``Timing.words_s``: a marker, or the step opening alone, is not a word), per
     stream; Open WebUI's tab client times its first text (``first_s``), which for an
     Instruct answer is its first words. Open WebUI shows no reasoning words until its block
     is unfolded, so it has no reasoning side here."""
-    from bench._common import DirectClient, Tab, Workload
-
-    end = "(end of answer)"
     streams = {
-        "reasoning (socket clients)": Workload(SHORT_THINK, 60, 0.1, end),
-        "answer (socket clients)": Workload(SHORT_ANSWER, 20, 0.1, end, model=INSTRUCT),
+        "reasoning (socket clients)": Workload(SHORT_THINK, 60, 0.1, PACED_END),
+        "answer (socket clients)": Workload(SHORT_ANSWER, 20, 0.1, PACED_END, model=INSTRUCT),
     }
     out: dict[str, Sides] = {name: {} for name in streams}
     async with httpx.AsyncClient(timeout=120) as http:
@@ -615,18 +561,6 @@ async def socket_first_words(
     return out
 
 
-def commit() -> str:
-    """The checkout's commit (short), with ``+changes`` when files differ from it."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def add_user(data_dir: Path) -> None:
     """The store in ``data_dir`` with the benchmark's user (sign-in on: chats are stored)."""
     store, _ = open_store(Settings(data_dir=str(data_dir), database_url=""))
@@ -652,20 +586,6 @@ def our_app(data_dir: Path, base_url: str, sign_in: bool = True) -> Iterator[str
     }
     with running_stack(env, server_url=base_url) as stack:
         yield stack.ui_url
-
-
-def new_page(browser: Browser, storage_state: dict[str, Any] | None = None) -> Page:
-    """A fresh context (``bypass_csp``: the probe evaluates JavaScript) with the probe."""
-    context = browser.new_context(
-        viewport={"width": 1100, "height": 800},
-        bypass_csp=True,
-        locale="en-US",
-        storage_state=storage_state,  # type: ignore[arg-type]
-    )
-    context.set_default_timeout(60_000)
-    context.add_init_script(PROBE)
-    context.route(lambda url: not url.startswith("http://127.0.0.1"), lambda r: r.abort())
-    return context.new_page()
 
 
 def fmt(value: float, digits: int = 0) -> str:
@@ -731,19 +651,18 @@ def words_table(words: dict[str, Sides]) -> list[str]:
     return lines
 
 
-def report(runs: list[TabRun], words: dict[str, Sides], resume: dict[str, float]) -> str:
-    """The results as markdown: streams, first words, resume."""
-    lines = runs_table(runs)
+def summary(runs: list[TabRun], words: dict[str, Sides], resume: dict[str, float]) -> list[str]:
+    """The results' tables and lines: streams, first words, resume."""
+    parts = ["\n".join(runs_table(runs))]
     if any(words.values()):
-        lines += ["", *words_table(words)]
+        parts.append("\n".join(words_table(words)))
     if resume:
-        lines += [
-            "",
+        parts.append(
             f"Resume ({THINKING}, the stored `open` chat): the chat clicked to its step "
             f"shown {resume['shown']:.0f} ms; the step clicked open to painted "
-            f"{resume['opened']:.0f} ms, to its last reasoning word {resume['last_word']:.0f} ms.",
-        ]
-    return "\n".join(lines) + "\n"
+            f"{resume['opened']:.0f} ms, to its last reasoning word {resume['last_word']:.0f} ms."
+        )
+    return parts
 
 
 def plot(runs: list[TabRun], path: Path) -> None:
@@ -847,9 +766,9 @@ def main() -> None:
     )  # fmt: skip
     args = p.parse_args()
     cores = split_cores() if args.pin else None
-    started, header = now_utc(), machine()
+    report = Report("A long answer in a tab", f"tab_{args.name}")
     with ExitStack() as exits:
-        base_url, _ = exits.enter_context(scripted_server([THINKING, INSTRUCT]))
+        base_url = exits.enter_context(scripted_server([THINKING, INSTRUCT]))
         data_dir = Path(exits.enter_context(tempfile.TemporaryDirectory()))
         ours = KimiApp(exits.enter_context(our_app(data_dir, base_url, args.sign_in)))
         peer = None
@@ -861,21 +780,17 @@ def main() -> None:
         if args.pairs:  # after the browser: Playwright's sync API holds an event loop
             socket = socket_first_words(base_url, ours.url, peer, args.pairs, args.sign_in)
             words.update(asyncio.run(socket))
-    title = f"# A long answer in a tab ({started}, commit {commit()})\n\n{header}\n\n"
     if cores:
         client, servers = cores
-        title += (
+        report.add(
             f"First-words rounds (`--pin`): chromium and the driver on CPU {sorted(client)}, "
-            f"the servers (scripted, apps) on CPU(s) {sorted(servers)}.\n\n"
+            f"the servers (scripted, apps) on CPU(s) {sorted(servers)}."
         )
-    text = title + report(runs, words, resume)
-    print(text)
+    report.add(*summary(runs, words, resume))
     kept = [json_run(r) for r in runs]
-    data = {"date": started, "commit": commit(), "machine": header, "sizes": args.tokens,
-            "runs": kept, "first_words": words, "resume": resume}  # fmt: skip
-    md, _ = write_results(f"tab_{args.name}", text, data)
+    md = report.finish({"sizes": args.tokens, "runs": kept, "first_words": words,
+                        "resume": resume})  # fmt: skip
     plot(runs, md.with_suffix(".png"))
-    print(f"wrote {md} and {md.with_suffix('.png')}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Serving-flag sweep for chat with photos, run on a GPU machine (bench/results/README.md).
+"""Serving-flag sweep for chat with photos, run on a GPU machine (docs/gpu.md).
 
 It starts vLLM the way ``launch.sh`` would (the argument list of
 :func:`serving.launcher.make_plan`, which is launch.sh's plan), changes one flag
@@ -13,10 +13,10 @@ per *variant*, and drives the same chat workload against each:
   without a photo (the photo stays in the history); the same photo sent again.
   Prefix caching and the multimodal caches decide turns 2 and 3.
 
-Metrics per level: TTFT p50/p95 (ms), output tok/s per chat (median of
-``(tokens - 1) / (end - first token)``), aggregate output tok/s (all tokens over
-the rounds' wall time) and requests/s. Timings use
-:func:`bench.bench_serving.stream_raw` (plain httpx, SSE parsed by hand).
+Metrics per level (:class:`bench.bench_serving.LevelRow`): TTFT p50/p95 (ms), output
+tok/s per chat (median of ``(tokens - 1) / (end - first token)``), aggregate output tok/s
+(all tokens over the rounds' wall time) and requests/s. Requests go straight to the
+server as the app's client writes them (:class:`bench.harness.DirectClient`).
 
 Three commands, each writing JSON into ``--out`` as it goes (a run killed at
 the device's time limit keeps what it finished):
@@ -31,7 +31,7 @@ the device's time limit keeps what it finished):
 - ``variants``: list the variants.
 
 Usage on the GPU machine (vLLM importable by ``python3``, the Kimi-VL shape in
-the Hugging Face cache, ``HF_HUB_OFFLINE=1``; see bench/results/README.md)::
+the Hugging Face cache, ``HF_HUB_OFFLINE=1``; see docs/gpu.md)::
 
     python3 -m bench.gpu_sweep seed --out $OUT
     python3 -m bench.gpu_sweep wave default,batched-8192,batched-16384 --out $OUT
@@ -62,17 +62,20 @@ from PIL import Image
 from backend.images import image_tokens
 from bench.bench_serving import (
     QUESTION,
-    Result,
+    LevelRow,
+    ask_fixed,
     fixed_length,
     gpu_memory,
-    percentile,
-    stream_raw,
+    messages_for,
+    ms,
+    summarise_level,
 )
+from bench.harness import DirectClient, Timing
 from serving.launcher import make_plan
 from serving.settings import LaunchSettings
 
 PHOTO = Path("tests/data/rocket.jpg")
-IN_TOKEN_LIMIT = 16384  # Thinking-2506 (backend.settings.THINKING_2506)
+IN_TOKEN_LIMIT = 16384  # Thinking-2506 (backend.families.THINKING_2506)
 # (width, height): 368, 1426, 2752 and 4096 image tokens (backend.images.image_tokens).
 PHOTO_SIZES: tuple[tuple[int, int], ...] = ((640, 427), (1280, 853), (1792, 1195), (1792, 1792))
 FULL_SIZE = (1792, 1792)  # 128 x 128 patches = the 16384 budget = 4096 tokens
@@ -184,60 +187,15 @@ def photo_url(size: tuple[int, int], seed: int) -> str:
 
 def user_turn(tag: str, image_urls: list[str], question: str) -> dict[str, Any]:
     """One user message: a unique tag, the photos, the question (OpenAI content parts)."""
-    parts: list[dict[str, Any]] = [{"type": "text", "text": f"[chat {tag}]"}]
-    parts += [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
-    parts.append({"type": "text", "text": question})
-    return {"role": "user", "content": parts}
+    return messages_for(image_urls, tag, question)[0]
 
 
-@dataclass
-class LevelRow:
-    """One concurrency level of one variant (times in ms, rates per second)."""
-
-    chats: int
-    requests: int
-    failed: int
-    ttft_p50_ms: float | None
-    ttft_p95_ms: float | None
-    tps_per_chat: float | None
-    tps_aggregate: float | None
-    requests_per_s: float | None
-    prompt_tokens_mean: float | None
-    errors: list[str] = field(default_factory=list)
-
-
-def summarise_level(chats: int, rounds: list[tuple[float, list[Result]]]) -> LevelRow:
-    """Fold ``(wall_s, results)`` rounds into a :class:`LevelRow`.
-
-    TTFT percentiles are nearest-rank over all successful requests; the
-    aggregate rate is all completion tokens over the sum of the rounds' wall
-    times; requests/s counts successful requests over the same time.
-    """
-    results = [r for _, batch in rounds for r in batch]
-    ok = [r for r in results if not r.error]
-    ttfts = [r.ttft_s * 1000 for r in ok if r.ttft_s is not None]
-    tps = [t for r in ok if (t := r.decode_tps) is not None]
-    wall = sum(w for w, _ in rounds)
-    tokens = sum(r.completion_tokens for r in ok)
-    return LevelRow(
-        chats=chats,
-        requests=len(results),
-        failed=len(results) - len(ok),
-        ttft_p50_ms=percentile(ttfts, 50),
-        ttft_p95_ms=percentile(ttfts, 95),
-        tps_per_chat=statistics.median(tps) if tps else None,
-        tps_aggregate=tokens / wall if wall > 0 and tokens else None,
-        requests_per_s=len(ok) / wall if wall > 0 else None,
-        prompt_tokens_mean=statistics.mean(r.prompt_tokens for r in ok) if ok else None,
-        errors=sorted({r.error for r in results if r.error})[:5],
-    )
-
-
-class Workload:
+class ChatLoad:
     """The chat workload against one server (see the module docstring)."""
 
     def __init__(self, base_url: str, max_tokens: int, seed: int) -> None:
         self.base_url = base_url.rstrip("/")
+        self.direct = DirectClient(self.base_url, LaunchSettings().api_key.get_secret_value())
         self.max_tokens = max_tokens
         self.seed = seed
         self.model = ""
@@ -255,43 +213,34 @@ class Workload:
         response.raise_for_status()
         self.model = str(response.json()["data"][0]["id"])
 
-    async def ask(
-        self,
-        http: httpx.AsyncClient,
-        messages: list[dict[str, Any]],
-        max_tokens: int | None = None,
-        text: list[str] | None = None,
-    ) -> Result:
+    async def ask(self, messages: list[dict[str, Any]], max_tokens: int | None = None) -> Timing:
         """One streamed request of exactly ``max_tokens`` (default: the workload's)."""
-        return await stream_raw(
-            http, self.base_url, self.model, messages, max_tokens or self.max_tokens, text
-        )
+        return await ask_fixed(self.direct, self.model, messages, max_tokens or self.max_tokens)
 
-    async def level(self, http: httpx.AsyncClient, chats: int, rounds: int) -> LevelRow:
+    async def level(self, chats: int, rounds: int) -> LevelRow:
         """``rounds`` rounds of ``chats`` single-photo chats started together."""
-        done: list[tuple[float, list[Result]]] = []
+        done: list[tuple[float, list[Timing]]] = []
         for r in range(rounds):
             batch = [
                 [user_turn(f"{self.seed}-{chats}-{r}-{i}", [self.next_photo()], QUESTION)]
                 for i in range(chats)
             ]
             started = time.perf_counter()
-            results = await asyncio.gather(*(self.ask(http, m) for m in batch))
+            results = await asyncio.gather(*(self.ask(m) for m in batch))
             done.append((time.perf_counter() - started, list(results)))
         return summarise_level(chats, done)
 
-    async def conversation(self, http: httpx.AsyncClient, index: int) -> list[Result]:
+    async def conversation(self, index: int) -> list[Timing]:
         """Three turns: photo + question, follow-up, the same photo again."""
         photo = self.next_photo(PHOTO_SIZES[2])
         history = [user_turn(f"mt-{self.seed}-{index}", [photo], QUESTION)]
         results = []
         for turn in range(3):
-            text: list[str] = []
-            result = await self.ask(http, history, text=text)
+            result = await self.ask(history)
             results.append(result)
             if result.error:
                 break
-            history.append({"role": "assistant", "content": "".join(text)})
+            history.append({"role": "assistant", "content": result.text})
             if turn == 0:
                 history.append({"role": "user", "content": FOLLOW_UP})
             else:
@@ -302,21 +251,20 @@ class Workload:
         """``chats`` three-turn conversations side by side; per-turn TTFT and cache hits."""
         before = await cache_counters(http, self.base_url)
         started = time.perf_counter()
-        convs = await asyncio.gather(*(self.conversation(http, i) for i in range(chats)))
+        convs = await asyncio.gather(*(self.conversation(i) for i in range(chats)))
         wall = time.perf_counter() - started
         after = await cache_counters(http, self.base_url)
         turns = []
         for t in range(3):
             rs = [c[t] for c in convs if len(c) > t]
             ok = [r for r in rs if not r.error]
-            ttfts = [r.ttft_s * 1000 for r in ok if r.ttft_s is not None]
             turns.append(
                 {
                     "turn": t + 1,
                     "requests": len(rs),
                     "failed": len(rs) - len(ok),
-                    "ttft_p50_ms": percentile(ttfts, 50),
-                    "ttft_p95_ms": percentile(ttfts, 95),
+                    "ttft_p50_ms": ms([r.first_s for r in ok], 50),
+                    "ttft_p95_ms": ms([r.first_s for r in ok], 95),
                     "prompt_tokens_mean": statistics.mean(r.prompt_tokens for r in ok)
                     if ok
                     else None,
@@ -367,19 +315,17 @@ async def run_workload(
     deadline: float,
 ) -> dict[str, Any]:
     """Warm-up, the levels, the multi-turn run; stops early past ``deadline`` (monotonic)."""
-    work = Workload(base_url, max_tokens, seed)
-    timeout = httpx.Timeout(600.0, connect=10.0)
-    limits = httpx.Limits(max_connections=max([*levels, multi_turn_chats]) + 8)
+    work = ChatLoad(base_url, max_tokens, seed)
     out: dict[str, Any] = {"levels": [], "multi_turn": None, "skipped": []}
-    async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=auth_headers()) as http:
+    async with httpx.AsyncClient(timeout=30, headers=auth_headers()) as http:
         await work.connect(http)
         for i in range(2):  # warm-up: the first image batches and sampler paths
-            await work.ask(http, [user_turn(f"warm-{seed}-{i}", [work.next_photo()], QUESTION)], 8)
+            await work.ask([user_turn(f"warm-{seed}-{i}", [work.next_photo()], QUESTION)], 8)
         for chats in levels:
             if time.monotonic() > deadline:
                 out["skipped"].append(f"{chats} chats")
                 continue
-            row = await work.level(http, chats, rounds.get(chats, 2))
+            row = await work.level(chats, rounds.get(chats, 2))
             out["levels"].append(asdict(row))
             print(f"  {chats} chats: {row}", file=sys.stderr, flush=True)
         if multi_turn_chats and time.monotonic() <= deadline:
@@ -387,6 +333,7 @@ async def run_workload(
             print(f"  multi-turn: {out['multi_turn']}", file=sys.stderr, flush=True)
         elif multi_turn_chats:
             out["skipped"].append("multi-turn")
+    await work.direct.aclose()
     return out
 
 

@@ -11,15 +11,15 @@ Install (once; 11.5 minutes and 2.9 GB here on 2026-12-01, pip's output in
 
 Run it in a bench script::
 
-    from bench._common import PACED_END, question, running_server
+    from bench.harness import PACED_END, question, scripted_server
     from bench.openwebui import OpenWebUITab, running_openwebui
 
-    with running_server() as base_url, running_openwebui(base_url) as peer:
+    with scripted_server() as base_url, running_openwebui(base_url) as peer:
         peer.url, peer.pid, peer.model, peer.token, peer.ready_s
         async with httpx.AsyncClient() as http:
             tab = OpenWebUITab(peer, http)
             await tab.open()
-            timing = await tab.ask(question("paced"), PACED_END)  # bench._common.Timing
+            timing = await tab.ask(question("paced"), PACED_END)  # bench.harness.Timing
             await tab.close()
 
 A real browser tab, signed in and ready to type (Playwright)::
@@ -58,7 +58,7 @@ frontend ``open_webui/frontend/_app/immutable/...`` and the backend
    ``{"chat_id", "message_id", "data": {"type", "data"}}``: ``response:completion``
    with ``response.output_text.delta`` / ``response.reasoning_text.delta`` deltas
    (one per server chunk), ``chat:completion`` with an ``output`` snapshot when a
-   reasoning tag (``◁think▷`` is among its defaults) opens or closes, and last
+   reasoning tag (Kimi-VL's opening marker is among its defaults) opens or closes, and last
    ``chat:completion`` with ``done: true`` and the final ``output``.
 
 So a person sees the first words at the first event of the message that carries
@@ -102,7 +102,7 @@ from typing import Any
 import httpx
 import socketio
 
-from bench._common import ROOT, Timing, free_port, stop, tree_cpu_s, wait_for_200
+from bench.harness import ROOT, Timing, free_port, started, tree_cpu_s, wait_ready
 
 VERSION = "0.12.4"
 """The Open WebUI release the project measures itself against (the brief's peer)."""
@@ -277,34 +277,6 @@ def openwebui_env(
     }
 
 
-def start_openwebui(
-    port: int, env: dict[str, str], log: Path, venv: Path = VENV
-) -> subprocess.Popen[bytes]:
-    """``open-webui serve`` on 127.0.0.1:``port``, output to ``log``; not waited for.
-
-    Raises:
-        FileNotFoundError: ``venv`` has no Open WebUI (run ``install`` first).
-    """
-    command = venv / "bin" / "open-webui"
-    if not command.exists():
-        raise FileNotFoundError(f"{command}: run `python -m bench.openwebui install` first")
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [str(command), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=env["DATA_DIR"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def _log_tail(log: Path | None, lines: int = 20) -> str:
-    """ ":" and the last ``lines`` lines of ``log``, for an error message ("" for None)."""
-    if log is None or not log.exists():
-        return ""
-    return ":\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-
-
 def sign_in(url: str, password: str) -> str:
     """The admin's session token (``POST /api/v1/auths/signin``, the sign-in form's call)."""
     response = httpx.post(
@@ -413,38 +385,19 @@ def running_openwebui(
         data_dir.mkdir(parents=True, exist_ok=True)
         password, log = admin_password(data_dir), data_dir / "openwebui.log"
         env = openwebui_env(base_url, api_key, data_dir, password, tasks)
-        started = time.monotonic()
-        process = start_openwebui(port, env, log, venv)
-        exits.callback(stop, process)
-        wait_until_ready(f"{url}/", process, ready_timeout_s, log)
-        ready_s, ready_cpu_s = time.monotonic() - started, tree_cpu_s(process.pid)
+        command = venv / "bin" / "open-webui"
+        if not command.exists():
+            raise FileNotFoundError(f"{command}: run `python -m bench.openwebui install` first")
+        begun = time.monotonic()
+        serve = [str(command), "serve", "--host", "127.0.0.1", "--port", str(port)]
+        process = exits.enter_context(started(serve, env, log, cwd=data_dir))
+        wait_ready(f"{url}/", process, ready_timeout_s, log)
+        ready_s, ready_cpu_s = time.monotonic() - begun, tree_cpu_s(process.pid)
         token = sign_in(url, password)
         seen_release_notes(url, token)
         connect(url, token, base_url, api_key)
         item = listed_model(url, token)
         yield Peer(url, token, str(item["id"]), item, process, ready_s, ready_cpu_s, log)
-
-
-def wait_until_ready(
-    url: str, process: subprocess.Popen[bytes], timeout_s: float, log: Path | None = None
-) -> None:
-    """Return at the first HTTP 200 of ``url`` (polled every 20 ms) while ``process`` runs.
-
-    Raises:
-        RuntimeError: ``process`` exited first, or no 200 within ``timeout_s``
-            (with the end of ``log`` in the message).
-    """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            why = f"{process.args!r} exited ({process.returncode})"
-            raise RuntimeError(why + _log_tail(log))
-        try:
-            wait_for_200(url, min(5.0, deadline - time.monotonic()))
-            return
-        except RuntimeError:
-            continue
-    raise RuntimeError(f"{url} not ready after {timeout_s} s" + _log_tail(log))
 
 
 # --------------------------------------------------------------------------- chat driver
@@ -658,9 +611,9 @@ async def _smoke(peer: Peer, question: str, end: str) -> list[Timing]:
 
 def smoke() -> None:
     """Start the scripted server and Open WebUI, ask twice in one chat, print the timings."""
-    from bench._common import PACED_END, question, running_server
+    from bench.harness import PACED_END, question, scripted_server
 
-    with running_server() as base_url, running_openwebui(base_url) as peer:
+    with scripted_server() as base_url, running_openwebui(base_url) as peer:
         print(f"Open WebUI {peer.url} pid {peer.pid} ready in {peer.ready_s:.1f} s, {peer.model}")
         for turn, timing in enumerate(asyncio.run(_smoke(peer, question("paced"), PACED_END))):
             print(

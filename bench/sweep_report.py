@@ -17,7 +17,7 @@ later wave fills levels the earlier one skipped).
 
 Usage (the app's environment plus matplotlib, requirements-bench.txt)::
 
-    python -m bench.sweep_report bench/results/issue17 --out bench/results/h200_issue17_sweep
+    python -m bench.sweep_report artifacts/bench/gpu --out artifacts/bench/gpu/sweep
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-WITHIN = 0.10  # launch.sh's defaults must be within 10 % of the best (bench/results/README.md)
+WITHIN = 0.10  # launch.sh's defaults must be within 10 % of the best (docs/benchmarks.md)
 # (concurrency, metric, lower is better)
 CRITERIA: tuple[tuple[int, str, bool], ...] = (
     (8, "ttft_p95_ms", True),

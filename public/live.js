@@ -26,13 +26,23 @@
 // under the messages keeps the question at the top until the answer fills the view; then,
 // unless the person has scrolled away from the bottom since sending, each render scrolls to
 // the bottom). Here, once a frame, the spacer shrinks by what the live text grew, and the
-// view goes to the bottom on the same condition.
+// view goes to the bottom on the same condition. What else moves the text down in a frame
+// (a step's frame or a block drawn by React before Chainlit's effect has sized the spacer
+// again, a picture) is followed too: the view scrolls until the text's end is in it.
+//
+// The view is the element that scrolls the messages, found by what it does, not by its
+// classes: the block's nearest ancestor whose computed overflow-y is auto or scroll (Chainlit
+// nests two such areas, ScrollContainer.tsx; an absolutely positioned element in a message,
+// such as KaTeX's MathML copy, once made the outer one scroll too: public/style.css). While
+// the view follows, any scroll area around it that hides the view's bottom is brought back
+// to it. tests/browser/test_follow.py holds this: the streaming text in view at every frame
+// after wheel and touch scrolls.
 (() => {
   const LIVE = "data-kimi-live";
   const KEEP_MS = 10000;
   const END_MS = 1000;
-  const blocks = new Map(); // block id -> {text, node, box, content, height, since}
-  const grown = new Set(); // blocks whose live text grew since the last frame
+  const blocks = new Map(); // block id -> {text, node, box, content, height, since, view}
+  const grown = new Set(); // blocks whose live text grew, or moved, since the last frame
 
   const fromApp = (event) =>
     event.source === window && event.origin === location.origin && event.data?.kimi;
@@ -108,8 +118,14 @@
     !ours(record.target) &&
     (record.type === "characterData" ||
       [...record.addedNodes, ...record.removedNodes].some((node) => !ours(node)));
+  // A change of the page's own (a block drawn, a step's frame, a picture) may move the text
+  // down without making it longer: the next frame follows it too.
   const observer = new MutationObserver((records) => {
-    if (records.some(changedByPage)) for (const [id, block] of blocks) settle(id, block);
+    if (!records.some(changedByPage)) return;
+    for (const [id, block] of blocks) {
+      settle(id, block);
+      if (block.box) grow(block);
+    }
   });
 
   const add = (id, text) => {
@@ -118,7 +134,7 @@
       if (!blocks.size) {
         observer.observe(document.body, { childList: true, characterData: true, subtree: true });
       }
-      block = { text: "", node: null, box: null, content: null, height: 0, since: 0 };
+      block = { text: "", node: null, box: null, content: null, height: 0, since: 0, view: null };
       blocks.set(id, block);
     }
     if (block.node) {
@@ -136,11 +152,13 @@
     if (block) setTimeout(() => blocks.get(id) === block && forget(id, block), END_MS);
   };
 
-  // Whether the view follows the text: from a question sent until the person scrolls away
-  // from the bottom (a scroll of the messages within a second of their wheel, touch, key
-  // or pointer; Chainlit's own scrolls after a send do not count).
+  // Whether the view follows the text: from a question sent until the person scrolls up,
+  // away from the bottom, and again once they scroll back to it (a scroll of the messages
+  // within a second of their wheel, touch, key or pointer; Chainlit's own scrolls after a
+  // send do not count). A scroll down that stops short of the bottom changes nothing.
   let following = true;
   let touchedAt = -Infinity;
+  const scrolledTo = new WeakMap(); // scroll area -> its scrollTop at its last scroll event
   const sent = () => {
     following = true;
     touchedAt = -Infinity;
@@ -169,9 +187,13 @@
     "scroll",
     (event) => {
       const view = event.target;
-      if (!(view instanceof Element) || performance.now() - touchedAt > 1000) return;
+      if (!(view instanceof Element)) return;
+      const was = scrolledTo.get(view) ?? 0;
+      scrolledTo.set(view, view.scrollTop);
+      if (performance.now() - touchedAt > 1000) return;
       if (!view.querySelector("[data-step-type]")) return; // not the messages
-      following = view.scrollTop + view.clientHeight >= view.scrollHeight - 10;
+      if (view.scrollTop + view.clientHeight >= view.scrollHeight - 10) following = true;
+      else if (view.scrollTop < was) following = false;
     },
     { capture: true, passive: true },
   );
@@ -192,14 +214,44 @@
       const height = block.box.offsetHeight;
       const growth = height - block.height;
       block.height = height;
-      const view = block.box.closest(".overflow-y-auto");
-      if (growth <= 0 || !view) continue;
+      block.view = block.view?.contains(block.box) ? block.view : scrollerOf(block.box);
+      const view = block.view;
+      if (!view) continue;
       const spacer = view.lastElementChild;
-      const room = parseFloat(spacer?.style.height || "0") || 0;
-      if (room > 0) spacer.style.height = `${Math.max(0, room - growth)}px`;
-      if (growth > room && following) view.scrollTop = view.scrollHeight;
+      const isSpacer = spacer && !spacer.querySelector("[data-step-type]"); // not the messages
+      const room = isSpacer ? parseFloat(spacer.style.height || "0") || 0 : 0;
+      if (growth > 0 && room > 0) spacer.style.height = `${Math.max(0, room - growth)}px`;
+      if (!following) continue;
+      const under = below(block.box, view);
+      if (growth > room) view.scrollTop = view.scrollHeight;
+      else if (under > 0) view.scrollTop += under;
+      else continue;
+      reveal(view);
     }
     grown.clear();
+  };
+  // How far the text's end is under the view's visible bottom (px; negative: above it).
+  const below = (box, view) =>
+    box.getBoundingClientRect().bottom -
+    (view.getBoundingClientRect().top + view.clientTop + view.clientHeight);
+
+  const scrolls = (element) => /^(auto|scroll)$/.test(getComputedStyle(element).overflowY);
+  const scrollerOf = (element) => {
+    for (let e = element.parentElement; e && e !== document.body; e = e.parentElement) {
+      if (scrolls(e)) return e;
+    }
+    return null;
+  };
+  // Every scroll area around the view that has something to scroll ends where the view ends.
+  const reveal = (view) => {
+    for (let outer = view.parentElement; outer !== document.body; outer = outer.parentElement) {
+      if (!outer) return;
+      if (outer.scrollHeight > outer.clientHeight && scrolls(outer)) {
+        const shown = outer.getBoundingClientRect().top + outer.clientTop + outer.clientHeight;
+        const off = view.getBoundingClientRect().bottom - shown;
+        if (Math.abs(off) >= 1) outer.scrollTop += off;
+      }
+    }
   };
 
   window.addEventListener(

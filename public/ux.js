@@ -24,7 +24,7 @@
       }
     });
   };
-  // The view follows a picture the app adds under an answer (a grounding overlay):
+  // The view follows a picture the app adds to an answer (a grounding overlay):
   // Chainlit scrolls when a message arrives, before its picture has loaded, and keeps
   // the person's own message at the top while the answer streams, so the overlay lands
   // below the fold. Once it has loaded it is scrolled into view, unless the person has
@@ -39,14 +39,18 @@
   let pressedAt = -Infinity; // when a button on a message was pressed (the fork note below)
   const follow = (event) => {
     const picture = event.target;
+    // In the answer's own step or in one of its blocks' steps (Chainlit draws those as
+    // system messages): any step but the person's own message.
     const note = picture instanceof HTMLImageElement && picture.matches(PICTURE) &&
-      picture.closest('[data-step-type="assistant_message"]');
+      picture.closest(`[data-step-type]:not(${SENT})`);
     const sent = document.querySelectorAll(SENT);
     const last = sent[sent.length - 1];
     if (!note || moved || !last) return;
     if (!(last.compareDocumentPosition(note) & Node.DOCUMENT_POSITION_FOLLOWING)) return;
-    const tall = note.getBoundingClientRect().height > window.innerHeight * 0.7;
-    note.scrollIntoView({ block: tall ? "start" : "end" });
+    // The picture, not its message: the overlay sits under the answer's text, above its
+    // buttons (ui/answer_view.py), so a long answer would put it below the view's end.
+    const tall = picture.getBoundingClientRect().height > window.innerHeight * 0.7;
+    picture.scrollIntoView({ block: tall ? "start" : "end" });
   };
   const byHand = (event) => {
     const typing = event.type === "keydown" && event.target.closest?.("input, textarea, [contenteditable]");

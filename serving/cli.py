@@ -41,6 +41,8 @@ SETTING_OPTIONS = {
     "pp": ("KIMI_PIPELINE_PARALLEL_SIZE",),
     "dp": ("KIMI_DATA_PARALLEL_SIZE",),
     "max_model_len": ("KIMI_MAX_MODEL_LEN", "KIMI_DEV_MAX_MODEL_LEN"),
+    "replicas": ("KIMI_REPLICAS",),
+    "remote_replica": ("KIMI_REMOTE_REPLICAS",),
 }
 """Start options that set settings: option -> the ``KIMI_*`` variables it sets."""
 
@@ -87,6 +89,13 @@ def number(text: str) -> int:
     return int(text)
 
 
+def replica_range(text: str) -> str:
+    """``--replicas``: ``N`` or ``N..M`` (argparse ``type``; serving/replicas.py reads it)."""
+    if not re.fullmatch(r"\d+(\.\.\d+)?", text):
+        raise argparse.ArgumentTypeError(f"needs N or N..M, got {text!r}")
+    return text
+
+
 def make_parser() -> argparse.ArgumentParser:
     """``launch.sh``'s options and subcommands; ``--help`` is their one description."""
     parser = argparse.ArgumentParser(
@@ -126,7 +135,8 @@ def _start_options(parser: argparse.ArgumentParser) -> None:
         type=number,
         metavar="N",
         help="N chat UI processes on the next free ports of 127.0.0.1 behind HAProxy on the "
-        "UI port, sticky per browser by cookie (KIMI_UI_WORKERS, 1: no proxy)",
+        "UI port, sticky per browser by cookie (KIMI_UI_WORKERS, 1: no proxy; default: on a "
+        "GPU machine as many as KIMI_ROOM_CHATS and the CPU cores need, else 1)",
     )
     add(
         "--tp",
@@ -148,6 +158,21 @@ def _start_options(parser: argparse.ArgumentParser) -> None:
         "TP x PP x DP = GPUs",
     )
     add(
+        "--replicas",
+        type=replica_range,
+        metavar="N|N..M",
+        help="N model replicas behind vLLM's router on the vLLM port (one per GPU group, "
+        "replica i on the vLLM port + i, log llm-i.log); N..M: start N, add one while "
+        "requests queue, retire idle ones down to N (KIMI_REPLICAS, 1; docs/scaling.md)",
+    )
+    add(
+        "--remote-replica",
+        action="append",
+        metavar="URL",
+        help="a replica on another host (http://host:8000) behind the router; repeatable "
+        "(KIMI_REMOTE_REPLICAS)",
+    )
+    add(
         "--max-model-len",
         type=number,
         metavar="N",
@@ -161,12 +186,14 @@ def _subcommands(parser: argparse.ArgumentParser) -> None:
     sub.add_parser(
         "status",
         help="what runs: vLLM health, model, ports, parallel sizes, GPUs, uptime, restarts, "
-        "the last error lines of llm.log, the UI (each worker), open chats; exit 0 only if "
+        "the last error lines of llm.log, the router and each replica (requests running and "
+        "waiting, replica changes), the UI (each worker), open chats; exit 0 only if "
         "all is healthy",
     )
     logs = sub.add_parser(
         "logs",
-        help="the end of llm.log (-f follows; --app: app.log and each worker's app-N.log; "
+        help="the end of llm.log (with replicas: each replica's llm-N.log and the router's "
+        "llm-router.log; -f follows; --app: app.log and each worker's app-N.log; "
         "--proxy: HAProxy's log)",
     )
     logs.add_argument("-f", dest="follow", action="store_true", help="follow (across rotations)")
@@ -240,6 +267,8 @@ def _start(args: argparse.Namespace) -> int:
         value = getattr(args, option)
         if value is True:
             value = 1
+        if isinstance(value, list):
+            value = ",".join(value)
         if value not in (None, False):
             for name in names:
                 os.environ[name] = str(value)
@@ -268,20 +297,28 @@ def _command(args: argparse.Namespace) -> int:
             say(f"nothing to stop: no record in {run_dir}/")
             return 0
         return 0 if runstate.stop(state, say=say) else 1
-    return _logs(args, settings.llm_log, settings.app_log, run_dir)
+    ui_only = state is not None and state.mode == "none"
+    return _logs(args, settings.llm_log, settings.app_log, run_dir, ui_only=ui_only)
 
 
-def _logs(args: argparse.Namespace, llm_log: str, app_log: str, run_dir: Path) -> int:
-    """``./launch.sh logs``: ``tail`` the chosen logs that exist (never returns then)."""
+def _logs(
+    args: argparse.Namespace, llm_log: str, app_log: str, run_dir: Path, *, ui_only: bool
+) -> int:
+    """``./launch.sh logs``: ``tail`` the chosen logs that exist (never returns then); the
+    chat UI's when launch.sh runs ``--ui-only`` (it started no vLLM: no llm.log)."""
     from serving import proxy
     from serving.launcher import second_log
+    from serving.replicas import replica_log, router_log
 
-    if args.app:
+    if ui_only and not args.proxy:
+        say("launch.sh runs the chat UI only (--ui-only): no vLLM log here; the chat UI's log")
+    if args.app or (ui_only and not args.proxy):
         named = [app_log, *proxy.worker_logs(app_log)]
     elif args.proxy:
         named = [str(run_dir / proxy.LOG_FILE)]
     else:
-        named = [llm_log, second_log(llm_log)]
+        numbered = [replica_log(llm_log, n) for n in range(1, 65)]
+        named = [llm_log, second_log(llm_log), router_log(llm_log), *numbered]
     present = [name for name in named if name and Path(name).is_file()]
     if not present:
         say(f"no log yet: {named[0] or 'app log (KIMI_APP_LOG is empty: stderr only)'}")

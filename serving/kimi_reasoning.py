@@ -1,8 +1,9 @@
 """The Kimi-VL reasoning parser's logic, without vLLM (vLLM's glue: ``kimi_reasoning_parser``).
 
-Kimi-VL-A3B-Thinking-2506 writes ``◁think▷ reasoning ◁/think▷ answer`` as plain
-text: a tokenizer may cut each marker into several tokens (the dev model's
-byte-level tokenizer gives ``◁`` three), so vLLM's token-id thinking parsers
+Kimi-VL-A3B-Thinking-2506 writes ``OPEN reasoning CLOSE answer`` as plain text, with
+its family's markers (``backend.families.THINKING_2506.markers``): a tokenizer may cut
+each marker into several tokens (the dev model's byte-level tokenizer gives their first
+character three), so vLLM's token-id thinking parsers
 cannot find them. :class:`KimiReasoning` does the text work for one request:
 
 * the streamed text goes through :class:`backend.reasoning.ReasoningSplitter`
@@ -22,19 +23,25 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 
 from backend.events import AnswerDelta, ReasoningDelta
-from backend.reasoning import THINK_CLOSE, ReasoningSplitter, split_reasoning
+from backend.families import THINKING_2506
+from backend.reasoning import ReasoningSplitter, split_reasoning
 
 Decode = Callable[[Sequence[int]], str]
 """Token ids to text, special tokens kept (``tokenizer.decode(ids, skip_special_tokens=False)``)."""
 
+MARKERS = THINKING_2506.markers
+"""Kimi-VL's reasoning markers (the family this parser serves)."""
+THINK_CLOSE = MARKERS.close
+
 MARKER_TOKENS_MAX = len(THINK_CLOSE.encode("utf-8"))
-"""Most tokens ``◁/think▷`` can span: 12, one per UTF-8 byte (``◁`` and ``▷`` are 3 bytes)."""
+"""Most tokens the closing marker can span: 12, one per UTF-8 byte (its first and last
+characters are 3 bytes each)."""
 
 KIMI_ASSISTANT_HEADER = "<|im_assistant|>"
 """Kimi-VL's assistant-turn start (its chat template), used when a template gives none."""
 
 _FIRST_PROMPT_WINDOW = 64  # tokens decoded first when looking back for the assistant header
-_CLOSE_TAIL = THINK_CLOSE[-1]  # "▷", the last character of the closing marker
+_CLOSE_TAIL = THINK_CLOSE[-1]  # the last character of the closing marker
 
 
 def assistant_header(render: Callable[[bool], str]) -> str | None:
@@ -83,7 +90,7 @@ class KimiReasoning:
     def __init__(self, decode: Decode, header: str) -> None:
         self._decode = decode
         self._header = header
-        self._splitter = ReasoningSplitter(starts_in_reasoning=True)
+        self._splitter = ReasoningSplitter(markers=MARKERS, starts_in_reasoning=True)
         self._streamed = False
         self._handed_on = False
 
@@ -92,11 +99,13 @@ class KimiReasoning:
         """Split a complete reply into ``(reasoning, content)``; None for an empty side.
 
         Text before any marker is reasoning (the Thinking model starts there),
-        so ``"a◁/think▷b"`` gives ``("a", "b")`` and a reply without a closing
+        so ``"a" + CLOSE + "b"`` gives ``("a", "b")`` and a reply without a closing
         marker is all reasoning (cut off by ``max_tokens``), as vLLM's own
         thinking parsers do.
         """
-        reasoning, content = split_reasoning(model_output, starts_in_reasoning=True)
+        reasoning, content = split_reasoning(
+            model_output, markers=MARKERS, starts_in_reasoning=True
+        )
         return reasoning or None, content or None
 
     def feed(self, delta_text: str) -> tuple[str, str]:
@@ -121,7 +130,7 @@ class KimiReasoning:
         """True if the prompt's own last assistant turn already closed its reasoning.
 
         Only text after the last assistant header counts: an earlier turn's
-        ``◁/think▷`` in the history does not end the new turn's reasoning. The
+        the closing marker in the history does not end the new turn's reasoning. The
         last 64 tokens are decoded first, four times more each time the header
         is not in them; without any header the whole text counts.
         """
@@ -146,7 +155,7 @@ class KimiReasoning:
 
         Returns:
             After :meth:`feed`: whether the answer has started (see there).
-            Otherwise: whether a ``◁/think▷`` completes inside ``delta_ids``,
+            Otherwise: whether a closing marker completes inside ``delta_ids``,
             found by decoding the delta and the :data:`MARKER_TOKENS_MAX` - 1
             tokens before it.
         """
@@ -162,9 +171,10 @@ class KimiReasoning:
     def content_ids(self, ids: Sequence[int]) -> list[int]:
         """The token ids of ``ids`` that are answer, for the delta in which reasoning ended.
 
-        * A complete ``◁/think▷`` in ``ids``: the ids after the token that completes it.
-        * Else, ``ids`` starting with the marker's rest (``"nk▷Answer"``, the
-          marker began in an earlier delta): the ids after the token with ``▷``.
+        * A complete closing marker in ``ids``: the ids after the token that completes it.
+        * Else, ``ids`` starting with the marker's rest (its last characters, then
+          ``"Answer"``: the marker began in an earlier delta): the ids after the token
+          with its last character.
         * Else: all of ``ids`` if this stream's answer has started (the marker
           was in an earlier delta), none otherwise (still reasoning).
         """
@@ -180,7 +190,7 @@ class KimiReasoning:
     def reasoning_token_count(self, ids: Sequence[int]) -> int:
         """How many of the output's ``ids`` are reasoning, the closing marker's tokens included.
 
-        All of them when no ``◁/think▷`` is there (the reply is still reasoning).
+        All of them when no closing marker is there (the reply is still reasoning).
         """
         ids = list(ids)
         if THINK_CLOSE not in self._decode(ids):

@@ -1,4 +1,4 @@
-"""vLLM reasoning parser plugin for Kimi-VL's ``◁think▷ … ◁/think▷`` (``kimi_vl``).
+"""vLLM reasoning parser plugin for Kimi-VL's reasoning markers (``kimi_vl``).
 
 Load it into ``vllm serve`` (vLLM 0.26 and 0.32; the path is relative to the
 server's working directory, the repository root when launch.sh starts it)::
@@ -10,7 +10,7 @@ server's working directory, the repository root when launch.sh starts it)::
 Then every OpenAI client of the server gets the reasoning in ``reasoning``
 (``delta.reasoning`` when streaming, ``message.reasoning`` otherwise) and the
 answer, without markers, in ``content``. Structured outputs (``response_format``,
-``structured_outputs``) then apply to the answer only, after ``◁/think▷``;
+``structured_outputs``) then apply to the answer only, after the closing marker;
 ``--structured-outputs-config '{"enable_in_reasoning": true}'`` makes them apply
 from the first token (the integration test forces the whole Kimi shape so).
 
@@ -25,7 +25,7 @@ and 0.32.0 wheels; the same methods and call order in both):
 * ``is_reasoning_end(prompt_ids)`` is first asked about the prompt, by the API
   server (for the engine's ``reasoning_ended``) and by its streaming parser: True
   there makes the whole reply content. Only the prompt's last assistant turn
-  counts, so ``◁/think▷`` in the history does not end the new reasoning.
+  counts, so the closing marker in the history does not end the new reasoning.
 * streaming: ``extract_reasoning_streaming`` per delta, then
   ``is_reasoning_end_streaming(output_ids, delta_ids)``; once that is True,
   vLLM sends the rest as content without calling the parser again.
@@ -39,7 +39,7 @@ Differences found between 0.26 and 0.32: ``DeltaMessage`` moved from
 ``vllm.entrypoints.generate.base.protocol`` (0.32), both imported below;
 0.26's ``--reasoning-parser-plugin`` takes only a file path, 0.32 also a module
 name. Known limit in both: a partial marker held back when a stream ends inside
-the reasoning (at most 7 characters, e.g. ``"◁thi"`` at ``max_tokens``) is not
+the reasoning (at most 7 characters, the start of a marker cut off by ``max_tokens``) is not
 sent, since vLLM gives such a parser no end-of-stream call.
 """
 
@@ -104,7 +104,7 @@ class KimiVLReasoningParser(ReasoningParser):  # type: ignore[misc]  # vLLM is u
         self._kimi = KimiReasoning(decode, _header_of(tokenizer))
 
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
-        """True if the prompt's last assistant turn already holds ``◁/think▷``."""
+        """True if the prompt's last assistant turn already holds the closing marker."""
         return self._kimi.prompt_ends_reasoning(input_ids)
 
     def is_reasoning_end_streaming(
@@ -118,7 +118,7 @@ class KimiVLReasoningParser(ReasoningParser):  # type: ignore[misc]  # vLLM is u
         return self._kimi.content_ids(input_ids)
 
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
-        """Output tokens up to and including ``◁/think▷`` (all of them if it never came)."""
+        """Output tokens up to and including the closing marker (all of them if it never came)."""
         return self._kimi.reasoning_token_count(token_ids)
 
     def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:

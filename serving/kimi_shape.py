@@ -55,6 +55,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from backend.families import THINKING_2506
+
 HF_ID = "moonshotai/Kimi-VL-A3B-Thinking-2506"
 VOCAB_SIZE = 163840
 FIRST_SPECIAL = 163584  # Kimi's 256 reserved ids: 163584 .. 163839
@@ -93,12 +95,13 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}"
 )
 
+_MARKERS = THINKING_2506.markers
 _CORPUS = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
     "A photo of a cat sitting on a wooden table next to a cup of coffee.",
     "What is in this picture? Describe the image in one short sentence.",
     "The rocket stands on the launch pad under a clear blue sky.",
-    "◁think▷ Let me look at the image carefully before answering. ◁/think▷",
+    f"{_MARKERS.open} Let me look at the image carefully before answering. {_MARKERS.close}",
     "Numbers like 1, 2, 3, 42 and 2026 appear in text, as do dates and times.",
 ]
 

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.settings import DEV, INSTRUCT, THINKING_2506, ModelProfile
+from backend.families import DEV, FAMILIES, INSTRUCT, THINKING_2506, ModelFamily
 from serving import devmodel, envs, preflight, proxy
 from serving.console import say
 from serving.preflight import Finding, PlanError, tensor_parallel_size
@@ -34,12 +34,9 @@ from serving.settings import LaunchSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Attention heads per tower; tensor parallelism splits heads, so the size must
-# divide all of them. Kimi-VL-A3B (Thinking-2506 and Instruct): DeepSeek-V2-style
-# text model with 16 heads (config.json text_config.num_attention_heads) and the
-# MoonViT vision tower with 16 heads (vLLM transformers_utils/configs/moonvit.py).
-# Dev model: serving/devmodel.py (text 4 heads, vision 2 heads).
-KIMI_VL_HEADS = (16, 16)
+# Attention heads per tower (a family's ``attention_heads``); tensor parallelism splits
+# heads, so the size must divide all of them. Dev model: serving/devmodel.py (text 4
+# heads, vision 2 heads).
 DEV_HEADS = (4, 2)
 # The dev model's largest image: 4 tiles plus a global view of 16 tokens each
 # (serving/devmodel.py, image splitting at longest edge 224).
@@ -47,13 +44,20 @@ DEV_IMAGE_TOKENS = 5 * devmodel.IMAGE_SEQ_LEN
 # The second dev server of --both: an Instruct-like name (unknown to the app's
 # profiles, so it gets Instruct's defaults).
 DEV_SECOND_NAME = DEV.served_name + "-instruct"
-# The Kimi-VL reasoning parser plugin (a vLLM ReasoningParser registered as
-# "kimi_vl"), relative to the repository root where vLLM runs.
-REASONING_PLUGIN = "serving/kimi_reasoning_parser.py"
 MOE_CONFIGS = ROOT / "serving" / "moe_configs"
 """Tuned fused-MoE configs (``E=64,N=1408,device_name=NVIDIA_H200.json``: vLLM's own
 tuner, ``bench/moe_tune.py``, on one H200, 2026-12-01)."""
-REASONING_FLAGS = ["--reasoning-parser-plugin", REASONING_PLUGIN, "--reasoning-parser", "kimi_vl"]
+
+
+def reasoning_flags(family: ModelFamily) -> list[str]:
+    """The ``vllm serve`` flags that separate ``family``'s reasoning on the server: its
+    parser's name, and the plugin file that registers it where vLLM has none of that
+    name; none for a family without a parser."""
+    if family.reasoning_parser is None:
+        return []
+    plugin = family.reasoning_parser_plugin
+    loads = ["--reasoning-parser-plugin", plugin] if plugin else []
+    return [*loads, "--reasoning-parser", family.reasoning_parser]
 
 
 def pinned_vllm(requirements: Path = ROOT / "requirements-vllm.txt") -> str:
@@ -201,7 +205,8 @@ def make_plan(
         cpu_cores: dev mode: cores to split between tensor-parallel workers.
         vllm_version: the installed vLLM's version (None: the pinned one); below
             0.32 the chunk size goes on the server (``--stream-interval``).
-        reasoning_plugin: the plugin file exists (:data:`REASONING_PLUGIN`).
+        reasoning_plugin: the family's reasoning parser plugin file exists
+            (``ModelFamily.reasoning_parser_plugin``; a parser vLLM ships needs none).
         index: 0, or 1 for the second server of ``--both`` (Instruct, next port).
 
     Raises:
@@ -209,7 +214,7 @@ def make_plan(
     """
     notes: list[str] = []
     env: dict[str, str] = {}
-    profile: ModelProfile
+    profile: ModelFamily
     servers = 2 if settings.both else 1
     if mode == "dev":
         if not model_path:
@@ -227,12 +232,12 @@ def make_plan(
             profile = INSTRUCT if index else THINKING_2506
         else:
             profile = settings.served_profile
-        served, model, heads = profile.served_name, profile.hf_id, KIMI_VL_HEADS
+        served, model, heads = profile.served_name, profile.hf_id, profile.attention_heads
         max_len = settings.max_model_len
         batched = settings.max_num_batched_tokens
         images = settings.max_images_per_prompt
         image_tokens = preflight.largest_image_tokens(profile.in_token_limit)
-        thinking = profile.thinking
+        thinking = profile.starts_in_reasoning and profile.reasoning_parser is not None
     else:
         raise PlanError(f"unknown mode {mode!r}")
 
@@ -275,16 +280,16 @@ def make_plan(
     # and aborts at INFO; prompts are logged only at DEBUG (vLLM's serve --help).
     args.append("--enable-log-requests")
     if thinking:
-        if reasoning_plugin:
-            args += REASONING_FLAGS
+        if reasoning_plugin or not profile.reasoning_parser_plugin:
+            args += reasoning_flags(profile)
             if mode == "dev":
                 # Structured outputs (forcing the tiny model into the Kimi shape)
                 # must apply inside the reasoning too (docs/facts.md, "Reasoning").
                 args += ["--structured-outputs-config", '{"enable_in_reasoning": true}']
         else:
             notes.append(
-                f"{REASONING_PLUGIN} not found: reasoning reaches clients inside the answer "
-                "text (the app still splits it)"
+                f"{profile.reasoning_parser_plugin} not found: reasoning reaches clients "
+                "inside the answer text (the app still splits it)"
             )
     if settings.server_stream_interval > 1 and preflight.needs_stream_interval_flag(
         vllm_version or pinned_vllm()
@@ -298,7 +303,7 @@ def make_plan(
     else:
         share = preflight.split_memory_utilization(settings.gpu_memory_utilization, servers)
         args += ["--gpu-memory-utilization", str(share)]
-        # Fused-MoE kernel configs tuned for Kimi-VL's experts (bench/results/README.md);
+        # Fused-MoE kernel configs tuned for Kimi-VL's experts (docs/benchmarks.md);
         # vLLM looks here first and falls back to its own for other GPUs.
         # An operator's own VLLM_TUNED_CONFIG_FOLDER is left as it is.
         if "VLLM_TUNED_CONFIG_FOLDER" not in os.environ:
@@ -463,8 +468,10 @@ def report(findings: list[Finding]) -> bool:
 
 def ui_findings(settings: LaunchSettings) -> list[Finding]:
     """Refusals for a UI that cannot or must not start: its port taken, ``--ui-workers N``
-    without HAProxy, an address beyond loopback with no user to sign in."""
-    findings = preflight.check_ports(
+    without HAProxy, an address beyond loopback with no user to sign in, a variable of the
+    environment that Chainlit would read as its settings."""
+    findings = preflight.check_chainlit_environment(os.environ)
+    findings += preflight.check_ports(
         {settings.ui_port: "--ui-port, KIMI_UI_PORT"}
         if port_in_use(settings.ui_port, settings.ui_host)
         else {}
@@ -566,7 +573,11 @@ def plan_servers(
         model_path=model_path,
         serve_help=serve_help(command),
         vllm_version=version,
-        reasoning_plugin=(ROOT / REASONING_PLUGIN).is_file(),
+        reasoning_plugin=all(
+            (ROOT / family.reasoning_parser_plugin).is_file()
+            for family in FAMILIES.values()
+            if family.reasoning_parser_plugin
+        ),
     )
     for plan in plans:
         for note in plan.notes:

@@ -11,9 +11,12 @@ fake figures.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from backend.exposure import ADD_USER as ADD_USER  # the app refuses alike
 from backend.exposure import is_loopback as is_loopback
@@ -294,6 +297,74 @@ def check_ui_exposure(*, host: str, users: int, allow_anonymous: bool) -> list[F
         Finding(
             f"the chat UI would listen on {host} with no user to sign in: add one with "
             f"`{ADD_USER}` (or set KIMI_UI_HOST=127.0.0.1)",
+            refuse=True,
+        )
+    ]
+
+
+def check_router_host(host: str) -> list[Finding]:
+    """vLLM's router beyond loopback (``KIMI_ROUTER_HOST``), for UI hosts elsewhere.
+
+    The router (vllm-router 0.1.17) has no sign-in of its own: its ``--api-key`` is the key
+    it sends to workers, and ``POST /add_worker`` and ``/remove_worker`` answer anyone
+    (tried here with ``--api-key`` set, docs/scaling.md). Whoever reaches it can add a
+    server of theirs as a worker and receive chats with the ``Authorization`` header the
+    router forwards. So it may listen on one private address (RFC 1918, IPv6 ULA: a
+    network the operator fences to the UI hosts), with a warning; never on every interface
+    (``0.0.0.0``), a public address or a name.
+
+    Returns:
+        [] for loopback; one warning for a private address; one refusal otherwise.
+    """
+    if is_loopback(host):
+        return []
+    setting = "KIMI_ROUTER_HOST"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return [Finding(f"{setting}={host} is not an IP address: name this host's private "
+                        "address (the router must not listen on what a name may resolve to)",
+                        refuse=True)]  # fmt: skip
+    if address.is_unspecified or not address.is_private or address.is_link_local:
+        where = (
+            "every interface"
+            if address.is_unspecified
+            else "a link-local address"
+            if address.is_link_local
+            else "a public address"
+        )
+        return [Finding(f"{setting}={host} would put vLLM's router on {where}: its admin API "
+                        "(/add_worker) has no sign-in; name one private address of this host "
+                        "(10.x, 172.16-31.x, 192.168.x, fd00::/8)", refuse=True)]  # fmt: skip
+    return [
+        Finding(
+            f"vLLM's router listens on {host} ({setting}): its admin API (/add_worker, "
+            "/remove_worker) has no sign-in, so only the UI hosts may reach that port "
+            "(firewall it)"
+        )
+    ]
+
+
+CHAINLIT_SETTINGS_TABLES: Final = ("run", "features", "ui", "project", "code")
+"""Chainlit 2.12's ``ChainlitConfig`` (chainlit/config.py) is a pydantic-settings
+``BaseSettings`` with no prefix: an environment variable named like one of these fields, in
+any case, is read as that settings table, and a value that is not a JSON object stops the
+chat UI with a ``SettingsError`` as it starts. tests/test_preflight.py holds the list against
+the installed Chainlit."""
+
+
+def check_chainlit_environment(environ: Mapping[str, str]) -> list[Finding]:
+    """A refusal when ``environ`` (the launcher's environment, which the chat UI inherits)
+    has a variable Chainlit would read as its own settings (:data:`CHAINLIT_SETTINGS_TABLES`),
+    e.g. a shell's ``RUN``; said before vLLM starts, not after its load."""
+    names = sorted(name for name in environ if name.lower() in CHAINLIT_SETTINGS_TABLES)
+    if not names:
+        return []
+    return [
+        Finding(
+            f"the environment variable {', '.join(names)} is set, and Chainlit reads it as its "
+            "own settings: the chat UI would stop as it starts; unset it "
+            f"(`unset {' '.join(names)}`)",
             refuse=True,
         )
     ]

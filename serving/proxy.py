@@ -70,13 +70,16 @@ class Worker:
 
     Attributes:
         name: HAProxy's name for it and its cookie value: ``w1``, ``w2`` ...
-        port: its port on 127.0.0.1.
+        port: its port.
         log: its app log (``KIMI_APP_LOG`` in its environment); empty: stderr only.
+        address: where it listens: 127.0.0.1 when launch.sh starts it; another host's
+            name or address in a front of several hosts (deploy/haproxy.cfg).
     """
 
     name: str
     port: int
     log: str
+    address: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,10 @@ class ProxyPlan:
             if self.stats_socket
             else []
         )
-        servers = [f"    server {w.name} 127.0.0.1:{w.port} cookie {w.name}" for w in self.workers]
+        servers = [
+            f"    server {w.name} {bind_address(w.address, w.port)} cookie {w.name}"
+            for w in self.workers
+        ]
         lines = [
             f"# Written by launch.sh (serving/proxy.py) for {len(self.workers)} chat UI workers;",
             "# rewritten at every start: change the settings, not this file.",

@@ -55,10 +55,34 @@ class Server(Process):
     Attributes:
         model: the served model name.
         parallel: tensor, pipeline and data parallel size.
+        replica: its number behind the router (1, 2 ...); 0: no router.
+        gpus: its ``CUDA_VISIBLE_DEVICES`` (empty: all, or the CPU).
     """
 
     model: str = ""
     parallel: tuple[int, int, int] = (1, 1, 1)
+    replica: int = 0
+    gpus: str = ""
+
+
+@dataclass
+class Router(Process):
+    """vLLM's router in front of the replicas (``--replicas``, ``--remote-replica``).
+
+    Attributes:
+        policy: its load-balancing policy.
+        host: the address it listens on (``KIMI_ROUTER_HOST``: loopback, or one private
+            address for UI hosts elsewhere).
+        elastic: ``"N..M"`` when the launcher adds and retires replicas; empty: fixed.
+        remote: root URLs of the replicas on other hosts.
+        scaling: the last replica changes, one line each (newest last).
+    """
+
+    policy: str = ""
+    host: str = "127.0.0.1"
+    elastic: str = ""
+    remote: list[str] = field(default_factory=list)
+    scaling: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -89,6 +113,7 @@ class RunState:
         ui: the single chat UI (None: none, or workers instead).
         workers: the chat UI workers behind HAProxy (``--ui-workers N``, N > 1).
         proxy: HAProxy (with workers).
+        router: vLLM's router in front of replicas (``servers`` are then the local ones).
     """
 
     launcher_pid: int
@@ -100,17 +125,13 @@ class RunState:
     ui: Process | None = None
     workers: list[Process] = field(default_factory=list)
     proxy: Proxy | None = None
+    router: Router | None = None
 
     def processes(self) -> list[Process]:
         """Every recorded process: servers, the UI or the workers and HAProxy."""
         found: list[Process] = [*self.servers, *self.workers]
-        found += [p for p in (self.ui, self.proxy) if p is not None]
+        found += [p for p in (self.ui, self.proxy, self.router) if p is not None]
         return found
-
-    def ui_processes(self) -> list[Process]:
-        """The chat UI's processes: the single UI, or the workers and HAProxy."""
-        found = [*self.workers, self.ui, self.proxy]
-        return [p for p in found if p is not None and p.pid > 0]
 
     def to_json(self) -> str:
         """The file's text."""
@@ -125,13 +146,14 @@ class RunState:
         """
         try:
             data: dict[str, Any] = json.loads(text)
-            ui, proxy = data.pop("ui"), data.pop("proxy")
+            ui, proxy, router = data.pop("ui"), data.pop("proxy"), data.pop("router", None)
             return cls(
                 **{k: v for k, v in data.items() if k not in ("servers", "workers")},
                 servers=[_server(s) for s in data["servers"]],
                 ui=Process(**ui) if ui else None,
                 workers=[Process(**w) for w in data["workers"]],
                 proxy=Proxy(**proxy) if proxy else None,
+                router=Router(**router) if router else None,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a launcher record: {exc}") from exc

@@ -17,7 +17,8 @@ from pathlib import Path
 from dotenv import dotenv_values
 from pydantic import Field, SecretStr
 
-from backend.settings import INSTRUCT, THINKING_2506, ModelProfile, Settings
+from backend.families import FAMILIES, INSTRUCT, THINKING_2506, ModelFamily
+from backend.settings import Settings
 
 
 class LaunchSettings(Settings):
@@ -31,7 +32,14 @@ class LaunchSettings(Settings):
     ui_port: int = Field(8300, description="port of the chat UI")
     ui_host: str = Field("127.0.0.1", description="address the chat UI listens on")
     ui_workers: int = Field(
-        1, ge=1, le=64, description="chat UI processes; above 1 behind HAProxy (serving/proxy.py)"
+        0,
+        ge=0,
+        le=64,
+        description="chat UI processes; above 1 behind HAProxy (serving/proxy.py); 0 = as the "
+        "room needs on a GPU machine, else 1 (serving/room.py)",
+    )
+    room_chats: int = Field(
+        64, ge=1, description="chats at once the default launch sizes its UI for (serving/room.py)"
     )
     both: bool = Field(False, description="serve Thinking-2506 and Instruct as two vLLM servers")
     tensor_parallel_size: int = Field(
@@ -48,6 +56,31 @@ class LaunchSettings(Settings):
     )
     llm_log: str = Field("llm.log", description="server log file (older ones kept as .1, .2 ...)")
     server_start_timeout_s: float = Field(1800.0, gt=0, description="seconds to wait for /health")
+    replicas: str = Field(
+        "1",
+        description="local model replicas behind vLLM's router: N, or N..M to grow and "
+        "shrink with the load (serving/replicas.py); 1 and no remote replica: no router",
+    )
+    router_host: str = Field(
+        "127.0.0.1",
+        description="address vLLM's router listens on: loopback, or one private address of "
+        "this host for UI hosts elsewhere (its admin API has no sign-in: docs/scaling.md)",
+    )
+    remote_replicas: str = Field(
+        "", description="comma-separated root URLs of replicas on other hosts, behind the router"
+    )
+    replica_check_s: float = Field(
+        2.0, gt=0, description="seconds between looks at each replica's /health and /metrics"
+    )
+    scale_waiting_above: int = Field(
+        4, ge=0, description="elastic: mean requests waiting (all replicas) that is too many"
+    )
+    scale_up_after_s: float = Field(
+        30.0, ge=0, description="elastic: seconds over which the queue is averaged to add a replica"
+    )
+    scale_down_after_s: float = Field(
+        300.0, ge=0, description="elastic: seconds a replica stays idle before it is retired"
+    )
     run_dir: str = Field(
         ".run",
         description="launch.sh's record of what it started; each chat UI's folder (its uploads)",
@@ -72,8 +105,12 @@ class LaunchSettings(Settings):
     )
 
     @property
-    def served_profile(self) -> ModelProfile:
-        """The profile launch.sh serves on a GPU (Instruct or Thinking-2506)."""
+    def served_profile(self) -> ModelFamily:
+        """The family launch.sh serves on a GPU: the one whose served name ``model``
+        (``KIMI_MODEL``) is, else Instruct or Thinking-2506 (``--instruct``)."""
+        named = FAMILIES.get(self.model)
+        if named is not None and not named.dev_shaped:
+            return named
         return INSTRUCT if self.instruct else THINKING_2506
 
 

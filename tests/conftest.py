@@ -24,7 +24,7 @@ from backend.client import ChatClient
 from backend.resources import Server
 from backend.settings import Settings
 from backend.uploads import MediaWorkers
-from bench._common import hermetic_environ
+from bench.harness import hermetic_environ
 from tests.fakes.kimi_server import KimiServer
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ DATA = Path(__file__).parent / "data"
 # loads CHAINLIT_ENV_FILE, by default the working directory's .env, into os.environ).
 # Processes the tests start inherit this environment: their settings file (the app's
 # KIMI_ENV_FILE, Chainlit's CHAINLIT_ENV_FILE) is one that does not exist. The same
-# environment as a benchmark's app gets (bench/_common.py, hermetic_environ).
+# environment as a benchmark's app gets (bench/harness.py, hermetic_environ).
 Settings.model_config["env_file"] = None
 TEST_LOGS = Path(tempfile.mkdtemp(prefix="kimi-test-logs-"))
 _HERMETIC = hermetic_environ(KIMI_APP_LOG=str(TEST_LOGS / "app.log"))
@@ -54,6 +54,20 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+async def stored(url: str, sql: str) -> list[Any]:
+    """Rows of ``sql`` on the database at ``url`` (SQLite or PostgreSQL), read with a
+    connection of the test's own, not the app's."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as db:
+            return list((await db.execute(text(sql))).all())
+    finally:
+        await engine.dispose()
 
 
 def _keep_waiting() -> None:
@@ -102,6 +116,8 @@ class RunningFake:
         self.server.headers.clear()
         self.server.aborted.clear()
         self.server.tokenize_mode = "json-length"
+        self.server.reasoning_parser = False
+        self.server.probes = 0
 
 
 @contextmanager
@@ -229,9 +245,9 @@ async def store(settings: Settings) -> AsyncIterator[Store]:
 async def layer(store: Store) -> KimiDataLayer:
     """Chainlit's data layer on ``store``, files in its file store."""
     from ui.datalayer import KimiDataLayer
-    from ui.files import LocalStorageClient
+    from ui.files import FilesStorageClient
 
-    return KimiDataLayer(store, LocalStorageClient(store.files))
+    return KimiDataLayer(store, FilesStorageClient(store.files))
 
 
 async def rows(store: Store, sql: str, **params: Any) -> list[dict[str, Any]]:

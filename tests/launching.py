@@ -48,10 +48,13 @@ def launch_env(log_dir: Path, **extra: str) -> dict[str, str]:
     The files: ``llm.log``, the run-state directory ``run/``, the env file
     ``env`` that launch.sh writes its generated secrets into (the repository's
     ``.env`` is never touched) and the app's data directory ``data/`` (users,
-    which launch.sh counts before it lets the UI listen beyond loopback).
+    which launch.sh counts before it lets the UI listen beyond loopback). One chat UI
+    process (``KIMI_UI_WORKERS=1``): on a fake GPU machine the default would size the UI
+    by this machine's cores (serving/room.py), so a test would depend on where it runs.
     """
     return {
         **os.environ,
+        "KIMI_UI_WORKERS": "1",
         "KIMI_VLLM_PORT": str(quiet_ports(2)),
         "KIMI_LLM_LOG": str(log_dir / "llm.log"),
         "KIMI_RUN_DIR": str(log_dir / "run"),
@@ -124,13 +127,24 @@ with open(record + ".keys", "a") as f:
     f.write(os.environ.get("VLLM_API_KEY", "(none)") + "\\n")
 with open(record + ".secret", "a") as f:
     f.write(os.environ.get("CHAINLIT_AUTH_SECRET", "(none)") + "\\n")
+with open(record + ".gpus", "a") as f:
+    f.write(str(port) + " " + os.environ.get("CUDA_VISIBLE_DEVICES", "(all)") + "\\n")
 print("fake vLLM serving on port", port, flush=True)
+if str(port) == os.environ.get("FAKE_VLLM_FAIL_PORT"):
+    sys.exit(1)
 die_after = float(os.environ.get("FAKE_VLLM_DIE_AFTER_S", "0"))
 if die_after:
     threading.Timer(die_after, os._exit, (1,)).start()
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        queue = os.environ.get("FAKE_VLLM_WAITING")
+        if self.path == "/metrics" and queue:
+            body = ('vllm:num_requests_waiting{{model_name="m"}} ' + queue + "\\n").encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200 if self.path == "/health" else 404)
         self.end_headers()
 
@@ -151,7 +165,9 @@ def fake_machine(tmp_path: Path, gpus: int, **extra: str) -> tuple[dict[str, str
     The fake vLLM python records every argument list it gets (``calls``), the
     ``VLLM_API_KEY`` of each server start (``fake_keys``), answers launch.sh's
     version probe with ``FAKE_VLLM_VERSION`` (default 0.32.0), serves
-    ``/health`` and exits after ``FAKE_VLLM_DIE_AFTER_S`` seconds if set.
+    ``/health`` and exits after ``FAKE_VLLM_DIE_AFTER_S`` seconds if set. With
+    ``FAKE_VLLM_WAITING=N`` its ``/metrics`` says N requests wait; a server on port
+    ``FAKE_VLLM_FAIL_PORT`` exits at once with status 1.
     """
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -1,5 +1,5 @@
 """The real app as a subprocess, with sign-in and its own data, restartable; for tests that
-stop its database, kill it, or drive it over raw socket.io (bench/_common.py's ``Tab``).
+stop its database, kill it, or drive it over raw socket.io (bench/harness.py's ``Tab``).
 
 :class:`LiveApp` copies the app's files into a folder of its own (Chainlit deletes its
 ``./.files`` when it stops), adds users with the store's own code, and runs ``chainlit run

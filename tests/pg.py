@@ -3,6 +3,8 @@
 :func:`start_postgres` runs ``initdb`` in a new temporary folder and ``pg_ctl
 start`` with no TCP listener at all (``listen_addresses=''``): clients connect
 over the unix socket in that folder, on a free port number (the socket's name).
+``start_postgres(listen=ADDRESS, netns=NAMESPACE)`` also listens on TCP at ``ADDRESS``
+inside that network namespace (a host of tests/netlab.py), trusting clients of its /24.
 PostgreSQL refuses to run as root, so as root the cluster belongs to the
 package's ``postgres`` user and commands run through ``runuser``. Trust
 authentication: only local processes that can reach the socket folder connect.
@@ -42,10 +44,24 @@ class PgServer:
     port: int
     bin: Path
     run_as: list[str]
+    listen: str = ""
+    """The TCP address it listens on ("" = none: the unix socket only)."""
+    netns: str = ""
+    """The network namespace it runs in ("" = this process's)."""
 
     def url(self, database: str = "postgres") -> str:
         """SQLAlchemy asyncpg URL of ``database`` over the unix socket."""
         return f"postgresql+asyncpg://{SUPERUSER}@/{database}?host={self.folder}&port={self.port}"
+
+    def tcp_url(self, database: str) -> str:
+        """SQLAlchemy asyncpg URL of ``database`` over TCP at :attr:`listen`.
+
+        Raises:
+            ValueError: the server listens on no TCP address.
+        """
+        if not self.listen:
+            raise ValueError("this PostgreSQL listens on its unix socket only")
+        return f"postgresql+asyncpg://{SUPERUSER}@{self.listen}:{self.port}/{database}"
 
     def create_database(self) -> str:
         """A new empty database; returns its URL."""
@@ -86,18 +102,20 @@ class PgServer:
             subprocess.CalledProcessError: ``pg_ctl start`` failed.
         """
         options = (
-            f"-p {self.port} -k {self.folder} -c listen_addresses='' -c fsync=off "
+            f"-p {self.port} -k {self.folder} -c listen_addresses='{self.listen}' -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c shared_buffers=32MB"
         )
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []
         subprocess.run(
-            [*self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.folder / "db"), "-l",
+            [*inside, *self.run_as, str(self.bin / "pg_ctl"), "-D", str(self.folder / "db"), "-l",
              str(self.folder / "server.log"), "-o", options, "-w", "-t", "60", "start"],
             check=True, capture_output=True, timeout=90,
         )  # fmt: skip
 
 
-def start_postgres() -> PgServer:
-    """Start a cluster (about 2-3 s on two cores).
+def start_postgres(listen: str = "", netns: str = "") -> PgServer:
+    """Start a cluster (about 2-3 s on two cores); with ``listen`` (an IPv4 address) also on
+    TCP there, trusting every client of its /24, in the network namespace ``netns``.
 
     Raises:
         RuntimeError: PostgreSQL is not installed, or it did not start (with its log).
@@ -111,13 +129,16 @@ def start_postgres() -> PgServer:
         owner = pwd.getpwnam("postgres")
         os.chown(folder, owner.pw_uid, owner.pw_gid)
         run_as = ["runuser", "-u", "postgres", "--"]
-    server = PgServer(folder, free_port(), binaries, run_as)
+    server = PgServer(folder, free_port(), binaries, run_as, listen, netns)
     try:
         subprocess.run(
             [*run_as, str(binaries / "initdb"), "-D", str(folder / "db"), "-U", SUPERUSER,
              "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"],
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
+        if listen:
+            with open(folder / "db" / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all {SUPERUSER} {listen}/24 trust\n")
         server.resume()
     except subprocess.CalledProcessError as exc:
         detail = (exc.stderr or b"").decode(errors="replace")[-2000:]

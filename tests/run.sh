@@ -33,6 +33,8 @@ missing=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 # launch.sh --ui-workers puts HAProxy in front of the UI workers (tests/test_ui_workers.py).
 [[ -x /usr/sbin/haproxy ]] || command -v haproxy >/dev/null || missing+=(haproxy)
+# deploy/compose.yaml is checked with `docker-compose config` (tests/test_deploy.py).
+command -v docker-compose >/dev/null || missing+=(docker-compose)
 # So that screenshots show Chinese glyphs. (grep reads all of fc-list's output: with
 # -q it would stop at the first match and pipefail would count fc-list's SIGPIPE.)
 fc-list 2>/dev/null | grep -i "Noto Sans CJK" >/dev/null || missing+=(fonts-noto-cjk)

@@ -30,6 +30,7 @@ from chainlit.session import WebsocketSession
 import app
 from backend.client import ServedModel
 from backend.errors import ServerUnreachable
+from backend.fair_use import Leaving
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.render import Button
@@ -39,6 +40,7 @@ from tests.conftest import DATA, RunningFake, SessionFactory, free_port
 from tests.fakes.kimi_server import ANSWER, REASONING, conversation
 from tests.media import make_pdf, make_video
 from ui import process, turn_buttons
+from ui.compare_view import PAIR_ID_TAIL
 from ui.session import runner
 
 
@@ -233,10 +235,12 @@ async def test_cut_off_offers_more_tokens(browser: Browser) -> None:
 
 async def test_server_error_keeps_the_turn_for_retry(browser: Browser, fake: RunningFake) -> None:
     await app.on_message(user_message("#scenario=error-images"))
-    assert "At most 4 image(s)" in browser.texts()[-1]
+    assert "Too many images" in browser.texts()[-1]
+    assert "At most 4 image(s)" not in browser.texts()[-1]  # the server's words: app.log
     assert "retry" not in browser.actions()  # the same request would be refused again
     await app.on_message(user_message("#scenario=error-500"))
-    assert "EngineCore" in browser.texts()[-1]
+    assert "failed while answering" in browser.texts()[-1]
+    assert "EngineCore" not in browser.texts()[-1]
     assert "Traceback" not in browser.texts()[-1]
     session = runner().chat
     turn = session.conversation.turns[-1]
@@ -317,7 +321,19 @@ async def test_request_id_is_sent_and_logged(browser: Browser, fake: RunningFake
     assert "prompt_tokens~" in lines[0] and lines[1].endswith("ended: done")
 
 
-async def test_editing_an_earlier_message_rewinds_history(
+async def test_a_chat_sends_its_thread_id_as_its_session_for_the_router(
+    browser: Browser, fake: RunningFake
+) -> None:
+    """vLLM's router keeps a chat on one replica by ``X-Session-Id`` (serving/replicas.py):
+    the chat's Chainlit thread id, the same after a resume and on every UI worker."""
+    await app.on_message(user_message("one #scenario=plain"))
+    await app.on_message(user_message("two #scenario=plain"))
+    sent = [h.get("x-session-id") for h in fake.server.headers if "x-request-id" in h]
+    thread_id = cl.context.session.thread_id
+    assert sent == [thread_id, thread_id] and thread_id
+
+
+async def test_editing_an_earlier_message_asks_a_new_version_of_it(
     browser: Browser, fake: RunningFake
 ) -> None:
     first = user_message("first question")
@@ -329,7 +345,9 @@ async def test_editing_an_earlier_message_rewinds_history(
     assert conversation(fake.requests[-1]) == [
         {"role": "user", "content": [{"type": "text", "text": "first question, edited"}]}
     ]
-    assert [t.text for t in runner().chat.conversation.turns] == ["first question, edited"]
+    chat = runner().chat
+    assert [t.text for t in chat.conversation.turns] == ["first question, edited"]
+    assert len(chat.versions) == 3 and chat.turn_of(first.id) is chat.conversation.turns[0]
 
 
 async def test_regenerate_reruns_the_last_turn_without_its_old_answer(
@@ -441,8 +459,9 @@ async def test_regenerate_under_an_older_answer_reruns_that_turn(
     ]
     notes = browser.texts()
     assert any("Answering again" in n and "first #scenario=plain" in n for n in notes)
-    assert any("1 later turn(s) were removed" in n for n in notes)
+    assert any("1 later turn(s) stay with the earlier version" in n for n in notes)
     assert [t.text for t in runner().chat.conversation.turns] == ["first #scenario=plain"]
+    assert len(runner().chat.versions) == 3  # the first version and turn 2 are kept
     assert notes[-1].startswith(ANSWER.strip())
 
 
@@ -545,7 +564,7 @@ async def test_an_error_mid_reasoning_is_not_labelled_stopped(browser: Browser) 
     await app.on_message(user_message("#scenario=midstream-error"))
     step = next(iter(browser.steps("llm").values()))
     assert step["name"].endswith("(interrupted by an error)")
-    assert "engine died" in browser.texts()[-1]
+    assert "reported an error" in browser.texts()[-1] and "engine died" not in browser.texts()[-1]
     assert "retry" in browser.actions()
 
 
@@ -720,9 +739,15 @@ async def test_compare_asks_the_other_server_the_same_turn(
     sent = instruct_server.requests[-1]
     assert sent["model"] == "kimi-vl" and sent["temperature"] == 0.2
     assert conversation(sent) == asked  # same history, same prepared image
-    answer = browser.texts()[-1]
-    assert answer.startswith(ANSWER.strip())  # Copy copies the answer, not the label
-    assert "***Kimi-VL Instruct** (compare) · TTFT" in answer
+    # A pair of columns (ui/compare_view.py), each titled with its model: the turn's own
+    # answer, then the other model's, streamed into blocks, its stats under them.
+    (pair,) = [s for s in browser.steps("tool").values() if s["id"].endswith(PAIR_ID_TAIL)]
+    columns = [s for s in browser.steps("tool").values() if s["parentId"] == pair["id"]]
+    assert [c["name"] for c in columns] == ["Kimi-VL Thinking (2506)", "Kimi-VL Instruct"]
+    assert columns[0]["output"].startswith(ANSWER.strip())
+    blocks = [s for s in browser.steps("undefined").values() if s["parentId"] == columns[1]["id"]]
+    assert "".join(b["output"] for b in blocks).strip() == ANSWER.strip()
+    assert columns[1]["output"].startswith("*TTFT")
     assert len(runner().chat.conversation.turns) == 2  # the chat goes on with its own model
     model = runner().chat.model
     assert model is not None and model.id == "kimi-vl-thinking-2506"
@@ -857,6 +882,64 @@ async def test_a_question_does_not_wait_for_a_stale_model_list_before_its_reques
     assert asked_when_listed and min(asked_when_listed) == 1  # the request went first
     assert browser.texts()[-1].startswith(ANSWER.strip())
     assert len(action_frames(browser, "Compare with Kimi-VL Instruct")) == 1
+
+
+@dataclass
+class SlowLeases:
+    """The shared store's answer leases (backend.store.bounds.Leases) as a store under
+    load answers them: each takes ``delay_s``; with ``refuse``, the store finds the person
+    at their bound (another worker holds the rest). Records how many requests the model
+    server had seen when each lease's transaction completed."""
+
+    fake: RunningFake
+    delay_s: float
+    refuse: bool = False
+    requests_seen: list[int] = field(default_factory=list)
+
+    async def confirm(
+        self, chat: str, person: str, released: Callable[[], None] = lambda: None
+    ) -> Leaving | None:
+        await asyncio.sleep(self.delay_s)
+        self.requests_seen.append(len(self.fake.requests))
+        bounds = process.resources().answers
+        bounds.check(0, bounds.per_person if self.refuse else 0)
+        return None
+
+
+async def test_an_answers_request_goes_before_its_lease_in_the_store_is_taken(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With answers counted in a shared store (sign-in on), the lease's transaction (a
+    median 4.7 ms on SQLite under load) runs beside the model request, not before it: the
+    scripted server has the request when the slowed lease completes, and the answer comes."""
+    browser = await start_chat(Settings(base_url=fake.base_url), monkeypatch)
+    fake.reset()
+    leases = SlowLeases(fake, delay_s=0.3)
+    process.resources().answers.shared = leases
+    await app.on_message(user_message("hello #scenario=plain"))
+    assert leases.requests_seen == [1]
+    assert browser.texts()[-1].startswith(ANSWER.strip())
+
+
+async def test_an_answer_the_store_finds_over_the_bound_is_cancelled_before_its_words(
+    fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store refuses the lease after the request went (another worker holds the
+    person's other answers): the request is closed before any of the answer is drawn, and
+    the person reads the refusal they read when the bound is met on one worker."""
+    browser = await start_chat(Settings(base_url=fake.base_url), monkeypatch)
+    fake.reset()
+    leases = SlowLeases(fake, delay_s=0.3, refuse=True)
+    process.resources().answers.shared = leases
+    await app.on_message(user_message("hello #scenario=slow"))
+    assert leases.requests_seen == [1]
+    await wait_for(lambda: bool(fake.server.aborted), timeout_s=5)
+    assert fake.server.aborted == [fake.server.headers[-1]["x-request-id"]]
+    said = browser.texts()
+    assert "answers running or waiting in your chats" in said[-1]
+    assert not any(REASONING[:20] in text or ANSWER.strip() in text for text in said)
+    assert browser.reasoning() == ""
+    assert process.resources().answers._tally.people == {}  # its place is given back
 
 
 async def test_a_stale_model_list_is_asked_for_after_the_questions_request(
@@ -1047,8 +1130,8 @@ async def test_an_unexpected_failure_is_said_in_the_apps_words(
         patched.setattr(runner(), "ask", broken)
         await app.on_message(user_message("hello"))
     said = browser.texts()[-1]
-    assert said.startswith("Something went wrong inside the app (RuntimeError)")
-    assert "internal detail" not in said
+    assert said.startswith("Something went wrong inside the app; app.log has the details")
+    assert "internal detail" not in said and "RuntimeError" not in said
     await app.on_message(user_message("and now? #scenario=plain"))  # the next message works
     assert browser.texts()[-1].startswith(ANSWER.strip())
 

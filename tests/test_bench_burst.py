@@ -11,7 +11,6 @@ import time
 import httpx
 import pytest
 
-from bench._common import Timing
 from bench.bench_burst import (
     APP,
     DIRECT,
@@ -23,6 +22,7 @@ from bench.bench_burst import (
     burst_table,
     first_question_summary,
 )
+from bench.harness import Timing
 from tests.conftest import RunningFake
 
 

@@ -12,7 +12,7 @@ import random
 import pytest
 from markdown_it import MarkdownIt
 
-from backend.blocks import BlockCut, BlockPart, BlockSplitter, split_blocks
+from backend.blocks import HARD_CHARS, SOFT_CHARS, BlockCut, BlockPart, BlockSplitter
 
 MD = MarkdownIt("commonmark").enable("table")
 
@@ -48,6 +48,14 @@ def blocks_of(parts: list[BlockPart]) -> list[str]:
         else:
             blocks[-1] += part
     return blocks
+
+
+def split_blocks(
+    text: str, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_CHARS
+) -> list[str]:
+    """The blocks of a whole text fed at once (no blocks for no text)."""
+    blocks = blocks_of(BlockSplitter(soft_chars, hard_chars).feed(text))
+    return blocks if blocks != [""] else []
 
 
 def text_of(parts: list[BlockPart]) -> str:

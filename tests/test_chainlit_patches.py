@@ -71,6 +71,20 @@ def test_uploads_are_still_stored_by_persist_file_in_the_session_files() -> None
     assert 'aiofiles.open(path, "rb")' in source(WebsocketSession.persist_file)
 
 
+def test_a_kept_upload_is_still_shown_from_its_session_file_entry() -> None:
+    """Patch 2's ``KeptUpload.show_as`` names another file in the upload's entry of the
+    session's files: the message's element is still built from that entry's path and type,
+    and the file route still serves that path with that type."""
+    from chainlit import server
+
+    emitter = importlib.import_module("chainlit.emitter")
+    built = source(emitter.ChainlitEmitter.process_message)
+    assert 'self.session.files[file["id"]]' in built
+    assert '"path": str(file["path"])' in built and '"mime": file["type"]' in built
+    assert '"type": Element.infer_type_from_mime(file["type"])' in built
+    assert 'FileResponse(file["path"], media_type=file["type"])' in source(server.get_file)
+
+
 def test_chainlits_page_route_is_still_its_last_and_answers_every_path() -> None:
     """Patch 3 moves the app's routes in front of it."""
     from chainlit import server
@@ -92,25 +106,8 @@ def test_routes_added_ahead_of_the_page_come_first() -> None:
     assert getattr(app.router.routes[-1], "path", "") == "/{full_path:path}"
 
 
-def test_the_sql_data_layer_still_makes_its_own_engine_and_session_maker() -> None:
-    """Patch 4 rebinds ``engine`` and ``async_session`` after the constructor."""
-    from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
-
-    constructor = source(SQLAlchemyDataLayer.__init__)
-    assert "self.engine: AsyncEngine = create_async_engine(" in constructor
-    assert "self.async_session = sessionmaker(" in constructor
-    assert "async with self.async_session() as session" in source(SQLAlchemyDataLayer.execute_sql)
-    assert list(inspect.signature(SQLAlchemyDataLayer.__init__).parameters)[:5] == [
-        "self",
-        "conninfo",
-        "connect_args",
-        "ssl_require",
-        "storage_provider",
-    ]
-
-
 def test_the_socket_connect_handler_is_a_coroutine_of_sid_environ_auth() -> None:
-    """Patch 5 wraps it; the check reads ``auth`` as its third argument."""
+    """Patch 4 wraps it; the check reads ``auth`` as its third argument."""
     handler = sio.handlers["/"]["connect"]
     while getattr(handler, "__wrapped__", None) is not None:  # our wrap, if installed
         handler = handler.__wrapped__
@@ -120,7 +117,7 @@ def test_the_socket_connect_handler_is_a_coroutine_of_sid_environ_auth() -> None
 
 
 def test_chainlits_stop_handler_still_says_it_stopped_then_cancels_and_calls_on_stop() -> None:
-    """Patch 6 replaces it by the same steps without the message."""
+    """Patch 5 replaces it by the same steps without the message."""
     handler = sio.handlers["/"]["stop"]
     original = getattr(handler, "__wrapped__", handler)  # Chainlit's, if ours is installed
     assert list(inspect.signature(original).parameters) == ["sid"]
@@ -132,7 +129,7 @@ def test_chainlits_stop_handler_still_says_it_stopped_then_cancels_and_calls_on_
 
 
 def test_the_socket_frame_limit_is_engineios_max_http_buffer_size() -> None:
-    """Patch 5 raises it."""
+    """Patch 4 raises it."""
     assert isinstance(sio.eio.max_http_buffer_size, int)
     assert "max_http_buffer_size" in inspect.signature(type(sio.eio).__init__).parameters
 
@@ -159,7 +156,7 @@ async def test_chainlits_catch_all_route_shadows_later_routes_unless_ours_go_fir
 
 
 def test_questions_still_wait_a_millisecond_before_on_message_and_only_there() -> None:
-    """Patch 7 replaces the ``asyncio`` chainlit/socket.py reads ``sleep`` from; its only
+    """Patch 6 replaces the ``asyncio`` chainlit/socket.py reads ``sleep`` from; its only
     other sleep is a session's timeout."""
     socket = importlib.import_module("chainlit.socket")
     assert "await asyncio.sleep(0.001)" in source(socket.process_message)
@@ -189,3 +186,57 @@ async def test_the_short_pause_becomes_one_yield_and_long_sleeps_stay(
     assert asked == [0, 3600]
     assert socket.asyncio.create_task is asyncio.create_task
     assert socket.asyncio.CancelledError is asyncio.CancelledError
+
+
+def test_chainlit_stores_a_message_before_on_message_in_the_handlers_patch_5_wraps() -> None:
+    """Patch 4 refuses a message before these handlers run: they store it first."""
+    from chainlit.emitter import ChainlitEmitter
+
+    originals = {}
+    for event in ("client_message", "edit_message"):
+        handler = sio.handlers["/"][event]
+        originals[event] = getattr(handler, "__wrapped__", handler)  # Chainlit's
+        assert list(inspect.signature(originals[event]).parameters) == ["sid", "payload"]
+        assert originals[event].__module__ == "chainlit.socket"
+    assert "process_message(session, payload)" in source(originals["client_message"])
+    assert "message._create()" in source(ChainlitEmitter.process_message)
+    assert "await message.update()" in source(originals["edit_message"])
+
+
+async def _spooled(size: int) -> bool:
+    """Whether Starlette's form parser put a ``size``-byte upload in a temporary file on
+    disk (``SpooledTemporaryFile._rolled``: the standard library has no public name for it)."""
+    from starlette.requests import Request
+
+    head = b'--b\r\nContent-Disposition: form-data; name="file"; filename="p.jpg"\r\n\r\n'
+    body = head + b"\xff" * size + b"\r\n--b--\r\n"
+    chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": chunks.pop(0), "more_body": bool(chunks)}
+
+    headers = [(b"content-type", b"multipart/form-data; boundary=b")]
+    request = Request({"type": "http", "method": "POST", "headers": headers}, receive)
+    upload = (await request.form())["file"]
+    assert not isinstance(upload, str)
+    try:
+        assert len(await upload.read()) == size
+        return bool(upload.file._rolled)  # type: ignore[attr-defined]
+    finally:
+        await upload.close()
+
+
+async def test_an_upload_within_the_limit_is_parsed_in_memory_and_a_larger_one_on_disk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Patch 7: a 1.5 MB photo no longer rolls over Starlette's 1 MB spool to disk."""
+    from starlette.formparsers import MultiPartParser
+
+    monkeypatch.setattr(MultiPartParser, "spool_max_size", MultiPartParser.spool_max_size)
+    photo = 1_500_000
+    assert await _spooled(photo)  # Starlette's own spool: to disk past 1 MB
+    chainlit_patches.parse_uploads_in_memory(2 * photo)
+    assert not await _spooled(photo)
+    assert await _spooled(2 * photo + 1)
+    with pytest.raises(ValueError):
+        chainlit_patches.parse_uploads_in_memory(0)

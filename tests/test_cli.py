@@ -88,7 +88,7 @@ def test_unreachable_server_is_one_line() -> None:
 def test_rejected_request_is_one_line(fake: RunningFake) -> None:
     result = cli("--base-url", fake.base_url, "#scenario=error-images")
     assert result.returncode == 1
-    assert "At most 4 image(s)" in result.stderr and "Traceback" not in result.stderr
+    assert "Too many images" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_unknown_model(fake: RunningFake) -> None:

@@ -12,7 +12,7 @@ from PIL import Image
 from backend.chat import ChatSession
 from backend.conversation import Budget, Conversation, Turn, estimate_text_tokens
 from backend.errors import ContextTooLong, TooManyImages
-from backend.images import PreparedImage
+from backend.images import PreparedImage, decode_data_url
 from backend.planning import plan_turn
 from backend.render import RenderEvent
 from backend.settings import Settings
@@ -180,7 +180,8 @@ async def test_a_closed_tabs_images_leave_memory_and_a_returning_tab_sends_them_
     folder = tmp_path / "session-files"
     assert await session.spill_images(folder) == 2
     assert all(isinstance(i.data, Path) for i in first.images + session.drafts["m2"].images)
-    assert sorted(len(f.read_text()) for f in folder.iterdir()) == sorted(map(len, urls))
+    payloads = sorted(decode_data_url(url)[1] for url in urls)
+    assert sorted(f.read_bytes() for f in folder.iterdir()) == payloads  # the images' bytes
     assert await session.spill_images(folder) == 0  # a second close moves nothing again
 
     # A turn still being answered when the tab closed keeps its images in memory.
@@ -197,7 +198,9 @@ async def test_a_closed_tabs_images_leave_memory_and_a_returning_tab_sends_them_
     assert draft is not None and [i.data_url for i in draft.images] == [urls[1]]
 
 
-async def test_edit_rewinds_history(fake: RunningFake, make_session: SessionFactory) -> None:
+async def test_an_edit_is_a_new_version_asked_with_the_turns_before_it(
+    fake: RunningFake, make_session: SessionFactory
+) -> None:
     session = make_session(Settings(base_url=fake.base_url))
     for message_id, text in [("m1", "one #scenario=plain"), ("m2", "two #scenario=plain")]:
         await ask(session, message_id, text)
@@ -205,6 +208,11 @@ async def test_edit_rewinds_history(fake: RunningFake, make_session: SessionFact
     assert session.conversation.turns == [edited]
     request = (await plan_turn(session, edited)).request
     assert [m["role"] for m in request.messages] == ["user"]
+    assert session.turn_of("m1") is edited  # the edited message shows the new version
+    kept = [v.key for v in session.choose("m1")]  # the first version, with turn 2
+    assert kept == ["m1", "m2"] and [t.text for t in session.conversation.turns] == [
+        "one #scenario=plain", "two #scenario=plain",
+    ]  # fmt: skip
 
 
 async def test_exact_counts_are_learnt_from_tokenize(

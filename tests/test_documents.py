@@ -9,7 +9,8 @@ import pytest
 from backend.conversation import estimate_text_tokens
 from backend.documents import PAGE_HEADING_TOKENS, page_pixels, prepare_pdf
 from backend.errors import ImageError
-from backend.media import MediaBudget, UploadKind, sniff_kind
+from backend.media import MediaBudget
+from backend.upload_kinds import IMAGE, PDF, sniff_kind
 from tests.media import (
     ONE_PAGE,
     PAGE_COLOURS,
@@ -22,7 +23,7 @@ from tests.media import (
     raw_pdf,
     text_pdf,
 )
-from tests.test_images import LIMITS, decode
+from tests.test_images import LIMITS, decode, mime
 
 
 def test_pages_up_to_the_image_limit_with_a_notice_of_those_left_out(tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_render_size_is_fit_to_budget_and_tokens_are_known(
     assert (page.width, page.height) == size
     assert decode(page).size == size  # the pixels sent, not only the claim
     assert page.tokens == tokens
-    assert page.mime_type == "image/png"  # a flat text page: lossless
+    assert mime(page) == "image/png"  # a flat text page: lossless
 
 
 def test_small_page_is_rendered_at_most_at_300_dpi(tmp_path: Path) -> None:
@@ -253,8 +254,8 @@ def test_empty_and_too_big_files_are_refused(tmp_path: Path) -> None:
 def test_sniffing_finds_pdfs_by_content_not_name(tmp_path: Path) -> None:
     disguised = tmp_path / "scan.jpg"
     make_pdf(disguised.with_suffix(".pdf"), pages=1).rename(disguised)
-    assert sniff_kind(disguised) is UploadKind.PDF
+    assert sniff_kind(disguised) is PDF
     fake = tmp_path / "fake.pdf"
     fake.write_text("<html>not a pdf</html>")
-    assert sniff_kind(fake) is UploadKind.IMAGE  # the image decoder then says what it is
-    assert sniff_kind(tmp_path / "missing.pdf") is UploadKind.IMAGE
+    assert sniff_kind(fake) is IMAGE  # the image decoder then says what it is
+    assert sniff_kind(tmp_path / "missing.pdf") is IMAGE

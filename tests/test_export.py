@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 from backend.conversation import Turn
 from backend.images import prepare_image
 from backend.record import ShownAnswers, TurnRecord
-from backend.store.export import ChatExport, export_html, marked_copies
+from backend.store.export import ChatExport, answer_key, export_html, marked_copies
 from backend.timings import Timings
 from tests.conftest import DATA
 from tests.fakes.kimi_server import ANSWER, BBOX_ANSWER
@@ -86,7 +86,8 @@ def test_reasoning_is_collapsed_with_its_time_and_the_settings_are_named() -> No
     # The stats line is made from the stored numbers: 511 tokens after the first in 10.59 s.
     assert "TTFT 0.41 s · thought 12.3 s · 512 tokens · 48.3 tokens/s · total 11.0 s" in page.text
     assert "Interrupted: the app stopped before this answer ended." in page.text
-    assert {"Kimi-VL Thinking (2506)", "temperature", "0.8", "max_tokens", "2048"} <= set(page.text)
+    assert {"Kimi-VL Thinking (2506)", "Temperature", "0.8", "Max tokens", "2048"} <= set(page.text)
+    assert "temperature" not in page.text and "max_tokens" not in page.text  # labels, not keys
     assert "http://" not in document and "https://" not in document  # opens offline
 
 
@@ -141,9 +142,13 @@ def test_open_mode_has_the_times_compare_answers_and_the_drawn_copies() -> None:
     )  # fmt: skip
     page = parse(document)
     text = "".join(page.text)
+    lines = [line for line in text.splitlines() if line.strip()]
     assert "Thought for 2.5s" in text
     assert "TTFT 0.40 s · thought 2.5 s · 80 tokens" in text
-    assert "Kimi-VL Instruct (compare)" in text and "Kimi-VL Instruct · TTFT 0.20 s" in text
+    # Compare: two columns, each labelled with its model at the top (as the chat shows it).
+    left, right = lines.index("Kimi-VL Thinking (2506)"), lines.index("Kimi-VL Instruct")
+    assert lines[left + 1].startswith("Thought for 2.5s") and lines[right + 1] == "Plain answer"
+    assert left < right and "Kimi-VL Instruct · TTFT 0.20 s" in text
     assert "Marked on coffee.png" in text
     images = [attrs["src"] or "" for tag, attrs in page.tags if tag == "img"]
     assert len(images) == 2 and images[0] != images[1]  # the photo and its drawn copy
@@ -163,3 +168,17 @@ def test_a_switch_of_model_mid_chat_is_marked_where_it_happened() -> None:
     note = "Kimi-VL Instruct answers from here on, with the conversation so far."
     assert text.count(note) == 1
     assert text.index("q0") < text.index(note) < text.index("q1")
+
+
+def test_a_follow_up_grounding_answer_is_drawn_on_the_photo_its_question_names() -> None:
+    """As the chat draws it (backend.grounding.referred_images): the question has no image
+    of its own, so the box is drawn on the chat's first photo, which it names."""
+    coffee = prepare_image(DATA / "coffee.png", 16384, "coffee.png")
+    rocket = prepare_image(DATA / "rocket.jpg", 16384, "rocket.jpg")
+    first = Turn(text="What are these?", images=[coffee, rocket], answer="A cup and a rocket.")
+    follow_up = Turn(text="Find the spoon in the first photo", answer=BBOX_ANSWER)
+    records = [TurnRecord(0, "m1", first), TurnRecord(1, "m2", follow_up)]
+    marked = marked_copies(records)
+    assert list(marked) == [answer_key("m2")]
+    (copy,) = marked[answer_key("m2")]
+    assert copy.caption.startswith("Marked on **coffee.png**")

@@ -1,4 +1,4 @@
-"""Fair use of a shared box, against the real app over raw socket.io (bench/_common.py's
+"""Fair use of a shared box, against the real app over raw socket.io (bench/harness.py's
 ``Tab``) and real uploads: one tab flooding its chat with messages, one browser asking in
 many tabs, tabs uploading more than they may hold.
 
@@ -9,9 +9,9 @@ upload bounds are small (``KIMI_UPLOAD_SESSION_MB=3``, ``KIMI_UPLOAD_USER_MB=5``
 few files of 1.2 MB reach them.
 
 An empty (0-byte) file: Chainlit's upload route alone refuses it with HTTP 500 (its
-``persist_file`` takes no empty content), the browser says "Upload failed", drops the
-file and sends the text without it. The app stores it (ui/chainlit_patches.py) and, when
-the message is sent, names it as empty and keeps the message, with "Send without them".
+``persist_file`` takes no empty content), and the page says only "Upload failed". The app
+refuses it as it is attached, as every file it cannot use, with the sentence the page
+shows after the file's name (app.py ``judge_upload``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pytest
 from PIL import Image
 
 from backend.fair_use import NoRoom, UploadRoom
-from bench._common import PACED_END, Tab
+from bench.harness import PACED_END, Tab
 from tests.fakes.kimi_server import conversation
 from tests.live_app import LiveApp, requests_seen, scripted_server
 

@@ -18,7 +18,7 @@ from chainlit.step import StepDict
 from backend.store.core import Store
 from tests.conftest import rows
 from ui.datalayer import KimiDataLayer
-from ui.files import LocalStorageClient
+from ui.files import FilesStorageClient
 from ui.first_words import FirstWordsGate
 
 
@@ -57,7 +57,7 @@ def step_of(session: WebsocketSession, kind: str, output: str) -> StepDict:
 
 
 async def thread_names(store: Store) -> list[str]:
-    return [r["name"] for r in await rows(store, "SELECT name FROM threads")]
+    return [r["name"] for r in await rows(store, "SELECT name FROM kimi_threads")]
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def gate() -> FirstWordsGate:
 
 @pytest.fixture
 def layer(store: Store, gate: FirstWordsGate) -> KimiDataLayer:
-    return KimiDataLayer(store, LocalStorageClient(store.files), first_words=gate)
+    return KimiDataLayer(store, FilesStorageClient(store.files), first_words=gate)
 
 
 def answering(session: WebsocketSession, body: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
@@ -120,7 +120,7 @@ async def test_an_answer_that_ends_without_words_lets_the_writes_go(
 async def test_writes_wait_for_the_first_words_at_most_the_bound_then_go_at_once(
     store: Store,
 ) -> None:
-    layer = KimiDataLayer(store, LocalStorageClient(store.files), FirstWordsGate(wait_s=0.5))
+    layer = KimiDataLayer(store, FilesStorageClient(store.files), FirstWordsGate(wait_s=0.5))
     session = chat_session()
     task = answering(session, lambda: asyncio.sleep(30))  # a server that never starts answering
     first = asyncio.create_task(layer.update_thread(session.thread_id, name="first"))
@@ -161,10 +161,10 @@ async def test_the_writes_that_waited_run_in_the_order_they_were_made(
     await asyncio.sleep(0.2)
     words.set()
     await asyncio.wait_for(asyncio.gather(*writes), 5)
-    assert await rows(store, "SELECT id FROM steps") == []
+    assert await rows(store, "SELECT id FROM kimi_steps") == []
     await layer.create_step(step)  # the gate is open: written at once (the test's own check)
-    assert await rows(store, "SELECT id FROM steps") == [{"id": step["id"]}]
-    assert len(await rows(store, "SELECT id FROM threads")) == 1
+    assert await rows(store, "SELECT id FROM kimi_steps") == [{"id": step["id"]}]
+    assert len(await rows(store, "SELECT id FROM kimi_threads")) == 1
     task.cancel()
 
 
@@ -179,7 +179,7 @@ async def test_a_note_from_before_the_first_message_is_stored_before_its_deletio
     session.has_first_interaction = False
     note = step_of(session, "assistant_message", "Connecting to the model server…")
     await layer.create_step(note)  # queued by Chainlit: no message yet
-    assert await rows(store, "SELECT id FROM steps") == []
+    assert await rows(store, "SELECT id FROM kimi_steps") == []
     session.has_first_interaction = True
     words = asyncio.Event()
 
@@ -201,7 +201,7 @@ async def test_a_note_from_before_the_first_message_is_stored_before_its_deletio
     await asyncio.sleep(0.2)
     words.set()
     await asyncio.wait_for(asyncio.gather(*writes), 5)
-    assert await rows(store, "SELECT id FROM steps") == []
+    assert await rows(store, "SELECT id FROM kimi_steps") == []
     assert await thread_names(store) == ["Hello"]
     task.cancel()
 
@@ -390,5 +390,5 @@ async def test_queued_writes_of_one_step_keep_their_order_when_the_thread_is_wri
     # Chainlit's first write of the thread (a queued write flushed inside a queued write
     # of the same step would wait for that step's lock forever).
     await asyncio.wait_for(layer.update_thread(session.thread_id, name="Hello"), 5)
-    assert await rows(store, "SELECT output FROM steps") == [{"output": "Connected."}]
+    assert await rows(store, "SELECT output FROM kimi_steps") == [{"output": "Connected."}]
     task.cancel()

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_serving import Result
-from bench.gpu_sweep import VARIANTS, log_facts, serve_command, shown, summarise_level
+from bench.bench_serving import summarise_level
+from bench.gpu_sweep import VARIANTS, log_facts, serve_command, shown
+from bench.harness import Timing
 from bench.sweep_report import Run, load_runs, verdicts, within
 
 
@@ -63,12 +64,16 @@ def test_shown_hides_the_api_key() -> None:
 
 
 def test_level_summary_counts_failures_and_rates() -> None:
-    ok = [Result(0.1 * (i + 1), 2.0, 101, 50) for i in range(4)]  # TTFT 100..400 ms
-    failed = Result(None, 1.0, 0, 0, "HTTP 400: too long")
+    ok = [  # TTFT 100..400 ms, each answer 101 tokens of a 50-token prompt, ending at 2.1 s
+        Timing(0.1 * (i + 1), 2.0, 2.1, tokens=101, prompt_tokens=50) for i in range(4)
+    ]
+    failed = Timing(1.0, 1.0, 1.0, error="HTTP 400: too long")
     row = summarise_level(5, [(2.0, [*ok[:2], failed]), (2.0, ok[2:])])
     assert (row.requests, row.failed) == (5, 1)
-    assert row.ttft_p50_ms == pytest.approx(200.0)  # nearest rank of 4 values
-    assert row.ttft_p95_ms == pytest.approx(400.0)
+    assert row.ttft_p50_ms == pytest.approx(250.0)  # halfway between 200 and 300
+    assert row.ttft_p95_ms == pytest.approx(385.0)  # 95 % of the way from 300 to 400
+    assert row.tps_per_chat == pytest.approx((100 / 1.9 + 100 / 1.8) / 2)  # the middle two
+    assert row.prompt_tokens_mean == 50
     assert row.tps_aggregate == pytest.approx(4 * 101 / 4.0)
     assert row.requests_per_s == pytest.approx(4 / 4.0)
     assert row.errors == ["HTTP 400: too long"]

@@ -20,14 +20,18 @@ from backend.grounding import (
     MAX_REASONS,
     PALETTE,
     Box,
+    Grounding,
     Mark,
     Point,
+    Referred,
     caption,
     draw_marks,
     not_drawn_note,
     overlays,
     read_marks,
+    referred_images,
 )
+from backend.i18n import translator
 from backend.images import prepare_image
 from backend.starters import SAMPLES
 from tests.conftest import DATA
@@ -101,7 +105,7 @@ def test_click_outside_the_image_is_not_drawn_and_said() -> None:
     grounding = read_marks("pyautogui.click(x=1500, y=300)", [SCREEN])
     assert grounding.marks == ()
     assert grounding.not_drawn == (
-        "“pyautogui.click(x=1500, y=300)” is outside the 1280x800 image.",
+        "“pyautogui.click(x=1500, y=300)” is outside settings.png (1280x800).",
     )
 
 
@@ -449,7 +453,7 @@ def test_a_number_too_long_to_read_is_skipped_and_the_valid_box_drawn() -> None:
     assert [(m.shape, m.label) for m in overlay.marks] == [(Box(0.54, 0.16, 0.71, 0.82), "spoon")]
     (reason,) = grounding.not_drawn
     assert reason.startswith("“pyautogui.click(x=9999") and len(reason) < 150
-    assert reason.endswith("…” is outside the 600x400 image.")
+    assert reason.endswith("…” is outside coffee.png (600x400).")
 
 
 def test_at_most_max_marks_are_drawn_and_the_others_are_counted() -> None:
@@ -473,3 +477,86 @@ def test_at_most_max_reasons_are_said_and_the_others_are_counted() -> None:
     assert grounding.not_drawn[0] == '“"bbox_2d": [0.1, 0.2, 0.3]” has 3 numbers, not 4.'
     assert grounding.reasons_left_out == 15
     assert "15 more coordinates cannot be drawn either." in not_drawn_note(grounding)
+
+
+CAT = Seen("chelsea.png", 451, 300)
+
+
+@pytest.mark.parametrize(
+    ("question", "own", "earlier", "expected"),
+    [
+        ("Where is the switch?", [SCREEN], [PHOTO, CAT], (SCREEN,)),  # its own images
+        ("Find the spoon in the first photo", [], [PHOTO, SCREEN, CAT], (PHOTO,)),
+        ("And in image 2?", [], [PHOTO, SCREEN, CAT], (SCREEN,)),
+        ("第二张图里的开关在哪？", [], [PHOTO, SCREEN, CAT], (SCREEN,)),
+        ("Point at it in CHELSEA.png", [], [PHOTO, CAT, SCREEN], (CAT,)),
+        ("Where is the spoon?", [], [PHOTO, SCREEN, CAT], (CAT,)),  # the latest
+        ("Where is it?", [], [], ()),  # no image in the chat
+    ],
+)
+def test_a_question_without_images_refers_to_the_one_it_names_or_the_latest(
+    question: str, own: list[Seen], earlier: list[Seen], expected: tuple[Seen, ...]
+) -> None:
+    assert referred_images(question, own, earlier) == Referred(expected)
+
+
+@pytest.mark.parametrize(
+    ("question", "earlier", "sentence"),
+    [
+        (
+            "Find the spoon in the third photo",
+            [PHOTO, SCREEN],
+            "the question names image 3, but the chat's images end at image 2.",
+        ),
+        (
+            "Find it in photo 7",
+            [PHOTO],
+            "the question names image 7, but the chat's images end at image 1.",
+        ),
+        (
+            "第三张图里的勺子在哪？",
+            [PHOTO, SCREEN],
+            "the question names image 3, but the chat's images end at image 2.",
+        ),
+        (
+            "Where is the spoon in image 2?",
+            [],
+            "the question names image 2, but the chat has no image.",
+        ),
+    ],
+)
+def test_a_question_naming_an_image_the_chat_lacks_gets_none_and_the_reason(
+    question: str, earlier: list[Seen], sentence: str
+) -> None:
+    referred = referred_images(question, [], earlier)
+    assert (referred.images, referred.missing) == ((), sentence)
+
+
+BBOX_ANSWER = '```json\n[{"bbox_2d": [0.54, 0.16, 0.71, 0.82], "label": "spoon"}]\n```'
+
+
+def test_the_missing_image_is_said_once_when_the_answer_gives_coordinates() -> None:
+    referred = referred_images("Find the spoon in the third photo", [], [PHOTO, SCREEN])
+    grounding = read_marks(BBOX_ANSWER + " and at (300, 120).", referred.images, referred.missing)
+    assert grounding.marks == ()
+    assert not_drawn_note(grounding) == (
+        "Not drawn: the question names image 3, but the chat's images end at image 2."
+    )
+    said_in_chinese = not_drawn_note(grounding, translator("zh-CN"))
+    assert "第 3 张" in said_in_chinese and "第 2 张" in said_in_chinese, said_in_chinese
+
+
+def test_the_missing_image_goes_unsaid_when_the_answer_gives_no_coordinates() -> None:
+    referred = referred_images("Find the spoon in the third photo", [], [PHOTO, SCREEN])
+    answer = "There are only two photos here: the 2 of them show a cup and a settings page."
+    assert read_marks(answer, referred.images, referred.missing) == Grounding()
+    assert overlays(answer, [], referred.missing) == ([], Grounding())
+
+
+def test_a_follow_up_answer_outside_the_photo_it_names_says_which_photo() -> None:
+    referred = referred_images("Find the spoon in the first photo", [], [PHOTO, SCREEN])
+    grounding = read_marks("pyautogui.click(x=900, y=100)", referred.images, referred.missing)
+    assert grounding.marks == ()
+    assert not_drawn_note(grounding) == (
+        "Not drawn: “pyautogui.click(x=900, y=100)” is outside coffee.png (600x400)."
+    )

@@ -17,6 +17,7 @@ from babel.messages.pofile import read_po
 
 from backend.errors import ImageError, ServerUnreachable
 from backend.events import Done, Usage
+from backend.families import THINKING_2506
 from backend.i18n import (
     ENGLISH,
     KEYWORDS,
@@ -33,7 +34,6 @@ from backend.i18n import (
 from backend.images import upload_size
 from backend.panel import panel_fields
 from backend.presenter import THINKING_LABEL, thought_label
-from backend.settings import THINKING_2506
 from backend.starters import sample_for, starters_for
 from backend.timings import Timings, stats_line
 from backend.vllm_errors import map_error

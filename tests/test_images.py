@@ -17,17 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image, ImageChops, ImageFilter, ImageStat
+from PIL import ExifTags, Image, ImageChops, ImageFilter, ImageStat
 
 from backend.errors import ImageError
 from backend.images import (
     FREED_BLOCKS_KEPT,
     MAX_SIDE,
     PreparedImage,
+    decode_data_url,
     fit_to_budget,
     image_tokens,
     jpeg_quality,
     prepare_image,
+    shown_as_is,
 )
 from tests.media import one_line_naming
 
@@ -41,6 +43,11 @@ PHOTO_TOKENS = {  # ceil(W/28) * ceil(H/28): every photo fits both budgets (<= 3
     "coffee.png": 22 * 15,  # 600x400: 28*21 = 588 < 600, 28*14 = 392 < 400
 }
 LIMITS = [4096, 16384]  # Kimi-VL-A3B-Instruct, Kimi-VL-A3B-Thinking-2506
+
+
+def mime(prepared: PreparedImage) -> str:
+    """The media type its data URL names (``image/jpeg`` ...)."""
+    return decode_data_url(prepared.data_url)[0]
 
 
 def decode(prepared: PreparedImage) -> Image.Image:
@@ -233,7 +240,6 @@ def test_data_url_decodes_to_the_stated_size(name: str, limit: int) -> None:
     assert image.size == (prepared.width, prepared.height) == source.size  # all fit already
     assert prepared.tokens == PHOTO_TOKENS[name]
     assert prepared.source_bytes == (DATA / name).stat().st_size
-    assert prepared.payload_bytes == len(base64.b64decode(prepared.data_url.split(",")[1]))
     assert prepared.as_content_part() == {
         "type": "image_url",
         "image_url": {"url": prepared.data_url},
@@ -243,10 +249,10 @@ def test_data_url_decodes_to_the_stated_size(name: str, limit: int) -> None:
 
 
 def test_photos_become_jpeg_and_the_scanned_page_stays_lossless_grayscale() -> None:
-    assert prepare_image(DATA / "astronaut.png", 4096).mime_type == "image/jpeg"
-    assert prepare_image(DATA / "rocket.jpg", 4096).mime_type == "image/jpeg"
+    assert mime(prepare_image(DATA / "astronaut.png", 4096)) == "image/jpeg"
+    assert mime(prepare_image(DATA / "rocket.jpg", 4096)) == "image/jpeg"
     page = prepare_image(DATA / "page.png", 4096)
-    assert page.mime_type == "image/png"
+    assert mime(page) == "image/png"
     decoded = decode(page)
     assert decoded.mode == "L"
     assert ImageChops.difference(decoded, photo("page.png")).getbbox() is None  # lossless
@@ -273,7 +279,7 @@ def test_image_larger_than_the_budget_is_scaled_to_it(
     assert image.size == (prepared.width, prepared.height)
     reference = photo("coffee.png").resize(image.size, Image.Resampling.LANCZOS)
     assert mean_difference(image, reference) < 4
-    assert prepared.payload_bytes < prepared.source_bytes
+    assert len(decode_data_url(prepared.data_url)[1]) < prepared.source_bytes
 
 
 @pytest.mark.parametrize(("setting", "kept"), [(None, FREED_BLOCKS_KEPT), ("0", 0), ("2", 2)])
@@ -374,7 +380,8 @@ def test_truncated_jpeg_is_refused(save: Callable[..., Path]) -> None:
     data = (DATA / "rocket.jpg").read_bytes()
     with pytest.raises(ImageError) as error:
         prepare_image(save("half.jpg", data[: len(data) // 2]), 4096)
-    assert "truncated" in one_line_naming(error.value, "half.jpg")
+    said = one_line_naming(error.value, "half.jpg")
+    assert "damaged" in said and "truncated" not in said.lower()  # ours; Pillow's: app.log
 
 
 def test_text_named_jpg_is_refused(save: Callable[..., Path]) -> None:
@@ -464,7 +471,7 @@ def test_sixteen_bit_png_is_scaled_not_clipped(save: Callable[..., Path]) -> Non
     assert Image.open(path).mode.startswith("I;16")
     prepared = prepare_image(path, 4096)
     image = decode(prepared)
-    assert prepared.mime_type == "image/png" and image.mode == "L"
+    assert mime(prepared) == "image/png" and image.mode == "L"
     assert [image.getpixel((x, 16)) for x in range(256)] == list(range(256))
 
 
@@ -561,7 +568,7 @@ BAD_INPUTS = [
     BadInput("signature.png", b"\x89PNG\r\n\x1a\n", NOT_AN_IMAGE),
     BadInput("gif-header.gif", b"GIF89a", NOT_AN_IMAGE),
     # Damaged images.
-    BadInput("half.jpg", JPEG_ROCKET[: len(JPEG_ROCKET) // 2], "truncated"),
+    BadInput("half.jpg", JPEG_ROCKET[: len(JPEG_ROCKET) // 2], "damaged"),
     BadInput("header-only.jpg", JPEG_ROCKET[:400], "damaged"),
     BadInput("half.png", PNG_CAT[: len(PNG_CAT) // 2], "damaged"),
     BadInput("garbled.png", flipped_byte(PNG_CAT, len(PNG_CAT) // 2), "damaged"),
@@ -694,10 +701,32 @@ def test_an_upload_that_already_fits_is_sent_byte_for_byte(save: Callable[..., P
     photo = Image.open(DATA / "rocket.jpg").convert("RGB")
     path = save("small.jpg", encoded(photo, "JPEG", quality=75))
     prepared = prepare_image(path, 4096)
-    assert payload(prepared) == path.read_bytes() and prepared.mime_type == "image/jpeg"
+    assert payload(prepared) == path.read_bytes() and mime(prepared) == "image/jpeg"
     assert (prepared.width, prepared.height, prepared.tokens) == (640, 427, 368)
     screenshot = save("shot.png", encoded(Image.open(DATA / "page.png").convert("L"), "PNG"))
     assert payload(prepare_image(screenshot, 4096)) == screenshot.read_bytes()
+
+
+def test_a_closed_chats_image_sent_as_uploaded_is_linked_not_written_again(
+    save: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Spilling (a closed tab's images leave memory) links the upload itself when the
+    image went as it came: the same file, no bytes decoded or written; an image made
+    anew (EXIF-rotated) is written, and both read back as the data URL they were."""
+    rocket = Image.open(DATA / "rocket.jpg").convert("RGB")
+    upload = save("small.jpg", encoded(rocket, "JPEG", quality=75))
+    exif = Image.Exif()
+    exif[ExifTags.Base.Orientation] = 6
+    turned = save("turned.jpg", encoded(rocket, "JPEG", quality=75, exif=exif))
+    as_came, made = prepare_image(upload, 4096), prepare_image(turned, 4096)
+    assert (made.width, made.height) == (427, 640)  # upright: decoded and encoded anew
+
+    spilled = as_came.spilled(tmp_path / "image-1")
+    assert isinstance(spilled.data, Path) and spilled.data.samefile(upload)
+    assert spilled.data_url == as_came.data_url and spilled.encoded()[0] == "image/jpeg"
+    rewritten = made.spilled(tmp_path / "image-2")
+    assert isinstance(rewritten.data, Path) and not rewritten.data.samefile(turned)
+    assert rewritten.data_url == made.data_url
 
 
 def noisy_photo(width: int = 800, height: int = 600) -> Image.Image:
@@ -820,3 +849,27 @@ def rotated_exif() -> bytes:
     exif = Image.Exif()
     exif[0x0112] = 6
     return exif.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "image_format", "mode", "shown"),
+    [
+        ("photo.jpg", "JPEG", "RGB", True),
+        ("shot.png", "PNG", "RGBA", True),
+        ("anim.gif", "GIF", "P", True),
+        ("web.webp", "WEBP", "RGB", True),
+        ("phone.heic", "HEIF", "RGB", False),
+        ("modern.avif", "AVIF", "RGB", False),
+        ("scan.tiff", "TIFF", "RGB", False),
+        ("paint.bmp", "BMP", "RGB", False),
+        ("print.jpg", "JPEG", "CMYK", False),
+    ],
+)
+def test_only_formats_every_browser_decodes_are_shown_as_they_are(
+    tmp_path: Path, name: str, image_format: str, mode: str, shown: bool
+) -> None:
+    """HEIC, AVIF, TIFF, BMP and CMYK JPEG uploads get a copy to show (ui/previews.py)."""
+    path = tmp_path / name
+    path.write_bytes(encoded(ROCKET.convert(mode), image_format))
+    assert shown_as_is(path) is shown
+    assert shown_as_is(tmp_path / "missing.png") is False

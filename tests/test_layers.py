@@ -1,13 +1,18 @@
 """The layering README's architecture section states, read from the source's imports.
 
 backend/ runs without Chainlit or the UI, backend/store/ without the chat and its
-presenter, and serving/ (the launcher) has no import circles.
+presenter, and serving/ (the launcher) has no import circles; what varies between model
+families and between upload kinds is named only in their registries, backend/families.py
+and backend/upload_kinds.py (issue 51).
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+from backend.families import FAMILIES
+from backend.upload_kinds import KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,6 +71,15 @@ def test_the_store_does_not_import_the_chat_or_its_presenter() -> None:
     assert {name: found for name, found in wrong.items() if found} == {}
 
 
+def test_benchmarks_and_the_product_import_nothing_from_the_tests() -> None:
+    wrong = {
+        name: sorted(reaching(imported, ("tests",)))
+        for folder in ("bench", "backend", "ui", "serving")
+        for name, imported in modules(folder).items()
+    }
+    assert {name: found for name, found in wrong.items() if found} == {}
+
+
 def test_serving_has_no_import_circles() -> None:
     graph = {
         name: {m for m in reaching(imported, ("serving",)) if m in modules("serving")} - {name}
@@ -86,3 +100,42 @@ def test_serving_has_no_import_circles() -> None:
     for start in sorted(graph):
         if start not in state:
             assert circle_from(start, []) is None
+
+
+PRODUCT = ("app.py", "launch.sh", "backend", "ui", "serving", "bench", "public")
+"""Everything that is not a test: the app, its launcher, runtime, tooling, benchmarks, page
+code and style."""
+
+
+def product_files(suffixes: tuple[str, ...] = (".py", ".js", ".sh", ".css")) -> dict[str, str]:
+    """Each product file's text by its path from the repository root."""
+    found: dict[str, str] = {}
+    for name in PRODUCT:
+        top = ROOT / name
+        paths = [top] if top.is_file() else sorted(top.rglob("*"))
+        for path in paths:
+            if path.suffix in suffixes and path.is_file():
+                found[str(path.relative_to(ROOT))] = path.read_text(encoding="utf-8")
+    return found
+
+
+def test_only_the_family_registry_names_a_familys_markers() -> None:
+    markers = {m for f in FAMILIES.values() for m in (f.markers.open, f.markers.close)}
+    named = {
+        (path, marker)
+        for path, text in product_files().items()
+        for marker in markers
+        if marker in text and path != "backend/families.py"
+    }
+    assert named == set()
+
+
+def test_only_the_upload_kind_registry_names_a_kinds_media_types() -> None:
+    types = {media_type for kind in KINDS for media_type in kind.types}
+    named = {
+        (path, media_type)
+        for path, text in product_files().items()
+        for media_type in types
+        if media_type in text and path != "backend/upload_kinds.py"
+    }
+    assert named == set()

@@ -3,7 +3,8 @@
 Expected numbers are read off the sample text by hand:
 vllm_metrics.txt has running 6, waiting 0, kv_cache_usage_perc 0.012698412698412653,
 prompt_tokens_total 10474, generation_tokens_total 14400, prefix cache 7424 hits of
-10474 queries, image cache 14 hits of 15 queries; vllm_metrics_later.txt has
+10474 queries, image cache 14 hits of 15 queries, request_queue_time_seconds_sum
+0.060581869999850824, request_success_total 7 + 18; vllm_metrics_later.txt has
 generation_tokens_total 16747 and the same prompt total.
 """
 
@@ -39,6 +40,7 @@ def test_one_engine_sample_is_read_as_it_stands() -> None:
     assert m.kv_cache_usage == pytest.approx(0.012698412698412653)
     assert (m.prompt_tokens, m.generation_tokens) == (10474, 14400)
     assert (m.prefix_queries, m.prefix_hits, m.mm_queries, m.mm_hits) == (10474, 7424, 15, 14)
+    assert m.queue_seconds == pytest.approx(0.060581869999850824) and m.finished == 25
 
 
 def test_two_engines_are_summed_and_their_kv_cache_use_averaged() -> None:

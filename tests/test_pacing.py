@@ -117,7 +117,7 @@ async def test_the_speed_is_learnt_from_a_paced_answer(fake: RunningFake) -> Non
 async def test_the_queue_is_read_from_the_servers_metrics(fake: RunningFake) -> None:
     client = ChatClient(fake.base_url, "k")
     pace = ServerPace(client)
-    assert await pace.queued("kimi-vl-dev") == 0  # the real scrape, tests/data/vllm_metrics.txt
+    assert await pace.queued(fake.server.model) == 0  # a real scrape, tests/data/vllm_metrics.txt
     assert await pace.queued("not-served") is None
     await client.aclose()
     assert await pace.queued() is None  # closed: unknown
@@ -129,9 +129,10 @@ async def test_waiting_chats_share_one_read_of_the_queue(fake: RunningFake) -> N
     client = ChatClient(fake.base_url, "k")
     pace = ServerPace(client)
     before = fake.server.metrics_reads
-    asked_at_once = await asyncio.gather(*(pace.queued("kimi-vl-dev") for _ in range(8)))
+    model = fake.server.model
+    asked_at_once = await asyncio.gather(*(pace.queued(model) for _ in range(8)))
     assert asked_at_once == [0] * 8
-    assert await pace.queued("kimi-vl-dev") == 0  # a moment later: the same read
+    assert await pace.queued(model) == 0  # a moment later: the same read
     assert fake.server.metrics_reads - before == 1
     await client.aclose()
 

@@ -14,6 +14,7 @@ from markdown_it import MarkdownIt
 from backend.chat import SamplingOptions
 from backend.client import ServedModel
 from backend.events import Done, Usage
+from backend.families import DEV, INSTRUCT, THINKING_2506
 from backend.i18n import ENGLISH, msg, translator
 from backend.panel import (
     PanelField,
@@ -32,9 +33,8 @@ from backend.presenter import (
     waiting_note,
 )
 from backend.render import Ending, finished
-from backend.settings import DEV, INSTRUCT, THINKING_2506
 from backend.starters import sample_for, starters_for
-from bench._common import Tab, question, running_stack
+from bench.harness import Tab, question, running_stack
 from tests.conftest import DATA, RunningFake
 
 

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from backend.images import image_tokens
 from serving.preflight import (
     ADD_USER,
+    CHAINLIT_SETTINGS_TABLES,
     Finding,
     check_batched_tokens,
+    check_chainlit_environment,
     check_disk,
     check_images_fit,
     check_parallel,
     check_ports,
+    check_router_host,
     check_ui_exposure,
     check_vllm_version,
     is_loopback,
@@ -24,6 +31,8 @@ from serving.preflight import (
     restart_delay,
     split_memory_utilization,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_parallel_sizes_must_multiply_to_the_visible_gpus() -> None:
@@ -133,6 +142,30 @@ def test_ui_beyond_loopback_needs_a_user_or_an_explicit_override() -> None:
     assert "KIMI_ALLOW_ANONYMOUS=true" in warning.text
 
 
+@pytest.mark.parametrize(
+    ("host", "refused"),
+    [
+        ("0.0.0.0", "every interface"),
+        ("::", "every interface"),
+        ("8.8.8.8", "a public address"),
+        ("169.254.0.9", "a link-local address"),
+        ("router.internal", "not an IP address"),
+    ],
+)
+def test_the_router_is_refused_beyond_one_private_address(host: str, refused: str) -> None:
+    """vllm-router's admin API answers anyone (docs/scaling.md): loopback, or one private
+    address of the host with a warning; anything else refused before it starts."""
+    [refusal] = check_router_host(host)
+    assert refusal.refuse and refused in refusal.text and "KIMI_ROUTER_HOST" in refusal.text
+
+
+def test_the_router_on_a_private_address_is_said_to_need_a_fence() -> None:
+    assert check_router_host("127.0.0.1") == check_router_host("localhost") == []
+    for host in ("10.231.5.1", "192.168.1.2", "172.16.0.3", "fd12::1"):
+        [warning] = check_router_host(host)
+        assert not warning.refuse and "no sign-in" in warning.text and host in warning.text
+
+
 def test_restart_delay_doubles_up_to_the_cap_then_gives_up() -> None:
     delays = [restart_delay(n, base_s=2, max_s=10, give_up_after=6) for n in range(1, 7)]
     assert delays == [2, 4, 8, 10, 10, -1]
@@ -142,3 +175,37 @@ def test_restart_delay_doubles_up_to_the_cap_then_gives_up() -> None:
 def test_two_servers_split_the_gpu_memory_share(total: float, share: float) -> None:
     assert split_memory_utilization(total, 2) == share
     assert split_memory_utilization(total, 2) * 2 <= total
+
+
+def test_a_variable_chainlit_reads_as_its_settings_is_refused_in_one_line() -> None:
+    """Issue 47: a shell's ``RUN`` stopped the chat UI with a SettingsError after vLLM's load,
+    and launch.sh said only that the UI exited."""
+    assert check_chainlit_environment({"PATH": "/bin", "RUNNER": "x", "KIMI_UI": "y"}) == []
+    [finding] = check_chainlit_environment({"RUN": "1", "ui": "dark", "HOME": "/root"})
+    assert finding.refuse
+    assert finding.text == (
+        "the environment variable RUN, ui is set, and Chainlit reads it as its own settings: "
+        "the chat UI would stop as it starts; unset it (`unset RUN ui`)"
+    )
+
+
+def test_the_variables_refused_are_the_settings_tables_of_the_installed_chainlit() -> None:
+    """Fails when Chainlit's config (chainlit/config.py) gains or loses a settings table."""
+    env = {**os.environ, "CHAINLIT_APP_ROOT": str(ROOT)}
+    code = (
+        "import pydantic, chainlit.config as c; print(' '.join(sorted(n for n, f in "
+        "c.ChainlitConfig.model_fields.items() if isinstance(f.annotation, type) and "
+        "issubclass(f.annotation, pydantic.BaseModel))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == sorted(CHAINLIT_SETTINGS_TABLES)
+    failed = subprocess.run(  # and such a variable does stop Chainlit
+        [sys.executable, "-c", "import chainlit.config"],
+        env={**env, "RUN": "1"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert failed.returncode != 0 and "ValidationError" in failed.stderr

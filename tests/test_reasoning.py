@@ -16,7 +16,10 @@ from itertools import pairwise
 import pytest
 
 from backend.events import AnswerDelta, ReasoningDelta, TextPart
-from backend.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter, strip_reasoning
+from backend.families import KIMI_MARKERS
+from backend.reasoning import ReasoningSplitter, strip_reasoning
+
+THINK_OPEN, THINK_CLOSE = KIMI_MARKERS.open, KIMI_MARKERS.close
 
 Collapsed = list[tuple[str, str]]
 """Parts as (kind, text) with neighbours of one kind merged; kind is "r" or "a"."""
@@ -65,7 +68,7 @@ def _run(
     chunks: Iterable[str], *, starts_in_reasoning: bool, markers_allowed: bool = False
 ) -> tuple[Collapsed, bool]:
     """Feed chunks, then flush; return the collapsed parts and the final in_reasoning."""
-    splitter = ReasoningSplitter(starts_in_reasoning=starts_in_reasoning)
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=starts_in_reasoning)
     parts: list[TextPart] = []
     for chunk in chunks:
         got = splitter.feed(chunk)
@@ -122,7 +125,7 @@ def test_close_only_stream_without_thinking_profile_drops_stray_marker() -> None
 
 
 def test_marker_and_text_in_same_chunk() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("◁think▷abc") == [ReasoningDelta("abc")]
     assert splitter.in_reasoning
     assert splitter.feed("abc◁/think▷xyz") == [ReasoningDelta("abc"), AnswerDelta("xyz")]
@@ -131,7 +134,7 @@ def test_marker_and_text_in_same_chunk() -> None:
 
 
 def test_both_markers_in_one_chunk() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("pre◁think▷r◁/think▷a") == [
         AnswerDelta("pre"),
         ReasoningDelta("r"),
@@ -142,7 +145,7 @@ def test_both_markers_in_one_chunk() -> None:
 
 
 def test_second_reasoning_block_alternates_parts() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("a◁think▷b◁/think▷c◁think▷d") == [
         AnswerDelta("a"),
         ReasoningDelta("b"),
@@ -153,7 +156,7 @@ def test_second_reasoning_block_alternates_parts() -> None:
 
 
 def test_thinking_profile_text_before_marker_is_reasoning() -> None:
-    splitter = ReasoningSplitter(starts_in_reasoning=True)
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=True)
     assert splitter.in_reasoning
     assert splitter.feed("abc") == [ReasoningDelta("abc")]
     assert not splitter.saw_marker
@@ -161,7 +164,7 @@ def test_thinking_profile_text_before_marker_is_reasoning() -> None:
 
 
 def test_thinking_profile_answer_with_only_closing_marker() -> None:
-    splitter = ReasoningSplitter(starts_in_reasoning=True)
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=True)
     assert splitter.feed("reasoning text◁/think▷answer") == [
         ReasoningDelta("reasoning text"),
         AnswerDelta("answer"),
@@ -171,14 +174,14 @@ def test_thinking_profile_answer_with_only_closing_marker() -> None:
 
 
 def test_thinking_profile_opening_marker_inside_reasoning_is_dropped() -> None:
-    splitter = ReasoningSplitter(starts_in_reasoning=True)
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=True)
     assert splitter.feed("◁think▷ab◁think▷cd") == [ReasoningDelta("abcd")]
     assert splitter.saw_marker
     assert splitter.in_reasoning
 
 
 def test_plain_profile_text_is_answer_until_opening_marker() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert not splitter.in_reasoning
     assert splitter.feed("hello ") == [AnswerDelta("hello ")]
     assert splitter.feed("world◁think▷") == [AnswerDelta("world")]
@@ -203,7 +206,7 @@ def test_plain_profile_stray_closing_marker_is_dropped(
     text = "".join(chunks)
     for chunking in [chunks, list(text), *(_split_at(text, [i]) for i in range(1, len(text)))]:
         assert _run(chunking, starts_in_reasoning=False) == (expected, False), chunking
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     for chunk in chunks:
         splitter.feed(chunk)
     assert splitter.saw_marker
@@ -211,7 +214,7 @@ def test_plain_profile_stray_closing_marker_is_dropped(
 
 
 def test_stray_closing_marker_split_releases_text_early() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("abc◁/th") == [AnswerDelta("abc")]
     assert not splitter.saw_marker
     assert splitter.feed("ink▷xyz") == [AnswerDelta("xyz")]
@@ -219,7 +222,7 @@ def test_stray_closing_marker_split_releases_text_early() -> None:
 
 
 def test_stream_ending_inside_reasoning_flushes_held_text_as_reasoning() -> None:
-    splitter = ReasoningSplitter(starts_in_reasoning=True)
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=True)
     assert splitter.feed("◁think▷long reasoning ◁/thi") == [ReasoningDelta("long reasoning ")]
     assert splitter.flush() == [ReasoningDelta("◁/thi")]
     assert splitter.in_reasoning
@@ -236,7 +239,7 @@ def test_unclosed_reasoning_any_chunking(starts_in_reasoning: bool) -> None:
 
 
 def test_partial_opening_marker_then_not_a_marker() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("◁thin") == []
     assert splitter.feed("k about it") == [AnswerDelta("◁think about it")]
     assert not splitter.saw_marker
@@ -250,7 +253,7 @@ def test_look_alike_text_is_plain_text(text: str) -> None:
 
 
 def test_look_alike_releases_held_text_as_soon_as_possible() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("a◁") == [AnswerDelta("a")]
     assert splitter.feed("b") == [AnswerDelta("◁b")]
     assert splitter.feed("◁/think") == []
@@ -261,25 +264,25 @@ def test_look_alike_releases_held_text_as_soon_as_possible() -> None:
 
 
 def test_lone_marker_start_at_end_is_flushed() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("a◁") == [AnswerDelta("a")]
     assert splitter.flush() == [AnswerDelta("◁")]
     assert splitter.flush() == []
 
 
 def test_extra_marker_start_before_real_marker() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("◁◁think▷x") == [AnswerDelta("◁"), ReasoningDelta("x")]
 
 
 def test_empty_chunk_changes_nothing() -> None:
     for starts in (True, False):
-        splitter = ReasoningSplitter(starts_in_reasoning=starts)
+        splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=starts)
         assert splitter.feed("") == []
         assert splitter.in_reasoning is starts
         assert not splitter.saw_marker
         assert splitter.flush() == []
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("◁thi") == []
     assert splitter.feed("") == []
     assert splitter.feed("nk▷\n") == []
@@ -295,17 +298,17 @@ def test_leading_whitespace_after_markers_is_dropped() -> None:
 
 
 def test_leading_whitespace_at_stream_start_is_dropped() -> None:
-    splitter = ReasoningSplitter(starts_in_reasoning=True)
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=True)
     assert splitter.feed("\n") == []
     assert splitter.feed(" ") == []
     assert splitter.feed("a b") == [ReasoningDelta("a b")]
     assert splitter.feed(" ") == [ReasoningDelta(" ")]
-    plain = ReasoningSplitter()
+    plain = ReasoningSplitter(markers=KIMI_MARKERS)
     assert plain.feed("  hi  there") == [AnswerDelta("hi  there")]
 
 
 def test_whitespace_only_answer_gives_no_answer_part() -> None:
-    splitter = ReasoningSplitter(starts_in_reasoning=True)
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=True)
     assert splitter.feed("r◁/think▷\n\n") == [ReasoningDelta("r")]
     assert splitter.feed(" \n") == []
     assert splitter.flush() == []
@@ -313,7 +316,7 @@ def test_whitespace_only_answer_gives_no_answer_part() -> None:
 
 
 def test_parts_of_one_feed_are_merged() -> None:
-    splitter = ReasoningSplitter()
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS)
     assert splitter.feed("ab◁x◁y◁/think▷z") == [AnswerDelta("ab◁x◁yz")]
 
 
@@ -366,7 +369,7 @@ def test_long_reasoning_one_character_at_a_time() -> None:
     assert len(body) == 200_000
     assert THINK_OPEN not in body
     assert THINK_CLOSE not in body
-    splitter = ReasoningSplitter(starts_in_reasoning=True)
+    splitter = ReasoningSplitter(markers=KIMI_MARKERS, starts_in_reasoning=True)
     reasoning: list[str] = []
     answer: list[str] = []
     for char in THINK_OPEN + body + THINK_CLOSE + "Done.":
@@ -385,7 +388,7 @@ def test_long_reasoning_one_character_at_a_time() -> None:
     ["", "plain answer", "  leading space kept\n", "a ◁ b ▷ c ◁thin ◁/thinking▷"],
 )
 def test_strip_reasoning_without_markers_is_unchanged(text: str) -> None:
-    assert strip_reasoning(text) == text
+    assert strip_reasoning(text, KIMI_MARKERS) == text
 
 
 @pytest.mark.parametrize(
@@ -404,4 +407,4 @@ def test_strip_reasoning_without_markers_is_unchanged(text: str) -> None:
     ],
 )
 def test_strip_reasoning(text: str, answer: str) -> None:
-    assert strip_reasoning(text) == answer
+    assert strip_reasoning(text, KIMI_MARKERS) == answer

@@ -17,7 +17,7 @@ from itertools import pairwise
 
 import pytest
 
-from backend.reasoning import THINK_CLOSE, THINK_OPEN
+from backend.families import KIMI_MARKERS
 from serving.kimi_reasoning import (
     KIMI_ASSISTANT_HEADER,
     MARKER_TOKENS_MAX,
@@ -25,6 +25,7 @@ from serving.kimi_reasoning import (
     assistant_header,
 )
 
+THINK_OPEN, THINK_CLOSE = KIMI_MARKERS.open, KIMI_MARKERS.close
 SPECIAL = ["<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"]
 HEADER = "<|im_assistant|>assistant<|im_middle|>"
 
@@ -258,6 +259,7 @@ def test_feed_holds_a_split_marker_back_and_never_shows_it() -> None:
 def test_assistant_header_is_what_the_generation_prompt_adds(
     with_prompt: str, without: str, expected: str | None
 ) -> None:
+
     assert assistant_header(lambda on: with_prompt if on else without) == expected
 
 

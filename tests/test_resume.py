@@ -28,7 +28,7 @@ from backend.settings import Settings
 from backend.store.core import Store
 from tests.conftest import DATA, RunningFake
 from tests.fakes.kimi_server import ANSWER, REASONING, conversation
-from ui import history, process, turn_buttons
+from ui import history, process, turn_buttons, versions_view
 from ui.session import runner
 
 
@@ -96,8 +96,9 @@ async def test_after_a_restart_regenerate_and_edit_send_what_was_sent_before(
     await app.on_chat_resume(thread(thread_id))
     regenerate = [a for a in page.actions() if a["label"] == "Regenerate"]
     assert len(regenerate) == 1 and regenerate[0]["forId"]
-    action = cl.Action(name="retry", payload=regenerate[0]["payload"], id=regenerate[0]["id"])
-    await turn_buttons.on_retry(action)
+    sent = len(fake.requests)
+    await press("retry", regenerate[0])
+    assert len(fake.requests) == sent + 1
     assert conversation(fake.requests[-1]) == before  # same images, same answers, same question
 
     first.content = "What is this, exactly?"  # Chainlit's edit: same id, new text, no files
@@ -107,7 +108,76 @@ async def test_after_a_restart_regenerate_and_edit_send_what_was_sent_before(
     assert len(edited) == 1
     assert edited[0]["content"][0] == before[0]["content"][0]  # the stored prepared photo
     assert edited[0]["content"][-1] == {"type": "text", "text": "What is this, exactly?"}
-    assert [r.turn.text for r in await store.turns.load(thread_id)] == ["What is this, exactly?"]
+    stored = await store.turns.load(thread_id)  # every version is kept
+    assert [r.turn.text for r in stored] == [
+        "What is this?", "And the sky?", "And the sky?", "What is this, exactly?",
+    ]  # fmt: skip
+    assert [t.text for t in runner().chat.conversation.turns] == ["What is this, exactly?"]
+
+
+async def press(name: str, frame: dict[str, Any]) -> None:
+    """Press the button of ``frame`` (an ``action`` frame) and wait for the task it starts."""
+    callbacks = {"retry": turn_buttons.on_retry, "version": versions_view.on_version}
+    await callbacks[name](cl.Action(name=name, payload=frame["payload"], id=frame["id"]))
+    task = cl.context.session.current_task
+    if task is not None:
+        await task
+
+
+async def ask(text: str) -> None:
+    """The person sends ``text`` (Chainlit puts it in the chat's context first)."""
+    message = cl.Message(content=text, type="user_message")
+    cl.chat_context.add(message)
+    await app.on_message(message)
+
+
+def asked(request: dict[str, Any]) -> list[str]:
+    """The person's texts a chat completion request sends, oldest first."""
+    return [m["content"][-1]["text"] for m in conversation(request) if m["role"] == "user"]
+
+
+async def test_regenerate_keeps_the_later_turns_and_a_switch_back_shows_them_after_a_resume(
+    store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regenerate on the first of three answers: a second version, asked alone, the later
+    turns kept with the first; the next question goes with the branch shown; ‹ draws
+    turns 1-3 again and the next question goes with them; a resume shows that branch with
+    ‹ n/m › under the first answer."""
+    thread_id = str(uuid.uuid4())
+    page = open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    for n in (1, 2, 3):
+        await ask(f"q{n}")
+    first_answer = next(a for a in page.actions() if a["label"] == "Regenerate")
+    await press("retry", first_answer)
+    assert asked(fake.requests[-1]) == ["q1"]
+    await ask("q4")
+    assert asked(fake.requests[-1]) == ["q1", "q4"]
+    assert len(await store.turns.load(thread_id)) == 5  # nothing dropped
+
+    back = next(a for a in page.actions() if a["label"] == "‹ 2/2")
+    frames = len(page.frames)
+    await press("version", back)
+    new = [d for e, d in page.frames[frames:] if e == "new_message"]
+    drawn = [d["output"] for d in new]
+    assert drawn[::2] == ["q1", "q2", "q3"] and all(a == ANSWER for a in drawn[1::2])
+    assert [d["type"] for d in new[:2]] == ["user_message", "assistant_message"]
+    removed = [d["id"] for e, d in page.frames[frames:] if e == "delete_message"]
+    assert len(removed) >= 4  # q1's second version and q4, questions and answers
+    await ask("q5")
+    assert asked(fake.requests[-1]) == ["q1", "q2", "q3", "q5"]
+    _, document = await history.export(runner())  # the branch shown, as shown
+    assert all(f">q{n}<" in document for n in (1, 2, 3, 5)) and ">q4<" not in document
+    assert document.count("TTFT") == 4  # one answer each
+
+    page = open_page(thread_id, monkeypatch, fake)  # opened again
+    await app.on_chat_resume(thread(thread_id))
+    assert [t.text for t in runner().chat.conversation.turns] == ["q1", "q2", "q3", "q5"]
+    places = [(a["label"], a["forId"]) for a in page.actions() if a["name"] == "version"]
+    assert [label for label, _ in places] == ["‹ 1/2", "›"]
+    assert places[0][1] == places[1][1] == new[1]["id"]  # under turn 1's answer, drawn again
+    await ask("q6")
+    assert asked(fake.requests[-1]) == ["q1", "q2", "q3", "q5", "q6"]
 
 
 async def test_export_sends_one_html_file_with_the_stored_chat(
@@ -179,7 +249,7 @@ async def test_a_stored_chats_answer_finishes_and_is_stored_after_its_tab_closed
     assert stored.stored_status == "done" and stored.turn.answer == ANSWER.lstrip()
 
 
-def test_an_interrupted_turns_reasoning_step_is_found_by_never_having_ended() -> None:
+async def test_an_interrupted_turns_reasoning_step_is_found_by_never_having_ended() -> None:
     """Not by its title, which is in whatever language its browser had."""
     from backend.conversation import Turn
     from backend.record import TurnRecord
@@ -199,10 +269,33 @@ def test_an_interrupted_turns_reasoning_step_is_found_by_never_having_ended() ->
     page = thread("t")
     page["steps"] = steps  # type: ignore[typeddict-item]
     interrupted = TurnRecord(1, "m2", Turn(text="q", status="stopped"), stored_status="pending")
-    history.mark_interrupted(page, [interrupted])
+    await history.mark_interrupted(page, [interrupted])
     names = {s["id"]: s["name"] for s in page["steps"]}
     assert names["r1"] == "Thought for 2.0s"  # ended: left as it was
     assert names["r2"] == "Thought (interrupted)"
     assert page["steps"][-1]["output"].endswith(
         "Interrupted: the app stopped before this answer ended."
     )
+
+
+async def test_an_interrupted_answer_never_stored_as_a_step_is_drawn_with_its_images_as_links() -> (
+    None
+):
+    """The part of an answer saved while it streamed, drawn where its message never was
+    stored, fetches no remote image (as every answer drawn: backend/safety.py)."""
+    from backend.conversation import Turn
+    from backend.record import TurnRecord
+
+    at = "2026-12-01T10:00:00.000000Z"
+    page = thread("t")
+    page["steps"] = [
+        {"id": "m1", "type": "user_message", "name": "alice", "createdAt": at, "output": "q"}
+    ]
+    answer = "Here: ![x](https://elsewhere.example/x.png) and"
+    turn = Turn(text="q", answer=answer, status="stopped")
+    await history.mark_interrupted(
+        page, [TurnRecord(0, "m1", turn, answer_id="a1", stored_status="pending")]
+    )
+    drawn = {s["id"]: s["output"] for s in page["steps"]}
+    assert drawn["a1"].startswith("Here: ") and "elsewhere.example/x.png" in drawn["a1"]
+    assert "![x]" not in drawn["a1"]

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +47,22 @@ from backend.store.export import ChatExport, export_html
 from backend.store.files import FileStore
 from backend.store.resume import restore
 from backend.store.schema import LATEST, migrate
-from backend.store.turns import ThreadTurns, TurnStore
+from backend.store.turns import ThreadTurns, TurnStore, image_file
 from backend.timings import Timings
 from backend.turn_runner import TurnRunner
 from tests.conftest import DATA, RunningFake, SessionFactory, rows
 from tests.test_turn_runner import drain
 from ui import history
 from ui.datalayer import KimiDataLayer
-from ui.files import LocalStorageClient, mount_file_route
+from ui.files import FilesStorageClient, mount_file_route
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def on_disk(store: Store) -> FileStore:
+    """The store's files: a folder, as every store of these tests keeps them."""
+    assert isinstance(store.files, FileStore)
+    return store.files
 
 
 def photo(name: str = "rocket.jpg") -> Any:
@@ -68,10 +75,10 @@ def photo(name: str = "rocket.jpg") -> Any:
 async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
     assert await migrate(store.engine) == []  # check() applied them; again: nothing
     versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
-    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6]
+    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
 
     def columns(sync: Any) -> set[str]:
-        return {c["name"] for c in inspect(sync).get_columns("steps")}
+        return {c["name"] for c in inspect(sync).get_columns("kimi_steps")}
 
     async with store.engine.connect() as db:
         present = await db.run_sync(columns)
@@ -94,11 +101,11 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
             "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
         )
     try:
-        assert await migrate(engine) == [1, 2, 3, 4, 5, 6]
+        assert await migrate(engine) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         async with engine.connect() as db:
-            row = (await db.execute(text('SELECT output, "autoCollapse" FROM steps'))).one()
+            row = (await db.execute(text('SELECT output, "autoCollapse" FROM kimi_steps'))).one()
         assert tuple(row) == ("kept", None)
-        assert LATEST == 6
+        assert LATEST == 9
     finally:
         await engine.dispose()
 
@@ -123,7 +130,7 @@ async def test_turns_stored_with_their_stats_line_as_text_read_back_after_migrat
             )
         )
     try:
-        assert await migrate(engine) == [4, 5, 6]
+        assert await migrate(engine) == [4, 5, 6, 7, 8, 9]
         (old,) = await TurnStore(engine, FileStore(Path(settings.data_dir) / "files")).load("t")
     finally:
         await engine.dispose()
@@ -137,6 +144,17 @@ async def test_turns_stored_with_their_stats_line_as_text_read_back_after_migrat
 # --- Chainlit's data layer --------------------------------------------------------------
 
 
+def test_the_data_layer_is_chainlits_public_base_class_whole() -> None:
+    """Chainlit's public contract, every abstract method of it (a Chainlit that adds one
+    fails here), and none of its SQL layer's code."""
+    from chainlit.data.base import BaseDataLayer
+    from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+
+    assert issubclass(KimiDataLayer, BaseDataLayer)
+    assert not getattr(KimiDataLayer, "__abstractmethods__", None)
+    assert not issubclass(KimiDataLayer, SQLAlchemyDataLayer)
+
+
 async def test_profile_tagged_thread_is_linked_to_its_user(
     layer: KimiDataLayer, store: Store
 ) -> None:
@@ -146,7 +164,7 @@ async def test_profile_tagged_thread_is_linked_to_its_user(
     thread_id = str(uuid.uuid4())
     # What Chainlit does on the first message with a chat profile and auto_tag_thread.
     await layer.update_thread(thread_id, name="hello", user_id=user.id, tags=["kimi-vl"])
-    stored = await rows(store, 'SELECT * FROM threads WHERE "id" = :id', id=thread_id)
+    stored = await rows(store, 'SELECT * FROM kimi_threads WHERE "id" = :id', id=thread_id)
     assert stored[0]["userIdentifier"] == "alice"
     assert json.loads(stored[0]["tags"]) == ["kimi-vl"]
     listed = await layer.get_all_user_threads(user_id=user.id)
@@ -200,7 +218,7 @@ async def test_steps_with_modes_and_tags_are_stored_and_read_back_typed(
     }
     await layer.create_step(StepDict(**step))  # type: ignore[typeddict-item]
     assert layer.failed_statements == 0
-    stored = await rows(store, 'SELECT * FROM steps WHERE "id" = :id', id=step["id"])
+    stored = await rows(store, 'SELECT * FROM kimi_steps WHERE "id" = :id', id=step["id"])
     assert json.loads(stored[0]["modes"]) == {"model": "kimi"}
     thread = await layer.get_thread(thread_id)
     assert thread is not None
@@ -210,6 +228,67 @@ async def test_steps_with_modes_and_tags_are_stored_and_read_back_typed(
     assert back["streaming"] is False
     assert back["isError"] is False
     assert isinstance(thread["metadata"], dict)
+
+
+@pytest.mark.parametrize("turn_first", [True, False], ids=["turn first", "step first"])
+async def test_an_answers_text_is_kept_in_its_turn_only_and_drawn_from_it(
+    layer: KimiDataLayer, store: Store, turn_first: bool
+) -> None:
+    """One record of an answer: its message's step keeps no copy, whichever is written
+    first, and the page (a resume, a share, the sidebar's search) gets it from the turn,
+    remote images made links as when it was drawn."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    answer = "A cat, see ![cat](https://elsewhere.example/cat.png) there."
+    turn = Turn(text="what is it?", answer=answer, status="done")
+    at = "2026-12-01T10:00:00.000Z"
+    said = {"q1": ("user_message", "what is it?"), "a1": ("assistant_message", answer),
+            "n1": ("system_message", "*2.0 s*")}  # fmt: skip
+    steps: list[dict[str, Any]] = [
+        {
+            "id": step_id,
+            "type": kind,
+            "output": output,
+            "createdAt": at,
+            "threadId": thread_id,
+            "name": "x",
+            "streaming": False,
+        }
+        for step_id, (kind, output) in said.items()
+    ]
+    writes = [layer.create_step(StepDict(**step)) for step in steps]  # type: ignore[typeddict-item]
+    if turn_first:
+        await store.turns.save(thread_id, record(0, "q1", turn, answer_id="a1"))
+    for write in writes:
+        await write
+    if not turn_first:
+        await store.turns.save(thread_id, record(0, "q1", turn, answer_id="a1"))
+
+    stored = await rows(
+        store, 'SELECT id, output FROM kimi_steps WHERE "threadId" = :t', t=thread_id
+    )
+    assert {r["id"]: r["output"] for r in stored} == {
+        "q1": "what is it?",
+        "a1": "",
+        "n1": "*2.0 s*",
+    }
+    thread = await layer.get_thread(thread_id)
+    assert thread is not None
+    outputs = {s["id"]: s["output"] for s in thread["steps"]}
+    assert outputs["a1"].startswith("A cat, see ") and "there." in outputs["a1"]
+    assert "![cat]" not in outputs["a1"] and "elsewhere.example/cat.png" in outputs["a1"]
+    assert outputs["n1"] == "*2.0 s*"
+    async with store.engine.begin() as db:  # a block stored before its turn named it
+        await db.execute(text("UPDATE kimi_steps SET output = 'A cat' WHERE id = 'a1'"))
+    thread = await layer.get_thread(thread_id)
+    assert thread is not None
+    assert {s["id"]: s["output"] for s in thread["steps"]}["a1"] == outputs["a1"]
+    user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
+    await layer.update_thread(thread_id, name="what is it?", user_id=user_id)
+    found = await layer.list_threads(
+        Pagination(first=5), ThreadFilter(userId=user_id, search="SEE")
+    )
+    assert [t["id"] for t in found.data] == [thread_id]
 
 
 async def test_a_late_empty_write_never_blanks_a_step(layer: KimiDataLayer, store: Store) -> None:
@@ -226,8 +305,24 @@ async def test_a_late_empty_write_never_blanks_a_step(layer: KimiDataLayer, stor
         full = {**base, "id": step_id, "output": "the whole reasoning"}
         tasks.append(asyncio.create_task(layer.update_step(full)))
     await asyncio.gather(*tasks)
-    stored = await rows(store, 'SELECT output FROM steps WHERE "threadId" = :t', t=thread_id)
+    stored = await rows(store, 'SELECT output FROM kimi_steps WHERE "threadId" = :t', t=thread_id)
     assert [r["output"] for r in stored] == ["the whole reasoning"] * 20
+
+
+async def test_a_nul_character_in_a_step_is_stored_as_a_replacement_character(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    """PostgreSQL's text cannot hold U+0000 ("invalid byte sequence for encoding UTF8:
+    0x00"), and a random-weights answer held one (tests/test_three_hosts.py): before, the
+    store refused every later write of the app until it stopped."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    step = {"id": str(uuid.uuid4()), "threadId": thread_id, "name": "Kimi",
+            "type": "assistant_message", "streaming": False, "output": "noise \x00 and more",
+            "createdAt": "2026-12-01T10:00:00.000Z", "metadata": {"note": "a\x00b"}}  # fmt: skip
+    await layer.create_step(step)
+    stored = await rows(store, 'SELECT output FROM kimi_steps WHERE "threadId" = :t', t=thread_id)
+    assert [r["output"] for r in stored] == ["noise \ufffd and more"]  # on SQLite too
 
 
 async def test_two_writers_at_once_never_hit_a_locked_database(
@@ -235,7 +330,7 @@ async def test_two_writers_at_once_never_hit_a_locked_database(
 ) -> None:
     """Two data layers on two engines (as two app processes would be) write 2 x 60 steps."""
     second = Store(settings)
-    layers = [KimiDataLayer(s, LocalStorageClient(s.files)) for s in (store, second)]
+    layers = [KimiDataLayer(s, FilesStorageClient(s.files)) for s in (store, second)]
     thread_ids = [str(uuid.uuid4()), str(uuid.uuid4())]
     init_http_context()
 
@@ -256,7 +351,7 @@ async def test_two_writers_at_once_never_hit_a_locked_database(
     assert [layer.failed_statements for layer in layers] == [0, 0]
     for thread_id in thread_ids:
         count = await rows(
-            store, 'SELECT COUNT(*) AS n FROM steps WHERE "threadId" = :t', t=thread_id
+            store, 'SELECT COUNT(*) AS n FROM kimi_steps WHERE "threadId" = :t', t=thread_id
         )
         assert count[0]["n"] == 60
 
@@ -274,7 +369,7 @@ async def test_an_edit_removes_the_steps_after_the_edited_message(
     removed = await layer.delete_steps_after(thread_id, "2026-12-01T10:00:00.000000Z", {"edit-run"})
     assert removed == 7
     left = await rows(
-        store, 'SELECT "id" FROM steps WHERE "threadId" = :t ORDER BY "id"', t=thread_id
+        store, 'SELECT "id" FROM kimi_steps WHERE "threadId" = :t ORDER BY "id"', t=thread_id
     )
     assert [r["id"] for r in left] == ["edit-run", "q1"]
 
@@ -311,20 +406,95 @@ async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> No
         "a1", Timings(0.1, 2.5, 3.0, 40), "kimi-vl", options,
     )  # fmt: skip
     assert back.legacy_stats is None  # numbers, not the words shown
-    files = list((store.files.root / "prepared" / thread_id).iterdir())
+    files = list((on_disk(store).root / "prepared" / thread_id).iterdir())
     assert sorted(f.suffix for f in files) == [".jpg", ".png"]
 
 
-async def test_saving_an_edited_turn_drops_the_turns_its_chat_rewound_away(store: Store) -> None:
+async def test_a_version_of_the_first_turn_is_a_first_turn_and_nothing_is_dropped(
+    store: Store,
+) -> None:
+    """Turn 1 of three edited (a version ``beside`` it): it is stored as a first turn, not
+    after the last stored turn; every turn and image stays; choosing turn 1 again (a
+    record without an answer id) keeps its stored answer id."""
     thread_id = str(uuid.uuid4())
     for i in range(3):
         turn = Turn(text=f"q{i}", images=[photo()] if i == 2 else [], answer=f"a{i}", status="done")
-        await store.turns.save(thread_id, record(i, f"m{i}", turn))
-    edited = Turn(text="q1 edited", answer="", status="pending")
-    await store.turns.save(thread_id, record(1, "m1", edited, dropped=("m1", "m2")))
+        await store.turns.save(thread_id, record(i, f"m{i}", turn, answer_id=f"a{i}", chosen=i + 1))
+    edited = Turn(text="q0 edited", answer="", status="pending")
+    await store.turns.save(thread_id, record(3, "v0", edited, chosen=4, beside="m0"))
     loaded = await store.turns.load(thread_id)
-    assert [(r.message_id, r.turn.text) for r in loaded] == [("m0", "q0"), ("m1", "q1 edited")]
-    assert await rows(store, "SELECT * FROM kimi_images WHERE thread_id = :t", t=thread_id) == []
+    assert [(r.message_id, r.parent_id) for r in loaded] == [
+        ("m0", None), ("m1", "m0"), ("m2", "m1"), ("v0", None),
+    ]  # fmt: skip
+    assert [t.text for t in restore(loaded).conversation.turns] == ["q0 edited"]
+    assert (
+        len(await rows(store, "SELECT * FROM kimi_images WHERE thread_id = :t", t=thread_id)) == 1
+    )
+
+    await store.turns.save(thread_id, replace(loaded[0], answer_id=None, chosen=5))
+    loaded = await store.turns.load(thread_id)
+    back = restore(loaded)
+    assert [t.text for t in back.conversation.turns] == ["q0", "q1", "q2"]
+    assert loaded[0].answer_id == "a0" and back.versions.place("v0") == (2, 2)
+
+
+async def test_turns_asked_in_the_composer_follow_the_last_stored_turn(store: Store) -> None:
+    """A turn recorded without a parent (every turn asked in the composer, from any tab)
+    follows the chat's last stored turn: the chat resumes whole, in the order stored, and
+    saving a turn again (its answer streaming) keeps its place."""
+    thread_id = str(uuid.uuid4())
+    for i in range(3):
+        turn = Turn(text=f"q{i}", answer="", status="pending")
+        await store.turns.save(thread_id, record(i, f"m{i}", turn))
+    await store.turns.save(thread_id, record(1, "m1", Turn(text="q1", answer="a1", status="done")))
+    back = restore(await store.turns.load(thread_id))
+    assert [t.text for t in back.conversation.turns] == ["q0", "q1", "q2"]
+    assert [t.answer for t in back.conversation.turns] == ["", "a1", ""]
+    parents = await rows(
+        store, 'SELECT parent_id FROM kimi_turns WHERE thread_id = :t ORDER BY "position"',
+        t=thread_id,
+    )  # fmt: skip
+    assert [r["parent_id"] for r in parents] == [None, "m0", "m1"]
+
+
+async def test_versions_of_a_turn_come_back_with_the_branch_that_was_shown(store: Store) -> None:
+    """Turn 2 regenerated (a version beside it, its own later turns kept), then the
+    first version chosen again: every version is stored, the branch shown comes back."""
+    thread_id = str(uuid.uuid4())
+    shown = [("m1", None, 1), ("m2", "m1", 2), ("m3", "m2", 3), ("m4", "m3", 4)]
+    for position, (key, parent, chosen) in enumerate(shown):
+        turn = Turn(text=f"q {key}", answer=f"a {key}", status="done")
+        saved = record(position, key, turn, parent_id=parent, chosen=chosen, answer_id=f"a{key}")
+        await store.turns.save(thread_id, saved)
+    again = Turn(text="q m2", answer="a m2, again", status="done")
+    await store.turns.save(thread_id, record(4, "v2", again, chosen=5, beside="m2"))
+    back = restore(await store.turns.load(thread_id))
+    assert [t.answer for t in back.conversation.turns] == ["a m1", "a m2, again"]
+    assert back.last_answer_id is None  # the new version's answer id was not stored
+
+    chose_first = (await store.turns.load(thread_id))[1]  # ‹ on turn 2: saved as chosen
+    await store.turns.save(thread_id, replace(chose_first, chosen=6))
+    back = restore(await store.turns.load(thread_id))
+    assert [t.answer for t in back.conversation.turns] == ["a m1", "a m2", "a m3", "a m4"]
+    assert back.versions.place("v2") == (2, 2) and back.last_answer_id == "am4"
+    assert len(await store.turns.load(thread_id)) == 5  # nothing was dropped
+
+
+async def test_turns_stored_before_versions_read_back_as_one_branch(store: Store) -> None:
+    """Migration 7 on rows stored before it (no parent, no choice): each turn follows
+    the one stored before it, in order."""
+    thread_id = str(uuid.uuid4())
+    for i in range(3):
+        turn = Turn(text=f"q{i}", answer=f"a{i}", status="done")
+        await store.turns.save(thread_id, record(i, f"m{i}", turn))
+    async with store.engine.begin() as db:
+        await db.execute(text("UPDATE kimi_turns SET parent_id = NULL, chosen = NULL"))
+        await db.run_sync(schema.MIGRATIONS[6].apply)
+    loaded = await store.turns.load(thread_id)
+    assert [(r.message_id, r.parent_id) for r in loaded] == [
+        ("m0", None), ("m1", "m0"), ("m2", "m1"),
+    ]  # fmt: skip
+    assert [t.text for t in restore(loaded).conversation.turns] == ["q0", "q1", "q2"]
 
 
 async def test_one_chat_in_two_tabs_keeps_the_turns_of_both(
@@ -332,7 +502,7 @@ async def test_one_chat_in_two_tabs_keeps_the_turns_of_both(
 ) -> None:
     """Two tabs resume the same stored chat and each adds a turn (real turn runners, one
     sink each on the same thread): both turns are stored, in the order they were added,
-    and an edit in one tab drops only what that tab rewound away."""
+    and an edit in either tab is a version beside the edited turn (nothing dropped)."""
     thread_id = str(uuid.uuid4())
     settings = Settings(base_url=fake.base_url, data_dir=str(store.data_dir))
     first = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
@@ -341,7 +511,7 @@ async def test_one_chat_in_two_tabs_keeps_the_turns_of_both(
     for _ in range(2):  # two tabs open the stored chat
         tab = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
         restored = restore(await store.turns.load(thread_id))
-        tab.chat.restore(restored.conversation, restored.message_turns)
+        tab.chat.restore(restored.versions, restored.message_turns)
         tabs.append(tab)
     await drain(tabs[0].ask("a1", "from tab A #scenario=quick", []))
     await drain(tabs[1].ask("b1", "from tab B #scenario=quick", []))
@@ -350,18 +520,70 @@ async def test_one_chat_in_two_tabs_keeps_the_turns_of_both(
     assert [r.message_id for r in stored] == ["m0", "a1", "b1", "a2"]
     assert all(r.turn.status == "done" and r.turn.answer for r in stored)
 
-    # Tab B edits its own message: its turn is rewritten in place; tab A's stay.
+    # Tab B edits its own message: a version beside it, following what it follows as
+    # stored (tab A's turn, which tab B never saw); nothing is rewritten or dropped.
     await drain(tabs[1].ask("b1", "from tab B, edited #scenario=quick", []))
     stored = await store.turns.load(thread_id)
-    assert [r.message_id for r in stored] == ["m0", "a1", "b1", "a2"]
-    assert stored[2].turn.text == "from tab B, edited #scenario=quick"
-    # Tab A edits the first message: it drops what it had after it (a1, a2), not b1.
+    assert [r.message_id for r in stored][:4] == ["m0", "a1", "b1", "a2"] and len(stored) == 5
+    assert (stored[4].turn.text, stored[4].parent_id) == (
+        "from tab B, edited #scenario=quick",
+        "a1",
+    )
+    shown = [t.text for t in restore(stored).conversation.turns]
+    assert shown == [
+        "first question #scenario=quick", "from tab A #scenario=quick",
+        "from tab B, edited #scenario=quick",
+    ]  # fmt: skip
+    # Tab A edits the first message: a first turn beside it; every turn stays.
     await drain(tabs[0].ask("m0", "first, edited #scenario=quick", []))
     stored = await store.turns.load(thread_id)
-    assert [(r.message_id, r.turn.text) for r in stored] == [
-        ("m0", "first, edited #scenario=quick"),
-        ("b1", "from tab B, edited #scenario=quick"),
+    assert len(stored) == 6 and stored[5].parent_id is None
+    assert [t.text for t in restore(stored).conversation.turns] == ["first, edited #scenario=quick"]
+
+
+def asked(request: dict[str, Any]) -> list[str]:
+    """The person's texts in a chat completion request, oldest first."""
+    return [m["content"][0]["text"] for m in request["messages"] if m["role"] == "user"]
+
+
+async def test_regenerate_on_turn_one_of_three_keeps_the_later_turns_with_version_one(
+    store: Store, fake: RunningFake, make_session: SessionFactory
+) -> None:
+    """Regenerate on the first of three answers (a real turn runner on a stored chat): a
+    second version of turn 1 is shown and asked alone; the next question is asked with
+    that branch; choosing version 1 again (‹) brings turns 2 and 3 back, into the model's
+    history too, and a resume shows the branch chosen. Nothing is dropped."""
+    thread_id = str(uuid.uuid4())
+    settings = Settings(base_url=fake.base_url, data_dir=str(store.data_dir))
+    turns = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
+    for n in (1, 2, 3):
+        await drain(turns.ask(f"m{n}", f"q{n} #scenario=quick", []))
+    fake.reset()
+    await drain(turns.rerun("m1"))
+    assert asked(fake.requests[-1]) == ["q1 #scenario=quick"]
+    chat = turns.chat
+    _, second = chat.versions.siblings("m1")
+    assert second.key != "m1" and chat.conversation.turns == [second.turn]
+    assert chat.versions.place(second.key) == (2, 2)
+    await drain(turns.ask("m4", "q4 #scenario=quick", []))
+    assert asked(fake.requests[-1]) == ["q1 #scenario=quick", "q4 #scenario=quick"]
+    assert [r.message_id for r in await store.turns.load(thread_id)] == [
+        "m1", "m2", "m3", second.key, "m4",
+    ]  # fmt: skip
+
+    shown, notes = await turns.choose("m1")  # ‹ under turn 1's answer
+    assert [v.key for v in shown] == ["m1", "m2", "m3"] and notes == []
+    await drain(turns.ask("m5", "q5 #scenario=quick", []))
+    assert asked(fake.requests[-1]) == [f"q{n} #scenario=quick" for n in (1, 2, 3, 5)]
+    back = restore(await store.turns.load(thread_id))
+    assert [t.text for t in back.conversation.turns] == [
+        f"q{n} #scenario=quick" for n in (1, 2, 3, 5)
     ]
+    assert back.versions.place(second.key) == (2, 2) and len(back.versions) == 6
+
+    await turns.choose(second.key)  # › again: stored, and resumed so
+    back = restore(await store.turns.load(thread_id))
+    assert [t.text for t in back.conversation.turns] == ["q1 #scenario=quick", "q4 #scenario=quick"]
 
 
 async def test_resumed_conversation_sends_the_images_and_answers_without_reasoning(
@@ -377,7 +599,6 @@ async def test_resumed_conversation_sends_the_images_and_answers_without_reasoni
     crashed = Turn(text="and now?", status="pending")
     await store.turns.save(thread_id, record(1, "m2", crashed))
 
-    assert await store.turns.mark_interrupted(thread_id) == [1]
     restored = restore(await store.turns.load(thread_id))
     assert [r.message_id for r in restored.interrupted] == ["m2"]
     assert set(restored.message_turns) == {"m1", "m2"}
@@ -401,7 +622,7 @@ async def test_deleting_a_thread_removes_its_turns_and_prepared_files(
     await store.turns.save(thread_id, record(0, "m", Turn(text="q", images=[photo()])))
     await layer.delete_thread(thread_id)
     assert await store.turns.load(thread_id) == []
-    assert not (store.files.root / "prepared" / thread_id).exists()
+    assert not (on_disk(store).root / "prepared" / thread_id).exists()
 
 
 # --- files and who may read them --------------------------------------------------------
@@ -476,9 +697,11 @@ async def test_a_shared_chats_files_are_served_to_anyone(
 
 async def test_prepared_copies_are_never_served(store: Store, files_app: httpx.AsyncClient) -> None:
     thread_id = str(uuid.uuid4())
-    await store.turns.save(thread_id, record(0, "m", Turn(text="q", images=[photo()])))
-    key = next((store.files.root / "prepared" / thread_id).iterdir()).name
-    response = await files_app.get(f"/kimi/files/prepared/{thread_id}/{key}")
+    image = photo()
+    await store.turns.save(thread_id, record(0, "m", Turn(text="q", images=[image])))
+    key, _ = image_file(thread_id, image)
+    assert await asyncio.to_thread(store.files.exists, key)
+    response = await files_app.get(f"/kimi/files/{key}")
     assert response.status_code == 404
 
 
@@ -549,16 +772,16 @@ async def test_the_database_and_the_stored_files_are_private_to_the_apps_account
     opened = Store(Settings(data_dir=str(data), database_url=""))
     await opened.check()
     try:
-        layer = KimiDataLayer(opened, LocalStorageClient(opened.files))
+        layer = KimiDataLayer(opened, FilesStorageClient(opened.files))
         await opened.users.add("alice", "correct horse")
         url = await owned_file(layer, "alice")
         thread_id = str(uuid.uuid4())
         await opened.turns.save(thread_id, record(0, "m", Turn(text="q", images=[photo()])))
         database = [data / "chat.db", data / "chat.db-wal", data / "chat.db-shm"]
         assert [mode(p) for p in database] == [0o600] * 3
-        stored = [p for p in opened.files.root.rglob("*")]
-        upload = opened.files.path(url.removeprefix("/kimi/files/"))
-        prepared = next((opened.files.root / "prepared" / thread_id).iterdir())
+        stored = [p for p in on_disk(opened).root.rglob("*")]
+        upload = on_disk(opened).path(url.removeprefix("/kimi/files/"))
+        prepared = next((on_disk(opened).root / "prepared" / thread_id).iterdir())
         assert upload in stored and prepared in stored
         assert {mode(p) for p in stored if p.is_file()} == {0o600}
         assert {mode(p) for p in [data, *stored] if p.is_dir()} == {0o700}

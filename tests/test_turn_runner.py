@@ -295,7 +295,8 @@ async def test_a_failed_stream_is_recorded_failed_and_said_with_retry(chat: Chat
     events = await drain(TurnRunner(chat, sink).new_turn("m1", "#scenario=midstream-error", []))
     assert [r.turn.status for r in sink.records] == ["pending", "failed"]
     note = next(e for e in events if isinstance(e, Note) and e.level == "error")
-    assert "engine died" in note.text and [b.kind for b in note.buttons] == ["retry"]
+    assert "reported an error" in note.text and "engine died" not in note.text
+    assert [b.kind for b in note.buttons] == ["retry"]
     assert ReasoningEnd("failed") in events
 
 
@@ -307,11 +308,12 @@ async def test_a_failed_request_is_logged_with_why_and_its_note_names_it(
     assert re.fullmatch(r"chat-[0-9a-f]{32}", sent)
     assert (
         f"WARNING request {sent} ended: failed: ServerFailed (HTTP 500, InternalServerError): "
-        "The model server failed while answering (500): EngineCore encountered an issue."
+        "The model server failed while answering. Try again. "
+        "The server said: EngineCore encountered an issue."
     ) in app_log.lines
     note = next(e for e in events if isinstance(e, Note) and e.level == "error")
     text, ref = note.text.rsplit("\n\n", 1)
-    assert text.endswith("EngineCore encountered an issue.")
+    assert text == "The model server failed while answering. Try again."  # ours only
     assert re.fullmatch(rf"\*ref {sent[:11]}, \d\d:\d\d:\d\d\*", ref)  # chat- and 6 digits
 
 
@@ -360,19 +362,28 @@ async def test_a_turns_notices_are_said_in_one_note(chat: ChatSession, tmp_path:
     assert second.startswith("The answer may use at most ")
 
 
-async def test_a_rerun_rewinds_and_reanswers_the_same_turn(chat: ChatSession) -> None:
-    runner = TurnRunner(chat, Recorded())
+async def test_a_rerun_of_an_older_turn_answers_a_new_version_and_keeps_the_later_turns(
+    chat: ChatSession,
+) -> None:
+    sink = Recorded()
+    runner = TurnRunner(chat, sink)
     await drain(runner.new_turn("m1", "first #scenario=plain", []))
     await drain(runner.new_turn("m2", "second #scenario=plain", []))
-    first = chat.conversation.turns[0]
+    first, second = chat.conversation.turns
     events = await drain(runner.rerun("m1"))
     assert isinstance(events[0], ButtonUsed) and events[1] == TurnsGone("m1")
     fork = events[2]  # said at once, not held for the plan's notices
-    assert isinstance(fork, Note) and "1 later turn(s)" in fork.text
+    assert isinstance(fork, Note) and "1 later turn(s) stay with the earlier version" in fork.text
     assert fork.level == "fork"  # the page brings this note into view (public/ux.js)
-    assert chat.conversation.turns == [first] and first.status == "done"
-    gone = await drain(runner.rerun("m2"))
+    (again,) = chat.conversation.turns
+    assert again is not first and again.text == first.text and again.status == "done"
+    assert (first.status, second.status) == ("done", "done")  # kept, with their answers
+    last = sink.records[-1]
+    assert last.turn.text == first.text and last.message_id not in ("m1", "m2")
+    assert (last.parent_id, last.beside) == (None, "m1")
+    gone = await drain(runner.rerun("m2"))  # turn 2 is not on the branch shown
     assert gone == [Note("That turn is no longer part of the conversation; ask again below.")]
+    assert await drain(runner.rerun("m1")) != gone  # the message shows the new version
 
 
 async def test_a_compare_is_not_recorded_and_leaves_the_chat_as_it_was(chat: ChatSession) -> None:
@@ -385,7 +396,8 @@ async def test_a_compare_is_not_recorded_and_leaves_the_chat_as_it_was(chat: Cha
     assert len(sink.records) == 2  # the first turn's two, nothing for the compare
     final = next(e for e in events if isinstance(e, AnswerEnd))
     assert final.content == ANSWER.lstrip() and final.buttons == ()  # the label is not copied
-    assert final.footer.startswith("***Kimi-VL Instruct** (compare) · TTFT")
+    assert final.author == "Kimi-VL Instruct"  # its column's title (ui/compare_view.py)
+    assert final.footer.startswith("*TTFT")
     assert len(chat.conversation.turns) == 1 and chat.model is not None
     assert chat.model.id == "kimi-vl-thinking-2506"
 
@@ -495,3 +507,18 @@ def test_only_the_turn_runner_writes_a_turns_status() -> None:
                 if any(isinstance(t, ast.Attribute) and t.attr == "status" for t in elements):
                     writers.append(str(path.relative_to(ROOT)))
     assert sorted(set(writers)) == ["backend/turn_runner.py"]
+
+
+async def test_every_request_of_a_chat_carries_the_chat_id_for_the_router(
+    chat: ChatSession, fake: RunningFake, make_session: SessionFactory
+) -> None:
+    """vLLM's router keeps a chat on one replica by its ``X-Session-Id`` (serving/replicas.py)."""
+    other = make_session(Settings(base_url=fake.base_url))
+    for runner in (TurnRunner(chat, Recorded()), TurnRunner(other, Recorded())):
+        await drain(runner.new_turn("m1", "#scenario=plain", []))
+        await drain(runner.new_turn("m2", "#scenario=plain", []))
+    asked = [h for h in fake.server.headers if "x-request-id" in h]
+    sent = [h.get("x-session-id") for h in asked]
+    assert sent == [chat.chat_id] * 2 + [other.chat_id] * 2
+    assert chat.chat_id != other.chat_id and len(chat.chat_id) == 32
+    assert len({h["x-request-id"] for h in asked}) == 4  # the request ids stay per request

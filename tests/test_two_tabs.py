@@ -1,5 +1,5 @@
 """One stored chat open in two tabs at once, against the real app with sign-in (SQLite),
-driven over raw socket.io as two browser tabs (bench/_common.py's ``Tab``): each tab adds
+driven over raw socket.io as two browser tabs (bench/harness.py's ``Tab``): each tab adds
 a turn, and the stored chat keeps both; a third tab that opens it sends the model all of
 them, in the order they were asked.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench._common import Tab
+from bench.harness import Tab
 from tests.fakes.kimi_server import conversation
 from tests.live_app import LiveApp, requests_seen, scripted_server, signed_in
 
@@ -41,8 +41,8 @@ async def stored_thread(database: Path, timeout_s: float = 20) -> str:
         while True:
             with sqlite3.connect(database) as db:
                 found = db.execute(
-                    'SELECT threads.id FROM threads JOIN steps ON steps."threadId" = threads.id'
-                    " WHERE steps.type = 'user_message' AND threads.\"userId\" IS NOT NULL"
+                    'SELECT t.id FROM kimi_threads t JOIN kimi_steps s ON s."threadId" = t.id'
+                    " WHERE s.type = 'user_message' AND t.\"userId\" IS NOT NULL"
                 ).fetchall()
             if found:
                 return str(found[0][0])

@@ -3,7 +3,7 @@
 The pure parts (ports, log names, the HAProxy config as HAProxy reads it, its
 ``show stat`` answer, the status text) run anywhere. One test starts the real
 ``launch.sh --ui-only --ui-workers 2`` in front of the scripted server, drives it
-as two browsers would (bench/_common.py's socket.io tab), kills a worker with
+as two browsers would (bench/harness.py's socket.io tab), kills a worker with
 SIGKILL and sees the supervisor bring it back; it needs Debian's ``haproxy``
 (tests/run.sh installs it) and is skipped without it.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench._common import Tab, question
+from bench.harness import Tab, question
 from serving import proxy, runstate
 from serving.runstate import Process, Proxy, RunState
 from serving.status import Probe, report

@@ -8,7 +8,7 @@ import pytest
 
 from backend.errors import ImageError
 from backend.images import PreparedImage
-from backend.media import UploadKind, sniff_kind
+from backend.upload_kinds import IMAGE, VIDEO, sniff_kind
 from backend.video import (
     MAX_FRAMES,
     MIN_FRAME_PATCHES,
@@ -17,7 +17,7 @@ from backend.video import (
     prepare_video,
 )
 from tests.media import budget, frame_colour, make_video, one_line_naming
-from tests.test_images import decode
+from tests.test_images import decode, mime
 
 FPS = 10
 CODECS = [("clip.mp4", "libx264"), ("clip.webm", "libvpx-vp9")]
@@ -47,7 +47,7 @@ def test_frames_are_evenly_spaced_with_timestamps_in_the_text(
     assert result.notices == [
         f"{name}: 6 frames of the 00:03.0 video sent (320x240 px, 108 tokens each)"
     ]
-    assert all(frame.mime_type == "image/jpeg" for frame in result.images)
+    assert all(mime(frame) == "image/jpeg" for frame in result.images)
 
 
 def test_frame_count_is_bounded_by_the_image_slots_left(tmp_path: Path) -> None:
@@ -147,7 +147,7 @@ def test_broken_video_is_one_line_naming_the_file(
 ) -> None:
     path = tmp_path / "upload.bin"
     path.write_bytes(content)
-    assert sniff_kind(path) is UploadKind.VIDEO
+    assert sniff_kind(path) is VIDEO
     with pytest.raises(ImageError) as error:
         prepare_video(path, budget(), name="holiday.mp4")
     assert one_line_naming(error.value, "holiday.mp4").startswith(f"holiday.mp4: {reason}")
@@ -203,13 +203,13 @@ def test_no_image_slot_left_is_a_problem_naming_the_file(tmp_path: Path) -> None
 def test_sniffing_tells_videos_from_heic_and_from_names(tmp_path: Path) -> None:
     mp4 = make_video(tmp_path / "clip.mp4", seconds=1)
     webm = make_video(tmp_path / "clip.webm", seconds=1, codec="libvpx-vp9")
-    assert sniff_kind(mp4) is UploadKind.VIDEO and sniff_kind(webm) is UploadKind.VIDEO
+    assert sniff_kind(mp4) is VIDEO and sniff_kind(webm) is VIDEO
     disguised = tmp_path / "clip.jpg"
     disguised.write_bytes(mp4.read_bytes())
-    assert sniff_kind(disguised) is UploadKind.VIDEO
+    assert sniff_kind(disguised) is VIDEO
     heic = tmp_path / "photo.heic"
     heic.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
-    assert sniff_kind(heic) is UploadKind.IMAGE  # same container, a still image
+    assert sniff_kind(heic) is IMAGE  # same container, a still image
     named = tmp_path / "notes.mp4"
     named.write_text("just text")
-    assert sniff_kind(named) is UploadKind.IMAGE
+    assert sniff_kind(named) is IMAGE

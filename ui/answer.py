@@ -15,6 +15,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
+from contextvars import ContextVar
 from typing import Any, ParamSpec
 
 import chainlit as cl
@@ -22,6 +23,7 @@ import chainlit as cl
 from backend.batching import visible
 from backend.chat import ChatSession
 from backend.errors import ChatError
+from backend.fair_use import Confirming
 from backend.logs import LOGGER_NAME
 from backend.presenter import in_markdown
 from backend.render import (
@@ -43,6 +45,7 @@ from backend.render import (
 from backend.turn_runner import Events
 from ui import bridge, history
 from ui.answer_view import AnswerView
+from ui.compare_view import CompareColumn, ComparePair
 from ui.first_words import FIRST_WORDS
 from ui.grounding_view import show_marks
 from ui.language import session_translator
@@ -66,11 +69,18 @@ def action(button: Button) -> cl.Action:
     return cl.Action(name=button.kind, payload=button.payload, label=button.label, icon=button.icon)
 
 
+UNCONFIRMED: ContextVar[Confirming | None] = ContextVar("unconfirmed", default=None)
+"""The place of the answer this task draws while its lease in the shared store is being
+taken (set by ``ui/tasks.py`` ``one_at_a_time``): :func:`draw` waits for it before the
+answer's first event reaches the page, so the model request goes out meanwhile."""
+
+
 async def draw(
     events: Events,
     chat: ChatSession,
     pressed: cl.Action | None = None,
     after_first: AfterFirst | None = None,
+    compare: ComparePair | None = None,
 ) -> None:
     """Draw every event of one turn; ``pressed``: the button that started it, if any.
 
@@ -79,12 +89,18 @@ async def draw(
     drawn and the Stop goes on. A Stop that lands inside the runner is handled there.
     ``after_first`` runs once the first event is on its way to the page, not counting
     the reasoning step opening or leaving with nothing in it (or the turn ended without
-    one): what the page can be told later than the first words.
+    one): what the page can be told later than the first words. ``compare``: the pair a
+    Compare run's answer is drawn in.
     """
-    await _draw(events, TurnView(chat, pressed), after_first)
+    await _draw(events, TurnView(chat, pressed, compare), after_first)
 
 
-async def draw_run(events: Events, chat: ChatSession, pressed: cl.Action | None = None) -> None:
+async def draw_run(
+    events: Events,
+    chat: ChatSession,
+    pressed: cl.Action | None = None,
+    compare: ComparePair | None = None,
+) -> None:
     """:func:`draw` a turn a button started (Retry, Regenerate, Compare, Send without
     them) inside a run step, as Chainlit runs ``on_message``: its page puts the Copy
     button under the last answer of a run, and only there."""
@@ -92,13 +108,13 @@ async def draw_run(events: Events, chat: ChatSession, pressed: cl.Action | None 
     async with cl.Step(name="on_message", type="run", show_input=False) as run:
         runs: list[cl.Step] = cl.user_session.get(history.RUNS) or []
         cl.user_session.set(history.RUNS, [*runs, run])  # for history.fork_after
-        await draw(events, chat, pressed)
+        await draw(events, chat, pressed, compare=compare)
 
 
 async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None = None) -> None:
     stop: asyncio.CancelledError | None = None
     try:
-        async with aclosing(events):
+        async with aclosing(events):  # a refusal closes the turn: its runner ends it
             while True:
                 try:
                     event = await (events.athrow(stop) if stop else anext(events))
@@ -107,6 +123,7 @@ async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None =
                         raise stop from None
                     return
                 stop = None
+                await _confirmed()
                 words = not _before_the_words(event)
                 try:
                     await view.draw(event)
@@ -122,6 +139,18 @@ async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None =
             await after_first()
 
 
+async def _confirmed() -> None:
+    """Wait, once, for the lease of the answer being drawn (:data:`UNCONFIRMED`).
+
+    Raises:
+        backend.fair_use.Busy: the shared store refused it; nothing of the answer is drawn.
+    """
+    confirming = UNCONFIRMED.get()
+    if confirming is not None:
+        UNCONFIRMED.set(None)
+        await confirming.confirmed()
+
+
 def _before_the_words(event: RenderEvent) -> bool:
     """True for what a turn draws before its first words: the reasoning step opening with
     nothing to read in it ("Thinking…" while the server prepares the reply) and leaving
@@ -135,37 +164,54 @@ def _before_the_words(event: RenderEvent) -> bool:
 class TurnView:
     """What one turn has on screen: its waiting note, reasoning step and answer messages."""
 
-    def __init__(self, chat: ChatSession, pressed: cl.Action | None = None) -> None:
+    def __init__(
+        self,
+        chat: ChatSession,
+        pressed: cl.Action | None = None,
+        compare: ComparePair | None = None,
+    ) -> None:
         self.chat = chat
         self.pressed = pressed
-        self.reasoning = ReasoningView(tr=chat.tr)
-        self.answers: dict[str, AnswerView] = {}
+        self.compare = compare  # a Compare run: its answer goes in the pair's column
+        self._reasoning = ReasoningView(tr=chat.tr)
+        self.answers: dict[str, AnswerView | CompareColumn] = {}
         self.waiting: cl.Message | None = None
 
-    def answer(self, answer_id: str, author: str | None) -> AnswerView:
+    async def answer(self, answer_id: str, author: str | None) -> AnswerView | CompareColumn:
         """The view of answer ``answer_id`` (made at its first event)."""
-        return self.answers.setdefault(answer_id, AnswerView(answer_id, author))
+        if answer_id not in self.answers:
+            column = await self.compare.column() if self.compare is not None else None
+            self.answers[answer_id] = column or AnswerView(answer_id, author)
+        return self.answers[answer_id]
+
+    async def reasoning(self) -> ReasoningView:
+        """The reasoning step's view: in a Compare run, inside the pair's column."""
+        if self.compare is not None:
+            return (await self.compare.column()).reasoning
+        return self._reasoning
 
     async def draw(self, event: RenderEvent) -> None:
         """Draw one render event (see backend/render.py for what each one means)."""
         if isinstance(event, ReasoningText):
-            await self.reasoning.add(event.text)
+            await (await self.reasoning()).add(event.text)
         elif isinstance(event, AnswerText):
-            await self.answer(event.answer_id, event.author).add(event.text)
+            await (await self.answer(event.answer_id, event.author)).add(event.text)
         elif isinstance(event, ReasoningEnd):
             if event.ended == "discarded":
-                await self.reasoning.discard()
+                await (await self.reasoning()).discard()
             else:
-                await self.reasoning.close(event.ended)
+                await (await self.reasoning()).close(event.ended)
         elif isinstance(event, AnswerEnd):
-            answer = self.answer(event.answer_id, event.author)
+            answer = await self.answer(event.answer_id, event.author)
             await answer.finish(event.content, [action(b) for b in event.buttons], event.footer)
         elif isinstance(event, Note):
             await say(event.text, event.buttons, event.level)
         elif isinstance(event, WaitingNote | WaitingOver):
             await self.show_waiting(event.text if isinstance(event, WaitingNote) else None)
         elif isinstance(event, Marks):
-            await show_marks(event.answer, event.images, self.chat.workers, self.chat.tr)
+            view = self.answers.get(event.answer_id)
+            if view is not None:
+                await show_marks(view, event, self.chat.workers, self.chat.tr)
         elif isinstance(event, ButtonUsed) and self.pressed is not None:
             await self.pressed.remove()
         elif isinstance(event, TurnsGone):
@@ -196,7 +242,7 @@ P = ParamSpec("P")
 def said(handler: Callable[P, Awaitable[Any]]) -> Callable[P, Awaitable[Any]]:
     """A Chainlit handler whose failures are said in the app's words: a
     :class:`backend.errors.ChatError` by its own sentence, anything else (a bug, a
-    library's exception) by a sentence of ours naming its type, logged with its traceback.
+    library's exception) by a sentence of ours (its name and traceback go to app.log).
     Chainlit would otherwise show the exception's own text."""
 
     @functools.wraps(handler)
@@ -206,15 +252,11 @@ def said(handler: Callable[P, Awaitable[Any]]) -> Callable[P, Awaitable[Any]]:
         except ChatError as exc:
             log.warning("%s: %s", handler.__name__, exc)
             await say(in_markdown(exc.message, session_translator()), kind="warning")
-        except Exception as exc:
+        except Exception:
             log.exception("%s failed", handler.__name__)
             tr = session_translator()
             await say(
-                tr(
-                    "Something went wrong inside the app ({error}); app.log has the details. "
-                    "Try again.",
-                    error=type(exc).__name__,
-                ),
+                tr("Something went wrong inside the app; app.log has the details. Try again."),
                 kind="warning",
             )
         return None

@@ -54,6 +54,8 @@ class AnswerView(Blocks[cl.Message]):
         self.author = author
         self._messages: list[cl.Message] = []
         self._sent: set[str] = set()  # ids of the blocks already sent whole
+        self._under: cl.Message | None = None  # the message under it: its footer, buttons
+        self._actions: list[cl.Action] = []
 
     def _new_block(self) -> cl.Message:
         first = not self._messages
@@ -89,6 +91,7 @@ class AnswerView(Blocks[cl.Message]):
         del self._messages[1:]
         message.content = content
         message.actions = [] if footer else actions
+        self._actions = actions
         if message.id in self._sent:
             await message.update()
         else:
@@ -98,8 +101,36 @@ class AnswerView(Blocks[cl.Message]):
         if footer:
             await self._footer(footer, actions, block_id())
 
-    async def _footer(self, text: str, actions: list[cl.Action], message_id: str) -> None:
+    async def _footer(
+        self,
+        text: str,
+        actions: list[cl.Action],
+        message_id: str,
+        elements: list[cl.Element] | None = None,
+    ) -> None:
         under = cl.Message(
-            text, author=self.author, actions=actions, type="system_message", id=message_id
+            text,
+            author=self.author,
+            actions=actions,
+            type="system_message",
+            id=message_id,
+            elements=elements,
         )
         await under.send()
+        self._under = under
+
+    async def add_under(self, text: str, elements: list[cl.Element] | None = None) -> None:
+        """Add ``text`` (a Markdown paragraph) and inline ``elements`` (a grounding copy)
+        to the finished answer, in the message under it, above its buttons: nothing of
+        it comes after the buttons or gets a Copy of its own, and the answer's own text
+        (what Copy copies) stays the model's. Made now, the buttons moved into it, when
+        the answer has no such message yet."""
+        under = self._under
+        if under is None:
+            for button in self._actions:
+                await button.remove()
+            await self._footer(text, self._actions, block_id(), elements)
+            return
+        under.content = f"{under.content}\n\n{text}" if under.content else text
+        under.elements = [*under.elements, *(elements or [])]
+        await under.update()

@@ -29,14 +29,12 @@ from chainlit.config import config
 from chainlit.types import CommandDict
 
 from backend.i18n import Translator, msg
+from backend.upload_kinds import drop_hint
 from ui import chainlit_patches
 
 Action = Literal["server_panel", "export"]
 ACTIONS: Final[frozenset[str]] = frozenset({"server_panel", "export"})
 """What a click on an action button may ask of the app."""
-
-DROP_HINT: Final = msg("Drop images, PDFs or videos here to attach them")
-"""The drop zone's words while a file is dragged over the chat."""
 
 TOO_BIG: Final = msg(
     "{name} was not attached: it is larger than the {limit:g} MB the app accepts.", name="", limit=0
@@ -69,7 +67,7 @@ async def send_strings(tr: Translator) -> None:
     fill) with that limit in MB (``max_mb``, None: no limit)."""
     limit = upload_limit_mb()
     too_big = tr(TOO_BIG, name="{name}", limit=limit or 0)
-    await _send("strings", drop=tr(DROP_HINT), too_big=too_big, max_mb=limit)
+    await _send("strings", drop=drop_hint(tr), too_big=too_big, max_mb=limit)
 
 
 async def put_back(text: str) -> None:

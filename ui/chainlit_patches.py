@@ -7,9 +7,10 @@ fails when the installed Chainlit is not :data:`CHAINLIT_VERSION` or a patched
 object has changed shape, so an upgrade starts here: re-read each patch against
 the new source, then move the pin.
 
-Removed in favour of public API: the data layer is a subclass of Chainlit's
-documented ``SQLAlchemyDataLayer`` (ui/datalayer.py) that runs its constructor and
-then shares the app's engine (:func:`share_engine`); stale sign-in cookies are
+Removed in favour of public API: the data layer is Chainlit's public ``BaseDataLayer``
+over the store's own tables and engine (ui/datalayer.py, registered with
+``@cl.data_layer``), no longer a subclass of ``SQLAlchemyDataLayer`` whose engine was
+swapped for the app's (``share_engine``, gone with issue 48); stale sign-in cookies are
 refused by an ASGI middleware (ui/signin.py) and Chainlit's ``on_logout`` hook,
 not by wrapping ``chainlit.auth``.
 """
@@ -18,20 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import time
 import types
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+from urllib.parse import quote
 
+from chainlit.config import config
 from fastapi import FastAPI, HTTPException
 
-if TYPE_CHECKING:  # SQLAlchemy only where chats are stored (ui/history.py)
-    from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
-    from sqlalchemy.ext.asyncio import AsyncEngine
+from backend.logs import LOGGER_NAME
+
+logger = logging.getLogger(LOGGER_NAME)
 
 CHAINLIT_VERSION: Final = "2.12.0"
 """The Chainlit these patches were written against (requirements.txt pins it)."""
@@ -108,23 +113,70 @@ def unpause_constructors() -> None:
 # ``content=b""`` (``ValueError``: HTTP 500, the browser's toast "Upload failed", the file
 # dropped without a word). It is stored by copying ``os.devnull`` instead, so the callback
 # judges it like any other file and refuses it with a sentence naming it.
+# A kept upload may be shown as another file (:meth:`KeptUpload.show_as`: a copy every
+# browser decodes of a HEIC photo): its entry in the session's files (``session.files``,
+# which ``GET /project/file/{id}`` serves and from which ``process_message`` in
+# chainlit/emitter.py builds the message's element) names that copy instead.
 # Ends when: Chainlit calls back on upload (an ``on_file_upload`` hook that may refuse the
 # file) and stores empty files; then register the callback there and delete this section.
+# Showing another file ends when Chainlit lets an upload hook give the element to show.
 
 FileStored = Callable[[dict[str, Any], str, Path], Awaitable[str | None]]
 """Told of a stored upload: the session's user-session values (``cl.user_session``), the
 file's name and where it lies; returns a sentence that refuses it (shown to the person as
 the upload's error), or None to keep it."""
 
+
+@dataclass(frozen=True)
+class KeptUpload:
+    """An upload the :data:`FileStored` callback kept, as Chainlit stored it.
+
+    Attributes:
+        session: Chainlit's ``WebsocketSession`` it was uploaded to.
+        values: that session's user-session values (``cl.user_session``).
+        file_id: Chainlit's id of the stored file (the message's element id).
+        name: the file's name as uploaded.
+        path: where the uploaded bytes lie.
+    """
+
+    session: Any
+    values: dict[str, Any]
+    file_id: str
+    name: str
+    path: Path
+
+    def show_as(self, path: Path, mime: str) -> str:
+        """Show the file at ``path`` (of type ``mime``, in the session's files folder) for
+        this upload from now on: the page's file route serves it and the message that
+        carries the upload gets it as its element (stored with the chat), under the
+        upload's own name. Returns its URL on the page (Chainlit's file route). The
+        upload itself stays at :attr:`path` for the app."""
+        self.session.files[self.file_id].update(path=path, type=mime)
+        root = config.run.root_path.rstrip("/")
+        return f"{root}/project/file/{quote(self.file_id)}?session_id={quote(self.session.id)}"
+
+    async def tell_page(self, data: Any) -> None:
+        """Send ``data`` to the session's page as a window message (the upload request
+        has no websocket context for ``cl.context.emitter``)."""
+        from chainlit.emitter import ChainlitEmitter
+
+        await ChainlitEmitter(self.session).send_window_message(data)
+
+
+FileKept = Callable[[KeptUpload], Awaitable[None]]
+"""Told of an upload the :data:`FileStored` callback kept (after it, before the request
+answers); its failures are logged, never the upload's."""
+
 _UPLOADING: ContextVar[bool] = ContextVar("kimi_uploading", default=False)
 
 
-def on_file_stored(callback: FileStored) -> None:
+def on_file_stored(callback: FileStored, kept: FileKept | None = None) -> None:
     """Call ``callback`` after Chainlit stores each upload (wraps
     ``WebsocketSession.persist_file`` and ``chainlit.server.validate_file_upload`` once; a
-    second call replaces the callback). An empty upload is stored as an empty file (for the
+    second call replaces the callbacks). An empty upload is stored as an empty file (for the
     callback to judge), not refused with HTTP 500. A refused upload is forgotten and its file
-    deleted, and the request answers 400 with the sentence as its ``detail``."""
+    deleted, and the request answers 400 with the sentence as its ``detail``; a kept one is
+    handed to ``kept``, if given."""
     from chainlit import server
     from chainlit.session import WebsocketSession
     from chainlit.user_session import user_sessions
@@ -144,11 +196,17 @@ def on_file_stored(callback: FileStored) -> None:
         if stored is None or not _UPLOADING.get():
             return reference
         path = Path(stored["path"])
-        refusal = await callback(user_sessions.get(self.id, {}), str(stored["name"]), path)
+        values = user_sessions.get(self.id, {})
+        refusal = await callback(values, str(stored["name"]), path)
         if refusal is not None:
             self.files.pop(reference["id"], None)
             path.unlink(missing_ok=True)
             raise HTTPException(status_code=400, detail=refusal)
+        if kept is not None:
+            try:
+                await kept(KeptUpload(self, values, reference["id"], str(stored["name"]), path))
+            except Exception:
+                logger.exception("after keeping the upload %s", stored["name"])
         return reference
 
     validate_file_upload.__wrapped__ = validate  # type: ignore[attr-defined]
@@ -185,28 +243,9 @@ def ahead_of_the_page(app: FastAPI, add: Callable[[], None]) -> None:
     app.router.routes[0:0] = added
 
 
-# --- 4. Chainlit's SQL data layer on the app's engine --------------------------------------
-# Why: ``SQLAlchemyDataLayer.__init__`` (chainlit/data/sql_alchemy.py) makes an engine of
-# its own from a URL; the app's engine (backend/store/db.py) is the one that makes SQLite
-# safe for several writers (WAL, a busy timeout, BEGIN IMMEDIATE), and the store owns it.
-# The layer's constructor runs as is; its unused engine is dropped (it never connected)
-# and its ``engine`` and ``async_session`` are rebound to the app's.
-# Ends when: the constructor takes an engine (or a session maker).
-
-
-def share_engine(layer: SQLAlchemyDataLayer, engine: AsyncEngine) -> None:
-    """Make ``layer`` (constructed already) use ``engine``, which the caller owns."""
-    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-    layer.engine.sync_engine.dispose()
-    layer.engine = engine
-    layer.async_session = async_sessionmaker(
-        bind=engine, expire_on_commit=False, class_=AsyncSession
-    )
-
-
-# --- 5. The socket.io connect handler and frame limit ---------------------------------
-# (Used by ui/security.py: the ownership check of a new socket.)
+# --- 4. The socket.io connect and message handlers, and the frame limit ------------------
+# (Used by ui/security.py: the ownership check of a new socket; by ui/tasks.py: a message
+# too long or beyond the queue refused before Chainlit stores it.)
 
 ConnectHandler = Callable[[str, MutableMapping[str, Any], Any], Awaitable[Any]]
 """python-socketio's ``connect`` handler: ``(sid, environ, auth) -> accepted``."""
@@ -227,6 +266,28 @@ def wrap_socket_connect(wrap: Callable[[ConnectHandler], ConnectHandler]) -> Non
     sio.handlers["/"]["connect"] = wrap(sio.handlers["/"]["connect"])
 
 
+MessageHandler = Callable[[str, Any], Awaitable[Any]]
+"""python-socketio's handler of a client event: ``(sid, payload) -> None``."""
+
+
+def wrap_socket_messages(wrap: Callable[[str, MessageHandler], MessageHandler]) -> None:
+    """Replace Chainlit's socket.io ``client_message`` and ``edit_message`` handlers by
+    ``wrap(event, original)``.
+
+    Why: Chainlit stores a person's message (``Message._create``, chainlit/emitter.py
+    ``process_message``; ``message.update()`` in chainlit/socket.py ``edit_message``)
+    before it calls ``on_message``, so a message the app refuses (too long, or beyond
+    the chat's queue) was stored in full and a 15 MiB one priced and drawn as well.
+    Touches ``chainlit.server.sio.handlers["/"]["client_message"]`` and
+    ``["edit_message"]`` (registered by chainlit/socket.py with ``@sio.on``). Removed by a
+    Chainlit hook that may refuse a message before it is stored.
+    """
+    from chainlit.server import sio
+
+    for event in ("client_message", "edit_message"):
+        sio.handlers["/"][event] = wrap(event, sio.handlers["/"][event])
+
+
 def raise_socket_message_limit(limit_bytes: int) -> None:
     """Let socket.io frames up to ``limit_bytes`` through.
 
@@ -241,7 +302,7 @@ def raise_socket_message_limit(limit_bytes: int) -> None:
     sio.eio.max_http_buffer_size = limit_bytes
 
 
-# --- 6. Stop without Chainlit's own note -------------------------------------------------
+# --- 5. Stop without Chainlit's own note -------------------------------------------------
 # Why: Chainlit 2.12's socket.io ``stop`` handler (chainlit/socket.py) sends a message
 # "Task manually stopped." (English whatever the chat's language, and stored with the chat)
 # before it cancels the session's task and calls ``on_stop``; the app's turn says in the
@@ -274,7 +335,7 @@ def quiet_stop() -> None:
     sio.handlers["/"]["stop"] = stop
 
 
-# --- 7. A question handed to on_message without a 1 ms wait -------------------------------
+# --- 6. A question handed to on_message without a 1 ms wait -------------------------------
 # Why: Chainlit 2.12's ``process_message`` (chainlit/socket.py) starts the tasks that store
 # the question and the thread, then ``await asyncio.sleep(0.001)`` before it calls
 # ``on_message``: a millisecond (1.1-1.4 ms measured here) added to every question's first
@@ -303,3 +364,33 @@ def hand_questions_on_at_once() -> None:
         return
     unpaused = types.SimpleNamespace(**{**vars(asyncio), "sleep": _yield_for_a_short_pause})
     socket.asyncio = unpaused  # type: ignore[attr-defined]
+
+
+# --- 7. An upload parsed in memory, not through a temporary file ---------------------------
+# Why: Chainlit 2.12's upload route (chainlit/server.py, ``upload_file``) takes the file as
+# FastAPI's ``UploadFile``, which Starlette's ``MultiPartParser`` (starlette/formparsers.py)
+# spools into a ``SpooledTemporaryFile`` of ``spool_max_size`` (1 MB) bytes: a 1.5 MB phone
+# photo rolls over to disk, each later 64 KB chunk is written there in a worker thread, and
+# the route reads the whole file back into memory (``await file.read()``) before it stores
+# it. The body is already limited (``ui.security.Guard`` refuses an upload over Chainlit's
+# ``max_size_mb`` before it is read), and the route holds it all in memory anyway, so a spool
+# as large as that limit keeps the same bytes in memory without the disk round trip:
+# 1.1 ms of CPU per 1.5 MB upload against 2.6-2.9 ms through the disk, parsed in one process
+# (docs/facts.md, "Where a photo chat's extra CPU goes").
+# Ends when: Chainlit (or FastAPI) lets an app read an upload as a stream or set the spool's
+# size; then delete this section and its call in ui/security.py.
+
+
+def parse_uploads_in_memory(limit_bytes: int) -> None:
+    """Spool multipart files of up to ``limit_bytes`` in memory (Starlette's
+    ``MultiPartParser.spool_max_size``, a class attribute, for every form the process
+    parses); larger ones still roll over to a temporary file. Idempotent.
+
+    Raises:
+        ValueError: ``limit_bytes`` is not positive (a programming error).
+    """
+    from starlette.formparsers import MultiPartParser
+
+    if limit_bytes < 1:
+        raise ValueError(f"limit_bytes must be positive, got {limit_bytes}")
+    MultiPartParser.spool_max_size = limit_bytes

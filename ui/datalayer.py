@@ -1,73 +1,86 @@
-"""Chainlit's SQLAlchemy data layer on our engine, with its SQLite problems fixed.
+"""Chainlit's data layer over our store: Chainlit's public ``BaseDataLayer``, registered
+with ``@cl.data_layer`` (ui/history.py).
 
-Chainlit 2.12's ``SQLAlchemyDataLayer`` (as read in its chainlit/data/sql_alchemy.py):
+The rows are our store's (:mod:`backend.store.pages`: SQLAlchemy Core tables on the app's
+one engine, :class:`backend.store.core.Store`); this module is the view Chainlit calls,
+with what only a Chainlit session knows:
 
-* binds list-valued ``tags`` as is, which SQLite cannot (Chainlit #2528); with
-  a chat profile and ``auto_tag_thread`` on, the failing write is the one that
-  links a new thread to its user, so the chat never shows in the history;
-* binds ``modes`` (a dict) as is (#2750);
-* runs ``send()`` and the later ``update()`` of a step as two tasks that race;
-  the empty first write can land last and blank the step (#2789);
-* returns JSON columns as strings and booleans as 0/1 from SQLite;
-* logs write errors as warnings and carries on;
-* upserts steps and elements by id, and deletes them by id, whatever thread the
-  row is in: a client that sends a message with the id of someone else's step
-  (socket.io ``client_message``), or a custom element with someone else's
-  element id (``PUT``/``DELETE /project/element``), moves or deletes it;
-* names a thread after its whole first message (megabytes, if that is what was
-  sent), and sends every step of every listed thread to the sidebar.
-
-Here: a write or delete by id touches only rows of the writing session's own thread
-(Chainlit's ``context.session.thread_id``); anything else is refused and logged, and
-nothing of another chat changes. Thread titles are cut to :data:`TITLE_MAX_CHARS`; the
-sidebar's pages carry no steps. Lists and dicts are JSON-encoded before binding; writes
-of one step run one after the other in the order they were started (a FIFO lock per step
-id; tasks start in creation order, so the last ``update()`` lands last), and so do the
-element writes of one thread (uploads come back in upload order); JSON and booleans are
-decoded on read; a failed statement is logged as an error. The engine is the app's
-(:class:`backend.store.core.Store`), not a second one (:func:`ui.chainlit_patches.share_engine`),
-and deleting a thread also deletes its stored turns and prepared images.
+* a write or delete by id touches only rows of the writing session's own thread
+  (Chainlit's ``context.session.thread_id``); anything else is refused and logged, and
+  nothing of another chat changes (a client can send a message under another chat's
+  step id over socket.io, or a custom element under another's element id);
+* a thread's owner is never changed once set, and is written from the session (while the
+  database cannot be read, the chat still gets its owner: issue 52);
+* thread titles are cut to :data:`TITLE_MAX_CHARS`; the sidebar's pages carry no steps;
+* an answer's text is drawn from its stored turn (its one record: the step of its message
+  keeps none, :mod:`backend.store.pages`);
+* writes of one step run one after the other in the order they were started (a FIFO lock
+  per step id; Chainlit runs a step's ``send()`` and later ``update()`` as two tasks, and
+  the empty first write must never land last), and so do the element writes of one thread
+  (uploads come back in upload order);
+* every write goes through the store's :class:`backend.store.pending.PendingWrites`: while
+  the database or the file store cannot take it, it is held (with an upload's bytes) and
+  written, in order, once it can; a newer write of a step or element replaces the held one;
+* a chat's writes wait for its answer's first words (``ui/first_words.py``);
+* deleting a thread also deletes its stored turns and prepared images.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
-import math
-import re
-from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar, cast
 
 from chainlit.context import ChainlitContextException, context
-from chainlit.data.sql_alchemy import SQLAlchemyDataLayer
+from chainlit.data.base import BaseDataLayer
 from chainlit.data.storage_clients.base import BaseStorageClient
 from chainlit.data.utils import queue_until_user_message
-from chainlit.element import Element
+from chainlit.element import Element, ElementDict
 from chainlit.session import WebsocketSession
 from chainlit.step import StepDict
-from chainlit.types import PaginatedResponse, Pagination, ThreadDict, ThreadFilter
-from sqlalchemy import text
+from chainlit.types import (
+    Feedback,
+    FeedbackDict,
+    PageInfo,
+    PaginatedResponse,
+    Pagination,
+    ThreadDict,
+    ThreadFilter,
+)
+from chainlit.user import PersistedUser, User
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
+from backend.safety import link_remote_images_off_loop
+from backend.starters import label_for
+from backend.store import pages
 from backend.store.core import Store
 from backend.store.pending import Write, cause
-from ui.chainlit_patches import share_engine
+from ui import compare_view
 from ui.first_words import FIRST_WORDS, FirstWordsGate
 
 log = logging.getLogger(LOGGER_NAME)
 
-_STEP_JSON = ("metadata", "tags", "generation", "modes")
-_STEP_BOOLS = ("streaming", "waitForAnswer", "isError")
-
 TITLE_MAX_CHARS: Final = 100
 """Longest thread title stored: about what the sidebar shows on one line, and far
 below the megabytes a pasted first message can hold."""
+
+USER_THREAD_LIMIT: Final = 1000
+"""Most threads the sidebar lists for one person (Chainlit's SQL layer's default)."""
+
+PAGE_WRITE: Final = msg("part of what the page shows of this chat")
+
+T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def readable_title(text: str) -> str:
@@ -96,6 +109,18 @@ def _writer_thread_or_none() -> str | None:
         return _writer_thread()
     except ChainlitContextException:
         return None
+
+
+def _session_user(user_id: str | None = None) -> PersistedUser | None:
+    """The writing session's signed-in user (Chainlit's ``PersistedUser``, read at sign-in)
+    if her id is ``user_id`` (any id when None); else None."""
+    try:
+        user = context.session.user
+    except ChainlitContextException:
+        return None
+    if not isinstance(user, PersistedUser) or user_id not in (None, user.id):
+        return None
+    return user
 
 
 def _answering_task() -> asyncio.Task[Any] | None:
@@ -130,10 +155,6 @@ async def _flush_queued_writes() -> None:
         await session.flush_method_queue()
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
 def _after_first_words(
     method: Callable[Concatenate[KimiDataLayer, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[KimiDataLayer, P], Coroutine[Any, Any, R]]:
@@ -149,106 +170,156 @@ def _after_first_words(
     return run
 
 
-_WRITE: Final = re.compile(r"\s*(INSERT INTO|UPDATE|DELETE FROM)\s+\"?(\w+)", re.IGNORECASE)
+async def _answered(step: StepDict, answers: dict[str, str]) -> StepDict:
+    """``step`` with its answer's text if it is the message of a stored turn's answer
+    (``answers``: :func:`backend.store.pages.answers`), whose one record is the turn: as
+    the answer's end drew it, with remote images made links (backend/turn_runner.py)."""
+    answer = answers.get(str(step["id"]))
+    if answer is not None:  # over a block's text stored before its turn named it
+        step["output"] = await link_remote_images_off_loop(answer)
+    return step
 
 
-def _held_write(query: str) -> bool:
-    """True for a statement that writes a table other than Chainlit's ``users``."""
-    found = _WRITE.match(query)
-    return found is not None and found.group(2).lower() != "users"
+def _step_dict(row: dict[str, Any]) -> StepDict:
+    """A stored step (with its ``feedback_*`` columns) as Chainlit's ``StepDict``."""
+    step = {key: row.get(key) for key in pages.STEP_READ}
+    step["metadata"] = step["metadata"] or {}
+    step["streaming"] = bool(step["streaming"])
+    step["output"] = step["output"] or ""
+    if step["showInput"] in (None, "false"):
+        step["input"] = ""
+    feedback = None
+    if row.get("feedback_value") is not None:
+        feedback = FeedbackDict(
+            forId=str(row["id"]),
+            id=row.get("feedback_id"),
+            value=row["feedback_value"],
+            comment=row.get("feedback_comment"),
+        )
+    return cast(StepDict, {**step, "feedback": feedback})
 
 
-_UPSERTED: Final = re.compile(r"\s*INSERT INTO (steps|elements) ", re.IGNORECASE)
-
-
-def _row_key(query: str, parameters: dict[str, Any]) -> Hashable:
-    """The row a write is about, for :class:`backend.store.pending.Write`: a step's or an
-    element's upsert writes the whole row (a later one replaces a held one); any other
-    statement is only the same as an identical one."""
-    upserted = _UPSERTED.match(query)
-    if upserted and "id" in parameters:
-        return (upserted.group(1), str(parameters["id"]))
-    return (query, json.dumps(parameters, sort_keys=True, default=str))
-
-
-def _finite(number: str) -> float | None:
-    value = float(number)
-    return value if math.isfinite(value) else None
-
-
-def _decoded(value: Any) -> Any:
-    """A JSON string decoded; anything else (or text that is not JSON) as is.
-
-    ``NaN``, ``Infinity`` and numbers too large for a float (``1e999``) come back as
-    None: Python's ``json`` writes and reads them, but the answer they end up in
-    (``POST /project/threads``) cannot hold them, and a stored one made the list fail.
-    """
-    if isinstance(value, str) and value[:1] in ("{", "["):
-        try:
-            return json.loads(value, parse_constant=lambda _: None, parse_float=_finite)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-class KimiDataLayer(SQLAlchemyDataLayer):
-    """``SQLAlchemyDataLayer`` on the app's store, fixed for SQLite (see the module docstring).
+class KimiDataLayer(BaseDataLayer):
+    """Chainlit's data layer on the app's store (see the module docstring).
 
     Args:
-        store: owns the engine; this layer borrows it and never disposes it.
+        store: owns the engine and the held writes; this layer borrows them.
         storage: where element files go (``ui/files.py``).
-        first_words: what a chat's statements wait for (``ui/first_words.py``).
+        first_words: what a chat's writes wait for (``ui/first_words.py``).
+
+    Attributes:
+        failed_statements: reads that failed and writes that were held or lost, counted.
     """
 
     def __init__(
         self, store: Store, storage: BaseStorageClient, first_words: FirstWordsGate = FIRST_WORDS
     ) -> None:
-        super().__init__(conninfo=store.url, storage_provider=storage)
-        share_engine(self, store.engine)  # the store's engine, not a second one
         self.store = store
+        self.storage_provider = storage
         self.first_words = first_words
         self.failed_statements = 0
-        self._step_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
-    async def execute_sql(
-        self, query: str, parameters: dict[str, Any]
-    ) -> list[dict[str, Any]] | int | None:
-        """Chainlit's contract (rows, row count, or None on failure), failures logged as errors.
+    # --- reading and writing through the store -------------------------------------------
 
-        A write (``INSERT``, ``UPDATE``, ``DELETE``) goes through the store's
-        :class:`backend.store.pending.PendingWrites`: while the database cannot take it,
-        it is held (None is returned) and written, in order, once it can. Chainlit's
-        writes of ``users`` are not held: it makes its user row again at the next
-        sign-in, and a held one would only fail then as a duplicate.
-        """
-        if not _held_write(query):
-            try:
-                return await self._run_sql(query, parameters)
-            except (SQLAlchemyError, OSError) as exc:
-                self.failed_statements += 1
-                log.error("database statement failed: %s", cause(exc, self.store.where))
-                return None
-        thread = _writer_thread_or_none()
-        job = Write(
-            run=lambda: self._run_sql(query, parameters),
-            chat=thread,
-            what=msg("part of what the page shows of this chat"),
-            size=len(query) + sum(len(str(v)) for v in parameters.values()),
-            key=_row_key(query, parameters),
+    async def _read(self, read: Callable[[AsyncConnection], Awaitable[T]], default: T) -> T:
+        """``read`` on a connection of the store; ``default`` (logged) when the database
+        cannot be read."""
+        try:
+            async with self.store.engine.connect() as connection:
+                return await read(connection)
+        except (SQLAlchemyError, OSError) as exc:
+            self.failed_statements += 1
+            log.error("reading the database failed: %s", cause(exc, self.store.where))
+            return default
+
+    async def _write(
+        self,
+        change: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        chat: str | None,
+        size: int,
+        key: tuple[str, str] | None = None,
+        what: str = PAGE_WRITE,
+    ) -> T | None:
+        """``change`` in one transaction, through the store's held writes: its value, or
+        None while it is held (it is written later) or lost (logged)."""
+
+        async def run() -> T:
+            async with self.store.engine.begin() as connection:
+                return await change(connection)
+
+        outcome = await self.store.pending.write(
+            Write(run=run, chat=chat, what=what, size=size, key=key)
         )
-        outcome = await self.store.pending.write(job)
         if outcome.held or outcome.lost:
             self.failed_statements += 1
-        return cast(list[dict[str, Any]] | int | None, outcome.value)
+        return cast(T | None, outcome.value)
 
-    async def _run_sql(self, query: str, parameters: dict[str, Any]) -> list[dict[str, Any]] | int:
-        """Run one statement in its own transaction; raises the database's failure."""
-        async with self.async_session() as session, session.begin():
-            result = await session.execute(text(query), parameters)
-            if result.returns_rows:
-                rows = [dict(row._mapping) for row in result.fetchall()]
-                return cast(list[dict[str, Any]], self.clean_result(rows))
-            return int(result.rowcount)
+    async def _delete_files(self, keys: list[str]) -> None:
+        for key in keys:
+            await self.storage_provider.delete_file(key)
+
+    @asynccontextmanager
+    async def _in_order(self, name: str) -> AsyncIterator[None]:
+        """One at a time per ``name``, in the order they came (asyncio's locks are FIFO)."""
+        lock, users = self._locks.get(name) or (asyncio.Lock(), 0)
+        self._locks[name] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[name]
+            if users == 1:
+                del self._locks[name]
+            else:
+                self._locks[name] = (lock, users - 1)
+
+    # --- users ---------------------------------------------------------------------------
+
+    async def get_user(self, identifier: str) -> PersistedUser | None:
+        """Chainlit's user ``identifier``, or None (none, or the database cannot be read)."""
+        row = await self._read(lambda c: pages.user(c, identifier), None)
+        if row is None:
+            return None
+        return PersistedUser(
+            id=str(row["id"]),
+            identifier=str(row["identifier"]),
+            createdAt=str(row["createdAt"]),
+            metadata=row["metadata"] if isinstance(row["metadata"], dict) else {},
+        )
+
+    async def create_user(self, user: User) -> PersistedUser | None:
+        """Make Chainlit's row of ``user`` at sign-in (or update its metadata); not held: it
+        is made again at the next sign-in."""
+        identifier, metadata = str(user.identifier), dict(user.metadata or {})
+        try:
+            async with self.store.engine.begin() as connection:
+                await pages.write_user(connection, identifier, metadata, str(uuid.uuid4()))
+        except (SQLAlchemyError, OSError) as exc:
+            self.failed_statements += 1
+            log.error("writing a user failed: %s", cause(exc, self.store.where))
+        return await self.get_user(identifier)
+
+    # --- threads -------------------------------------------------------------------------
+
+    async def get_thread_author(self, thread_id: str) -> str:
+        """The identifier of the owner of ``thread_id``.
+
+        Raises:
+            ValueError: no such thread, it has no owner, or it cannot be read (Chainlit's
+                routes refuse then).
+        """
+        threads = await self.get_all_user_threads(thread_id=thread_id, with_steps=False)
+        author = threads[0].get("userIdentifier") if threads else None
+        if not author:
+            raise ValueError(f"Author not found for thread_id {thread_id}")
+        return str(author)
+
+    async def get_thread(self, thread_id: str) -> ThreadDict | None:
+        """Thread ``thread_id`` with its steps (oldest first) and elements, or None."""
+        threads = await self.get_all_user_threads(thread_id=thread_id)
+        return threads[0] if threads else None
 
     @_after_first_words
     async def update_thread(
@@ -259,69 +330,131 @@ class KimiDataLayer(SQLAlchemyDataLayer):
         metadata: dict[str, Any] | None = None,
         tags: list[str] | None = None,
     ) -> None:
-        """Chainlit's upsert of a thread: ``tags`` JSON-encoded, ``name`` cut to a title;
-        refused (logged) when ``user_id`` would take over a thread of another user."""
+        """Chainlit's upsert of a thread: ``name`` cut to a title (a starter's message is
+        titled by the starter's label, backend/starters.py), ``metadata`` merged; refused
+        (logged) when ``user_id`` would take over a thread of another user.
+
+        The owner's identifier comes from the writing session (Chainlit reads it from the
+        database first: while it cannot be read, the thread was never given its owner and
+        the chat missed from her sidebar, issue 52).
+        """
+        changes: dict[str, Any] = {}
+        if name is not None:
+            changes["name"] = readable_title(label_for(name) or name)
+        if tags is not None:
+            changes["tags"] = tags
         if user_id is not None:
-            rows = await self.execute_sql(
-                'SELECT "userId" FROM threads WHERE "id" = :id', {"id": thread_id}
-            )
-            if isinstance(rows, list) and rows and rows[0]["userId"] not in (None, user_id):
-                log.warning("refused to give chat %s to another user", thread_id)
-                return
-        encoded = json.dumps(tags) if tags is not None else None
-        title = readable_title(name) if name is not None else None
-        await super().update_thread(thread_id, title, user_id, metadata, cast(Any, encoded))
+            session_user = _session_user(user_id)
+            identifier = session_user.identifier if session_user is not None else None
+            changes.update(userId=user_id, userIdentifier=identifier)
+
+        async def change(connection: AsyncConnection) -> bool:
+            if user_id is not None and changes["userIdentifier"] is None:
+                changes["userIdentifier"] = await pages.identifier(connection, user_id)
+            return await pages.update_thread(connection, thread_id, changes, metadata)
+
+        size = len(str(changes)) + len(str(metadata or ""))
+        if await self._write(change, chat=thread_id, size=size) is False:
+            log.warning("refused to give chat %s to another user", thread_id)
         if name is not None:  # Chainlit's first write of the thread names it
             await _flush_queued_writes()
 
-    @asynccontextmanager
-    async def _step_lock(self, step_id: str) -> AsyncIterator[None]:
-        lock, users = self._step_locks.get(step_id) or (asyncio.Lock(), 0)
-        self._step_locks[step_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._step_locks[step_id]
-            if users == 1:
-                del self._step_locks[step_id]
-            else:
-                self._step_locks[step_id] = (lock, users - 1)
+    async def delete_thread(self, thread_id: str) -> None:
+        """The thread with its steps, elements (rows and files), feedback, turns and
+        prepared images."""
+        keys = await self._write(
+            lambda c: pages.delete_thread(c, thread_id),
+            chat=thread_id,
+            size=len(thread_id),
+            what=msg("the removal of this chat"),
+        )
+        await self._delete_files(keys or [])
+        await self.store.turns.delete_thread(thread_id)
+
+    async def list_threads(
+        self, pagination: Pagination, filters: ThreadFilter
+    ) -> PaginatedResponse[ThreadDict]:
+        """A page of the sidebar's threads of ``filters.userId``, newest first, without their
+        steps and elements (the sidebar shows names and dates); ``filters.search`` looks in
+        what the steps say.
+
+        Raises:
+            ValueError: ``filters.userId`` is not given (as Chainlit's layers).
+        """
+        if not filters.userId:
+            raise ValueError("userId is required")
+
+        async def read(connection: AsyncConnection) -> list[dict[str, Any]]:
+            return await pages.listed_threads(
+                connection,
+                user_id=filters.userId,
+                search=filters.search,
+                feedback=int(filters.feedback) if filters.feedback is not None else None,
+                limit=USER_THREAD_LIMIT,
+            )
+
+        none: list[dict[str, Any]] = []
+        found = [_thread_dict(row) for row in await self._read(read, none)]
+        ids = [thread["id"] for thread in found]
+        start = ids.index(pagination.cursor) + 1 if pagination.cursor in ids else 0
+        page = found[start : start + pagination.first]
+        return PaginatedResponse(
+            pageInfo=PageInfo(
+                hasNextPage=len(found) > start + pagination.first,
+                startCursor=page[0]["id"] if page else None,
+                endCursor=page[-1]["id"] if page else None,
+            ),
+            data=page,
+        )
+
+    async def get_all_user_threads(
+        self, user_id: str | None = None, thread_id: str | None = None, *, with_steps: bool = True
+    ) -> list[ThreadDict] | None:
+        """The threads of ``user_id`` (or the one ``thread_id``) with their steps and
+        elements (none when not ``with_steps``); None when the database cannot be read."""
+
+        async def read(connection: AsyncConnection) -> list[ThreadDict]:
+            rows = await pages.listed_threads(
+                connection, user_id=user_id, thread_id=thread_id, limit=USER_THREAD_LIMIT
+            )
+            threads = {str(row["id"]): _thread_dict(row) for row in rows}
+            if not with_steps or not threads:
+                return list(threads.values())
+            step_rows, element_rows = await pages.thread_rows(connection, list(threads))
+            answers = await pages.answers(connection, list(threads))
+            for row in step_rows:
+                step = await _answered(_step_dict(row), answers)
+                threads[str(row["threadId"])]["steps"].append(step)
+            for row in element_rows:
+                listed = threads[str(row["threadId"])]["elements"]
+                assert listed is not None  # made empty by _thread_dict
+                listed.append(await self._element_dict(row))
+            return list(threads.values())
+
+        threads = await self._read(read, None)
+        for thread in threads or []:
+            compare_view.opened(cast(list[dict[str, Any]], thread["steps"]))  # open, as drawn
+        return threads
+
+    # --- steps ---------------------------------------------------------------------------
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
     @_after_first_words
     async def create_step(self, step_dict: StepDict) -> None:
-        """Chainlit's upsert of a step (``SQLAlchemyDataLayer.create_step`` of 2.12, the
-        same columns and values), except that a step of another thread is never changed.
-
-        Lists and dicts are JSON-encoded; writes of one step run one at a time. The
-        update happens only ``WHERE steps."threadId" = excluded."threadId"`` (one
-        statement, no race): a client that sends a message under the id of another
-        chat's step has its write refused and logged.
-        """
-        step: dict[str, Any] = dict(step_dict)
-        for key in ("tags", "modes"):
-            if isinstance(step.get(key), list | dict):
-                step[key] = json.dumps(step[key])
-        step["showInput"] = str(step.get("showInput", "")).lower() if "showInput" in step else None
-        parameters = {
-            key: value
-            for key, value in step.items()
-            if value is not None and not (isinstance(value, dict) and not value)
-        }
-        parameters["metadata"] = json.dumps(step.get("metadata", {}))
-        parameters["generation"] = json.dumps(step.get("generation", {}))
-        columns = ", ".join(f'"{key}"' for key in parameters)
-        values = ", ".join(f":{key}" for key in parameters)
-        updates = ", ".join(f'"{key}" = :{key}' for key in parameters if key != "id")
-        query = (
-            f"INSERT INTO steps ({columns}) VALUES ({values}) ON CONFLICT (id) DO UPDATE "
-            f'SET {updates} WHERE steps."threadId" = excluded."threadId"'
-        )
-        async with self._step_lock(str(step.get("id"))):
-            await self.update_thread(str(step["threadId"]))
-            if await self.execute_sql(query, parameters) == 0:
-                log.warning("refused a write to step %s: it is in another chat", step.get("id"))
+        """Store a step (made or updated), never over a step of another thread: a client
+        that sends a message under the id of another chat's step has its write refused
+        and logged. Writes of one step run one at a time, in order."""
+        step = dict(step_dict)
+        step_id, thread_id = str(step.get("id")), str(step["threadId"])
+        async with self._in_order(step_id):
+            written = await self._write(
+                lambda c: pages.write_step(c, step),
+                chat=thread_id,
+                size=len(str(step.get("output") or "")) + len(str(step.get("input") or "")),
+                key=("steps", step_id),
+            )
+        if written is False:
+            log.warning("refused a write to step %s: it is in another chat", step_id)
 
     @queue_until_user_message()  # type: ignore[untyped-decorator]
     @_after_first_words
@@ -332,113 +465,19 @@ class KimiDataLayer(SQLAlchemyDataLayer):
     @queue_until_user_message()  # type: ignore[untyped-decorator]
     @_after_first_words
     async def delete_step(self, step_id: str) -> None:
-        """Chainlit's delete of a step with its feedback and elements, only in the
-        writing session's thread (a step of another chat stays)."""
-        if await self._in_this_chat("steps", step_id):
-            await super().delete_step(step_id)
+        """Delete a step with its feedback and elements, only in the writing session's
+        thread (a step of another chat stays, and the refusal is logged)."""
+        writer = _writer_thread()
 
-    @queue_until_user_message()  # type: ignore[untyped-decorator]
-    @_after_first_words
-    async def create_element(self, element: Element) -> None:
-        """Chainlit's element write, one at a time per thread, in the order they were sent,
-        for the writing session's thread only, and never over another thread's element.
+        async def change(connection: AsyncConnection) -> list[str] | None:
+            if await pages.thread_of(connection, pages.steps, step_id) != writer:
+                return None
+            return await pages.delete_steps(connection, [step_id])
 
-        Chainlit sends a message's uploads as one task each; unordered, they would
-        come back from the database in whatever order the writes finished. A custom
-        element from the client (``PUT /project/element``) names its own thread and
-        id; one naming another thread, or the id of another thread's element, is
-        refused and logged before its file is written.
-        """
-        async with self._step_lock(f"elements:{element.thread_id}"):
-            found = await self.execute_sql(
-                'SELECT "threadId" FROM elements WHERE "id" = :id', {"id": element.id}
-            )
-            theirs = isinstance(found, list) and found and found[0]["threadId"] != element.thread_id
-            if element.thread_id != _writer_thread() or theirs:
-                log.warning("refused a write to element %s: it is in another chat", element.id)
-                return
-            try:
-                await super().create_element(element)
-            except OSError as exc:  # its file could not be written (a read-only or full disk)
-                await self._hold_element(element, exc)
-
-    async def _hold_element(self, element: Element, error: OSError) -> None:
-        """Hold the write of an element whose file could not be stored, with its bytes
-        (the session's upload folder goes with the session), to write it once the store
-        takes writes again (:mod:`backend.store.pending`)."""
-        if element.path and not element.content:
-            try:
-                element.content = await asyncio.to_thread(Path(element.path).read_bytes)
-            except OSError:
-                log.error("an upload's file is gone before it could be stored: %s", element.name)
-                return
-            element.path = None
-        write = SQLAlchemyDataLayer.create_element.__wrapped__  # not queued: sent already
-
-        async def again() -> None:
-            await write(self, element)
-
-        job = Write(
-            run=again,
-            chat=element.thread_id,
-            what=msg("the file {name}", name=element.name),
-            size=len(element.content or b""),
-            key=("elements", element.id),
-        )
-        await self.store.pending.hold(job, error)
-
-    @queue_until_user_message()  # type: ignore[untyped-decorator]
-    @_after_first_words
-    async def delete_element(self, element_id: str, thread_id: str | None = None) -> None:
-        """Chainlit's delete of an element and its file, only in the writing session's thread
-        (``thread_id`` comes from the client for custom elements and is not trusted)."""
-        if await self._in_this_chat("elements", element_id):
-            await super().delete_element(element_id, thread_id)
-
-    async def _in_this_chat(self, table: str, row_id: str) -> bool:
-        """True if row ``row_id`` of ``table`` (steps, elements) is in the writing session's
-        thread; else False, and the refused delete is logged."""
-        found = await self.execute_sql(
-            f'SELECT 1 FROM {table} WHERE "id" = :id AND "threadId" = :thread',
-            {"id": row_id, "thread": _writer_thread()},
-        )
-        if not found:
-            log.warning("refused to delete %s %s: it is not in this chat", table, row_id)
-        return bool(found)
-
-    async def get_all_user_threads(
-        self, user_id: str | None = None, thread_id: str | None = None
-    ) -> list[ThreadDict] | None:
-        """Chainlit's thread query with JSON columns decoded and booleans as booleans."""
-        threads = await super().get_all_user_threads(user_id=user_id, thread_id=thread_id)
-        for thread in threads or []:
-            record = cast(dict[str, Any], thread)
-            record["metadata"] = _decoded(record.get("metadata")) or {}
-            record["tags"] = _decoded(record.get("tags"))
-            for step in record.get("steps", []):
-                for key in _STEP_JSON:
-                    if key in step:
-                        step[key] = _decoded(step[key])
-                for key in _STEP_BOOLS:
-                    if step.get(key) is not None:
-                        step[key] = bool(step[key])
-            for element in record.get("elements", []):
-                element["props"] = _decoded(element.get("props")) or {}
-        return threads
-
-    async def list_threads(
-        self, pagination: Pagination, filters: ThreadFilter
-    ) -> PaginatedResponse[ThreadDict]:
-        """Chainlit's page of the sidebar's threads, without their steps and elements.
-
-        Chainlit reads every step to search them, then sends them all with the page
-        (megabytes for one long pasted message); the sidebar shows names and dates.
-        """
-        page = await super().list_threads(pagination, filters)
-        for thread in page.data:
-            record = cast(dict[str, Any], thread)
-            record["steps"], record["elements"] = [], []
-        return page
+        keys = await self._write(change, chat=writer, size=len(step_id))
+        if keys is None:
+            log.warning("refused to delete step %s: it is not in this chat", step_id)
+        await self._delete_files(keys or [])
 
     async def delete_steps_after(self, thread_id: str, created_at: str, keep: set[str]) -> int:
         """Delete the steps of ``thread_id`` created after ``created_at``, except ``keep``.
@@ -449,31 +488,177 @@ class KimiDataLayer(SQLAlchemyDataLayer):
         (rows and files) and feedback go too. Returns how many steps were deleted.
 
         Raises:
-            sqlalchemy.exc.SQLAlchemyError: the database failed.
+            sqlalchemy.exc.SQLAlchemyError: the database failed (the caller holds it:
+                ui/history.py).
         """
-        async with self.engine.begin() as db:
-            found = await db.execute(
-                text('SELECT "id" FROM steps WHERE "threadId" = :t AND "createdAt" > :c'),
-                {"t": thread_id, "c": created_at},
-            )
-            doomed = [str(row[0]) for row in found if str(row[0]) not in keep]
-            keys: list[str] = []
-            for step_id in doomed:
-                params = {"id": step_id}
-                elements = await db.execute(
-                    text('SELECT "objectKey" FROM elements WHERE "forId" = :id'), params
-                )
-                keys += [str(row[0]) for row in elements if row[0]]
-                await db.execute(text('DELETE FROM feedbacks WHERE "forId" = :id'), params)
-                await db.execute(text('DELETE FROM elements WHERE "forId" = :id'), params)
-                await db.execute(text('DELETE FROM steps WHERE "id" = :id'), params)
-        storage = self.storage_provider
-        if storage is not None:
-            for key in keys:
-                await storage.delete_file(key)
+        async with self.store.engine.begin() as connection:
+            later = await pages.steps_after(connection, thread_id, created_at)
+            doomed = [step_id for step_id in later if step_id not in keep]
+            keys = await pages.delete_steps(connection, doomed)
+        await self._delete_files(keys)
         return len(doomed)
 
-    async def delete_thread(self, thread_id: str) -> None:
-        """Chainlit's delete, then our turns and prepared images of the thread."""
-        await super().delete_thread(thread_id)
-        await self.store.turns.delete_thread(thread_id)
+    async def get_favorite_steps(self, user_id: str) -> list[StepDict]:
+        """The steps ``user_id`` marked favorite, newest first."""
+
+        async def read(connection: AsyncConnection) -> list[StepDict]:
+            rows = await pages.favorite_steps(connection, user_id)
+            answers = await pages.answers(connection, {str(row["threadId"]) for row in rows})
+            return [await _answered(_step_dict(row), answers) for row in rows]
+
+        none: list[StepDict] = []
+        return await self._read(read, none)
+
+    # --- elements ------------------------------------------------------------------------
+
+    @queue_until_user_message()  # type: ignore[untyped-decorator]
+    @_after_first_words
+    async def create_element(self, element: Element) -> None:
+        """Store an element's file and row, one at a time per thread in the order they were
+        sent, for the writing session's thread only, never over another thread's element.
+
+        Chainlit sends a message's uploads as one task each; unordered, they would come
+        back in whatever order the writes finished. A custom element from the client
+        (``PUT /project/element``) names its own thread and id; one naming another thread,
+        or the id of another thread's element, is refused and logged before its file is
+        written. An element of no message (no ``for_id``) is not stored (as Chainlit's
+        SQL layer).
+        """
+        async with self._in_order(f"elements:{element.thread_id}"):
+            found = await self._read(lambda c: pages.thread_of(c, pages.elements, element.id), None)
+            if element.thread_id != _writer_thread() or found not in (None, element.thread_id):
+                log.warning("refused a write to element %s: it is in another chat", element.id)
+                return
+            if not element.for_id:
+                return
+            try:
+                content = await _content(element)
+            except OSError:
+                log.error("an upload's file is gone before it could be stored: %s", element.name)
+                return
+            await self._store_element(element, content)
+
+    async def _store_element(self, element: Element, content: bytes) -> None:
+        """Write the file, then the row; a file that cannot be written now is held with its
+        bytes (the session's upload folder goes with the session) and written later."""
+        owner = _session_user()
+        key = f"{owner.id if owner else 'unknown'}/{element.id}/{element.name}"
+        mime = element.mime or "application/octet-stream"
+        try:
+            uploaded = await self.storage_provider.upload_file(key, content, mime, True)
+        except OSError as exc:  # a read-only or full disk, the bucket away
+            await self._hold_element(element, content, exc)
+            return
+        row = dict(element.to_dict())
+        row.update(url=uploaded.get("url"), objectKey=uploaded.get("object_key"), mime=mime)
+        await self._write(
+            lambda c: pages.write_element(c, row),
+            chat=element.thread_id,
+            size=len(str(row)),
+            key=("elements", element.id),
+        )
+
+    async def _hold_element(self, element: Element, content: bytes, error: OSError) -> None:
+        element.content, element.path = content, None
+
+        async def again() -> None:
+            await self._store_element(element, content)
+
+        job = Write(
+            run=again,
+            chat=element.thread_id,
+            what=msg("the file {name}", name=element.name),
+            size=len(content),
+            key=("elements", element.id),
+        )
+        self.failed_statements += 1
+        await self.store.pending.hold(job, error)
+
+    @queue_until_user_message()  # type: ignore[untyped-decorator]
+    @_after_first_words
+    async def delete_element(self, element_id: str, thread_id: str | None = None) -> None:
+        """Delete an element and its file, only in the writing session's thread
+        (``thread_id`` comes from the client for custom elements and is not trusted)."""
+        writer = _writer_thread()
+
+        async def change(connection: AsyncConnection) -> list[str] | None:
+            if await pages.thread_of(connection, pages.elements, element_id) != writer:
+                return None
+            key = await pages.delete_element(connection, element_id)
+            return [key] if key else []
+
+        keys = await self._write(change, chat=writer, size=len(element_id))
+        if keys is None:
+            log.warning("refused to delete element %s: it is not in this chat", element_id)
+        await self._delete_files(keys or [])
+
+    async def get_element(self, thread_id: str, element_id: str) -> ElementDict | None:
+        """Element ``element_id`` of thread ``thread_id``, or None."""
+        row = await self._read(lambda c: pages.element(c, thread_id, element_id), None)
+        return None if row is None else await self._element_dict(row)
+
+    async def _element_dict(self, row: dict[str, Any]) -> ElementDict:
+        key = row.get("objectKey")
+        url = await self.storage_provider.get_read_url(key) if key else row.get("url")
+        return cast(ElementDict, {**row, "url": url, "props": row.get("props") or {}})
+
+    # --- feedback ------------------------------------------------------------------------
+
+    async def upsert_feedback(self, feedback: Feedback) -> str:
+        """Store a feedback (its owner was checked by ui/security.py); returns its id."""
+        feedback.id = feedback.id or str(uuid.uuid4())
+        row = asdict(feedback)
+        await self._write(
+            lambda c: pages.write_feedback(c, row),
+            chat=feedback.threadId,
+            size=len(str(row)),
+            key=("feedbacks", feedback.id),
+            what=msg("your feedback"),
+        )
+        return feedback.id
+
+    async def delete_feedback(self, feedback_id: str) -> bool:
+        """Delete a feedback (its owner was checked by ui/security.py)."""
+        await self._write(
+            lambda c: pages.delete_feedback(c, feedback_id),
+            chat=None,
+            size=len(feedback_id),
+            key=("feedbacks", feedback_id),
+            what=msg("your feedback"),
+        )
+        return True
+
+    # --- the rest of Chainlit's contract ---------------------------------------------------
+
+    async def build_debug_url(self) -> str:
+        """No debug URL (Chainlit's Literal AI layer has one)."""
+        return ""
+
+    async def close(self) -> None:
+        """Nothing to close: the store owns the engine and the files."""
+
+
+async def _content(element: Element) -> bytes:
+    """An element's bytes: its file, or its content.
+
+    Raises:
+        OSError: its file cannot be read.
+    """
+    if element.path:
+        return await asyncio.to_thread(Path(element.path).read_bytes)
+    content = element.content or b""
+    return content.encode("utf-8") if isinstance(content, str) else content
+
+
+def _thread_dict(row: dict[str, Any]) -> ThreadDict:
+    return ThreadDict(
+        id=str(row["id"]),
+        createdAt=str(row["createdAt"] or ""),
+        name=row["name"],
+        userId=row["userId"],
+        userIdentifier=row["userIdentifier"],
+        tags=row["tags"],
+        metadata=row["metadata"] if isinstance(row["metadata"], dict) else {},
+        steps=[],
+        elements=[],
+    )

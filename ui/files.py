@@ -1,10 +1,12 @@
-"""Files on local disk for Chainlit's data layer, and the route that serves them.
+"""The store's files for Chainlit's data layer, and the route that serves them.
 
-Chainlit 2.12 ships storage clients for S3, GCS and Azure only (its
-chainlit/data/storage_clients/);
-:class:`LocalStorageClient` keeps element files (uploads as shown on the page)
-in the app's :class:`backend.store.files.FileStore` and hands out URLs of
-:func:`mount_file_route`'s route, ``GET /kimi/files/{object key}``. The route
+:class:`FilesStorageClient` is Chainlit's storage-client interface
+(chainlit/data/storage_clients/base.py) over the store's :class:`backend.store.files.Files`
+(a folder, or an S3 bucket: :mod:`backend.store.s3`): element files (uploads as shown on
+the page) go there, and their URLs are :func:`mount_file_route`'s route,
+``GET /kimi/files/{object key}``, whichever holds them. Chainlit's own S3 client would
+hand the page signed bucket URLs instead, readable by anyone holding one until it
+expires, unshared chat or not. The route
 answers only for a key that belongs to an element of a thread the signed-in
 user may read (:func:`backend.auth.may_read_thread`: the owner, or anyone once
 the thread is shared), and 404 otherwise, the same for a missing file and a
@@ -26,7 +28,7 @@ from fastapi.responses import Response
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.auth import Ownership, may_read_thread
-from backend.store.files import FileStore, safe_key
+from backend.store.files import Files, safe_key
 from ui.chainlit_patches import ahead_of_the_page
 
 ROUTE_PREFIX: Final = "/kimi/files"
@@ -37,15 +39,15 @@ INLINE_TYPES: Final = frozenset(
 """Types a browser shows without running anything (SVG, HTML and PDF are not among them)."""
 
 
-class LocalStorageClient(BaseStorageClient):
-    """Chainlit's storage client interface on a local :class:`FileStore`.
+class FilesStorageClient(BaseStorageClient):
+    """Chainlit's storage client interface on the store's :class:`Files`.
 
     Args:
         files: where the bytes go (borrowed).
         url_root: prefix of the app's URLs (Chainlit's ``--root-path``), "" by default.
     """
 
-    def __init__(self, files: FileStore, url_root: str = "") -> None:
+    def __init__(self, files: Files, url_root: str = "") -> None:
         self.files = files
         self.url_root = url_root.rstrip("/")
 
@@ -60,8 +62,12 @@ class LocalStorageClient(BaseStorageClient):
         """Write ``data`` under a safe form of ``object_key``; returns its key and URL."""
         key = safe_key(object_key)
         payload = data.encode("utf-8") if isinstance(data, str) else data
-        if overwrite or not self.files.exists(key):
-            await asyncio.to_thread(self.files.write, key, payload)
+
+        def store() -> None:
+            if overwrite or not self.files.exists(key):
+                self.files.write(key, payload)
+
+        await asyncio.to_thread(store)
         return {"object_key": key, "url": await self.get_read_url(key)}
 
     async def delete_file(self, object_key: str) -> bool:
@@ -73,7 +79,7 @@ class LocalStorageClient(BaseStorageClient):
         return f"{self.url_root}{ROUTE_PREFIX}/{quote(object_key)}"
 
     async def close(self) -> None:
-        """Nothing to close: the file store holds no handles."""
+        """Nothing to close: the store owns its files (:class:`backend.store.core.Store`)."""
 
 
 async def _viewer(request: Request) -> str | None:
@@ -85,7 +91,7 @@ async def _viewer(request: Request) -> str | None:
     return None if user is None else str(user.identifier)
 
 
-def mount_file_route(app: FastAPI, engine: AsyncEngine, files: FileStore, root: str = "") -> None:
+def mount_file_route(app: FastAPI, engine: AsyncEngine, files: Files, root: str = "") -> None:
     """Add ``GET {root}/kimi/files/{key}`` to Chainlit's app, ahead of its catch-all route.
 
     Chainlit's last route (``/{full_path:path}``) answers every path with the page,

@@ -1,28 +1,30 @@
-"""The grounding overlay in Chainlit: annotated copies of the turn's images under the answer.
+"""The grounding overlay in Chainlit: annotated copies of images under the answer.
 
-For each image of the turn that the finished answer points at
-(:func:`backend.grounding.overlays`), one message from the app with a caption naming
-the image and the annotated copy as an inline ``cl.Image``; the person's upload and
-the image sent to the model stay as they were. Coordinates given in an explicit
+For each image that the finished answer points at (:func:`backend.grounding.overlays`;
+the turn's images, or the chat's image a follow-up question refers to), a caption naming
+the image and the annotated copy as an inline ``cl.Image``, in the message under the
+answer, above its buttons (:meth:`ui.answer_view.AnswerView.add_under`); the person's
+upload and the image sent to the model stay as they were. Coordinates given in an explicit
 format but not drawn (several images and no name, outside the image) get one note, which
 also counts the marks beyond :data:`backend.grounding.MAX_MARKS` (drawing is bounded: an
-answer with 10,000 boxes draws 50 of them and says so).
+answer with 10,000 boxes draws 50 of them and says so); a follow-up question that names an
+image the chat does not have gets, if its answer gives coordinates, one sentence saying so.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
 
 import chainlit as cl
 
 from backend.grounding import caption, not_drawn_note, overlays
 from backend.i18n import ENGLISH, Translator
-from backend.images import PreparedImage
 from backend.logs import LOGGER_NAME
+from backend.render import Marks
 from backend.uploads import MediaWorkers
-from ui.notes import AUTHOR, note_id
+from ui.answer_view import AnswerView
+from ui.compare_view import CompareColumn
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -30,29 +32,33 @@ _DIGIT = re.compile(r"\d")
 
 
 async def show_marks(
-    answer: str,
-    images: Sequence[PreparedImage],
+    view: AnswerView | CompareColumn,
+    marks: Marks,
     workers: MediaWorkers,
     tr: Translator = ENGLISH,
 ) -> None:
-    """Send the annotated copies for ``answer`` on the turn's ``images``, if any.
+    """Add the annotated copies for ``marks.answer`` on ``marks.images`` under the answer
+    of ``view``.
 
-    Nothing is sent when the turn has no images or the answer holds no coordinates.
-    Decoding and drawing run in the app's media pool (up to a few hundred milliseconds for
-    a large PNG would stall every session's websocket on the event loop). The overlay
-    is an extra under an answer already shown: if drawing fails, it is logged and
-    nothing more is said.
+    Nothing is sent when the answer holds no coordinates. Without images (the question
+    names one the chat does not have), coordinates get the one sentence why
+    (``marks.missing``). Decoding and drawing run in the app's media pool (up to a few
+    hundred milliseconds for a large PNG would stall every session's websocket on the
+    event loop). The overlay is an extra under an answer already shown: if drawing fails,
+    it is logged and nothing more is said.
 
     Args:
-        answer: the finished answer (reasoning excluded; markers are ignored anyway).
-        images: the turn's prepared images, in upload order (``Turn.images``).
+        view: the finished answer's view.
+        marks: the finished answer (reasoning excluded; markers are ignored anyway) and
+            the prepared images it refers to, in upload order, or why there are none.
         workers: the app's media-decoding pool (borrowed, not closed).
         tr: the chat's language, for the captions and the note.
     """
-    if not images or _DIGIT.search(answer) is None:  # one C scan: answers may be 1 MB
+    images, answer = marks.images, marks.answer
+    if not (images or marks.missing) or _DIGIT.search(answer) is None:  # one C scan: 1 MB
         return
     try:
-        drawn, grounding = await workers.run(overlays, answer, images)
+        drawn, grounding = await workers.run(overlays, answer, images, marks.missing)
     except Exception:
         log.exception("grounding overlay failed")
         return
@@ -65,7 +71,6 @@ async def show_marks(
             size="large",
         )
         text = caption(images[overlay.image].name, overlay.marks, tr)  # in the chat's language
-        await cl.Message(content=text, author=AUTHOR, elements=[picture]).send()
+        await view.add_under(text, [picture])
     if grounding.has_note:
-        note = not_drawn_note(grounding, tr)
-        await cl.Message(content=note, author=AUTHOR, id=note_id("info")).send()
+        await view.add_under(not_drawn_note(grounding, tr))

@@ -32,10 +32,11 @@ from backend.i18n import ENGLISH, Translator, msg
 from backend.logs import LOGGER_NAME
 from backend.panel import sane_options
 from backend.record import TurnRecord, TurnSink
+from backend.safety import link_remote_images_off_loop
 from backend.settings import Settings
 from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html, marked_copies
 from backend.store.files import DATABASE_FILE
-from backend.store.resume import Restored, restore
+from backend.store.resume import Restored, restore, shown_records
 from backend.turn_runner import TurnRunner
 from ui import bridge
 from ui.language import session_translator
@@ -123,10 +124,10 @@ async def close() -> None:
 def data_layer() -> KimiDataLayer:
     """Chainlit's data layer on the open store."""
     from ui.datalayer import KimiDataLayer
-    from ui.files import LocalStorageClient
+    from ui.files import FilesStorageClient
 
     opened = store()
-    return KimiDataLayer(opened, LocalStorageClient(opened.files, config.run.root_path))
+    return KimiDataLayer(opened, FilesStorageClient(opened.files, config.run.root_path))
 
 
 def _owner() -> str | None:
@@ -145,11 +146,12 @@ def sink() -> TurnSink | None:
 
 
 async def forget_after(message: cl.Message) -> None:
-    """Before an earlier message is answered again (Edit): drop what followed it.
+    """Before an earlier message is answered again (Edit): take what followed it out of
+    the stored page (Chainlit's steps: the page shows the new version's branch).
 
-    Keeps the step running now (Chainlit's ``on_message`` run of the edit). The
-    stored turns after it go when the edited turn is recorded (:func:`sink`). While
-    the database cannot be written, the removal waits with the chat's other writes.
+    Keeps the step running now (Chainlit's ``on_message`` run of the edit). The turns
+    after it stay in the turn store with the earlier version (:mod:`backend.versions`).
+    While the database cannot be written, the removal waits with the chat's other writes.
     """
     if message.created_at:
         await _forget_stored_after(message.created_at)
@@ -158,7 +160,8 @@ async def forget_after(message: cl.Message) -> None:
 async def fork_after(message_id: str) -> None:
     """Regenerate on an older answer: take the turns after the one of the person's
     message ``message_id`` off the page, as Chainlit's edit does for the messages after an
-    edited one, and (sign-in on) out of the stored thread, as :func:`forget_after`.
+    edited one, and (sign-in on) out of the stored page, as :func:`forget_after` (they stay
+    in the turn store with the earlier version).
 
     They start at the first person's message after ``message_id`` in Chainlit's
     ``chat_context`` (this session's messages, a resumed chat's included): it and every
@@ -169,19 +172,38 @@ async def fork_after(message_id: str) -> None:
     ids = [m.id for m in messages]
     start = ids.index(message_id) if message_id in ids else len(ids)
     later = [i for i in range(start + 1, len(ids)) if messages[i].type == "user_message"]
-    if not later:
-        return
-    kept = messages[later[0] - 1]
-    for message in messages[later[0] :]:
+    if later:
+        await _clear_from(messages, later[0])
+
+
+async def clear_turns_from(place: int) -> None:
+    """Take turn ``place`` (0 first: the ``place``-th person's message in Chainlit's
+    ``chat_context``) and every later one off the page and the stored page, as
+    :func:`fork_after` (another version is drawn there: ui/versions_view.py)."""
+    messages = cl.chat_context.get()
+    asked = [i for i, m in enumerate(messages) if m.type == "user_message"]
+    if place < len(asked):
+        await _clear_from(messages, asked[place])
+
+
+async def _clear_from(messages: list[cl.Message], start: int) -> None:
+    """Remove ``messages[start:]`` and the runs buttons started since, from the page and
+    the stored page (the step running now stays)."""
+    first = messages[start].created_at
+    for message in messages[start:]:
         await message.remove()
     running = cl.context.current_step  # the run drawing the new answer, if a button's
     runs: list[cl.Step] = cl.user_session.get(RUNS) or []
-    for run in [r for r in runs if r is not running and str(r.created_at) > str(kept.created_at)]:
+    for run in [r for r in runs if r is not running and str(r.created_at) > str(first)]:
         runs.remove(run)
         await run.remove()
-    if kept.created_at:
-        await _forget_stored_after(kept.created_at)
+    if first:
+        await _forget_stored_after(first)
 
+
+TURN_KEY: Final = "kimi_turn"
+"""Metadata key of a person's message drawn again for a version (ui/versions_view.py):
+the version's key, so a resumed chat finds the turn of that message."""
 
 RUNS = "button_runs"
 """User session key: the run steps of the turns buttons started (:func:`ui.answer.draw_run`)."""
@@ -225,21 +247,21 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
     from backend.store.pending import cause
 
     opened = store()
-    turns, thread_id = opened.turns, thread["id"]
+    thread_id = thread["id"]
     try:
-        await turns.mark_interrupted(thread_id)
-    except (SQLAlchemyError, OSError) as exc:  # they read back as interrupted all the same
-        log.error("marking chat %s's interrupted turns failed: %s", thread_id, exc)
-    try:
-        records = await turns.load(thread_id)
+        records = await opened.turns.load(thread_id)
     except (SQLAlchemyError, OSError) as exc:
         log.error("opening chat %s failed: %s", thread_id, cause(exc, opened.where))
         raise ChatError(CANNOT_OPEN) from None
     restored = restore(records)
-    session.restore(restored.conversation, restored.message_turns)
+    for step in thread["steps"]:  # questions drawn again for a version name it
+        key = str((step.get("metadata") or {}).get(TURN_KEY))
+        if key in restored.versions:
+            restored.message_turns[step["id"]] = restored.versions[key].turn
+    session.restore(restored.versions, restored.message_turns)
     await session.connect_first([restored.model, None])
     session.with_stored_options(sane_options(restored.options, session.max_model_len))
-    mark_interrupted(thread, restored.interrupted, session.tr)
+    await mark_interrupted(thread, restored.interrupted, session.tr)
     return restored
 
 
@@ -249,14 +271,16 @@ def all_saved(thread_id: str) -> bool:
     return not store().pending.holds(thread_id)
 
 
-def mark_interrupted(
+async def mark_interrupted(
     thread: ThreadDict, records: list[TurnRecord], tr: Translator = ENGLISH
 ) -> None:
     """Show each interrupted turn in ``thread`` (what the page shows) as far as it was
     stored, in ``tr``'s language: its reasoning step (the step of type ``llm`` that never
     ended: ui/reasoning_view.py stores a step's end when it closes it) with the reasoning
-    saved while it streamed, the answer saved while it streamed (Chainlit stores a
-    streaming message only once it ends), then a note that the app stopped there."""
+    saved while it streamed, the answer saved while it streamed where its message was
+    never stored (Chainlit stores a streaming message only once a block of it ends; a
+    stored one is drawn from the turn: ui/datalayer.py), with remote images made links
+    as everywhere an answer is drawn, then a note that the app stopped there."""
     steps = cast(list[dict[str, Any]], thread["steps"])
     for record in records:
         index = next((i for i, s in enumerate(steps) if s["id"] == record.message_id), None)
@@ -274,11 +298,10 @@ def mark_interrupted(
                     step["output"] = record.turn.reasoning
         created = str(steps[end - 1].get("createdAt") or "")
         answer = record.turn.answer
-        shown = next((s for s in steps[index + 1 : end] if s["id"] == record.answer_id), None)
-        if shown is not None and len(answer) > len(shown.get("output") or ""):
-            shown["output"] = answer
-        elif shown is None and answer and record.answer_id:
-            partial = _note_step(thread["id"], record.message_id, created, answer)
+        shown = any(s["id"] == record.answer_id for s in steps[index + 1 : end])
+        if not shown and answer and record.answer_id:
+            linked = await link_remote_images_off_loop(answer)  # no image fetches
+            partial = _note_step(thread["id"], record.message_id, created, linked)
             partial.update(id=record.answer_id, name=config.ui.name)  # as the answer's own
             steps.insert(end, partial)
             end, created = end + 1, str(partial["createdAt"])
@@ -325,7 +348,7 @@ async def export(turns: TurnRunner) -> tuple[str, str]:
         from sqlalchemy.exc import SQLAlchemyError
 
         try:
-            records = await _store.turns.load(cl.context.session.thread_id)
+            records = shown_records(await _store.turns.load(cl.context.session.thread_id))
         except (SQLAlchemyError, OSError) as exc:
             log.error("export: reading the stored chat failed: %s", exc)
     if not records:  # nothing stored (open mode): what this session holds

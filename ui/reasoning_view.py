@@ -30,10 +30,15 @@ class ReasoningView:
     """Opens the step at the first reasoning text, streams into it, closes it once."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.monotonic, tr: Translator = ENGLISH
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        tr: Translator = ENGLISH,
+        parent: cl.Step | None = None,
     ) -> None:
+        """``parent``: the step it goes in (a Compare column); None: the answer's run."""
         self._clock = clock
         self._tr = tr
+        self._parent = parent
         self._open: tuple[cl.Step, StepBlocks] | None = None
         self._since: float | None = None  # the first reasoning text: "Thought for" counts from it
 
@@ -46,7 +51,7 @@ class ReasoningView:
         if self._open is None:
             # Same parent as the answer message (the run of on_message), so the
             # browser shows the step above the answer, not after the whole run.
-            parent = cl.context.current_step
+            parent = self._parent or cl.context.current_step
             step = cl.Step(
                 name=self._tr(THINKING_LABEL),
                 type="llm",

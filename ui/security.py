@@ -63,6 +63,7 @@ import base64
 import gzip
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -440,7 +441,7 @@ class Guard:
         assert self.uploads is not None
         size = int(Headers(scope=scope).get("content-length", "0"))
         try:
-            return self.uploads.enter(session.id, person_of(session), size, ws_sessions_id)
+            return await self.uploads.take(session.id, person_of(session), size, ws_sessions_id)
         except ChatError as refused:
             while (await receive()).get("more_body", False):
                 pass
@@ -604,6 +605,9 @@ def install(allowed_origins: str = "", uploads: UploadRoom | None = None) -> Non
 
     private_folder(FILES_DIRECTORY)  # Chainlit's session uploads: nobody else enters
     chainlit_patches.raise_socket_message_limit(MESSAGE_LIMIT_BYTES)
+    if math.isfinite(upload_limit_mb()):  # else Starlette's 1 MB spool, as any size may come
+        limit = int(upload_limit_mb() * 1024 * 1024) + FORM_OVERHEAD_BYTES
+        chainlit_patches.parse_uploads_in_memory(limit)
     chainlit_patches.wrap_socket_connect(guarded_connect)
     app.add_middleware(
         Guard,

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from starlette.responses import HTMLResponse
 
 from backend.auth import Ownership
+from backend.families import family_for
 from backend.i18n import Translator, msg
 from backend.store.core import Store
 from backend.store.export import ChatExport, export_html
@@ -54,7 +55,7 @@ async def public_page(
     last = records[-1] if records else None
     page = ChatExport(
         title=thread.name or "Kimi-VL chat",
-        model=(last.model if last else None) or "",
+        model=tr.text(family_for(last.model).label) if last and last.model else "",
         options=last.options if last else {},
         records=records,
         exported_at=thread.shared_at.replace("T", " ")[:16],

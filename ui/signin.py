@@ -12,12 +12,17 @@ of the app:
   with ``backend.cli user passwd``) reaches Chainlit without it: every route and
   the socket see a request that is not signed in. The token is read with
   Chainlit's own reader (``reuseable_oauth``: the cookie, then the header) and
-  decoder (``decode_jwt``). If the database cannot be asked, the token is taken
-  as valid (a signed-in person keeps chatting through an outage) and the log
-  says so once, naming the cause. A sign-in attempt meanwhile is answered 503
-  with a sentence (:data:`NO_DATABASE`), not Chainlit's "Unable to sign in".
-- **Throttling** (:class:`backend.auth.SignInThrottle`, per user name and per
-  client address): an attempt made while it must wait is answered 429 with
+  decoder (``decode_jwt``). If the database cannot be asked, a token cannot be told
+  from one signed out, so a request that needs one (:data:`NEEDS_SIGN_IN`: the user,
+  the project routes, the socket, stored files, feedback, sign-out) is refused, 503 with
+  a sentence (:data:`UNCHECKED`; the socket: closed), and the log says so once, naming
+  the cause; a socket already open goes on, so a chat open in a tab keeps answering
+  through the outage. A sign-in attempt meanwhile is answered 503 with a sentence
+  (:data:`NO_DATABASE`), not Chainlit's "Unable to sign in".
+- **Throttling** (:class:`backend.store.bounds.SignInThrottle`, per user name and per
+  client address, counted in the shared store before the password is checked, so a
+  burst meets the limit a sequence does, on every worker): an attempt made while it
+  must wait is answered 429 with
   ``Retry-After`` and a sentence, without checking the password (Chainlit's
   sign-in page shows the same sentence from ``.chainlit/translations``, keyed by
   the status text). Each failure is logged with the name and the address,
@@ -48,9 +53,10 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backend.auth import MAX_PASSWORD_CHARS, Ownership, SignInThrottle, Users
+from backend.auth import MAX_PASSWORD_CHARS, Ownership, Users
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
+from backend.store.bounds import SignInThrottle
 from backend.store.core import Store
 from backend.store.pending import cause
 from ui import share
@@ -72,6 +78,18 @@ NO_DATABASE: Final = msg(
     "a minute; chats already open go on."
 )
 """The 503's ``detail`` (``service unavailable`` in .chainlit/translations, the same)."""
+UNCHECKED: Final = msg(
+    "Your sign-in cannot be checked right now: the app cannot reach its database. Chats "
+    "already open go on; try again in a minute."
+)
+"""The ``detail`` of a request refused because its token cannot be checked."""
+NEEDS_SIGN_IN: Final = ("/user", "/project/", "/ws/", "/kimi/files/", "/feedback", "/logout")
+"""Paths (prefixes) whose requests need a checked token; the rest (the page, its assets,
+the sign-in form, a shared chat's public page) are answered as not signed in."""
+
+
+class Unchecked(Exception):
+    """A token that cannot be checked: the database cannot be asked."""
 
 
 @dataclass
@@ -96,11 +114,9 @@ LOGIN: Final[ContextVar[LoginAttempt | None]] = ContextVar("kimi_login", default
 class Accounts:
     """Sign-in, sign-out and token checks on the store's users. Borrows ``users``."""
 
-    def __init__(
-        self, users: Users, throttle: SignInThrottle | None = None, where: str = "the database"
-    ) -> None:
+    def __init__(self, users: Users, throttle: SignInThrottle, where: str = "the database") -> None:
         self.users = users
-        self.throttle = throttle or SignInThrottle()
+        self.throttle = throttle
         self.where = where
         self._outage_said = False
 
@@ -111,25 +127,28 @@ class Accounts:
         guard then answers 429); each failure is counted and logged.
         """
         attempt = LOGIN.get() or LoginAttempt("unknown")
-        wait_s = self.throttle.wait_s(username, attempt.client)
         shown = repr(username[:64])
-        if wait_s > 0:
-            attempt.wait_s = wait_s
-            log.warning(
-                "sign-in refused for %s from %s: %.0f s to wait", shown, attempt.client, wait_s
-            )
-            return None
         try:
+            admission = await self.throttle.admit(username, attempt.client)
+            if not admission.admitted:
+                attempt.wait_s = admission.wait_s
+                log.warning(
+                    "sign-in refused for %s from %s: %.0f s to wait",
+                    shown, attempt.client, admission.wait_s,
+                )  # fmt: skip
+                return None
             generation = await self.users.check(username, password[: MAX_PASSWORD_CHARS + 1])
+            if generation is not None:
+                await self.throttle.succeeded(username, attempt.client)
         except (SQLAlchemyError, OSError) as exc:  # the guard answers 503 with a sentence
             attempt.unavailable = True
             log.error("sign-in for %s cannot be checked: %s", shown, cause(exc, self.where))
             return None
         if generation is None:
-            run = self.throttle.failed(username, attempt.client)
-            log.warning("sign-in failed for %s from %s (%d in a row)", shown, attempt.client, run)
+            log.warning(
+                "sign-in failed for %s from %s (%d in a row)", shown, attempt.client, admission.run
+            )
             return None
-        self.throttle.succeeded(username)
         return cl.User(
             identifier=username, metadata={"provider": "credentials", GENERATION: generation}
         )
@@ -142,7 +161,11 @@ class Accounts:
         return {"success": True}
 
     async def token_user(self, connection: HTTPConnection) -> str | None:
-        """The user a request's token names, if the token is valid and not revoked."""
+        """The user a request's token names, if the token is valid and not revoked.
+
+        Raises:
+            Unchecked: the database cannot be asked whether it was revoked.
+        """
         token = await reuseable_oauth(cast(Request, connection))
         if not token:
             return None
@@ -156,11 +179,11 @@ class Accounts:
         except (SQLAlchemyError, OSError) as exc:
             if not self._outage_said:
                 log.error(
-                    "sign-in tokens are taken as valid while the database cannot be asked: %s",
+                    "sign-in tokens are refused while the database cannot be asked: %s",
                     cause(exc, self.where),
                 )
                 self._outage_said = True
-            return name
+            raise Unchecked from exc
         self._outage_said = False
         return name if current is not None and carried == current else None
 
@@ -212,12 +235,18 @@ class SignInGuard:
         if scope["type"] not in {"http", "websocket"}:
             await self.app(scope, receive, send)
             return
-        user = await self.accounts.token_user(HTTPConnection(scope))
-        if user is None:
-            scope = without_token(scope)
         path = scope["path"]
         if self.root_path and path.startswith(self.root_path):
             path = path[len(self.root_path) :] or "/"
+        try:
+            user = await self.accounts.token_user(HTTPConnection(scope))
+        except Unchecked:
+            if path.startswith(NEEDS_SIGN_IN):
+                await refuse(scope, receive, send, 503, UNCHECKED)
+                return
+            user = None
+        if user is None:
+            scope = without_token(scope)
         method = scope.get("method", "GET")
         if path == "/login" and method == "POST":
             await self._login(scope, receive, send)
@@ -320,7 +349,7 @@ def install(store: Store) -> Accounts:
     from chainlit.server import app
     from starlette.middleware import Middleware
 
-    accounts = Accounts(store.users, where=store.where)
+    accounts = Accounts(store.users, store.throttle, where=store.where)
     cl.password_auth_callback(accounts.sign_in)
     cl.on_logout(accounts.sign_out)
     guard = Middleware(SignInGuard, accounts=accounts, store=store, root_path=config.run.root_path)

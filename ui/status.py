@@ -3,8 +3,10 @@
 Answers ``{"open_chats": N}``, the number of browser sessions with a connected
 websocket right now: Chainlit's registry of sessions by socket id, less the sessions
 whose socket has gone (Chainlit keeps those for ``session_timeout``, 60 s in
-``.chainlit/config.toml``, in case the tab reconnects). Loopback
-only: other callers get 404, since the count says how busy the demo box is.
+``.chainlit/config.toml``, in case the tab reconnects). The count is for
+loopback callers only, since it says how busy the demo box is: another caller (HAProxy
+checking a worker on another host, deploy/haproxy.cfg) gets ``{}``, an answer that says
+only that the worker is up.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 async def status(request: Request) -> Response:
     """The UI's status for the operator (see the module docstring)."""
     if request.client is None or request.client.host not in LOOPBACK:
-        return Response(status_code=404)
+        return JSONResponse({})
     connected = [sid for sid in ws_sessions_sid if sio.manager.is_connected(sid, "/")]
     return JSONResponse({"open_chats": len(connected)})
 

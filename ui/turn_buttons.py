@@ -1,16 +1,21 @@
 """The buttons under a turn that start an answer: Send anyway, Retry (also Regenerate
-and "more tokens"), Compare. Each acts on the message its payload names, the one it
-sits under, and its answer runs as the chat's answer task (ui/tasks.py).
+and "more tokens"), Compare; and ‹ n/m › (ui/versions_view.py). Each acts on the message
+its payload names, the one it sits under, and its answer runs as the chat's answer task
+(ui/tasks.py).
 :func:`install` gives them to Chainlit."""
 
 from __future__ import annotations
 
 import chainlit as cl
 
+from backend.families import family_for
+from backend.safety import link_remote_images
 from ui import process
 from ui.answer import draw_run, said
+from ui.compare_view import ComparePair
 from ui.session import runner
 from ui.tasks import start_answer_task
+from ui.versions_view import on_version
 
 
 @said
@@ -41,11 +46,17 @@ async def on_retry(action: cl.Action) -> None:
 
 @said
 async def on_compare(action: cl.Action) -> None:
-    """Ask another served model the turn this button sits under; its answer comes next."""
+    """Ask another served model the turn this button sits under; its answer streams beside
+    the turn's own answer, each under its model's label (ui/compare_view.py)."""
     turns, message_id = runner(), str(action.payload.get("message", ""))
     model = str(action.payload.get("model", ""))
+    chat = turns.chat
+    turn = chat.turn_of(message_id)
+    own_label = chat.tr.text(family_for(chat.model.id if chat.model else "").label)
+    own_answer = link_remote_images(turn.answer) if turn is not None else ""
+    pair = ComparePair((own_label, own_answer), chat.tr.text(family_for(model).label), chat.tr)
     start_answer_task(
-        lambda: draw_run(turns.compare(message_id, model), turns.chat),
+        lambda: draw_run(turns.compare(message_id, model), chat, compare=pair),
         process.resources().answers,
     )
 
@@ -57,5 +68,6 @@ def install() -> None:
         ("send_anyway", on_send_anyway),
         ("retry", on_retry),
         ("compare", on_compare),
+        ("version", on_version),
     ):
         cl.action_callback(name)(callback)

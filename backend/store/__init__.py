@@ -3,9 +3,11 @@
 What is stored where (``KIMI_DATA_DIR``, default ``data/``):
 
 * ``chat.db`` (SQLite, unless ``KIMI_DATABASE_URL`` names a PostgreSQL server):
-  Chainlit's tables (users, threads, steps, elements, feedbacks: what the page
-  shows), ``kimi_users`` (sign-in), ``kimi_turns`` and ``kimi_images`` (the
-  conversation as the model saw it);
+  the page's tables (``kimi_threads``, ``kimi_steps``, ``kimi_elements``,
+  ``kimi_feedback``, ``kimi_page_users``: what the page shows,
+  :mod:`backend.store.pages`), ``kimi_users`` (sign-in), ``kimi_turns`` and ``kimi_images`` (the
+  conversation as the model saw it), ``kimi_signin_attempts`` (bounds every UI
+  worker shares: :mod:`backend.store.bounds`);
 * ``files/<user id>/<element id>/<name>``: uploads as the person sent them
   (shown on the page);
 * ``files/prepared/<thread id>/<sha256>.jpg|png``: the prepared copies sent to

@@ -14,14 +14,28 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.auth import Users
+from backend.fair_use import AnswerQueues
 from backend.settings import Settings
+from backend.store.bounds import Leases, SignInThrottle, StoredChats, create_tables
 from backend.store.db import StoreError, create_engine, database_url, is_sqlite
-from backend.store.files import FileStore, private_folder
+from backend.store.files import Files, FileStore, StorageUnavailable, private_folder
 from backend.store.pending import PendingWrites
 from backend.store.schema import migrate
 from backend.store.turns import TurnStore
 
 __all__ = ["Store", "StoreError", "open_store"]
+
+
+def open_files(settings: Settings) -> Files:
+    """Where files go: the S3 bucket ``KIMI_FILES_S3_BUCKET`` names, else the folder
+    ``KIMI_DATA_DIR/files`` (local, or a shared volume)."""
+    if settings.files_s3_bucket:
+        from backend.store.s3 import S3Files
+
+        return S3Files(
+            settings.files_s3_bucket, settings.files_s3_endpoint_url, settings.files_s3_region
+        )
+    return FileStore(Path(settings.data_dir) / "files")
 
 
 class Store:
@@ -35,9 +49,16 @@ class Store:
         self.data_dir = Path(settings.data_dir)
         self.url = database_url(self.data_dir, settings.database_url)
         self.engine: AsyncEngine = create_engine(self.url)
-        self.files = FileStore(self.data_dir / "files")
+        self.files = open_files(settings)
         self.turns = TurnStore(self.engine, self.files)
         self.users = Users(self.engine)
+        self.throttle = SignInThrottle(self.engine)
+        bounds = AnswerQueues(1 + settings.chat_queue, settings.user_answers)
+        self.leases = Leases(self.engine, bounds)
+        """Answers running or waiting and uploads held, counted for every process sharing
+        the store."""
+        self.stored_chats = StoredChats(self.engine, settings.user_store_mb * 1_000_000)
+        """What each user's stored chats hold, and the bound on it."""
         self.pending = PendingWrites(self.where, settings.unsaved_mb * 1_000_000)
         """Every write of the store, held while the store cannot take it."""
 
@@ -56,9 +77,14 @@ class Store:
             StoreError: one sentence naming the folder or database and what is wrong.
         """
         try:
-            private_folder(self.files.root, self.data_dir)
-            self.files.write("probe", b"ok")
-            self.files.delete("probe")
+            if is_sqlite(self.engine):
+                private_folder(self.data_dir)
+            self.files.check()
+        except StorageUnavailable as exc:
+            raise StoreError(
+                f"The file store cannot be used ({exc}); check KIMI_FILES_S3_BUCKET, "
+                "KIMI_FILES_S3_ENDPOINT_URL and the AWS credentials."
+            ) from None
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             if exc.errno in (errno.EEXIST, errno.ENOTDIR):
@@ -69,6 +95,7 @@ class Store:
             ) from None
         try:
             await migrate(self.engine)
+            await create_tables(self.engine)
         except StoreError:
             raise
         except (SQLAlchemyError, OSError) as exc:
@@ -87,6 +114,7 @@ class Store:
     async def close(self) -> None:
         """Write what is held if the store takes it within seconds (else the log names it),
         then close every database connection."""
+        await self.leases.close()
         await self.pending.close()
         await self.engine.dispose()
 

@@ -24,6 +24,10 @@ connection, before WAL mode creates the companions (SQLite gives them the
 database file's mode): the database holds every chat and the password hashes.
 
 PostgreSQL (``postgresql+asyncpg://...``) needs none of this.
+
+On both, a NUL character (U+0000) in a text written becomes :data:`NUL_STANDIN`:
+PostgreSQL's text types cannot hold it ("invalid byte sequence for encoding UTF8: 0x00",
+an error that no retry mends), and a chat reads the same whichever database holds it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ BUSY_TIMEOUT_S: Final = 30.0
 CONNECT_TIMEOUT_S: Final = 5.0
 """Seconds a PostgreSQL connection may take before the write is held
 (:mod:`backend.store.pending`) and the chat goes on."""
+
+
+NUL_STANDIN: Final = "\ufffd"
+"""What a NUL character in stored text becomes (Unicode's replacement character). Model
+answers can hold one: a random-weights answer did (tests/test_three_hosts.py)."""
 
 
 class StoreError(Exception):
@@ -111,8 +120,8 @@ def create_engine(url: str) -> AsyncEngine:
     if not url.startswith("sqlite"):
         # A server that does not answer fails a connection in seconds, not asyncpg's 60.
         connect = {"timeout": CONNECT_TIMEOUT_S}
-        return create_async_engine(url, pool_pre_ping=True, connect_args=connect)
-    engine = create_async_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
+        return _without_nul(create_async_engine(url, pool_pre_ping=True, connect_args=connect))
+    engine = _without_nul(create_async_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S}))
     database = make_url(url).database
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -150,3 +159,27 @@ def create_engine(url: str) -> AsyncEngine:
             context.is_disconnect = True
 
     return engine
+
+
+def _without_nul(engine: AsyncEngine) -> AsyncEngine:
+    """``engine``, its statements' text parameters with :data:`NUL_STANDIN` for NUL
+    (SQLAlchemy's ``before_cursor_execute`` with ``retval``: one place for every write)."""
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute", retval=True)
+    def clean(
+        _conn: Connection, _cursor: Any, statement: str, parameters: Any, *_: Any
+    ) -> tuple[str, Any]:
+        return statement, _cleaned(parameters)
+
+    return engine
+
+
+def _cleaned(value: Any) -> Any:
+    """``value`` (a parameter, or a sequence or mapping of them) with NUL replaced."""
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_STANDIN) if "\x00" in value else value
+    if isinstance(value, dict):
+        return {key: _cleaned(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_cleaned(item) for item in value)
+    return value

@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from backend.conversation import Turn
-from backend.grounding import caption, overlays
+from backend.families import family_for
+from backend.grounding import caption, overlays, referred_images
 from backend.i18n import ENGLISH, Translator, msg
+from backend.images import PreparedImage
 from backend.markdown_html import to_html
-from backend.record import TurnRecord
+from backend.record import ComparedAnswer, TurnRecord
 from backend.safety import escape_markdown
-from backend.settings import profile_for
 from backend.timings import Timings, stats_line, thought_label
 
 CONTENT_SECURITY_POLICY: Final = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -52,7 +53,11 @@ summary { cursor: pointer; }
 .reasoning { border-left: 3px solid #ccc; padding-left: .75rem; }
 .stats, .note { color: #666; font-size: 13px; margin-top: .5rem; }
 .stats { font-style: italic; }
-.compared { border-top: 1px dashed #ccc; margin-top: 1rem; padding-top: .5rem; }
+.compared { border-top: 1px dashed #ccc; margin-top: 1rem; padding-top: .5rem;
+            display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0 1.5rem; }
+.compared .label { font-weight: 600; }
+@media (max-width: 640px) { .compared { grid-template-columns: minmax(0, 1fr); }
+                            .compared .column + .column { margin-top: 1rem; } }
 pre { background: #f6f8fa; border: 1px solid #e1e4e8; border-radius: 8px; padding: .75rem;
       overflow-x: auto; }
 code { font: 13px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
@@ -125,8 +130,10 @@ def marked_copies(
     Decodes and draws images (tens to hundreds of ms each,
     :func:`backend.grounding.overlays`): call it off the event loop."""
     marked: dict[str, list[MarkedCopy]] = {}
+    earlier: list[PreparedImage] = []  # the chat's images before this turn
     for record in records:
-        images = record.turn.images
+        images = referred_images(record.turn.text, record.turn.images, earlier).images
+        earlier += record.turn.images
         answers: list[tuple[str | None, str]] = [(None, record.turn.answer)]
         answers += [(c.label, c.turn.answer) for c in record.compared]
         for label, answer in answers:
@@ -149,7 +156,11 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _turn(record: TurnRecord, marked: Mapping[str, Sequence[MarkedCopy]], tr: Translator) -> str:
+def _turn(
+    record: TurnRecord, marked: Mapping[str, Sequence[MarkedCopy]], tr: Translator, model: str
+) -> str:
+    """One turn: the question, its answer, then each Compare as two labelled columns (the
+    turn's answer, labelled with its model, else ``model``, and the other model's)."""
     turn = record.turn
     parts = ['<section class="turn">', '<div class="user">']
     for image in turn.images:
@@ -165,17 +176,22 @@ def _turn(record: TurnRecord, marked: Mapping[str, Sequence[MarkedCopy]], tr: Tr
     if stats:
         parts.append(f'<div class="stats">{_e(stats)}</div>')
     parts += _marked(marked.get(answer_key(record.message_id), ()))
-    for compared in record.compared:
+    for compared in record.compared:  # as the chat shows a Compare: two labelled columns
         parts.append('<div class="compared">')
-        label = tr("**{model}** (compare)", model=escape_markdown(compared.label))
-        parts.append(f'<div class="label">{to_html(label)}</div>')
-        parts += _answer(compared.turn, _reasoning_s(compared.timings), tr)
-        if compared.turn.status in _ENDINGS:
-            parts.append(f'<div class="note">{_e(tr(_ENDINGS[compared.turn.status]))}</div>')
-        if compared.timings is not None and compared.timings.elapsed_s is not None:
-            line = f"{compared.label} · {stats_line(compared.timings, tr)}"
-            parts.append(f'<div class="stats">{_e(line)}</div>')
-        parts += _marked(marked.get(answer_key(record.message_id, compared.label), ()))
+        label = tr.text(family_for(record.model).label) if record.model else model
+        own = ComparedAnswer(label, turn, record.timings)
+        for column in (own, compared):
+            parts.append('<div class="column">')
+            parts.append(f'<div class="label">{_e(column.label)}</div>')
+            parts += _answer(column.turn, _reasoning_s(column.timings), tr)
+            if column.turn.status in _ENDINGS:
+                parts.append(f'<div class="note">{_e(tr(_ENDINGS[column.turn.status]))}</div>')
+            if column.timings is not None and column.timings.elapsed_s is not None:
+                line = f"{column.label} · {stats_line(column.timings, tr)}"
+                parts.append(f'<div class="stats">{_e(line)}</div>')
+            if column is compared:
+                parts += _marked(marked.get(answer_key(record.message_id, compared.label), ()))
+            parts.append("</div>")
         parts.append("</div>")
     parts.append("</section>")
     return "\n".join(parts)
@@ -221,7 +237,7 @@ def _turns(chat: ChatExport, tr: Translator) -> list[str]:
     parts, model = [], None
     for record in chat.records:
         if model is not None and record.model is not None and record.model != model:
-            label = tr.text(profile_for(record.model).label)
+            label = tr.text(family_for(record.model).label)
             # The chat's note there (backend/presenter.py, model_switched_note).
             switched = tr(
                 "{model} answers from here on, with the conversation so far.",
@@ -229,8 +245,17 @@ def _turns(chat: ChatExport, tr: Translator) -> list[str]:
             )
             parts.append(f'<div class="note">{to_html(switched)}</div>')
         model = record.model or model
-        parts.append(_turn(record, chat.marked, tr))
+        parts.append(_turn(record, chat.marked, tr, chat.model))
     return parts
+
+
+OPTION_LABELS: Final = {
+    "temperature": msg("Temperature"),
+    "top_p": msg("Top p"),
+    "max_tokens": msg("Max tokens"),
+}
+"""The sampling options the head names, by the settings panel's labels (backend/panel.py),
+not their keys; the others (what the page shows) are not the model's settings."""
 
 
 def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
@@ -244,7 +269,9 @@ def export_html(chat: ChatExport, tr: Translator = ENGLISH) -> str:
         sign_in = f'<p class="note"><a href="{_e(chat.sign_in_url)}">{link}</a></p>'
 
     settings = "".join(
-        f"<dt>{_e(name)}</dt><dd>{_e(value)}</dd>" for name, value in chat.options.items()
+        f"<dt>{_e(tr(label))}</dt><dd>{_e(chat.options[key])}</dd>"
+        for key, label in OPTION_LABELS.items()
+        if key in chat.options
     )
     return "\n".join(
         [

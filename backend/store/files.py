@@ -1,4 +1,5 @@
-"""Stored files on local disk, under ``KIMI_DATA_DIR/files/``, by object key.
+"""Stored files by object key: :class:`Files`, the interface; :class:`FileStore`, a folder
+(``KIMI_DATA_DIR/files/``, local or a shared volume); :mod:`backend.store.s3`, a bucket.
 
 An object key is a relative path of safe segments (``user/element/photo.jpg``).
 :func:`safe_key` makes one from any name: characters other than letters,
@@ -20,7 +21,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
 FILE_MODE: Final = 0o600
@@ -68,11 +69,75 @@ def safe_key(key: str) -> str:
     return "/".join(segments)
 
 
+class StorageUnavailable(OSError):
+    """A file store elsewhere (a bucket) cannot be reached or refused a request: held and
+    retried like a write to a full disk."""
+
+
+class Files(Protocol):
+    """Where uploads and prepared images are kept, by object key (:func:`safe_key`).
+
+    Every method blocks (disk or network): call it from a worker thread. Failures are
+    ``OSError`` (``FileNotFoundError`` for a key with nothing stored), so a write the store
+    cannot take now is held like a database write (:mod:`backend.store.pending`).
+    """
+
+    @property
+    def where(self) -> str:
+        """The folder or bucket, for messages."""
+        ...
+
+    def check(self) -> None:
+        """Make sure files can be written and removed here (at start); raises ``OSError``."""
+        ...
+
+    def write(self, key: str, data: bytes) -> int:
+        """Store ``data`` under ``key`` (replacing what was there); returns bytes written."""
+        ...
+
+    def read(self, key: str) -> bytes:
+        """The bytes under ``key``; raises ``FileNotFoundError`` when there are none."""
+        ...
+
+    def exists(self, key: str) -> bool:
+        """True if something is stored under ``key``."""
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove what is under ``key``; False if there was nothing."""
+        ...
+
+    def delete_tree(self, prefix: str) -> None:
+        """Remove everything whose key starts with the folder ``prefix``."""
+        ...
+
+
+def probe(files: Files) -> None:
+    """:meth:`Files.check`'s common part: write and remove a small file."""
+    files.write("probe", b"ok")
+    files.delete("probe")
+
+
 class FileStore:
-    """Files under one root folder, addressed by object keys (see :func:`safe_key`)."""
+    """Files under one root folder, addressed by object keys (see :func:`safe_key`):
+    :class:`Files` on disk."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    @property
+    def where(self) -> str:
+        """The folder, resolved."""
+        return str(self.root.resolve())
+
+    def check(self) -> None:
+        """Make the folder (and the data folder above it) private, then write in it.
+
+        Raises:
+            OSError: a folder cannot be made, or a file written.
+        """
+        private_folder(self.root, self.root.parent)
+        probe(self)
 
     def path(self, key: str) -> Path:
         """Where ``key`` lies on disk.
@@ -130,7 +195,3 @@ class FileStore:
     def delete_tree(self, prefix: str) -> None:
         """Remove every file whose key starts with the folder ``prefix``."""
         shutil.rmtree(self.path(prefix), ignore_errors=True)
-
-    def size(self) -> int:
-        """Total bytes of all stored files."""
-        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())

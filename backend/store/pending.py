@@ -36,6 +36,7 @@ from typing import Any, Final
 from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError, SQLAlchemyError
 
 from backend.logs import LOGGER_NAME
+from backend.store.files import StorageUnavailable
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -84,6 +85,8 @@ def cause(error: BaseException, where: str) -> str:
         return f"the database or its folder is read-only ({named})"
     if number == errno.EACCES:
         return f"the app may not write there ({named})"
+    if isinstance(found, StorageUnavailable):
+        return f"the file store cannot be written ({named})"
     gone = (
         getattr(error, "connection_invalidated", False)
         or "connection" in detail.lower()
@@ -149,6 +152,7 @@ class PendingWrites:
         self._retrying: asyncio.Task[None] | None = None
         self._since = 0.0
         self._closed = False
+        self._progress = asyncio.Event()
 
     @property
     def holding(self) -> bool:
@@ -158,6 +162,13 @@ class PendingWrites:
     def holds(self, chat: str) -> int:
         """How many writes of ``chat`` wait for the store."""
         return sum(1 for job in self._held.values() if job.chat == chat)
+
+    async def written(self, chat: str) -> None:
+        """Return once no write of ``chat`` is held any more (at once if none is): all
+        of them written, or given up (:meth:`take_lost` says which)."""
+        while self.holds(chat):
+            progress = self._progress
+            await progress.wait()
 
     def take_lost(self, chat: str) -> list[str]:
         """What of ``chat`` could not be kept and will not be written, since the last call."""
@@ -232,6 +243,8 @@ class PendingWrites:
                 if self._held.get(key) is job:  # not replaced while it was written
                     del self._held[key]
                     self._bytes -= job.size
+                    self._progress.set()  # wakes :meth:`written`
+                    self._progress = asyncio.Event()
             if not self._held:
                 log.info(
                     "the store takes writes again: what was held for %.0f s is written",

@@ -10,15 +10,21 @@ database made from the documented DDL is brought up to date as well.
 
 One DDL serves SQLite and PostgreSQL: ids, timestamps (ISO 8601 text, as
 Chainlit writes them) and JSON (``metadata``, ``tags``, ``props``, ...) are
-TEXT on both; the data layer (``ui/datalayer.py``) encodes JSON on write and
-decodes it on read, which Chainlit 2.12 does not do for SQLite.
+TEXT on both; the store's tables (:mod:`backend.store.pages`) encode JSON on write and
+decode it on read, which Chainlit 2.12's SQL layer does not do for SQLite.
 
 Our own tables: ``kimi_schema`` (the version applied), ``kimi_users`` (sign-in
 names, password hashes and token generations, :mod:`backend.auth`), ``kimi_turns`` and
 ``kimi_images`` (the conversation as the model saw it, :mod:`backend.store.turns`);
 migration 5 gives ``kimi_turns`` the measured numbers of each answer; migration 6 makes
 a turn's message id unique in its chat (turns are written by message id, positions
-only order them).
+only order them); migration 7 gives each turn the turn it follows and when it was chosen,
+so a regenerated answer or an edited question is a version beside the earlier one
+(:mod:`backend.versions`); migration 8 renames Chainlit's tables to the store's own
+(:data:`PAGE_TABLES`, :mod:`backend.store.pages`): the page's rows are the store's, read
+and written only through Chainlit's public ``BaseDataLayer`` in ``ui/datalayer.py``;
+migration 9 leaves an answer's text in its turn only (the step of its message, named by
+the turn's ``answer_id``, had a copy).
 
 :func:`migrate` applies what is missing, each migration in one transaction that
 also records its version; running it again does nothing. Two processes starting
@@ -181,6 +187,44 @@ _TURNS_BY_MESSAGE: Final = (
 (:mod:`backend.store.turns`), so two tabs of one chat never write over each other's turn."""
 
 
+_VERSION_COLUMNS: Final = (
+    ("kimi_turns", "parent_id", "TEXT"),
+    ("kimi_turns", "chosen", "INTEGER"),
+)
+"""A turn's place among versions (:mod:`backend.versions`): the message id of the turn it
+follows (NULL: a first turn) and when it was last chosen (the highest of a place's
+versions is shown)."""
+
+_VERSIONS_OF_EARLIER_TURNS: Final = (
+    # An earlier chat is one branch: each turn follows the turn stored before it.
+    """UPDATE kimi_turns SET parent_id = (SELECT earlier.message_id FROM kimi_turns earlier
+        WHERE earlier.thread_id = kimi_turns.thread_id
+        AND earlier."position" < kimi_turns."position"
+        ORDER BY earlier."position" DESC LIMIT 1), chosen = "position" WHERE chosen IS NULL""",
+)
+
+
+PAGE_TABLES: Final = (
+    ("threads", "kimi_threads"),
+    ("steps", "kimi_steps"),
+    ("elements", "kimi_elements"),
+    ("feedbacks", "kimi_feedback"),
+    ("users", "kimi_page_users"),
+)
+"""(Chainlit's documented name, the store's name) of each table of what a page shows:
+since migration 8 the rows are the store's own (:mod:`backend.store.pages`), read and
+written only through ``ui/datalayer.py``; nothing named after Chainlit's schema is left."""
+
+_PAGE_ROWS_ARE_OURS: Final = tuple(f"ALTER TABLE {old} RENAME TO {new}" for old, new in PAGE_TABLES)
+
+
+_ANSWERS_IN_THEIR_TURNS: Final = (
+    """UPDATE kimi_steps SET output = '' WHERE EXISTS (SELECT 1 FROM kimi_turns
+        WHERE kimi_turns.thread_id = kimi_steps."threadId" AND kimi_turns.answer_id = kimi_steps.id
+        AND kimi_turns.answer <> '')""",
+)
+
+
 def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
     def apply(connection: Connection) -> None:
         for statement in statements:
@@ -201,6 +245,11 @@ def _add_columns(columns: tuple[tuple[str, str, str], ...]) -> Callable[[Connect
     return apply
 
 
+def _versions(connection: Connection) -> None:
+    _add_columns(_VERSION_COLUMNS)(connection)
+    _run(_VERSIONS_OF_EARLIER_TURNS)(connection)
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """One schema step: its version and a function applying it on a sync connection."""
@@ -219,6 +268,9 @@ MIGRATIONS: Final = (
         5, "a turn's measured numbers instead of its stats line", _add_columns(_TIMING_COLUMNS)
     ),
     Migration(6, "one turn per message id (positions only order them)", _run(_TURNS_BY_MESSAGE)),
+    Migration(7, "versions of a turn (Regenerate, Edit) beside each other", _versions),
+    Migration(8, "the page's rows in the store's own tables", _run(_PAGE_ROWS_ARE_OURS)),
+    Migration(9, "an answer's text only in its turn", _run(_ANSWERS_IN_THEIR_TURNS)),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 

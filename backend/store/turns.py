@@ -11,10 +11,13 @@ a resumed chat never prepares an upload again). Tables ``kimi_turns`` and
 under ``prepared/<thread id>/<sha256>.<jpg|png>``.
 
 A turn is found by its message id (one row per message in a chat); ``position``
-orders the turns. A turn is saved when its answer starts (status ``pending``) and again
-when it ends; a turn found ``pending`` later was cut short by a crash:
-:meth:`TurnStore.mark_interrupted` marks it ``interrupted``. :class:`ThreadTurns`
-is the turn runner's sink (:class:`backend.record.TurnSink`) for one chat.
+orders the turns. Versions of a turn (Regenerate, Edit) are turns of their own that name
+the turn they follow (``parent_id``) and when they were last chosen (``chosen``): the
+branch shown is rebuilt from those (:mod:`backend.versions`); choosing a version is a save
+of it with its new ``chosen``. A turn is saved when its answer starts (status ``pending``) and again
+when it ends; a turn found ``pending`` later was cut short by a crash and reads back
+as interrupted (nothing is written for it: a save that still comes makes it what it
+is). :class:`ThreadTurns` is the turn runner's sink (:class:`backend.record.TurnSink`) for one chat.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import asyncio
 import base64
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -31,9 +35,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from backend.conversation import Turn, TurnStatus
 from backend.i18n import msg
-from backend.images import PreparedImage, decode_data_url
+from backend.images import PreparedImage
 from backend.record import INTERRUPTED, Saving, TurnRecord
-from backend.store.files import FileStore
+from backend.store.files import Files
 from backend.store.pending import PendingWrites, Write
 from backend.timings import Timings
 
@@ -42,15 +46,31 @@ _EXTENSIONS: Final = {"image/jpeg": "jpg", "image/png": "png"}
 
 def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
     """The object key of a prepared image (content-addressed inside its chat's folder)
-    and its encoded bytes. Reads :attr:`PreparedImage.data_url` once: a spilled image's
-    is a file."""
-    mime, data = decode_data_url(image.data_url)
+    and its encoded bytes (:meth:`PreparedImage.encoded`: a spilled image's are read from
+    its file, never through a data URL)."""
+    mime, data = image.encoded()
     digest = hashlib.sha256(data).hexdigest()[:40]
     return f"prepared/{thread_id}/{digest}.{_EXTENSIONS.get(mime, 'bin')}", data
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a turn is stored in its chat.
+
+    Attributes:
+        position: its row's place (0 first), in the order turns were first stored.
+        new: True if no row of the turn is stored yet.
+        parent_id: the message id of the turn a new turn follows (None: a first turn, or
+            an existing row, which keeps what it has).
+    """
+
+    position: int
+    new: bool
+    parent_id: str | None = None
 
 
 class TurnStore:
@@ -61,7 +81,7 @@ class TurnStore:
     failed save raises rather than being logged and forgotten.
     """
 
-    def __init__(self, engine: AsyncEngine, files: FileStore) -> None:
+    def __init__(self, engine: AsyncEngine, files: Files) -> None:
         self.engine = engine
         self.files = files
 
@@ -70,11 +90,13 @@ class TurnStore:
 
         A turn already stored keeps its place (its ``position``); a new one goes after
         the last stored turn, so two tabs of one chat that each add a turn keep both.
-        The turns named in ``record.dropped`` are removed (what an edit or a rerun of
-        an earlier turn rewound away in the recording chat), never any other. Image
+        No turn is ever removed (an edit or a rerun of an earlier turn is a version
+        beside it). A record without an answer id keeps the stored one. Image
         files are written before the rows that name them, off the event loop. Writes
         to one chat wait for each other (SQLite's BEGIN IMMEDIATE, a PostgreSQL
-        advisory lock per chat), so two writers never take the same place.
+        advisory lock per chat), so two writers never take the same place. The page's
+        step of the answer's message keeps no copy of an answer stored here
+        (:mod:`backend.store.pages`).
         """
         keys = await asyncio.to_thread(self._write_images, thread_id, record.turn.images)
         async with self.engine.begin() as db:
@@ -82,19 +104,25 @@ class TurnStore:
                 await db.execute(
                     text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": thread_id}
                 )
-            dropped = [m for m in record.dropped if m != record.message_id]
-            for message_id in dropped:
-                await _delete_turn(db, thread_id, message_id)
-            position = await _place_of(db, thread_id, record.message_id)
-            row = _row(thread_id, record, position)
+            place = await _place_of(db, thread_id, record)
+            position = place.position
+            row = _row(thread_id, record, place)
             columns = ", ".join(f'"{c}"' for c in row)
             values = ", ".join(f":{c}" for c in row)
-            kept = ("thread_id", "position", "created_at")
+            # A stored turn keeps its place among versions unless the record chooses it.
+            kept: tuple[str, ...] = ("thread_id", "position", "created_at", "parent_id")
+            kept += () if record.chosen else ("chosen",)
+            kept += () if record.answer_id else ("answer_id",)
             updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in row if c not in kept)
             await db.execute(
                 text("DELETE FROM kimi_images WHERE thread_id = :t AND turn = :p"),
                 {"t": thread_id, "p": position},
             )
+            if record.answer_id and record.turn.answer:  # its one record is this row
+                await db.execute(
+                    text("UPDATE kimi_steps SET output = '' WHERE id = :a AND \"threadId\" = :t"),
+                    {"a": record.answer_id, "t": thread_id},
+                )
             await db.execute(
                 text(
                     f"INSERT INTO kimi_turns ({columns}) VALUES ({values}) "
@@ -157,26 +185,6 @@ class TurnStore:
             by_turn.setdefault(int(row["turn"]), []).append(_image(row, data))
         return [_record(row, by_turn.get(int(row["position"]), [])) for row in turns]
 
-    async def mark_interrupted(self, thread_id: str) -> list[int]:
-        """Mark the turns of ``thread_id`` still ``pending`` as interrupted; their positions."""
-        async with self.engine.begin() as db:
-            rows = (
-                await db.execute(
-                    text(
-                        'SELECT "position" FROM kimi_turns WHERE thread_id = :t '
-                        "AND status = 'pending'"
-                    ),
-                    {"t": thread_id},
-                )
-            ).all()
-            await db.execute(
-                text(
-                    "UPDATE kimi_turns SET status = :s WHERE thread_id = :t AND status = 'pending'"
-                ),
-                {"t": thread_id, "s": INTERRUPTED},
-            )
-        return [int(row[0]) for row in rows]
-
     async def delete_thread(self, thread_id: str) -> None:
         """Remove the turns, image rows and image files of ``thread_id``."""
         async with self.engine.begin() as db:
@@ -185,44 +193,47 @@ class TurnStore:
         await asyncio.to_thread(self.files.delete_tree, f"prepared/{thread_id}")
 
 
-async def _place_of(db: AsyncConnection, thread_id: str, message_id: str) -> int:
-    """The stored position of the turn of ``message_id``, or the next free one."""
+async def _place_of(db: AsyncConnection, thread_id: str, record: TurnRecord) -> Place:
+    """Where the turn of ``record`` goes: its stored place, or the next free one. A new
+    version (``record.beside``) follows what that version follows as stored; any other
+    new turn follows the end of the stored branch through ``record.parent_id`` (the turn
+    the recording tab showed last; at each later place the version chosen last), so a
+    turn another tab added after that one comes before it (:mod:`backend.versions`)."""
     found = await db.execute(
         text('SELECT "position" FROM kimi_turns WHERE thread_id = :t AND message_id = :m'),
-        {"t": thread_id, "m": message_id},
+        {"t": thread_id, "m": record.message_id},
     )
     position = found.scalar()
     if position is not None:
-        return int(position)
-    last = await db.execute(
-        text('SELECT MAX("position") FROM kimi_turns WHERE thread_id = :t'), {"t": thread_id}
-    )
-    highest = last.scalar()
-    return 0 if highest is None else int(highest) + 1
-
-
-async def _delete_turn(db: AsyncConnection, thread_id: str, message_id: str) -> None:
-    """Remove the turn of ``message_id`` and its image rows (files stay: content-addressed,
-    another turn may show the same image; they go with the chat)."""
+        return Place(int(position), new=False)
     found = await db.execute(
-        text('SELECT "position" FROM kimi_turns WHERE thread_id = :t AND message_id = :m'),
-        {"t": thread_id, "m": message_id},
+        text(
+            'SELECT "position", message_id, parent_id, chosen FROM kimi_turns '
+            'WHERE thread_id = :t ORDER BY "position"'
+        ),
+        {"t": thread_id},
     )
-    position = found.scalar()
-    if position is None:
-        return
-    where = {"t": thread_id, "p": int(position)}
-    await db.execute(text("DELETE FROM kimi_images WHERE thread_id = :t AND turn = :p"), where)
-    await db.execute(text('DELETE FROM kimi_turns WHERE thread_id = :t AND "position" = :p'), where)
+    rows = found.all()
+    after = int(rows[-1][0]) + 1 if rows else 0
+    if record.beside is not None:
+        parent = next((row[2] for row in rows if row[1] == record.beside), record.parent_id)
+        return Place(after, new=True, parent_id=parent)
+    children: dict[str | None, list[tuple[int, str]]] = {}
+    for _, key, parent, chosen in rows:
+        children.setdefault(parent, []).append((int(chosen or 0), str(key)))
+    end = record.parent_id
+    while end in children:  # at each place the version chosen last (the first of a tie)
+        end = max(children[end], key=lambda child: child[0])[1]
+    return Place(after, new=True, parent_id=end)
 
 
-def _row(thread_id: str, record: TurnRecord, position: int) -> dict[str, Any]:
-    """The ``kimi_turns`` row of ``record`` at ``position``; the stats line is never
+def _row(thread_id: str, record: TurnRecord, place: Place) -> dict[str, Any]:
+    """The ``kimi_turns`` row of ``record`` at ``place``; the stats line is never
     stored as text."""
     turn, timings, now = record.turn, record.timings or Timings(), _now()
     return {
         "thread_id": thread_id,
-        "position": position,
+        "position": place.position,
         "message_id": record.message_id,
         "answer_id": record.answer_id,
         "text": turn.text,
@@ -238,6 +249,8 @@ def _row(thread_id: str, record: TurnRecord, position: int) -> dict[str, Any]:
         "options": json.dumps(record.options),
         "created_at": now,
         "updated_at": now,
+        "parent_id": place.parent_id,
+        "chosen": record.chosen or place.position,
     }
 
 
@@ -276,6 +289,8 @@ def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
         stored_status=stored,
         created_at=str(row["created_at"]),
         legacy_stats=row["stats"],
+        parent_id=row["parent_id"],
+        chosen=int(row["chosen"] or 0),
     )
 
 
@@ -304,8 +319,7 @@ class ThreadTurns:
             chat=self.thread_id,
             what=msg("your message “{text}” and its answer", text=short),
             size=size,
-            # The latest save of a turn replaces a held one, unless one drops turns.
-            key=None if record.dropped else ("turn", self.thread_id, record.message_id),
+            key=("turn", self.thread_id, record.message_id),  # the latest replaces a held one
         )
         await self.pending.write(job)
         lost = tuple(self.pending.take_lost(self.thread_id))

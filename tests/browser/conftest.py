@@ -9,7 +9,9 @@ fresh Chainlit session, and saves a screenshot under ``artifacts/screenshots/``.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from serving.ui_main import ui_command
 from tests.conftest import free_port
 from tests.live_app import LOGS as LOGS
 from tests.live_app import Process as Process
+from tests.live_app import add_users
 from tests.live_app import copy_app as copy_app  # what chainlit run needs, copied
 from tests.live_app import spawn as spawn
 from tests.live_app import wait_http as wait_http
@@ -158,6 +161,30 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     server.stop()
 
 
+SIGNED_USER = ("kim", "kim-password-1")
+"""The one person of :func:`signed_stack`, (name, password)."""
+
+
+@pytest.fixture(scope="session")
+def signed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The scripted server (Thinking and Instruct) and a UI with sign-in on and chats
+    stored (SQLite in its own folder), for tests that resume a chat; one person,
+    :data:`SIGNED_USER`. Tests that count the person's chats need a UI of their own."""
+    server_port, ui_port = free_port(), free_port()
+    server = start_scripted_server(server_port, THINKING_MODEL, INSTRUCT_MODEL)
+    workdir = tmp_path_factory.mktemp("signed-ui")
+    env = {"KIMI_DATA_DIR": str(workdir / "data"), "CHAINLIT_AUTH_SECRET": "s" * 64}
+    add_users(workdir, {**os.environ, **env, "PYTHONPATH": str(ROOT)}, dict([SIGNED_USER]))
+    try:
+        ui = start_ui(ui_port, f"http://127.0.0.1:{server_port}/v1", workdir, None, **env)
+    except BaseException:
+        server.stop()
+        raise
+    yield Stack(f"http://127.0.0.1:{ui_port}", f"http://127.0.0.1:{server_port}", [server, ui])
+    ui.stop()
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def playwright() -> Iterator[Playwright]:
     """Playwright's driver, once per session."""
@@ -228,18 +255,37 @@ def page(chromium: Browser, stack: Stack) -> Iterator[Page]:
     context.close()
 
 
-def signed_in_page(
-    chromium: Browser, url: str, name: str, password: str
-) -> tuple[BrowserContext, Page]:
-    """A fresh browser context in which ``name`` signed in on Chainlit's page at ``url``."""
-    context = new_context(chromium)
+def sign_in(context: BrowserContext, url: str, name: str, password: str) -> Page:
+    """A new page of ``context`` on which ``name`` signed in on Chainlit's page at ``url``."""
     page = context.new_page()
     page.goto(url)
     page.locator("#email").fill(name)
     page.locator("#password").fill(password)
     page.locator('button[type="submit"]').click()
     expect(page.locator("#chat-settings-open-modal")).to_be_visible()
-    return context, page
+    return page
+
+
+def signed_in_page(
+    chromium: Browser, url: str, name: str, password: str
+) -> tuple[BrowserContext, Page]:
+    """A fresh browser context in which ``name`` signed in on Chainlit's page at ``url``."""
+    context = new_context(chromium)
+    return context, sign_in(context, url, name, password)
+
+
+def stored_chat(page: Page, url: str, name: str) -> str:
+    """The id of the signed-in person's chat named ``name`` (its first message), once the
+    sidebar's list has it (the chat's writes wait for its first words: ui/first_words.py)."""
+    body = {"pagination": {"first": 20}, "filter": {}}
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while True:
+        listed = page.request.post(f"{url}/project/threads", data=body).json()["data"]
+        found = [str(chat["id"]) for chat in listed if chat.get("name") == name]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"no stored chat named {name!r}"
+        page.wait_for_timeout(200)
 
 
 def screenshot(page: Page, name: str) -> Path:

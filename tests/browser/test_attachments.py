@@ -53,6 +53,8 @@ def test_a_broken_photo_is_refused_on_attach_in_one_sentence(chat: Page, tmp_pat
         assert said.startswith("上传失败 broken.jpg") and "图片已损坏" in said, said
     else:
         assert said.startswith("Failed to upload broken.jpg: the image is damaged"), said
+    # Our sentence only: the decoder's own words go to app.log (issue 47).
+    assert not re.search(r"[()（）]", said), said
     assert said.count("broken.jpg") == 1  # named once
     expect(chat.locator("#attachments")).to_have_count(0)  # the attachment is gone
     expect(chat.locator("#chat-input")).to_have_value("What is in this photo?")
@@ -112,7 +114,7 @@ def test_a_message_kept_back_puts_its_text_back_in_the_message_box(
 def test_a_dragged_file_shows_where_to_drop_it(
     chromium: Browser, stack: Stack, viewport: ViewportSize
 ) -> None:
-    for locale, words in (("en-US", "Drop images, PDFs or videos here"), ("zh-CN", "拖放到这里")):
+    for locale, words in (("en-US", "Drop images, PDFs, or videos here"), ("zh-CN", "拖放到这里")):
         context = functional_context(chromium, locale, viewport)
         page = context.new_page()
         page.goto(stack.ui_url)

@@ -17,7 +17,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from bench.bench_tab import CHROMIUM, CHROMIUM_ARGS
+from bench.harness import CHROMIUM, CHROMIUM_ARGS
 from bench.netlog import CLOCK_SLACK_MS, NetLog
 from tests.conftest import in_thread
 

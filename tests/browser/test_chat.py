@@ -212,24 +212,6 @@ def test_a_second_browser_does_not_break_the_first(chromium: Browser, stack: Sta
         second.close()
 
 
-def test_compare_shows_the_other_models_answer_next(page: Page, stack: Stack) -> None:
-    """The server serves Thinking and Instruct; Compare asks the other."""
-    ask(page, "What is in this picture?", DATA / "rocket.jpg")
-    expect(page.locator(UNDER_ANSWERS).last).to_contain_text("TTFT")  # the first answer ended
-    wait_answer_done(page)
-    stack.clear_requests()
-    page.get_by_role("button", name="Compare with Kimi-VL Instruct").last.click()
-    compared = page.locator(UNDER_ANSWERS).filter(has_text="Kimi-VL Instruct (compare)")
-    expect(compared).to_be_visible()
-    expect(compared).to_contain_text(re.compile(r"Kimi-VL Instruct \(compare\) · TTFT [\d.]+ s"))
-    wait_answer_done(page)
-    (request,) = stack.requests()
-    assert request["model"] == "kimi-vl"
-    content = conversation(request)[-1]["content"]
-    assert [part["type"] for part in content] == ["image_url", "text"]
-    screenshot(page, "compare")
-
-
 COPY = '[data-step-type="assistant_message"] button:has(svg.lucide-copy):not(.message-content *)'
 """Chainlit's Copy button under an answer (it copies the message's text), not a code
 block's own."""
@@ -252,11 +234,11 @@ def copied(page: Page, button: int, timeout_s: float = 10.0) -> str:
     return text
 
 
-def test_copy_copies_exactly_the_answer_also_after_regenerate_and_compare(
+def test_copy_copies_exactly_the_answer_also_after_regenerate(
     chromium: Browser, stack: Stack
 ) -> None:
-    """Not the stats line nor Compare's label; answers from Regenerate and Compare have a
-    Copy button too (Chainlit gives one to the last answer of a run only)."""
+    """Not the stats line; answers from Regenerate have a Copy button too (Chainlit gives
+    one to the last answer of a run only)."""
     context = new_context(chromium, bypass_csp=True)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.ui_url)
     page = context.new_page()
@@ -275,12 +257,6 @@ def test_copy_copies_exactly_the_answer_also_after_regenerate_and_compare(
         expect(page.locator(COPY)).to_have_count(2)
         assert copied(page, -1) == ANSWER.lstrip()
 
-        page.get_by_role("button", name="Compare with Kimi-VL Instruct").last.click()
-        expect(page.locator(UNDER_ANSWERS, has_text="(compare)")).to_be_visible()
-        wait_answer_done(page)
-        expect(page.locator(COPY)).to_have_count(3)
-        assert copied(page, -1) == ANSWER.lstrip()  # the Instruct model's, without its label
-        screenshot(page, "copy-after-compare")
     finally:
         context.close()
 

@@ -3,6 +3,7 @@ answers its model list."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import (
+    ANSWERS,
     REASONING_STEP,
     REASONING_TEXT,
     Stack,
@@ -120,3 +122,47 @@ def test_a_server_that_never_answers_does_not_blank_the_page(
     finally:
         context.close()
         ui.stop()
+
+
+SERVER_FAULTS = {
+    "dropped": "ClientPayloadError",  # the connection dropped mid-answer (a crash)
+    "garbled": "JSONDecodeError",
+    "midstream-error": SCENARIOS["midstream-error"].error,
+    "error-500": SCENARIOS["error-500"].error,
+    "error-other-400": SCENARIOS["error-other-400"].error,
+    "error-images": SCENARIOS["error-images"].error,
+    "error-context": SCENARIOS["error-context"].error,
+}
+"""A fault of the scripted server, and the words of the server or the HTTP stack about it
+that app.log holds and the chat must not show."""
+REF = re.compile(r"ref (chat-[0-9a-f]{6}), \d\d:\d\d:\d\d")
+"""The reference under an error note (backend/render.py, ``reference``)."""
+INTERNAL_NAME = re.compile(r"\b[A-Z]\w*(Error|Exception)\b|EngineCore|Traceback")
+
+
+def test_every_server_fault_is_said_in_our_words_and_logged_in_theirs(
+    page: Page, stack: Stack
+) -> None:
+    """Issue 47 item 5: a crash mid-answer showed "ClientPayloadError", an HTTP 500 vLLM's
+    "EngineCore encountered an issue."."""
+    assert stack.app_log is not None
+    errors = page.locator('[data-step-type$="_message"] .message-content', has_text=REF)
+    for count, (scenario, theirs) in enumerate(SERVER_FAULTS.items(), start=1):
+        ask(page, f"Go #scenario={scenario}")
+        wait_answer_done(page)
+        expect(errors).to_have_count(count)
+        note = errors.last.inner_text()
+        ref = REF.search(note)
+        assert ref, note
+        shown = page.locator("#root").inner_text()  # nowhere on the page either
+        assert theirs not in shown and not INTERNAL_NAME.search(shown), (scenario, note)
+        logged = [
+            line
+            for line in stack.app_log.read_text().splitlines()
+            if ref.group(1) in line and "ended: failed" in line
+        ]
+        assert logged and theirs in logged[-1], (scenario, logged)
+    screenshot(page, "server-faults-in-our-words")
+    ask(page, "And now? #scenario=plain")  # the next message works
+    wait_answer_done(page)
+    expect(page.locator(ANSWERS).last).to_contain_text("A rocket stands on its launch pad")

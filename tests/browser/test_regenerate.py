@@ -1,7 +1,9 @@
 """Regenerate on an older answer forks the chat there, in a real browser.
 
-The later turns leave the page (and the conversation the model sees), and the new
-answer streams under the question it answers, in view.
+The answer is a new version of its turn: the later turns leave the page (and the
+conversation the model sees) and stay with the earlier version, the new answer streams
+under the question it answers, in view, and ‹ n/m › under it brings the earlier version
+back with its later turns, after a reload too.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ def fork_at_the_first_answer(page: Page, server_url: str, stored: bool = False) 
     expect(page.locator(QUESTIONS)).to_have_text(["Question 1 #scenario=plain"])
     answers = page.locator(ANSWERS, has_text="A rocket stands")
     expect(answers).to_have_count(2)  # the first answer, then the new one
-    note = page.get_by_text("Answering again: “Question 1 #scenario=plain”.")
-    expect(note).to_contain_text("The 2 later turn(s) were removed.")
+    note = page.get_by_text("Answering again: “Question 1 #scenario=plain”, as a new version.")
+    expect(note).to_contain_text("The 2 later turn(s) stay with the earlier version.")
     new = answers.last
     expect(new).to_be_in_viewport()
     assert new.bounding_box()["y"] > note.bounding_box()["y"]  # type: ignore[index]
@@ -93,7 +95,9 @@ def requests(server_url: str) -> list[dict[str, Any]]:
     return found
 
 
-def test_regenerate_an_older_answer_takes_the_later_turns_away(page: Page, stack: Stack) -> None:
+def test_regenerate_an_older_answer_takes_the_later_turns_off_the_page(
+    page: Page, stack: Stack
+) -> None:
     fork_at_the_first_answer(page, stack.server_url)
     screenshot(page, "regenerate-older-answer")
     asks_after_the_first_turn(page, stack.server_url)
@@ -115,7 +119,9 @@ def stored_app(tmp_path: Path) -> Iterator[App]:
         server.stop()
 
 
-def test_the_later_turns_stay_away_after_a_reload(chromium: Browser, stored_app: App) -> None:
+def test_the_branch_shown_stays_after_a_reload_and_the_earlier_version_comes_back(
+    chromium: Browser, stored_app: App
+) -> None:
     server_url = stored_app.env["KIMI_BASE_URL"].removesuffix("/v1")
     context, page = signed_in_page(chromium, stored_app.url, "alice", PASSWORDS["alice"])
     try:
@@ -126,5 +132,13 @@ def test_the_later_turns_stay_away_after_a_reload(chromium: Browser, stored_app:
         expect(page.locator(ANSWERS, has_text="A rocket stands")).to_have_count(2)
         screenshot(page, "regenerate-older-answer-reloaded")
         asks_after_the_first_turn(page, server_url)
+        page.get_by_role("button", name="‹ 2/2", exact=True).click()  # the earlier version
+        shown = [f"Question {n} #scenario=plain" for n in (1, 2, 3)]
+        expect(page.locator(QUESTIONS)).to_have_text(shown)
+        page.wait_for_timeout(1_000)  # the chat's writes reach the database
+        page.reload()
+        expect(page.locator(QUESTIONS)).to_have_text(shown)
+        expect(page.get_by_role("button", name="‹ 1/2", exact=True)).to_have_count(1)
+        screenshot(page, "versions-earlier-branch-reloaded")
     finally:
         context.close()

@@ -530,8 +530,12 @@ TYPE_INTO_CHAT = """(text) => {
 def test_a_message_over_a_megabyte_is_answered_with_its_token_count(
     chromium: Browser, guarded: Guarded
 ) -> None:
-    text = "#scenario=plain " + "lorem ipsum dolor sit amet " * 45_000
-    assert len(text.encode()) > 1_200_000  # over socket.io's default 1 MB frame limit
+    # Three bytes a character in UTF-8: over socket.io's default 1 MB frame limit, while
+    # under the app's limit of characters a message may have (KIMI_MAX_MESSAGE_CHARS,
+    # whose refusal tests/test_bounds.py holds), so the message is priced and refused.
+    text = "#scenario=plain " + "天地玄黄宇宙洪荒 " * 50_000
+    assert len(text.encode()) > 1_200_000
+    assert len(text) < 1_000_000
     context, page = open_chat(chromium, guarded)
     page.evaluate(TYPE_INTO_CHAT, text)
     page.locator("#chat-submit").click()
@@ -539,7 +543,7 @@ def test_a_message_over_a_megabyte_is_answered_with_its_token_count(
     expect(note).to_contain_text(re.compile(r"This message needs about \d+ tokens"))
     expect(note).to_contain_text("the model takes 32768 tokens")
     user = page.locator('[data-step-type="user_message"]').last
-    expect(user).to_contain_text("lorem ipsum dolor sit amet lorem")  # the text is still there
+    expect(user).to_contain_text("天地玄黄宇宙洪荒 天地玄黄")  # the text is still there
     context.close()
 
 
@@ -547,7 +551,7 @@ def test_a_message_over_a_megabyte_is_answered_with_its_token_count(
 
 ROCKET, CAT = DATA / "rocket.jpg", DATA / "chelsea.png"
 USERS = {name: f"{name}-password-{n}" for n, name in enumerate(
-    ("alice", "bob", "dora", "erin", "frank"), start=1)}  # fmt: skip
+    ("alice", "bob", "dora", "erin", "frank", "henry"), start=1)}  # fmt: skip
 
 
 @dataclass
@@ -637,17 +641,17 @@ def test_a_sign_in_that_must_wait_says_so_on_the_sign_in_page(
     chromium: Browser, signed: SignedIn
 ) -> None:
     away = {"X-Forwarded-For": "203.0.113.50"}  # a client of its own (uvicorn trusts loopback)
-    for _ in range(5):
-        assert signed.sign_in("grace", "wrong guess", **away).status_code == 401
     context = new_context(chromium)
     context.set_extra_http_headers(away)
     page = context.new_page()
     page.goto(signed.url)
-    for _ in range(2):  # the 6th failure, then at once a 7th try, which must wait
-        page.locator("#email").fill("grace")
-        page.locator("#password").fill("wrong guess")
-        with page.expect_response(lambda r: r.url.endswith("/login")) as tried:
-            page.locator('button[type="submit"]').click()
+    page.locator("#email").fill("grace")
+    page.locator("#password").fill("wrong guess")
+    for n in range(7):  # after the 5th failure the next attempt waits 1 s, then 2, then 4
+        assert signed.sign_in("grace", "wrong guess", **away).status_code == 401
+        time.sleep({4: 1.0, 5: 2.0}.get(n, 0.0))  # each wait over; after the 7th: 4 s
+    with page.expect_response(lambda r: r.url.endswith("/login")) as tried:
+        page.locator('button[type="submit"]').click()
     assert tried.value.status == 429
     expect(page.get_by_role("alert")).to_contain_text("Too many failed sign-ins: wait a little")
     screenshot(page, "sign-in-must-wait")
@@ -743,11 +747,41 @@ def test_a_share_link_is_a_public_page_and_signing_in_from_it_lands_on_the_chat(
     assert gone.status_code == 404 and "This chat is not shared." in gone.text
 
 
+def test_a_shared_chat_with_hostile_answers_shows_links_not_remote_images(
+    chromium: Browser, signed: SignedIn, listener: Listener
+) -> None:
+    """The public share page is as clean as the chat: the answer's and the reasoning's
+    remote images are links (before: 8 remote ``<img>`` in its HTML, stopped only by CSP)."""
+    text = f"Summarise the attached page. #scenario=exfiltrate #url={listener.url}"
+    chat, henry = asked(chromium, signed, "henry", text, CAT)
+    thread_id = str(chat["id"])
+    share = {"threadId": thread_id, "isShared": True}
+    assert httpx.put(f"{signed.url}/project/thread/share", json=share, cookies=henry).is_success
+    html = httpx.get(f"{signed.url}/share/{thread_id}").text
+    assert "Here is the chart" in html
+    assert not re.search(r"<img[^>]+src=\"(?!data:)", html), "a remote image in the page"
+    visitor = new_context(chromium)  # nobody signed in, the page's own policy
+    page = visitor.new_page()
+    page.goto(f"{signed.url}/share/{thread_id}")
+    expect(page.locator(f'img[src^="{listener.url}"]')).to_have_count(0)
+    for source, name in (("answer", "chart"), ("bare", "image"), ("reasoning", "step")):
+        link = page.locator(f'a[href="{listener.url}?from={source}"]')
+        expect(link).to_have_text(name)
+        expect(link).to_have_attribute("rel", "noopener noreferrer")
+    expect(page.locator('img[alt="chelsea.png"]')).to_have_attribute(
+        "src", re.compile(r"^data:image/")
+    )
+    page.wait_for_timeout(300)
+    assert listener.hits == []
+    visitor.close()
+
+
 def test_the_sidebar_lists_a_giant_first_message_as_a_short_title(
     chromium: Browser, signed: SignedIn
 ) -> None:
     context, page = signed_in_page(chromium, signed.url, "erin", USERS["erin"])
-    text = "Describe this " + "very long pasted text " * 95_000  # about 2 MB
+    # About 0.9 MB, under KIMI_MAX_MESSAGE_CHARS: a longer one is refused unstored.
+    text = "Describe this " + "very long pasted text " * 40_000
     page.evaluate(TYPE_INTO_CHAT, text)
     page.locator("#chat-submit").click()
     expect(page.locator(ANSWERS).last).to_contain_text("This message needs about")

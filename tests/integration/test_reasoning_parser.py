@@ -10,6 +10,7 @@ leading whitespace, the rule of :class:`backend.reasoning.ReasoningSplitter`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from typing import Any
@@ -17,10 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
-from backend.reasoning import THINK_CLOSE, THINK_OPEN
+from backend.client import ChatClient
+from backend.families import DEV, KIMI_MARKERS
 from tests.integration.conftest import VllmServer
 from tests.launching import ROOT
 
+THINK_OPEN, THINK_CLOSE = KIMI_MARKERS.open, KIMI_MARKERS.close
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 pytestmark = pytest.mark.integration
@@ -136,8 +139,8 @@ def test_a_closing_marker_in_the_history_does_not_end_the_new_reasoning(
 def test_a_request_that_writes_the_opening_marker_streams_words_first_then_chunks(
     client: httpx.Client, vllm_reasoning_server: VllmServer
 ) -> None:
-    """The app's Thinking requests write ``◁think▷`` themselves (backend/settings.py,
-    ``ModelProfile.reply_start``): the real server continues it, its parser reads the output as
+    """The app's Thinking requests write ``◁think▷`` themselves (backend/families.py,
+    ``ModelFamily.reply_start``): the real server continues it, its parser reads the output as
     reasoning from the first token, and the first chunk after the role is one token."""
     server = vllm_reasoning_server
     messages = [*HISTORY[:1], {"role": "assistant", "content": THINK_OPEN}]
@@ -184,3 +187,28 @@ def test_a_spawned_vllm_process_knows_the_parser_before_vllm_imports_the_plugin(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "KimiVLReasoningParser"
+
+
+def learnt(server: VllmServer) -> bool:
+    """Whether a client learns, as a chat connects, that ``server`` separates the dev
+    model's reasoning (the dev family as dev mode asks it: shaped, a Thinking reply)."""
+
+    async def learn() -> bool:
+        client = ChatClient(server.base_url, server.api_key)
+        try:
+            learning = client.learn_reasoning(server.model, DEV)
+            assert learning is not None
+            learnt = await learning
+            assert learnt is not None  # a clear answer
+            return learnt
+        finally:
+            await client.aclose()
+
+    return asyncio.run(learn())
+
+
+def test_a_client_learns_once_that_the_server_with_the_parser_separates_the_reasoning(
+    vllm_reasoning_server: VllmServer, vllm_server: VllmServer
+) -> None:
+    assert learnt(vllm_reasoning_server) is True
+    assert learnt(vllm_server) is False  # the dev server without a parser: the client splits

