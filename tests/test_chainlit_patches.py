@@ -232,7 +232,9 @@ async def test_an_upload_within_the_limit_is_parsed_in_memory_and_a_larger_one_o
     """Patch 7: a 1.5 MB photo no longer rolls over Starlette's 1 MB spool to disk."""
     from starlette.formparsers import MultiPartParser
 
-    monkeypatch.setattr(MultiPartParser, "spool_max_size", MultiPartParser.spool_max_size)
+    # Starlette's default (``spool_max_size = 1024 * 1024`` in starlette/formparsers.py):
+    # an app imported by an earlier test in this process may have applied patch 7 already.
+    monkeypatch.setattr(MultiPartParser, "spool_max_size", 1024 * 1024)
     photo = 1_500_000
     assert await _spooled(photo)  # Starlette's own spool: to disk past 1 MB
     chainlit_patches.parse_uploads_in_memory(2 * photo)
