@@ -194,7 +194,7 @@ class PreparedImage:
         """
         if isinstance(self.data, str):
             return decode_data_url(self.data)
-        return _SPILLED_MIME[self.data.suffix], self.data.read_bytes()
+        return PREPARED_TYPES[self.data.suffix], self.data.read_bytes()
 
     def spilled(self, path: Path) -> PreparedImage:
         """This image no longer held in memory: its encoded bytes in the file ``path``
@@ -209,7 +209,7 @@ class PreparedImage:
         if isinstance(self.data, Path):
             return self
         mime = self.data[len("data:") : self.data.index(";")]
-        target = path.with_suffix(_SPILLED_SUFFIX[mime])
+        target = path.with_suffix(PREPARED_SUFFIXES[mime])
         if self.source is not None:
             try:
                 os.link(self.source, target)
@@ -224,11 +224,11 @@ class PreparedImage:
         return {"type": "image_url", "image_url": {"url": self.data_url}}
 
 
-_SPILLED_SUFFIX: Final = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp"}
-"""The suffix of a spilled image's file for each type a prepared image has; the file's
-suffix gives its type back (:data:`_SPILLED_MIME`)."""
+PREPARED_SUFFIXES: Final = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp"}
+"""The file suffix for each type a prepared image has (a spilled image's file, a stored
+copy's object key); the suffix gives its type back (:data:`PREPARED_TYPES`)."""
 
-_SPILLED_MIME: Final = {suffix: mime for mime, suffix in _SPILLED_SUFFIX.items()}
+PREPARED_TYPES: Final = {suffix: mime for mime, suffix in PREPARED_SUFFIXES.items()}
 
 
 def data_url(mime: str, payload: bytes) -> str:

@@ -410,6 +410,23 @@ async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> No
     assert sorted(f.suffix for f in files) == [".jpg", ".png"]
 
 
+async def test_a_webp_sent_as_uploaded_comes_back_as_webp(store: Store, tmp_path: Path) -> None:
+    """A WebP the model gets as uploaded (backend/images.py ``_as_uploaded``) is stored as a
+    ``.webp`` file and read back with its own type, not labelled JPEG."""
+    from PIL import Image
+
+    path = tmp_path / "sky.webp"
+    Image.open(DATA / "chelsea.png").convert("RGB").save(path, "WEBP", quality=80)
+    image = prepare_image(path, 1024, "sky.webp")
+    assert image.data_url.startswith("data:image/webp;base64,")  # sent as uploaded
+    thread_id = str(uuid.uuid4())
+    await store.turns.save(thread_id, record(0, "m1", Turn(text="sky?", images=[image])))
+    back = (await store.turns.load(thread_id))[0].turn.images[0]
+    assert back.data_url == image.data_url
+    files = list((on_disk(store).root / "prepared" / thread_id).iterdir())
+    assert [f.suffix for f in files] == [".webp"]
+
+
 async def test_a_version_of_the_first_turn_is_a_first_turn_and_nothing_is_dropped(
     store: Store,
 ) -> None:

@@ -23,25 +23,23 @@ is). :class:`ThreadTurns` is the turn runner's sink (:class:`backend.record.Turn
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from pathlib import PurePosixPath
+from typing import Any
 
 from sqlalchemy import RowMapping, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from backend.conversation import Turn, TurnStatus
 from backend.i18n import msg
-from backend.images import PreparedImage
+from backend.images import PREPARED_SUFFIXES, PREPARED_TYPES, PreparedImage, data_url
 from backend.record import INTERRUPTED, Saving, TurnRecord
 from backend.store.files import Files
 from backend.store.pending import PendingWrites, Write
 from backend.timings import Timings
-
-_EXTENSIONS: Final = {"image/jpeg": "jpg", "image/png": "png"}
 
 
 def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
@@ -50,7 +48,7 @@ def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
     its file, never through a data URL)."""
     mime, data = image.encoded()
     digest = hashlib.sha256(data).hexdigest()[:40]
-    return f"prepared/{thread_id}/{digest}.{_EXTENSIONS.get(mime, 'bin')}", data
+    return f"prepared/{thread_id}/{digest}{PREPARED_SUFFIXES[mime]}", data
 
 
 def _now() -> str:
@@ -256,10 +254,10 @@ def _row(thread_id: str, record: TurnRecord, place: Place) -> dict[str, Any]:
 
 def _image(row: RowMapping, data: bytes) -> PreparedImage:
     """A prepared image from its ``kimi_images`` row and the bytes of its file."""
-    mime = "image/png" if str(row["object_key"]).endswith(".png") else "image/jpeg"
+    mime = PREPARED_TYPES[PurePosixPath(str(row["object_key"])).suffix]
     return PreparedImage(
         name=str(row["name"]),
-        data=f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}",
+        data=data_url(mime, data),
         width=int(row["width"]),
         height=int(row["height"]),
         tokens=int(row["tokens"]),
