@@ -116,10 +116,6 @@ class Saving:
     lost: tuple[str, ...] = ()
 
 
-SAVED: Final = Saving()
-"""Everything of the chat is stored."""
-
-
 class TurnSink(Protocol):
     """Where a chat's turns are recorded (the store, or a test's list).
 

@@ -44,8 +44,6 @@ from serving.settings import LaunchSettings
 
 POLICY = "sticky_least_loaded"
 """The router's policy: a chat stays on its replica, a new chat goes to the least busy."""
-SESSION_HEADER = "X-Session-Id"
-"""The header the router keys sessions on (its first choice, before ``X-Request-Id``)."""
 ADMIN_TIMEOUT_S = 30.0
 """Longest wait for the router's admin API (``/add_worker`` waits for the worker's health)."""
 METRICS_TIMEOUT_S = 2.0

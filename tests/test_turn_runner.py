@@ -18,7 +18,7 @@ from PIL import Image
 from backend.chat import ChatSession, Upload
 from backend.events import ReasoningDelta, ReasoningOpened, Waiting
 from backend.logs import LOGGER_NAME
-from backend.record import SAVED, Saving, TurnRecord
+from backend.record import Saving, TurnRecord
 from backend.render import (
     AnswerEnd,
     AnswerText,
@@ -52,7 +52,7 @@ class Recorded:
         turn = record.turn
         snapshot = replace(turn, images=list(turn.images))
         self.records.append(replace(record, turn=snapshot))
-        return SAVED
+        return Saving()  # everything stored
 
 
 async def drain(events: object) -> list[RenderEvent]:

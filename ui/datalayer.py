@@ -103,14 +103,6 @@ def _writer_thread() -> str | None:
     return context.session.thread_id
 
 
-def _writer_thread_or_none() -> str | None:
-    """:func:`_writer_thread`, or None outside a session (an HTTP route's write)."""
-    try:
-        return _writer_thread()
-    except ChainlitContextException:
-        return None
-
-
 def _session_user(user_id: str | None = None) -> PersistedUser | None:
     """The writing session's signed-in user (Chainlit's ``PersistedUser``, read at sign-in)
     if her id is ``user_id`` (any id when None); else None."""
