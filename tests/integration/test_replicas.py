@@ -70,9 +70,15 @@ class Launched:
         log = self.work / f"llm-{number}.log"
         return RECEIVED.findall(log.read_text()) if log.exists() else []
 
-    def replica_of(self, request_id: str) -> int:
-        """The replica that took ``request_id`` (vLLM logs it as ``chatcmpl-<id>``)."""
-        found = [n for n in (1, 2) if any(request_id in r for r in self.received(n))]
+    def replica_of(self, request_id: str, timeout_s: float = 30) -> int:
+        """The replica that took ``request_id`` (vLLM logs it as ``chatcmpl-<id>``), once a
+        replica's log shows it (a line may reach the file after the answer has streamed)."""
+
+        def found_in() -> list[int]:
+            return [n for n in (1, 2) if any(request_id in r for r in self.received(n))]
+
+        wait_until(lambda: bool(found_in()), timeout_s, f"a replica logged {request_id}")
+        found = found_in()
         assert len(found) == 1, f"{request_id} taken by replicas {found}"
         return found[0]
 
@@ -184,8 +190,6 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
         first = [e async for e in runner.ask("m0", "Hello.", [])]
     assert isinstance(first[-1], TurnEnded) and first[-1].done is not None, first[-3:]
     (request_id,) = (m[1] for r in caplog.records if (m := SENT.match(r.getMessage())))
-    wait_until(lambda: any(request_id in r for n in (1, 2) for r in launched.received(n)), 30,
-               f"a replica logged {request_id}")  # fmt: skip
     victim = launched.replica_of(request_id)
     pgid = next(s.pid for s in launched.state().servers if s.replica == victim)
     events: list[RenderEvent] = []
@@ -200,18 +204,13 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     assert notes and "cut off" in notes[0], events[-3:]
     launched.wait_said(f"replica {victim} is out of the router: it exited", 10)
 
-    before = {n: len(launched.received(n)) for n in (1, 2)}
-    events = [e async for e in runner.ask("m2", "And now?", [])]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        events = [e async for e in runner.ask("m2", "And now?", [])]
     ended = events[-1]
     assert isinstance(ended, TurnEnded) and ended.done is not None, events[-3:]
     assert ended.done.finish_reason in ("stop", "length")
-    assert _took_it(launched, before) == 3 - victim
+    (next_id,) = (m[1] for r in caplog.records if (m := SENT.match(r.getMessage())))
+    assert launched.replica_of(next_id) == 3 - victim
     # Restarted with backoff and put back once healthy.
     launched.wait_said(f"replica {victim} is in the router", REPLICA_START_S, count=2)
-
-
-def _took_it(launched: Launched, before: dict[int, int]) -> int:
-    """The one replica that took a request since ``before`` (counts per replica)."""
-    grew = [n for n in (1, 2) if len(launched.received(n)) > before[n]]
-    assert len(grew) == 1, f"new requests on replicas {grew}"
-    return grew[0]
