@@ -139,6 +139,10 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
     yield from _serve(tmp_path_factory.mktemp("vllm-server"))
 
 
+THINKING_DEV = "kimi-vl-dev-thinking"
+"""The served name of :func:`vllm_reasoning_server` (the session's is ``kimi-vl-dev``)."""
+
+
 @pytest.fixture(scope="module")
 def vllm_reasoning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     """A dev server as launch.sh starts it for a Thinking model, for one test module.
@@ -147,8 +151,15 @@ def vllm_reasoning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     (serving/kimi_reasoning_parser.py) and, in dev mode, applies structured
     outputs from the first token on, so a regex can force the tiny model's
     output into the Kimi shape (docs/facts.md, "enable_in_reasoning").
-    Module-scoped: only tests/integration/test_reasoning_parser.py uses it, and
-    it stops when that module is done instead of running beside
-    :func:`vllm_server` until the end of the session.
+    Served as :data:`THINKING_DEV` so that a UI in front of this server and
+    :func:`vllm_server` sees two models (Compare). Module-scoped: only
+    tests/integration/test_reasoning_parser.py uses it, and it stops when that
+    module is done instead of running beside :func:`vllm_server` until the end of
+    the session.
     """
-    yield from _serve(tmp_path_factory.mktemp("vllm-reasoning-server"), KIMI_DEV_THINKING="1")
+    yield from _serve(
+        tmp_path_factory.mktemp("vllm-reasoning-server"),
+        model=THINKING_DEV,
+        KIMI_DEV_THINKING="1",
+        KIMI_VLLM_EXTRA_ARGS=f"--served-model-name {THINKING_DEV}",
+    )

@@ -6,21 +6,35 @@ keeps ``<`` and ``>`` out of R and C, so the only special token in the output
 is the stop token at its end. The expected fields come from the server's own
 token ids (``return_token_ids``, ``/detokenize``): R and C without their
 leading whitespace, the rule of :class:`backend.reasoning.ReasoningSplitter`.
+
+Compare runs here too: it needs a second real server beside the session's, and this
+module's is one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import subprocess
 from typing import Any
 
 import httpx
 import pytest
 
+from backend.chat import ChatSession
 from backend.client import ChatClient
 from backend.families import DEV, KIMI_MARKERS
-from tests.integration.conftest import VllmServer
+from backend.logs import LOGGER_NAME
+from backend.planning import plan_compare, plan_turn
+from backend.render import TurnEnded
+from backend.resources import AppResources
+from backend.settings import Settings
+from backend.turn_runner import TurnRunner
+from backend.uploads import Upload
+from tests.conftest import DATA
+from tests.integration.conftest import THINKING_DEV, VllmServer
 from tests.launching import ROOT
 
 THINK_OPEN, THINK_CLOSE = KIMI_MARKERS.open, KIMI_MARKERS.close
@@ -212,3 +226,55 @@ def test_a_client_learns_once_that_the_server_with_the_parser_separates_the_reas
 ) -> None:
     assert learnt(vllm_reasoning_server) is True
     assert learnt(vllm_server) is False  # the dev server without a parser: the client splits
+
+
+# --- Compare: the session's dev server and this one ---------------------------------------
+
+
+async def test_compare_asks_the_other_real_server_the_same_turn(
+    vllm_server: VllmServer, vllm_reasoning_server: VllmServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One UI in front of two real servers (``KIMI_SERVERS``), as ``./launch.sh --both``
+    serves Thinking and Instruct on a GPU machine: Compare asks the other server the same
+    turn, image and history included."""
+    thinking = vllm_reasoning_server
+    settings = Settings(
+        servers=f"{vllm_server.base_url},{thinking.base_url}",
+        api_key=vllm_server.api_key,
+        max_images_per_prompt=vllm_server.max_images,
+    )
+    shared = AppResources.start(settings)
+    try:
+        async with asyncio.timeout(60):  # a cold cache answers in 0.3 s, empty, and fills
+            while len(served := await shared.served()) < 2:
+                await asyncio.sleep(0.2)
+        assert [(m.id, s.client.base_url) for m, s in served] == [
+            (vllm_server.model, vllm_server.base_url),
+            (THINKING_DEV, thinking.base_url),
+        ]
+        session = ChatSession.create(
+            settings, shared.servers[0], shared.workers, locate=shared.server_for
+        )
+        session.others = [m for m, _ in served if m.id != vllm_server.model]
+        prepared = await session.prepare_uploads([Upload("rocket.jpg", DATA / "rocket.jpg")])
+        runner = TurnRunner(session)
+        first = [e async for e in runner.new_turn("m1", "What is it?", prepared.images, 32)]
+        assert isinstance(first[-1], TurnEnded) and first[-1].done is not None
+        turn = session.conversation.turns[-1]
+        asked = (await plan_turn(session, turn, max_tokens=32)).request
+
+        other = next(m for m in session.others if m.id == THINKING_DEV)
+        _, planned = plan_compare(session, turn, other)
+        assert planned.request.model == THINKING_DEV
+        assert planned.request.messages == asked.messages  # same image, same history
+        caplog.set_level(logging.INFO, logger=LOGGER_NAME)
+        events = [e async for e in runner.compare("m1", THINKING_DEV)]
+        end = events[-1]
+        assert isinstance(end, TurnEnded) and end.done is not None
+        assert end.done.finish_reason in ("stop", "length") and len(session.conversation.turns) == 1
+        compared = re.search(r"request (chat-\w+) model=\S+ compare", caplog.text)
+        assert compared is not None
+        assert f"chatcmpl-{compared.group(1)}" in thinking.log_path.read_text()
+        assert f"chatcmpl-{compared.group(1)}" not in vllm_server.log_path.read_text()
+    finally:
+        await shared.aclose()
