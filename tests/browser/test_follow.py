@@ -252,12 +252,19 @@ def test_the_scroll_to_bottom_button_covers_no_answer_button(
         page.locator("#chat-input").fill(question)
         page.locator("#chat-input").press("Enter")
         wait_answer_done(page)
+    arrow = page.locator("button:has(svg.lucide-arrow-down)")
     page.mouse.move(viewport["width"] // 2, viewport["height"] // 2)
-    page.mouse.wheel(0, -300)  # away from the bottom: Chainlit shows its ↓
-    expect(page.locator("button:has(svg.lucide-arrow-down)")).to_be_visible()
+    # Away from the bottom, a wheel step at a time until Chainlit shows its ↓: a step taken
+    # while the page still settles after the answer can leave the view at the bottom.
+    for _ in range(10):
+        page.mouse.wheel(0, -300)
+        page.wait_for_timeout(300)
+        if arrow.is_visible():
+            break
+    expect(arrow).to_be_visible()
     for name in ("Regenerate", "Compare with Kimi-VL Instruct"):
         page.mouse.wheel(0, -300)
-        expect(page.locator("button:has(svg.lucide-arrow-down)")).to_be_visible()
+        expect(arrow).to_be_visible()
         found = page.evaluate(UNDER_THE_ARROW, [name])
         assert found.get("reachable"), (name, found)
     screenshot(page, f"scroll-button-{'phone' if viewport == PHONE else 'desktop'}")
