@@ -73,9 +73,15 @@ def _serve(work: Path, model: str = "kimi-vl-dev", **extra: str) -> Iterator[Vll
     ``model``: the served model name (another than the default needs
     ``KIMI_VLLM_EXTRA_ARGS="--served-model-name NAME"`` in ``extra``).
     ``extra``: more launch.sh settings (``KIMI_VLLM_EXTRA_ARGS`` ...).
+
+    Every test server runs with ``--enforce-eager``: it is healthy 6.5 s sooner (27.4 s
+    against 33.9 s on the project's 2-core machine, 2026-12-06) and writes ~420 tokens
+    a second instead of ~725, which the tests' short answers do not feel.
     """
+    vllm_args = " ".join(filter(None, ["--enforce-eager", extra.pop("KIMI_VLLM_EXTRA_ARGS", "")]))
     env = launch_env(
         work,
+        KIMI_VLLM_EXTRA_ARGS=vllm_args,
         KIMI_API_KEY=API_KEY,
         KIMI_DEV_MAX_MODEL_LEN=str(MAX_MODEL_LEN),
         KIMI_DEV_MAX_IMAGES_PER_PROMPT=str(MAX_IMAGES),
