@@ -350,11 +350,15 @@ class Socket:
         self.client.post(self.path, content="42" + json.dumps([event, data]))
 
     def listen(self, seconds: float) -> str:
-        """Everything the server sends for ``seconds`` (answering its pings)."""
+        """Everything the server sends for ``seconds`` (answering its pings); a poll the
+        server holds open past then is given up (it would wait for the next ping, 25 s)."""
         received = []
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            packets = self.client.get(self.path).text.split("\x1e")
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                packets = self.client.get(self.path, timeout=left).text.split("\x1e")
+            except httpx.ReadTimeout:
+                break
             received += packets
             if "2" in packets:
                 self.client.post(self.path, content="3")
