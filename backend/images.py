@@ -152,8 +152,9 @@ class PreparedImage:
 
     Attributes:
         name: the uploaded file name (for messages).
-        data: the data URL (``data:image/png;base64,...`` or
-            ``data:image/jpeg;base64,...``), or the file holding it once the chat's tab
+        data: the data URL (``data:image/png;base64,...``, ``data:image/jpeg;base64,...``
+            or, sent as uploaded, ``data:image/webp;base64,...``), or the file holding it
+            once the chat's tab
             has closed (:meth:`spilled`); read it as :attr:`data_url`.
         width: pixels after scaling (what the server receives).
         height: pixels after scaling.

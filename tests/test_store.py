@@ -427,6 +427,28 @@ async def test_a_webp_sent_as_uploaded_comes_back_as_webp(store: Store, tmp_path
     assert [f.suffix for f in files] == [".webp"]
 
 
+async def test_a_webp_stored_as_bin_by_an_earlier_release_comes_back_as_webp(
+    store: Store, tmp_path: Path
+) -> None:
+    """Releases before the suffix map stored a WebP sent as uploaded under a ``.bin`` key
+    (JPEG and PNG had their suffixes already): such a chat still resumes, as WebP."""
+    from PIL import Image
+
+    path = tmp_path / "sky.webp"
+    Image.open(DATA / "chelsea.png").convert("RGB").save(path, "WEBP", quality=80)
+    image = prepare_image(path, 1024, "sky.webp")
+    thread_id = str(uuid.uuid4())
+    await store.turns.save(thread_id, record(0, "m1", Turn(text="sky?", images=[image])))
+    [stored] = (on_disk(store).root / "prepared" / thread_id).iterdir()
+    stored.rename(stored.with_suffix(".bin"))
+    async with store.engine.begin() as db:
+        await db.execute(
+            text("UPDATE kimi_images SET object_key = replace(object_key, '.webp', '.bin')")
+        )
+    back = (await store.turns.load(thread_id))[0].turn.images[0]
+    assert back.data_url == image.data_url
+
+
 async def test_a_version_of_the_first_turn_is_a_first_turn_and_nothing_is_dropped(
     store: Store,
 ) -> None:

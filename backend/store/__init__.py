@@ -10,7 +10,7 @@ What is stored where (``KIMI_DATA_DIR``, default ``data/``):
   worker shares: :mod:`backend.store.bounds`);
 * ``files/<user id>/<element id>/<name>``: uploads as the person sent them
   (shown on the page);
-* ``files/prepared/<thread id>/<sha256>.jpg|png``: the prepared copies sent to
+* ``files/prepared/<thread id>/<sha256>.jpg|png|webp``: the prepared copies sent to
   the model.
 
 The data folder and everything the store writes in it are private to the app's

@@ -8,7 +8,7 @@ was measured of its answer (:class:`backend.timings.Timings`: numbers, never the
 words shown), and the prepared image copies (the very bytes that went to vLLM, so
 a resumed chat never prepares an upload again). Tables ``kimi_turns`` and
 ``kimi_images`` (:mod:`backend.store.schema`); image bytes in the file store
-under ``prepared/<thread id>/<sha256>.<jpg|png>``.
+under ``prepared/<thread id>/<sha256>.<jpg|png|webp>``.
 
 A turn is found by its message id (one row per message in a chat); ``position``
 orders the turns. Versions of a turn (Regenerate, Edit) are turns of their own that name
@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import RowMapping, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -252,9 +252,15 @@ def _row(thread_id: str, record: TurnRecord, place: Place) -> dict[str, Any]:
     }
 
 
+_EARLIER_TYPES: Final = {".bin": "image/webp"}
+"""Suffixes of keys that releases before :data:`backend.images.PREPARED_SUFFIXES` wrote: a
+WebP sent as uploaded was stored under ``.bin`` (JPEG and PNG had their suffixes)."""
+
+
 def _image(row: RowMapping, data: bytes) -> PreparedImage:
     """A prepared image from its ``kimi_images`` row and the bytes of its file."""
-    mime = PREPARED_TYPES[PurePosixPath(str(row["object_key"])).suffix]
+    suffix = PurePosixPath(str(row["object_key"])).suffix
+    mime = PREPARED_TYPES.get(suffix) or _EARLIER_TYPES[suffix]
     return PreparedImage(
         name=str(row["name"]),
         data=data_url(mime, data),
