@@ -357,7 +357,7 @@ class Socket:
         while (left := deadline - time.monotonic()) > 0:
             try:
                 packets = self.client.get(self.path, timeout=left).text.split("\x1e")
-            except httpx.ReadTimeout:
+            except httpx.TimeoutException:
                 break
             received += packets
             if "2" in packets:
