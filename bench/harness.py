@@ -585,18 +585,25 @@ class Tab:
         pairs = {"X-Chainlit-Session-id": self.session_id, **self.cookies}
         return "; ".join(f"{k}={v}" for k, v in pairs.items())
 
-    async def upload(self, data: bytes, name: str = "photo.jpg", mime: str = "image/jpeg") -> str:
-        """POST a file as the browser does when it is attached; its id for ``fileReferences``.
-
-        Raises:
-            httpx.HTTPStatusError: the app refused the file.
-        """
-        response = await self.http.post(
+    async def post_file(
+        self, data: bytes, name: str = "photo.jpg", mime: str = "image/jpeg"
+    ) -> httpx.Response:
+        """POST a file as the browser does when it is attached; the app's answer, as it is
+        (a refusal included)."""
+        return await self.http.post(
             f"{self.ui_url}/project/file",
             params={"session_id": self.session_id},
             files={"file": (name, data, mime)},
             headers={"Cookie": self.cookie_header()},
         )
+
+    async def upload(self, data: bytes, name: str = "photo.jpg", mime: str = "image/jpeg") -> str:
+        """:meth:`post_file`, accepted; its id for ``fileReferences``.
+
+        Raises:
+            httpx.HTTPStatusError: the app refused the file.
+        """
+        response = await self.post_file(data, name, mime)
         response.raise_for_status()
         file_id: str = response.json()["id"]
         return file_id

@@ -406,23 +406,15 @@ async def test_a_persons_uploads_are_bounded_over_both_workers(workers: Workers)
     photo = (DATA / "rocket.jpg").read_bytes()
     file = photo + b"\0" * (1_200_000 - len(photo))  # a JPEG still, with padding after it
 
-    async def post(tab: Tab, name: str) -> httpx.Response:
-        return await tab.http.post(
-            f"{tab.ui_url}/project/file",
-            params={"session_id": tab.session_id},
-            files={"file": (name, file, "image/jpeg")},
-            headers={"Cookie": tab.cookie_header()},
-        )
-
     one, two = workers.urls
     async with httpx.AsyncClient(timeout=60) as http:
         cookies = signed_in(one, "finn", PASSWORDS["finn"])
         tabs = [Tab(url, http, cookies=cookies) for url in (one, one, two)]
         for tab in tabs:
             await tab.open()
-        kept = [await post(tab, f"p{n}.jpg") for tab in tabs[:2] for n in range(2)]
+        kept = [await tab.post_file(file, f"p{n}.jpg") for tab in tabs[:2] for n in range(2)]
         assert [a.status_code for a in kept] == [200] * 4, [a.text for a in kept]
-        refused = await post(tabs[2], "one-more.jpg")
+        refused = await tabs[2].post_file(file, "one-more.jpg")
         for tab in tabs:
             await tab.close()
     assert refused.status_code == 413, refused.text

@@ -143,12 +143,7 @@ async def test_one_browser_in_four_tabs_gets_three_answers_at_once_and_a_sentenc
 
 async def post_file(tab: Tab, name: str) -> httpx.Response:
     """Upload :data:`FILE` as the browser does when it is attached; the app's answer."""
-    return await tab.http.post(
-        f"{tab.ui_url}/project/file",
-        params={"session_id": tab.session_id},
-        files={"file": (name, FILE, "image/jpeg")},
-        headers={"Cookie": tab.cookie_header()},
-    )
+    return await tab.post_file(FILE, name)
 
 
 def stored(app: LiveApp, tab: Tab) -> list[str]:
