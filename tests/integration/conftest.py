@@ -16,11 +16,15 @@ import re
 import signal
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from backend import turn_runner
+from backend.chat import ChatSession
+from backend.conversation import Turn
+from backend.planning import Planned, plan_turn
 from tests.conftest import wait_for_200
 from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
 
@@ -169,3 +173,29 @@ def vllm_reasoning_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         KIMI_DEV_THINKING="1",
         KIMI_VLLM_EXTRA_ARGS=f"--served-model-name {THINKING_DEV}",
     )
+
+
+def answers_ignore_eos(
+    monkeypatch: pytest.MonkeyPatch, max_tokens: int | None = None
+) -> list[Planned]:
+    """Make every turn a :class:`~backend.turn_runner.TurnRunner` plans run to its whole answer
+    budget (``max_tokens``, or the options' budget when None): the tiny random-weights model
+    may sample its end-of-sequence token after a few words, so a test that must act while
+    an answer streams asks vLLM to ignore it. Returns the list the planned turns go into."""
+    planned: list[Planned] = []
+
+    async def to_the_whole_budget(
+        chat: ChatSession,
+        turn: Turn,
+        _max_tokens: int | None = None,
+        *,
+        make_room: bool = False,
+        request_id: str | None = None,
+    ) -> Planned:
+        found = await plan_turn(chat, turn, max_tokens, make_room=make_room, request_id=request_id)
+        request = replace(found.request, extra_body={"ignore_eos": True})
+        planned.append(replace(found, request=request))
+        return planned[-1]
+
+    monkeypatch.setattr(turn_runner, "plan_turn", to_the_whole_budget)
+    return planned

@@ -15,26 +15,22 @@ import subprocess
 import sys
 import time
 from contextlib import aclosing
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
-from backend import turn_runner
 from backend.chat import ChatSession
 from backend.client import ChatClient, ChatRequest
-from backend.conversation import Turn
 from backend.errors import ContextTooLong, TooManyImages
 from backend.events import AnswerDelta, Done, ReasoningDelta, StreamEvent
 from backend.pacing import ServerPace
-from backend.planning import Planned, plan_turn
 from backend.render import AnswerText, Note, ReasoningText, RenderEvent, TurnEnded
 from backend.settings import Settings
 from backend.turn_runner import TurnRunner
 from backend.uploads import Upload
 from tests.conftest import DATA, SessionFactory
-from tests.integration.conftest import VllmServer
+from tests.integration.conftest import VllmServer, answers_ignore_eos
 
 pytestmark = pytest.mark.integration
 
@@ -176,24 +172,7 @@ async def test_stop_aborts_the_request_on_the_server(
         temperature=0.0,
     )
     _ = [e async for e in session.client.stream(warm_up)]
-    planned: list[Planned] = []
-
-    async def as_long_as_the_context_allows(
-        chat: ChatSession,
-        turn: Turn,
-        max_tokens: int | None = None,
-        *,
-        make_room: bool = False,
-        request_id: str | None = None,
-    ) -> Planned:
-        found = await plan_turn(
-            chat, turn, vllm_server.max_model_len, make_room=make_room, request_id=request_id
-        )
-        request = replace(found.request, extra_body={"ignore_eos": True})
-        planned.append(replace(found, request=request))
-        return planned[-1]
-
-    monkeypatch.setattr(turn_runner, "plan_turn", as_long_as_the_context_allows)
+    planned = answers_ignore_eos(monkeypatch, vllm_server.max_model_len)
 
     async def stop_at_first_text() -> tuple[float, float] | None:
         """One long turn, stopped at its first text: (abort latency s, tokens generated), or
