@@ -181,9 +181,6 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     launched.wait_said("replica 2 is in the router", 1)
-    # The answer to be cut must still be streaming when the test kills its replica: a
-    # random-weights answer may end after a few words (CI, 2026-12-06: it had ended).
-    answers_ignore_eos(monkeypatch)
     settings = Settings(
         base_url=launched.server.base_url,
         api_key=launched.server.api_key,
@@ -192,12 +189,19 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     runner = TurnRunner(make_session(settings))
     # The chat's first answer shows which replica holds the chat (it sticks there), so the
     # second is cut at its first streamed text, not after reading logs while it streams.
+    # Answers ignore EOS (a random-weights answer may end after a few words) and run to
+    # a budget: the first short, so that the second can be long (1,900 tokens, about 4 s
+    # at the dev model's ~420 tokens/s eager: docs/facts.md) and still streams when its
+    # first text has come through the router and the app (CI and a loaded full run,
+    # 2026-12-06: a 637-token answer had ended by then).
+    answers_ignore_eos(monkeypatch, 16)
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         first = [e async for e in runner.ask("m0", "Hello.", [])]
     assert isinstance(first[-1], TurnEnded) and first[-1].done is not None, first[-3:]
     (request_id,) = (m[1] for r in caplog.records if (m := SENT.match(r.getMessage())))
     victim = launched.replica_of(request_id)
     pgid = next(s.pid for s in launched.state().servers if s.replica == victim)
+    answers_ignore_eos(monkeypatch, 1900)
     events: list[RenderEvent] = []
     async for event in runner.ask("m1", "Tell me a long story.", []):
         if isinstance(event, ReasoningText | AnswerText) and not any(
@@ -211,6 +215,7 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     launched.wait_said(f"replica {victim} is out of the router: it exited", 10)
 
     caplog.clear()
+    answers_ignore_eos(monkeypatch, 16)
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         events = [e async for e in runner.ask("m2", "And now?", [])]
     ended = events[-1]
