@@ -64,6 +64,12 @@ def thought_label(seconds: float, ended: StepEnd = "done", tr: Translator = ENGL
     return tr("Thought for {seconds:.1f}s", seconds=seconds)
 
 
+def stored_thought_label(seconds: float | None, tr: Translator = ENGLISH) -> str:
+    """Title of a stored turn's reasoning drawn again (a version shown with ‹ n/m ›, an
+    export): :func:`thought_label` when its time was measured, else "Thought"."""
+    return thought_label(seconds, tr=tr) if seconds is not None else tr("Thought")
+
+
 def stats_line(timings: Timings, tr: Translator = ENGLISH) -> str:
     """One compact line under an answer: TTFT, thinking time, tokens, tokens/s, total.
 

@@ -480,6 +480,7 @@ class TurnRunner:
         elif request_id is not None:
             log.info("request %s ended: %s", request_id, status)
         timings = Timings.from_done(done) if done is not None else None
+        turn.reasoning_s = timings.reasoning_s if timings is not None else None
         model = self.chat.model.id if self.chat.model else None
         self.shown.ended(shown.message_id, turn, timings, shown.compared, model)
         answer_id = shown.answer_id if status != "failed" or shown.answer_started else None

@@ -158,9 +158,12 @@ async def test_regenerate_keeps_the_later_turns_and_a_switch_back_shows_them_aft
     back = next(a for a in page.actions() if a["label"] == "‹ 2/2")
     frames = len(page.frames)
     await press("version", back)
-    new = [d for e, d in page.frames[frames:] if e == "new_message"]
+    sent = [d for e, d in page.frames[frames:] if e == "new_message"]
+    new = [d for d in sent if d["type"] in ("user_message", "assistant_message")]
     drawn = [d["output"] for d in new]
     assert drawn[::2] == ["q1", "q2", "q3"] and all(a == ANSWER for a in drawn[1::2])
+    thought = [d for d in sent if d["type"] == "llm"]  # each answer's reasoning step
+    assert len(thought) == 3, [d["name"] for d in thought]
     assert [d["type"] for d in new[:2]] == ["user_message", "assistant_message"]
     removed = [d["id"] for e, d in page.frames[frames:] if e == "delete_message"]
     assert len(removed) >= 4  # q1's second version and q4, questions and answers

@@ -21,8 +21,10 @@ from collections.abc import Callable
 import chainlit as cl
 from chainlit.config import config
 
+from backend.conversation import Turn
 from backend.i18n import ENGLISH, Translator
 from backend.presenter import THINKING_LABEL, StepEnd, thought_label
+from backend.timings import stored_thought_label
 from ui.blocks import StepBlocks
 
 
@@ -76,8 +78,9 @@ class ReasoningView:
             await blocks.remove()
             await step.remove()
 
-    async def close(self, ended: StepEnd = "done") -> None:
-        """Retitle the open step "Thought for N.Ns" (plus how it ended); no-op if none is open.
+    async def close(self, ended: StepEnd = "done", title: str | None = None) -> None:
+        """Retitle the open step "Thought for N.Ns" (plus how it ended), or ``title`` when
+        given; no-op if none is open.
 
         The page folds it then (``public/stream.js``); a resumed chat shows it folded
         (Chainlit's data layer does not give ``defaultOpen`` back), and unfolds its
@@ -89,6 +92,16 @@ class ReasoningView:
         self._open = None
         await blocks.close()
         thought = self._clock() - self._since if self._since is not None else 0.0
-        step.name = thought_label(thought, ended, self._tr)
+        step.name = title or thought_label(thought, ended, self._tr)
         step.end = cl.utils.utc_now()
         await step.update()
+
+
+async def draw_stored(turn: Turn, tr: Translator) -> None:
+    """Draw ``turn``'s reasoning, if it has any, as a step that has ended (a version drawn
+    again: ui/versions_view.py), titled as it was ("Thought for 12.3s", or "Thought"
+    when its time was not stored) and folded as one that streamed."""
+    if turn.reasoning:
+        view = ReasoningView(tr=tr)
+        await view.add(turn.reasoning)
+        await view.close(title=stored_thought_label(turn.reasoning_s, tr))

@@ -6,7 +6,8 @@ A click shows the version its payload names: the turn runner records the choice
 page and the stored page (:func:`ui.history.clear_turns_from`), and the branch now shown
 is drawn from the turns themselves: each question (with its images) as the person's
 message, naming its version (metadata :data:`ui.history.TURN_KEY`: Edit and Regenerate
-on it find the turn after a resume too), and its answer, recorded as the version's, with
+on it find the turn after a resume too), its reasoning as a folded step, and its answer,
+recorded as the version's, with
 Regenerate and, where the turn has other versions, ‹ n/m ›. Fresh message ids: Chainlit
 deletes a removed step in a task of its own, which may land after a new write of the same
 id. Chainlit stores what is drawn, so a resumed chat shows the same branch.
@@ -24,6 +25,7 @@ from backend.turn_runner import TurnRunner
 from backend.versions import Version
 from ui import history, process
 from ui.answer import action, said, say
+from ui.reasoning_view import draw_stored
 from ui.session import runner
 from ui.tasks import start_answer_task
 
@@ -68,6 +70,7 @@ async def draw_version(turns: TurnRunner, version: Version) -> None:
     )
     await question.send()
     chat.message_turns[question.id] = turn
+    await draw_stored(turn, chat.tr)
     if not turn.answer:
         return
     buttons = [retry_button(question.id, chat.tr, REGENERATE_LABEL)]

@@ -32,7 +32,7 @@ from backend.images import PreparedImage
 from backend.markdown_html import to_html
 from backend.record import ComparedAnswer, TurnRecord
 from backend.safety import escape_markdown
-from backend.timings import Timings, stats_line, thought_label
+from backend.timings import Timings, stats_line, stored_thought_label
 
 CONTENT_SECURITY_POLICY: Final = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -205,9 +205,8 @@ def _answer(turn: Turn, reasoning_s: float | None, tr: Translator) -> list[str]:
     """The reasoning step (folded) and the answer, rendered."""
     parts = []
     if turn.reasoning:
-        label = thought_label(reasoning_s, tr=tr) if reasoning_s is not None else tr("Thought")
         parts.append(
-            f"<details><summary>{_e(label)}</summary>"
+            f"<details><summary>{_e(stored_thought_label(reasoning_s, tr))}</summary>"
             f'<div class="reasoning">{to_html(turn.reasoning)}</div></details>'
         )
     if turn.answer:

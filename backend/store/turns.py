@@ -285,6 +285,7 @@ def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
             images=images,
             answer=str(row["answer"]),
             reasoning=str(row["reasoning"]),
+            reasoning_s=row["reasoning_s"],
             status=status,
         ),
         timings=None if numbers == Timings() else numbers,

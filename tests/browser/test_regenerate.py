@@ -19,6 +19,8 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import (
     ANSWERS,
+    REASONING_STEP,
+    REASONING_TEXT,
     THINKING_MODEL,
     Stack,
     ask,
@@ -30,7 +32,7 @@ from tests.browser.conftest import (
 )
 from tests.browser.test_persistence import PASSWORDS, App
 from tests.conftest import free_port
-from tests.fakes.kimi_server import conversation
+from tests.fakes.kimi_server import REASONING, conversation
 
 pytestmark = pytest.mark.browser
 
@@ -142,3 +144,25 @@ def test_the_branch_shown_stays_after_a_reload_and_the_earlier_version_comes_bac
         screenshot(page, "versions-earlier-branch-reloaded")
     finally:
         context.close()
+
+
+def test_an_earlier_version_comes_back_with_its_reasoning(page: Page, stack: Stack) -> None:
+    """‹ n/m › draws the version's reasoning step again, titled with its time (issue 47,
+    item 3: it drew the answers without their reasoning)."""
+    for n in (1, 2):
+        ask(page, f"Question {n}")  # the Thinking model's default scenario: it reasons
+        expect(page.locator(ANSWERS)).to_have_count(n)
+        wait_answer_done(page)
+    page.get_by_role("button", name="Regenerate", exact=True).first.click()
+    expect(page.locator(QUESTIONS)).to_have_count(1)
+    wait_answer_done(page)
+
+    page.get_by_role("button", name="‹ 2/2", exact=True).click()  # the earlier version
+    expect(page.locator(QUESTIONS)).to_have_text(["Question 1", "Question 2"])
+    thought = page.locator(f'{REASONING_STEP} button[id^="step-Thought for"]')
+    expect(thought).to_have_count(2)
+    expect(thought.first).to_have_text(re.compile(r"^\s*Thought for \d+\.\ds\s*$"))
+    expect(thought.first).to_have_attribute("aria-expanded", "false")
+    thought.first.click()
+    expect(page.locator(REASONING_TEXT).first).to_contain_text(REASONING[:40])
+    screenshot(page, "versions-earlier-branch-with-reasoning")
