@@ -172,6 +172,19 @@ class Child:
     why: str = ""
 
 
+STOP_GRACE_S = 15.0
+"""How long a child that answered gets to exit after SIGTERM (vLLM ends its answers)."""
+STARTING_GRACE_S = 3.0
+"""How long a child still starting gets: it has nothing to finish, and vLLM 0.32's API
+server does not exit on SIGTERM while it waits for its engine (tests/test_launch_ops.py)."""
+
+
+def _in_use(proc: subprocess.Popen[bytes]) -> bool:
+    """True while ``proc`` runs or its process group has members left; reaps ``proc``
+    once it has exited (else, a zombie of ours, it keeps the group in use)."""
+    return proc.poll() is None or runstate.group_alive(proc.pid)
+
+
 class Supervisor:
     """Owns the processes of one launch and the run state that records them."""
 
@@ -381,25 +394,32 @@ class Supervisor:
 
     def stop_all(self) -> None:
         """Stop every child's process group: SIGTERM, then SIGKILL what is left after
-        their leaders exit (at most 15 s) and 1 s more; return when the groups are empty
-        (at most 5 s more: zombies waiting for PID 1 count as gone)."""
+        their leaders exit (at most :data:`STOP_GRACE_S` for a child that answered, its
+        answers end; :data:`STARTING_GRACE_S` for one still starting) and 1 s more;
+        return when the groups are empty (at most 5 s more: zombies waiting for PID 1
+        count as gone; our own children are reaped as they exit)."""
         self.signals.ignore()
         # A child waiting for its restart has no group left (killed when it died), and
         # its old PID may belong to someone else by now.
-        started = [c.proc for c in self.children if c.proc and c.restart_at is None]
-        for proc in started:
+        started = [c for c in self.children if c.proc and c.restart_at is None]
+        now = time.monotonic()
+        stopping = [
+            (c.proc, now + (STOP_GRACE_S if c.ready else STARTING_GRACE_S))
+            for c in started
+            if c.proc is not None
+        ]
+        for proc, _ in stopping:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while any(p.poll() is None for p in started) and time.monotonic() < deadline:
+        while any(p.poll() is None and time.monotonic() < by for p, by in stopping):
             time.sleep(0.1)
-        if started:
+        if stopping:
             time.sleep(1)  # the rest of each group finishes its own cleanup
-        for proc in started:
+        for proc, _ in stopping:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while any(runstate.group_alive(p.pid) for p in started) and time.monotonic() < deadline:
+        while any(_in_use(p) for p, _ in stopping) and time.monotonic() < deadline:
             time.sleep(0.1)
         for child in self.children:
             if child.pipe_thread is not None:

@@ -107,7 +107,7 @@ FAKE_HELP = " ".join(
 )
 
 FAKE_VLLM = """#!{python}
-import http.server, json, os, sys, threading
+import http.server, json, os, signal, sys, threading, time
 args = sys.argv[1:]
 record = os.environ["FAKE_VLLM_RECORD"]
 with open(record, "a") as f:
@@ -135,6 +135,9 @@ if str(port) == os.environ.get("FAKE_VLLM_FAIL_PORT"):
 die_after = float(os.environ.get("FAKE_VLLM_DIE_AFTER_S", "0"))
 if die_after:
     threading.Timer(die_after, os._exit, (1,)).start()
+if os.environ.get("FAKE_VLLM_IGNORE_TERM"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+time.sleep(float(os.environ.get("FAKE_VLLM_START_S", "0")))
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -165,7 +168,9 @@ def fake_machine(tmp_path: Path, gpus: int, **extra: str) -> tuple[dict[str, str
     The fake vLLM python records every argument list it gets (``calls``), the
     ``VLLM_API_KEY`` of each server start (``fake_keys``), answers launch.sh's
     version probe with ``FAKE_VLLM_VERSION`` (default 0.32.0), serves
-    ``/health`` and exits after ``FAKE_VLLM_DIE_AFTER_S`` seconds if set. With
+    ``/health`` (after ``FAKE_VLLM_START_S`` seconds of starting, if set) and exits after
+    ``FAKE_VLLM_DIE_AFTER_S`` seconds if set; ``FAKE_VLLM_IGNORE_TERM=1`` makes it ignore
+    SIGTERM. With
     ``FAKE_VLLM_WAITING=N`` its ``/metrics`` says N requests wait; a server on port
     ``FAKE_VLLM_FAIL_PORT`` exits at once with status 1.
     """

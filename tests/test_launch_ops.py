@@ -396,6 +396,27 @@ def proc_server_pid(out: Path) -> int:
     return int(re.findall(r"vLLM server pid (\d+)", out.read_text())[-1])
 
 
+def test_a_stop_while_vllm_starts_does_not_wait_out_the_grace_of_a_serving_one(
+    tmp_path: Path,
+) -> None:
+    """A server still starting has no answers to finish: a stop gives it a few seconds,
+    not the 15 s a serving one gets. vLLM 0.32's API server ignores SIGTERM while it
+    waits for its engine (tests/test_launcher.py): a Ctrl-C during a start took 21 s,
+    15 s of grace and 5 s more on its own unreaped leader."""
+    env, _ = fake_machine(tmp_path, 1, FAKE_VLLM_START_S="60", FAKE_VLLM_IGNORE_TERM="1")
+    out = tmp_path / "launch.out"
+    with launched(["--server-only", "--dev"], env, out) as proc:
+        wait_for_text(out, r"vLLM server pid \d+", 60, proc)
+        server = proc_server_pid(out)
+        time.sleep(0.5)  # the fake has set its SIGTERM aside by now
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        took = time.monotonic() - asked
+    assert live_processes_in_group(server) == []
+    assert took < 8, f"launch.sh took {took:.1f} s to stop a server that was starting"
+
+
 def test_a_vllm_that_keeps_dying_makes_launch_sh_give_up(tmp_path: Path) -> None:
     env, record = fake_machine(
         tmp_path,
