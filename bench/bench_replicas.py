@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Iterator
@@ -61,6 +60,7 @@ from bench.harness import (
     wait_for_200,
 )
 from bench.media import make_photo
+from serving.launcher import port_in_use
 from serving.replicas import RouterAdmin, read_load
 
 API_KEY = "bench-replicas-key"
@@ -83,17 +83,8 @@ def free_ports(count: int) -> int:
     """The first of ``count`` consecutive ports nobody listens on (router, replicas, metrics)."""
     while True:
         first = free_port()
-        if all(_free(port) for port in range(first + 1, first + count)):
+        if not any(port_in_use(port) for port in range(first + 1, first + count)):
             return first
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @contextmanager

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import sys
 from pathlib import Path
+
+from serving.launcher import port_in_use
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / "launch.sh"
@@ -27,18 +28,9 @@ def quiet_ports(count: int = 1) -> int:
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(200):
         first = random.randrange(10000, low - count)
-        if all(_bindable(port) for port in range(first, first + count)):
+        if not any(port_in_use(port) for port in range(first, first + count)):
             return first
     raise RuntimeError(f"no {count} free ports below {low}")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def launch_env(log_dir: Path, **extra: str) -> dict[str, str]:
