@@ -237,7 +237,10 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
         events.append(event)
     assert any(isinstance(e, ReasoningText | AnswerText) for e in events), "nothing streamed"
     notes = [e.text for e in events if isinstance(e, Note) and e.level == "error"]
-    assert notes and "cut off" in notes[0], events[-3:]
+    # One of our sentences for a broken stream (backend/vllm_errors.broken_stream, the
+    # client's stream without a finish reason): the router may pass the dead replica's
+    # dropped connection on as a reset, an ended stream or a torn chunk.
+    assert notes and "What arrived is kept" in notes[0], (notes, events[-3:])
     launched.wait_said(f"replica {victim} is out of the router: it exited", 10)
 
     caplog.clear()
