@@ -103,18 +103,18 @@ class Turn:
         images: prepared images sent with it, in upload order.
         answer: the final answer (markers never included).
         reasoning: the model's reasoning, kept for display only.
-        reasoning_s: seconds it took, from its first text to the answer's ("Thought for
-            12.3s"); None while unknown (not ended, or stored without timings).
         status: ``pending`` while streaming; ``done``; ``stopped`` by the person;
             ``cut_off`` when max tokens ran out; ``failed`` on an error.
+        reasoning_s: seconds the reasoning took, from its first text to the answer's
+            ("Thought for 12.3s"); None while unknown (not ended, or stored without timings).
     """
 
     text: str
     images: list[PreparedImage] = field(default_factory=list)
     answer: str = ""
     reasoning: str = ""
-    reasoning_s: float | None = None
     status: TurnStatus = "pending"
+    reasoning_s: float | None = None
 
     def user_message(self, kept_images: int | None = None) -> dict[str, Any]:
         """The OpenAI user message: image parts first, then the text.
