@@ -401,12 +401,11 @@ class Supervisor:
         self.signals.ignore()
         # A child waiting for its restart has no group left (killed when it died), and
         # its old PID may belong to someone else by now.
-        started = [c for c in self.children if c.proc and c.restart_at is None]
         now = time.monotonic()
         stopping = [
             (c.proc, now + (STOP_GRACE_S if c.ready else STARTING_GRACE_S))
-            for c in started
-            if c.proc is not None
+            for c in self.children
+            if c.proc is not None and c.restart_at is None
         ]
         for proc, _ in stopping:
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,14 +186,9 @@ def answers_ignore_eos(
     planned: list[Planned] = []
 
     async def to_the_whole_budget(
-        chat: ChatSession,
-        turn: Turn,
-        _max_tokens: int | None = None,
-        *,
-        make_room: bool = False,
-        request_id: str | None = None,
+        chat: ChatSession, turn: Turn, _max_tokens: int | None = None, **options: Any
     ) -> Planned:
-        found = await plan_turn(chat, turn, max_tokens, make_room=make_room, request_id=request_id)
+        found = await plan_turn(chat, turn, max_tokens, **options)
         request = replace(found.request, extra_body={"ignore_eos": True})
         planned.append(replace(found, request=request))
         return planned[-1]
