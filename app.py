@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,12 @@ from chainlit.types import ThreadDict
 
 from backend.chat import ChatSession, Upload
 from backend.fair_use import UploadRoom
-from backend.logs import LOGGER_NAME
 from backend.panel import SettingsRefused, option_changes, panel_fields
-from backend.presenter import DEV_MODE_BANNER, in_markdown, upload_refusal
+from backend.presenter import DEV_MODE_BANNER, in_markdown
 from backend.starters import sample_for, starters_for
 from backend.turn_runner import TurnRunner
 from ui import (
+    attach,
     bridge,
     chainlit_patches,
     commands,
@@ -45,34 +44,20 @@ from ui.connection import connect_or_wait, send_settings, stop_waiting
 from ui.first_words import FIRST_WORDS
 from ui.model_picker import served_now, show_served
 from ui.session import RUNNER_KEY, new_chat, runner, stop_saving_watch
-from ui.tasks import admitting, one_at_a_time, stop_answers, stop_answers_when_gone
-
-log = logging.getLogger(LOGGER_NAME)
-
-
-async def judge_upload(values: dict[str, Any], name: str, path: Path) -> str | None:
-    """An upload was stored: judge it for its chat now (an image is prepared, before the
-    message is sent) and return, in one plain sentence of the chat's language, why it
-    cannot be used; the page shows it at once and drops the attachment. None keeps it
-    (``values``: the session's user-session values). Never fails the upload itself."""
-    turns = values.get(RUNNER_KEY)
-    if not isinstance(turns, TurnRunner):
-        return None
-    try:
-        problem = await turns.chat.judge_upload(Upload(name=name, path=path))
-    except Exception:  # judged again when the message is sent
-        log.exception("could not judge %s on upload", name)
-        return None
-    return None if problem is None else upload_refusal(problem, name, turns.chat.tr)
-
+from ui.tasks import (
+    count_in_store,
+    one_at_a_time,
+    refuse_beyond_bounds,
+    stop_answers,
+    stop_answers_when_gone,
+)
 
 UPLOADS = UploadRoom(
     process.SETTINGS.upload_session_mb * 1_000_000, process.SETTINGS.upload_user_mb * 1_000_000
 )
 # Origin, owner, upload size and quota, CSP
 security.install(process.SETTINGS.allowed_origins, UPLOADS)
-# uploads judged (images prepared) on attach; a HEIC photo shown as a copy browsers decode
-chainlit_patches.on_file_stored(judge_upload, previews.show_as_picture)
+attach.install()  # uploads judged (images prepared) on attach; a HEIC shown as a picture
 chainlit_patches.unpause_constructors()  # Chainlit's steps and messages without a 1 ms pause
 chainlit_patches.hand_questions_on_at_once()  # on_message without Chainlit's 1 ms wait
 chainlit_patches.quiet_stop()  # Stop is said once, by the answer it ended
@@ -82,13 +67,7 @@ turn_buttons.install()  # Send anyway, Retry, Compare under a turn
 # Sign-in and stored chats (ui/history.py): on once a user exists; None: the app runs
 # open and stores nothing.
 STORE = history.register(process.SETTINGS)
-chainlit_patches.wrap_socket_messages(  # too long, past the store, beyond the queue: refused
-    admitting(
-        lambda: process.resources().answers,
-        lambda: process.SETTINGS.max_message_chars,
-        lambda: STORE.stored_chats if STORE is not None else None,
-    )
-)
+refuse_beyond_bounds(STORE)  # too long, past the store, beyond the queue: refused unstored
 security.refuse_open_beyond_loopback(  # also for `chainlit run app.py --host 0.0.0.0`
     sign_in=STORE is not None, allow_anonymous=process.SETTINGS.allow_anonymous
 )
@@ -98,10 +77,7 @@ security.refuse_open_beyond_loopback(  # also for `chainlit run app.py --host 0.
 async def startup() -> None:
     """Create the shared resources once, when the app starts."""
     process.resources().start_housekeeping()
-    if STORE is not None:  # answers and uploads counted in the store, for every worker
-        process.resources().answers.shared = STORE.leases
-        UPLOADS.shared = STORE.leases
-        STORE.leases.start()
+    count_in_store(STORE, UPLOADS)  # answers and uploads, for every worker
     server_panel.start(process.SETTINGS)
     # What is loaded by now lives as long as the process: keep it out of the garbage
     # collector's full passes. One pass over the app's ~250,000 objects takes 0.2-1.2 s

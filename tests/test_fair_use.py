@@ -11,7 +11,7 @@ few files of 1.2 MB reach them.
 An empty (0-byte) file: Chainlit's upload route alone refuses it with HTTP 500 (its
 ``persist_file`` takes no empty content), and the page says only "Upload failed". The app
 refuses it as it is attached, as every file it cannot use, with the sentence the page
-shows after the file's name (app.py ``judge_upload``).
+shows after the file's name (ui/attach.py ``judge_upload``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ PERSON_UPLOADS_FULL = (
 )
 EMPTY_REFUSAL = "the file is empty (0 bytes)"
 """What the upload of an empty file answers (the page puts it after "Failed to upload
-empty.png:"), as every file the app cannot use is refused on attach (app.py judge_upload)."""
+empty.png:"), as every file the app cannot use is refused on attach (ui/attach.py judge_upload)."""
 
 
 def _padded_jpeg(size: int) -> bytes:

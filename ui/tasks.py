@@ -31,17 +31,25 @@ from typing import TYPE_CHECKING, Any
 import chainlit as cl
 
 from backend.errors import ChatError
-from backend.fair_use import AnswerQueues, Busy, Confirming, Leaving, check_message_length
+from backend.fair_use import (
+    AnswerQueues,
+    Busy,
+    Confirming,
+    Leaving,
+    UploadRoom,
+    check_message_length,
+)
 from backend.logs import LOGGER_NAME
 from backend.presenter import in_markdown
 from ui.answer import UNCONFIRMED, say
-from ui.chainlit_patches import MessageHandler
+from ui.chainlit_patches import MessageHandler, wrap_socket_messages
 from ui.language import session_translator
 from ui.notes import AUTHOR, note_id
 from ui.security import person_of
 
 if TYPE_CHECKING:  # the store's code loads only where chats are stored
     from backend.store.bounds import StoredChats
+    from backend.store.core import Store
 
 log = logging.getLogger(LOGGER_NAME)
 
@@ -228,3 +236,30 @@ def _unclaimed(message_id: str) -> None:
     place = _ADMITTED.pop(message_id, None)
     if place is not None:
         place.leave()
+
+
+def refuse_beyond_bounds(store: Store | None) -> None:
+    """Refuse a socket message before Chainlit stores it (:func:`admitting`) by the process's
+    answer queues and message limit and, with a ``store`` (sign-in on), by the person's
+    stored chats."""
+    from ui import process  # its settings are read where the app is: not on import here
+
+    wrap_socket_messages(
+        admitting(
+            lambda: process.resources().answers,
+            lambda: process.SETTINGS.max_message_chars,
+            lambda: store.stored_chats if store is not None else None,
+        )
+    )
+
+
+def count_in_store(store: Store | None, uploads: UploadRoom) -> None:
+    """At the app's start, with a ``store``: count the answer queues and a person's
+    ``uploads`` in it too (its leases, which it starts renewing), so every worker and host
+    sharing it holds the same bounds; without one, they stay in this process."""
+    from ui import process
+
+    if store is not None:
+        process.resources().answers.shared = store.leases
+        uploads.shared = store.leases
+        store.leases.start()
