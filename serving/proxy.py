@@ -8,6 +8,10 @@ connection (``/ws/socket.io``) and its uploads (``/project/file``). HAProxy
 served its first request (``cookie ... insert indirect``) and sends the
 browser's later requests there; a browser without the cookie goes to the
 worker with the fewest connections (``balance leastconn``: websockets are long).
+A worker that is down or dying does not cost a browser its page: a refused
+connection, and a GET the worker accepted but closed unanswered (it died with the
+request in its listen queue), are tried again and, on the last try, sent to another
+worker (``option redispatch``, ``retry-on``); other methods are sent once.
 
 What the workers share comes from launch.sh's environment: the database
 (``KIMI_DATABASE_URL``, or the SQLite file in ``KIMI_DATA_DIR``, which is safe
@@ -151,6 +155,11 @@ class ProxyPlan:
             f"    option httpchk GET {HEALTH_PATH}",
             "    http-check expect status 200",
             "    default-server check inter 2s fall 2 rise 2",
+            "    # A worker that died with the request in its listen queue closes it unanswered:",
+            "    # a GET or HEAD is sent again, on the last try to another worker, instead of a",
+            "    # 502; any other method may have been acted on, so only a refused one is.",
+            "    retry-on conn-failure empty-response",
+            "    http-request disable-l7-retry unless METH_GET",
             *servers,
         ]
         return "\n".join(lines) + "\n"

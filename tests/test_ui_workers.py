@@ -25,6 +25,7 @@ import pytest
 
 from bench.harness import Tab, question
 from serving import proxy, runstate
+from serving.launcher import port_in_use
 from serving.runstate import Process, Proxy, RunState
 from serving.status import Probe, report
 from tests.conftest import DATA, RunningFake, free_port
@@ -164,6 +165,78 @@ def test_haproxy_accepts_the_config_and_names_a_broken_one(tmp_path: Path) -> No
     broken.write_text(plan.config().replace("balance leastconn", "balance sometimes"))
     said = proxy.validate(broken, str(HAPROXY))
     assert said.startswith(f"parsing [{broken}:") and "balance only supports" in said, said
+
+
+# A worker that dies with a request in its listen queue (accepted by the kernel, then
+# dropped when the process goes): it closes the connection without an answer.
+DYING_AND_LIVE_WORKERS = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Worker(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if sys.argv[2] == "dying" and self.path != "/kimi/status":
+            self.close_connection = True
+            return
+        body = sys.argv[2].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Worker).serve_forever()
+"""
+
+
+@needs_haproxy
+def test_a_request_a_dying_worker_drops_unanswered_is_answered_by_another(
+    tmp_path: Path,
+) -> None:
+    plan = proxy.make_plan(
+        host="127.0.0.1",
+        port=quiet_ports(3),
+        workers=2,
+        app_log="",
+        run_dir=tmp_path,
+        in_use=lambda port: False,
+    )
+    plan.config_path.write_text(plan.config())
+    kinds = {"w1": "live", "w2": "dying"}
+    started = [
+        subprocess.Popen([sys.executable, "-c", DYING_AND_LIVE_WORKERS, str(w.port), kinds[w.name]])
+        for w in plan.workers
+    ]
+    try:
+        for worker in plan.workers:  # both listen before HAProxy's first health check
+            deadline = time.monotonic() + 10
+            while not port_in_use(worker.port):
+                assert time.monotonic() < deadline, f"{worker.name} did not listen"
+                time.sleep(0.05)
+        started.append(subprocess.Popen([HAPROXY or "haproxy", "-db", "-f", str(plan.config_path)]))
+        url = f"http://127.0.0.1:{plan.port}/"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                answer = httpx.get(url, cookies={proxy.COOKIE: "w2"}, timeout=10)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "HAProxy did not listen"
+                time.sleep(0.05)
+        # The browser whose worker dropped its request gets the page from the other one.
+        assert (answer.status_code, answer.text) == (200, "live")
+        assert answer.cookies.get(proxy.COOKIE) == "w1"
+        # A POST may have been acted on before the worker died: not sent twice.
+        posted = httpx.post(url, cookies={proxy.COOKIE: "w2"}, content=b"x", timeout=10)
+        assert posted.status_code == 502
+    finally:
+        for process in started:
+            process.terminate()
+            process.wait(timeout=10)
 
 
 def test_more_than_one_worker_without_haproxy_says_what_to_install() -> None:
