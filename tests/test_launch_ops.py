@@ -525,7 +525,8 @@ def test_both_starts_two_servers_and_gives_the_app_both_urls(tmp_path: Path) -> 
 def test_real_vllm_dp2_in_dev_mode_and_ctrl_c_while_it_restarts(tmp_path: Path) -> None:
     """A plain ``./launch.sh`` (dev mode: no GPU) with data parallel 2 and the UI: status,
     then kill -9 takes both engines down while the UI stays up, and Ctrl-C during the
-    restart stops the restarting server and the UI. (A real vLLM restarted and put back:
+    restart (its engine processes started, not yet healthy) stops the restarting server,
+    every engine process and the UI. (A real vLLM restarted and put back:
     tests/integration/test_replicas.py; the restart's steps: the fake vLLM above.)"""
     ui_port = quiet_ports()
     env = launch_env(
@@ -566,11 +567,18 @@ def test_real_vllm_dp2_in_dev_mode_and_ctrl_c_while_it_restarts(tmp_path: Path) 
         os.killpg(first, signal.SIGKILL)
         wait_for_text(out, rf"vLLM 0 \(pid {first}\) exited after", 60, proc)
         wait_for_text(out, r"(?s)restart 1 of vLLM 0 .*vLLM server pid \d+ \(", 60, proc)
-        assert proc_server_pid(out) != first  # starting again
+        second = proc_server_pid(out)
+        assert second != first  # starting again
         assert live_processes_in_group(first) == []
         assert runstate.is_running(ui_pid, ui_main.MODULE)  # the UI stays up
         assert httpx.get(f"http://127.0.0.1:{ui_port}/").status_code == 200
 
+        # Ctrl-C once the restarting server has its engine processes, before it is healthy.
+        deadline = time.monotonic() + 120
+        while not any(n.startswith("VLLM::EngineCor") for n in live_processes_in_group(second)):
+            assert time.monotonic() < deadline, "the restarted vLLM's engines never started"
+            time.sleep(0.2)
+        assert "vLLM 0 answers again" not in out.read_text()
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         assert proc.wait(timeout=60) == 130
     assert live_processes_in_group(proc_server_pid(out)) == []

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +32,7 @@ from serving.launcher import (
 )
 from serving.preflight import PlanError, tensor_parallel_size
 from serving.settings import LaunchSettings
-from tests.launching import LAUNCH, ROOT, launch_env, live_processes_in_group
+from tests.launching import LAUNCH, ROOT, launch_env
 
 
 class ExplicitSettings(LaunchSettings):
@@ -359,45 +355,6 @@ def test_a_dying_server_fails_the_launch_and_shows_the_log(tmp_path: Path) -> No
     assert (tmp_path / "llm.log.1").read_text() == "an older run\n"  # rotated, not overwritten
     first = (tmp_path / "llm.log").read_text().splitlines()[0]
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", first)
-
-
-@pytest.mark.integration
-def test_sigterm_while_starting_stops_the_server(tmp_path: Path) -> None:
-    env = launch_env(tmp_path)
-    proc = subprocess.Popen(
-        [LAUNCH, "--dev", "--server-only"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
-    assert proc.stderr is not None
-    with stopped_at_the_end(proc):
-        server_pid = 0
-        for line in proc.stderr:
-            found = re.search(r"vLLM server pid (\d+)", line)
-            if found:
-                server_pid = int(found.group(1))
-                break
-        assert server_pid, "launch.sh never started the server"
-        deadline = time.monotonic() + 120
-        while not any(n.startswith("VLLM::EngineCor") for n in live_processes_in_group(server_pid)):
-            assert time.monotonic() < deadline, "vLLM's engine core never started"
-            time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    assert live_processes_in_group(server_pid) == []
-
-
-@contextmanager
-def stopped_at_the_end(proc: subprocess.Popen[str]) -> Iterator[None]:
-    """Stop launch.sh (SIGTERM) if a failed assertion left it running."""
-    try:
-        yield
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
 
 
 def test_the_vllm_python_is_found_behind_a_console_script(tmp_path: Path) -> None:
