@@ -201,3 +201,23 @@ class BlockSplitter:
         out.append(cut)
         self._size = len(cut.opening)
         self._after_blank = False
+
+
+def block_texts(text: str, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_CHARS) -> list[str]:
+    """The texts of the blocks ``text`` streams into, as each block shows once closed
+    (``ui/blocks.py``): each cut's ``closing`` at the end of its block, its ``opening`` at
+    the start of the next. [] for an empty text. The splitter cuts the same way however
+    the text came in pieces, so this is what a stream of ``text`` drew."""
+    blocks: list[str] = []
+    current: str | None = None  # the open block's text; None: no block open
+    opening = ""
+    for part in BlockSplitter(soft_chars, hard_chars).feed(text):
+        if isinstance(part, BlockCut):
+            if current is not None:
+                blocks.append(current + part.closing)
+            current, opening = None, part.opening
+        elif current is None:
+            current, opening = opening + part, ""
+        else:
+            current += part
+    return [*blocks, current] if current is not None else blocks

@@ -54,6 +54,8 @@ class TurnRecord:
         turn: text, prepared images, answer, reasoning and status; a turn stored
             ``pending`` or ``interrupted`` comes back with status ``stopped``.
         answer_id: Chainlit id of the answer message, once there is one.
+        reasoning_id: Chainlit id of the reasoning step, if it has one on the page; its
+            blocks (child steps) keep no copy of a stored reasoning (backend/store/pages.py).
         timings: what was measured of the answer, once it ended normally.
         model: served model name the turn was sent to.
         options: sampling options as sent (``temperature``, ``top_p``, ...).
@@ -89,6 +91,7 @@ class TurnRecord:
     parent_id: str | None = None
     chosen: int = 0
     beside: str | None = None
+    reasoning_id: str | None = None
 
     @property
     def interrupted(self) -> bool:

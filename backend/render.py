@@ -79,9 +79,16 @@ class WaitingOver:
 
 @dataclass(frozen=True, slots=True)
 class ReasoningText:
-    """More reasoning: the step opens at the first (expanded), then grows."""
+    """More reasoning: the step opens at the first (expanded), then grows.
+
+    Attributes:
+        text: the reasoning's next piece ("" at the step's opening, "Thinking…").
+        step_id: the Chainlit id of the reasoning step it goes in (the turn's record names
+            it, :attr:`backend.record.TurnRecord.reasoning_id`): a new one at each opening.
+    """
 
     text: str
+    step_id: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -291,15 +291,20 @@ class TurnRunner:
         shown = self.chat.choose(key)
         return shown, await self._record(shown[0].turn)
 
-    async def drawn_again(self, key: str, answer_id: str) -> list[RenderEvent]:
+    async def drawn_again(
+        self, key: str, answer_id: str, reasoning_id: str | None = None
+    ) -> list[RenderEvent]:
         """Version ``key``'s answer is on the page again as message ``answer_id`` (the
-        branch drawn again after ‹ n/m ›): recorded with it, so a resume puts its buttons
-        there; the notes on how the chat's storing stands.
+        branch drawn again after ‹ n/m ›), its reasoning as step ``reasoning_id`` (None: it
+        has none): recorded with them, so a resume puts its buttons there and draws the
+        reasoning from the turn; the notes on how the chat's storing stands.
 
         Raises:
             KeyError: the chat has no such version.
         """
-        return await self._record(self.chat.versions[key].turn, answer_id)
+        return await self._record(
+            self.chat.versions[key].turn, answer_id, reasoning_id=reasoning_id
+        )
 
     async def _compared(self, message_id: str, model: str) -> Opening:
         tr = self.chat.tr
@@ -487,7 +492,10 @@ class TurnRunner:
 
         async def last() -> list[RenderEvent]:
             earlier = await saving.settled() if saving is not None else []
-            return [*earlier, *await self._record(turn, answer_id, timings)]
+            return [
+                *earlier,
+                *await self._record(turn, answer_id, timings, reasoning_id=shown.reasoning_id),
+            ]
 
         return await asyncio.shield(last())
 
@@ -497,11 +505,13 @@ class TurnRunner:
         answer_id: str | None = None,
         timings: Timings | None = None,
         stored: Turn | None = None,
+        reasoning_id: str | None = None,
     ) -> list[RenderEvent]:
         """Hand ``turn`` to the sink, if there is one and the turn is one of the chat's
         versions (shown or not: a version answered while another is chosen is kept too);
         ``answer_id``: its answer message, once it has one; ``stored``: what to store of
-        it, if not the turn as it is (an answer still streaming). Returns the notes that
+        it, if not the turn as it is (an answer still streaming); ``reasoning_id``: its
+        reasoning step on the page, if it has one. Returns the notes that
         say how the chat's storing stands, when that changed."""
         chat = self.chat
         version = chat.version_of(turn)
@@ -515,6 +525,7 @@ class TurnRunner:
             message_id=version.key,
             turn=stored or turn,
             answer_id=answer_id,
+            reasoning_id=reasoning_id,
             timings=timings,
             model=chat.model.id if chat.model else None,
             options=asdict(chat.options) if chat.options else {},
@@ -613,7 +624,9 @@ class Checkpoints:
             snapshot = replace(self.turn, reasoning=reasoning, answer=answer)
             answer_id = self.shown.answer_id if self.shown.answer_started else None
             self._task = asyncio.create_task(
-                self.runner._record(self.turn, answer_id, stored=snapshot)
+                self.runner._record(
+                    self.turn, answer_id, stored=snapshot, reasoning_id=self.shown.reasoning_id
+                )
             )
         return notes
 
@@ -698,6 +711,8 @@ class Shown:
         self.reasoning: list[str] = []
         self.answer: list[str] = []
         self.step_open = False
+        self.reasoning_id: str | None = None
+        """Chainlit id of the reasoning step on the page, while there is one (recorded)."""
         self.answer_started = False
         self.waiting = False
         self.away = False
@@ -799,8 +814,10 @@ class Shown:
         """The step opened (if the person sees the reasoning), with ``text`` in it."""
         if not self.show_reasoning:
             return []
+        if not self.step_open or self.reasoning_id is None:
+            self.reasoning_id = str(uuid.uuid4())
         self.step_open = True
-        return [ReasoningText(text)]
+        return [ReasoningText(text, self.reasoning_id)]
 
     def _step_end(self, ended: StepEnd | Literal["discarded"]) -> list[RenderEvent]:
         """The open step's end; a step that got no reasoning to show (opened as the server
@@ -810,4 +827,6 @@ class Shown:
         self.step_open = False
         if not any(visible(text) for text in self.reasoning):
             ended = "discarded"
+        if ended == "discarded":
+            self.reasoning_id = None  # off the page
         return [ReasoningEnd(ended)]

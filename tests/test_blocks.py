@@ -12,7 +12,12 @@ import random
 import pytest
 from markdown_it import MarkdownIt
 
-from backend.blocks import HARD_CHARS, SOFT_CHARS, BlockCut, BlockPart, BlockSplitter
+from backend.blocks import (
+    BlockCut,
+    BlockPart,
+    BlockSplitter,
+    block_texts,
+)
 
 MD = MarkdownIt("commonmark").enable("table")
 
@@ -50,14 +55,6 @@ def blocks_of(parts: list[BlockPart]) -> list[str]:
     return blocks
 
 
-def split_blocks(
-    text: str, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_CHARS
-) -> list[str]:
-    """The blocks of a whole text fed at once (no blocks for no text)."""
-    blocks = blocks_of(BlockSplitter(soft_chars, hard_chars).feed(text))
-    return blocks if blocks != [""] else []
-
-
 def text_of(parts: list[BlockPart]) -> str:
     return "".join(p for p in parts if isinstance(p, str))
 
@@ -67,12 +64,12 @@ def test_the_text_is_kept_exactly_whatever_the_chunks(seed: int) -> None:
     text = paragraphs(30) + "```python\n" + "x = 1\n\ny = 2\n" * 200 + "```\n" + paragraphs(5)
     parts = feed_in_chunks(BlockSplitter(300, 600), text, seed)
     assert text_of(parts) == text
-    assert blocks_of(parts) == split_blocks(text, 300, 600)  # same cuts as fed at once
+    assert blocks_of(parts) == block_texts(text, 300, 600)  # same cuts as fed at once
 
 
 def test_paragraph_cuts_render_as_the_whole_text_does() -> None:
     text = "# Title\n\n" + paragraphs(40) + "\n> a quote\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
-    blocks = split_blocks(text, 500, 5000)
+    blocks = block_texts(text, 500, 5000)
     assert len(blocks) > 5
     assert all(0 < len(b) < 500 + 400 for b in blocks)  # a paragraph past the soft size
     assert "".join(MD.render(b) for b in blocks) == MD.render(text)
@@ -82,7 +79,7 @@ def test_no_cut_inside_code_or_math_before_the_hard_size() -> None:
     code = "```python\n" + "def f():\n    return 1\n\n" * 40 + "```\n"
     math = "$$\n" + "x + y \\\\\n\n" * 20 + "$$\n"
     text = paragraphs(2) + "\n" + code + "\n" + math + "\n" + paragraphs(2)
-    blocks = split_blocks(text, 100, 100_000)
+    blocks = block_texts(text, 100, 100_000)
     assert any(code in b for b in blocks)  # whole, in one block
     assert any(math in b for b in blocks)
     assert "".join(MD.render(b) for b in blocks) == MD.render(text)
@@ -91,7 +88,7 @@ def test_no_cut_inside_code_or_math_before_the_hard_size() -> None:
 def test_a_long_code_block_is_cut_at_line_ends_and_reopened_with_its_language() -> None:
     lines = [f"total = step(total, {i})\n" for i in range(1000)]
     text = "Here:\n\n```python\n" + "".join(lines) + "```\n\nDone.\n"
-    blocks = split_blocks(text, 1000, 2000)
+    blocks = block_texts(text, 1000, 2000)
     assert len(blocks) > 5
     for block in blocks[1:-1]:
         assert block.startswith("```python\n") and block.endswith("```\n")
@@ -104,14 +101,14 @@ def test_a_long_code_block_is_cut_at_line_ends_and_reopened_with_its_language() 
 def test_a_cut_never_lands_before_a_closing_fence() -> None:
     text = "```\n" + "a\n" * 50 + "```\n" + "b\n"
     for hard in range(20, 120, 7):
-        for block in split_blocks(text, hard, hard):
+        for block in block_texts(text, hard, hard):
             assert block not in ("```\n```\n", "```\n")  # no empty code box
             assert MD.render(block).count("<pre>") <= 1
 
 
 def test_continuation_lines_stay_with_their_list_item() -> None:
     text = "1. First\n\n   still the first item\n\n2. Second\n\n    indented code? no: item text\n"
-    blocks = split_blocks(text, 1, 1000)
+    blocks = block_texts(text, 1, 1000)
     assert all(not b.startswith((" ", "\t")) for b in blocks)
     assert blocks[0].startswith("1. First\n\n   still")
 
@@ -128,8 +125,8 @@ def test_a_line_with_no_end_is_cut_at_a_space_past_twice_the_hard_size() -> None
 
 
 def test_small_text_is_one_block_and_nothing_is_empty() -> None:
-    assert split_blocks("Hello **world**") == ["Hello **world**"]
-    assert split_blocks("") == []
+    assert block_texts("Hello **world**") == ["Hello **world**"]
+    assert block_texts("") == []
     splitter = BlockSplitter(10, 20)
     parts = splitter.feed("a" * 15 + "\n\n")  # the cut waits for the next block's text
     assert not any(isinstance(p, BlockCut) for p in parts)
@@ -138,7 +135,28 @@ def test_small_text_is_one_block_and_nothing_is_empty() -> None:
 
 def test_a_forced_cut_outside_code_is_at_a_line_start() -> None:
     text = "".join(f"line {i}\n" for i in range(500))  # one paragraph, no blank line
-    blocks = split_blocks(text, 100, 400)
+    blocks = block_texts(text, 100, 400)
     assert all(b.endswith("\n") for b in blocks[:-1])
     assert all(len(b) <= 400 + 10 for b in blocks)
     assert "".join(blocks) == text
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_blocks_of_a_whole_text_are_those_its_stream_drew(seed: int) -> None:
+    """A stored reasoning is drawn again from its turn's text (ui/datalayer.py): the blocks
+    must be those the stream showed, fences closed and reopened at the same places."""
+    code = "".join(f"x = {i}\n" for i in range(300))
+    text = paragraphs(30) + "```python\n" + code + "```\n\n" + paragraphs(10)
+    streamed = blocks_of(feed_in_chunks(BlockSplitter(500, 1000), text, seed))
+    assert block_texts(text, 500, 1000) == streamed
+    assert len(streamed) > 5
+
+
+def test_a_code_block_cut_in_two_shows_as_two_closed_fences() -> None:
+    text = "Intro.\n\n```sh\n" + "echo hi\n" * 4 + "```\n"
+    assert block_texts(text, 10, 20) == [  # cut at the first line start past 20 characters
+        "Intro.\n\n```sh\necho hi\n```\n",
+        "```sh\necho hi\necho hi\n```\n",
+        "```sh\necho hi\n```\n",
+    ]
+    assert block_texts("") == []

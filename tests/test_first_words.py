@@ -347,8 +347,8 @@ async def test_an_empty_step_opening_and_leaving_is_not_the_first_words(
     words = asyncio.Event()
 
     async def events() -> AsyncGenerator[RenderEvent, None]:
-        yield ReasoningText("")  # "Thinking…"
-        yield ReasoningText("\n")  # nothing to read yet
+        yield ReasoningText("", "r")  # "Thinking…"
+        yield ReasoningText("\n", "r")  # nothing to read yet
         yield ReasoningEnd("discarded")  # a reply that closed its reasoning at once
         await words.wait()
         yield AnswerText("a", "a0 ", None)

@@ -12,13 +12,14 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import chainlit as cl
 import pytest
 from chainlit.config import config as chainlit_config
 from chainlit.context import init_ws_context
 from chainlit.session import WebsocketSession
+from chainlit.step import StepDict
 from chainlit.types import ThreadDict
 from chainlit.user import PersistedUser
 from sqlalchemy import text
@@ -29,6 +30,7 @@ from backend.store.core import Store
 from tests.conftest import DATA, RunningFake
 from tests.fakes.kimi_server import ANSWER, REASONING, conversation
 from ui import history, process, turn_buttons, versions_view
+from ui.datalayer import KimiDataLayer
 from ui.session import runner
 
 
@@ -250,6 +252,39 @@ async def test_a_stored_chats_answer_finishes_and_is_stored_after_its_tab_closed
     assert fake.server.aborted == []
     (stored,) = await store.turns.load(thread_id)
     assert stored.stored_status == "done" and stored.turn.answer == ANSWER.lstrip()
+
+
+async def test_a_stored_reasoning_is_held_by_its_turn_and_drawn_from_it_on_resume(
+    store: Store, layer: KimiDataLayer, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's record names the reasoning step the page got; written as Chainlit writes
+    what it sent, the step's blocks keep no copy once the answer ended, and the chat opened
+    again shows the reasoning from the turn."""
+    thread_id = str(uuid.uuid4())
+    page = open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    await app.on_message(cl.Message(content="Why? #scenario=thinking", type="user_message"))
+    (stored,) = await store.turns.load(thread_id)
+    assert stored.turn.reasoning == REASONING and stored.reasoning_id
+    sent: dict[str, dict[str, Any]] = {}  # each step as last sent
+    for event, data in page.frames:
+        if event in ("new_message", "update_message") and isinstance(data, dict):
+            sent[data["id"]] = data
+    (reasoning,) = [s for s in sent.values() if s["type"] == "llm"]
+    (block,) = [s for s in sent.values() if s.get("parentId") == reasoning["id"]]
+    assert reasoning["id"] == stored.reasoning_id and block["output"] == REASONING
+
+    cl.context.session.has_first_interaction = True  # as Chainlit's socket sets it: writes go
+    for step in sent.values():  # what Chainlit's data layer is given
+        await layer.create_step(cast(StepDict, {**step, "threadId": thread_id}))
+    async with store.engine.connect() as db:
+        found = await db.execute(
+            text("SELECT output FROM kimi_steps WHERE id = :b"), {"b": block["id"]}
+        )
+        assert found.scalar_one() == ""  # its text only in the turn
+    opened = await layer.get_thread(thread_id)  # the chat opened again
+    assert opened is not None
+    assert {s["id"]: s["output"] for s in opened["steps"]}[block["id"]] == REASONING
 
 
 async def test_an_interrupted_turns_reasoning_step_is_found_by_never_having_ended() -> None:

@@ -34,11 +34,13 @@ from sqlalchemy import inspect, text
 
 import ui.files
 from backend.auth import AuthError, Users
+from backend.blocks import block_texts
 from backend.chat import SamplingOptions
 from backend.cli import main
 from backend.conversation import Budget, Turn
 from backend.images import prepare_image
 from backend.record import TurnRecord
+from backend.safety import link_remote_images
 from backend.settings import Settings
 from backend.store import schema
 from backend.store.core import Store
@@ -75,7 +77,7 @@ def photo(name: str = "rocket.jpg") -> Any:
 async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
     assert await migrate(store.engine) == []  # check() applied them; again: nothing
     versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
-    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 
     def columns(sync: Any) -> set[str]:
         return {c["name"] for c in inspect(sync).get_columns("kimi_steps")}
@@ -101,11 +103,11 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
             "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
         )
     try:
-        assert await migrate(engine) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        assert await migrate(engine) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
         async with engine.connect() as db:
             row = (await db.execute(text('SELECT output, "autoCollapse" FROM kimi_steps'))).one()
         assert tuple(row) == ("kept", None)
-        assert LATEST == 9
+        assert LATEST == 10
     finally:
         await engine.dispose()
 
@@ -130,7 +132,7 @@ async def test_turns_stored_with_their_stats_line_as_text_read_back_after_migrat
             )
         )
     try:
-        assert await migrate(engine) == [4, 5, 6, 7, 8, 9]
+        assert await migrate(engine) == [4, 5, 6, 7, 8, 9, 10]
         (old,) = await TurnStore(engine, FileStore(Path(settings.data_dir) / "files")).load("t")
     finally:
         await engine.dispose()
@@ -289,6 +291,79 @@ async def test_an_answers_text_is_kept_in_its_turn_only_and_drawn_from_it(
         Pagination(first=5), ThreadFilter(userId=user_id, search="SEE")
     )
     assert [t["id"] for t in found.data] == [thread_id]
+
+
+def reasoning_text() -> str:
+    """A reasoning of several blocks (backend/blocks.py), code cut in two among them."""
+    prose = "".join(f"Step {i}: weigh the sky against the sea, then the hull. " for i in range(60))
+    code = "".join(f"x = {i}\n" for i in range(400))
+    return f"{prose}\n\n```python\n{code}```\n\nSo ![it](https://elsewhere.example/i.png).\n"
+
+
+@pytest.mark.parametrize("turn_first", [True, False], ids=["turn first", "blocks first"])
+async def test_an_ended_reasoning_is_kept_in_its_turn_only_and_its_blocks_drawn_from_it(
+    layer: KimiDataLayer, store: Store, turn_first: bool
+) -> None:
+    """One record of a reasoning: once the answer ended, the blocks of its step (children
+    of the step the turn names) keep no copy, whichever is written first, and a resume
+    gets each block's text back as it streamed, remote images made links."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    reasoning = reasoning_text()
+    shown = [link_remote_images(t) for t in block_texts(reasoning)]
+    assert len(shown) >= 3
+    turn = Turn(text="why?", answer="Because.", reasoning=reasoning, status="done")
+    at = "2026-12-01T10:00:{:02d}.000Z"
+    steps: list[dict[str, Any]] = [
+        {"id": "r1", "type": "llm", "name": "Thought for 2.0s", "output": "", "parentId": None}
+    ] + [
+        {"id": f"b{i}", "type": "undefined", "name": "block", "output": out, "parentId": "r1"}
+        for i, out in enumerate(shown)
+    ]
+    writes = [
+        layer.create_step(StepDict(**step, threadId=thread_id, createdAt=at.format(i),  # type: ignore[typeddict-item]
+                                   streaming=False))
+        for i, step in enumerate(steps)
+    ]  # fmt: skip
+    recorded = record(0, "q1", turn, answer_id="a1", reasoning_id="r1")
+    if turn_first:
+        await store.turns.save(thread_id, recorded)
+    for write in writes:
+        await write
+    if not turn_first:
+        await store.turns.save(thread_id, recorded)
+
+    stored = await rows(store, 'SELECT id, output FROM kimi_steps WHERE "parentId" = :r', r="r1")
+    assert len(stored) == len(shown) and {r["output"] for r in stored} == {""}
+    thread = await layer.get_thread(thread_id)
+    assert thread is not None
+    outputs = {s["id"]: s["output"] for s in thread["steps"]}
+    assert [outputs[f"b{i}"] for i in range(len(shown))] == shown
+    assert "elsewhere.example/i.png" in shown[-1] and "![it]" not in shown[-1]
+    user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
+    await layer.update_thread(thread_id, name="why?", user_id=user_id)
+    found = await layer.list_threads(
+        Pagination(first=5), ThreadFilter(userId=user_id, search="AGAINST THE SEA")
+    )
+    assert [t["id"] for t in found.data] == [thread_id]
+
+
+async def test_a_reasoning_still_streaming_keeps_its_blocks_text(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    """A turn saved while its answer streams (``pending``) holds the reasoning as it was
+    then: its blocks keep their text, which a resume after a crash shows."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    block = {"id": "b0", "type": "undefined", "name": "block", "output": "Step 1 and step 2",
+             "parentId": "r1", "threadId": thread_id, "createdAt": "2026-12-01T10:00:00.000Z",
+             "streaming": False}  # fmt: skip
+    await layer.create_step(StepDict(**block))  # type: ignore[typeddict-item]
+    pending = Turn(text="why?", reasoning="Step 1", status="pending")
+    await store.turns.save(thread_id, record(0, "q1", pending, reasoning_id="r1"))
+    thread = await layer.get_thread(thread_id)
+    assert thread is not None
+    assert [s["output"] for s in thread["steps"]] == ["Step 1 and step 2"]
 
 
 async def test_a_late_empty_write_never_blanks_a_step(layer: KimiDataLayer, store: Store) -> None:

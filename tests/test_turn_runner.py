@@ -106,6 +106,8 @@ async def test_a_turn_is_recorded_as_it_starts_and_as_it_ends_with_numbers_not_w
     final = next(e for e in events if isinstance(e, AnswerEnd))
     streamed = {e.answer_id for e in events if isinstance(e, AnswerText)}
     assert streamed == {final.answer_id} == {ended.answer_id}  # the stored id is the message's
+    steps = {e.step_id for e in events if isinstance(e, ReasoningText)}
+    assert steps == {ended.reasoning_id} and started.reasoning_id is None  # its reasoning step's
     assert final.content == ANSWER.lstrip()  # exactly the answer: what Copy copies
     assert "TTFT" in final.footer  # the words are made for the screen, not stored
     assert isinstance(events[-1], TurnEnded) and events[-1].status == "done"
@@ -216,7 +218,8 @@ async def test_the_step_opens_as_the_server_takes_the_request_and_leaves_if_noth
     async with asyncio.timeout(3):
         while not drawn:
             await asyncio.sleep(0.01)
-    assert drawn == [ReasoningText("")]
+    (opened,) = drawn
+    assert isinstance(opened, ReasoningText) and opened.text == "" and opened.step_id
     answering.cancel()  # what Stop does
     with pytest.raises(asyncio.CancelledError):
         await answering
@@ -230,11 +233,12 @@ def test_the_server_taking_the_request_ends_a_note_that_it_was_away_not_one_that
     the step opens; "cannot be reached" is not."""
     waited = Shown(chat, "m1", None)
     assert isinstance(waited.on(Waiting(3.0))[0], WaitingNote)
-    assert waited.on(ReasoningOpened()) == [ReasoningText("")]
-    assert waited.on(ReasoningDelta("r0 ")) == [WaitingOver(), ReasoningText("r0 ")]
+    assert waited.on(ReasoningOpened()) == [ReasoningText("", step := str(waited.reasoning_id))]
+    assert waited.on(ReasoningDelta("r0 ")) == [WaitingOver(), ReasoningText("r0 ", step)]
     away = Shown(chat, "m2", None)
     away.waiting = away.away = True  # as TurnRunner._attempts says the server is away
-    assert away.on(ReasoningOpened()) == [WaitingOver(), ReasoningText("")]
+    assert away.on(ReasoningOpened()) == [WaitingOver(), ReasoningText("", str(away.reasoning_id))]
+    assert away.reasoning_id != step  # each opening its own step
 
 
 async def test_the_events_say_the_turn_in_order(chat: ChatSession) -> None:

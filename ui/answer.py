@@ -193,7 +193,7 @@ class TurnView:
     async def draw(self, event: RenderEvent) -> None:
         """Draw one render event (see backend/render.py for what each one means)."""
         if isinstance(event, ReasoningText):
-            await (await self.reasoning()).add(event.text)
+            await (await self.reasoning()).add(event.text, event.step_id)
         elif isinstance(event, AnswerText):
             await (await self.answer(event.answer_id, event.author)).add(event.text)
         elif isinstance(event, ReasoningEnd):

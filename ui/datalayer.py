@@ -13,7 +13,8 @@ with what only a Chainlit session knows:
   database cannot be read, the chat still gets its owner: issue 52);
 * thread titles are cut to :data:`TITLE_MAX_CHARS`; the sidebar's pages carry no steps;
 * an answer's text is drawn from its stored turn (its one record: the step of its message
-  keeps none, :mod:`backend.store.pages`);
+  keeps none, :mod:`backend.store.pages`), and so is an ended answer's reasoning (its
+  blocks, cut again as they streamed);
 * writes of one step run one after the other in the order they were started (a FIFO lock
   per step id; Chainlit runs a step's ``send()`` and later ``update()`` as two tasks, and
   the empty first write must never land last), and so do the element writes of one thread
@@ -57,6 +58,7 @@ from chainlit.user import PersistedUser, User
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from backend.blocks import block_texts
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.safety import link_remote_images_off_loop
@@ -170,6 +172,25 @@ async def _answered(step: StepDict, answers: dict[str, str]) -> StepDict:
     if answer is not None:  # over a block's text stored before its turn named it
         step["output"] = await link_remote_images_off_loop(answer)
     return step
+
+
+async def _reasoned(steps: list[StepDict], reasonings: dict[str, str]) -> None:
+    """Give the blocks of each reasoning step in ``reasonings`` (by step id:
+    :func:`backend.store.pages.reasonings`) their text again, as the stream drew them: the
+    turn's reasoning cut into blocks (:func:`backend.blocks.block_texts`), remote images
+    made links. Blocks that do not match the cut (a block's write lost) show the whole
+    reasoning in the first."""
+    blocks: dict[str, list[StepDict]] = {}
+    for step in steps:  # in the order they were made
+        parent = step.get("parentId")
+        if parent in reasonings:
+            blocks.setdefault(str(parent), []).append(step)
+    for parent, run in blocks.items():
+        texts = block_texts(reasonings[parent])
+        if len(texts) != len(run):
+            texts = [reasonings[parent]]
+        for block, text in zip(run, texts, strict=False):
+            block["output"] = await link_remote_images_off_loop(text)
 
 
 def _step_dict(row: dict[str, Any]) -> StepDict:
@@ -417,6 +438,9 @@ class KimiDataLayer(BaseDataLayer):
             for row in step_rows:
                 step = await _answered(_step_dict(row), answers)
                 threads[str(row["threadId"])]["steps"].append(step)
+            reasonings = await pages.reasonings(connection, list(threads))
+            for thread in threads.values():
+                await _reasoned(thread["steps"], reasonings)
             for row in element_rows:
                 listed = threads[str(row["threadId"])]["elements"]
                 assert listed is not None  # made empty by _thread_dict

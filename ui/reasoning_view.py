@@ -16,6 +16,7 @@ off the page when it ends and render it all again when the person unfolds it:
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 import chainlit as cl
@@ -44,10 +45,11 @@ class ReasoningView:
         self._open: tuple[cl.Step, StepBlocks] | None = None
         self._since: float | None = None  # the first reasoning text: "Thought for" counts from it
 
-    async def add(self, text: str) -> None:
+    async def add(self, text: str, step_id: str | None = None) -> None:
         """Stream reasoning text, opening the step (expanded) on the first call: also
         with ``text`` empty (the server took a Thinking request, or a lone opening marker
-        came), which a person sees as "Thinking…"."""
+        came), which a person sees as "Thinking…". ``step_id``: the id the step gets
+        when this call opens it (the turn's record names it); None: a new one."""
         if self._since is None and text:
             self._since = self._clock()
         if self._open is None:
@@ -57,6 +59,7 @@ class ReasoningView:
             step = cl.Step(
                 name=self._tr(THINKING_LABEL),
                 type="llm",
+                id=step_id,
                 parent_id=parent.id if parent else None,
                 default_open=True,  # folded when it ends by public/stream.js
                 # Its avatar is the model's, as its answer's. Chainlit's page asks for
@@ -97,11 +100,15 @@ class ReasoningView:
         await step.update()
 
 
-async def draw_stored(turn: Turn, tr: Translator) -> None:
+async def draw_stored(turn: Turn, tr: Translator) -> str | None:
     """Draw ``turn``'s reasoning, if it has any, as a step that has ended (a version drawn
     again: ui/versions_view.py), titled as it was ("Thought for 12.3s", or "Thought"
-    when its time was not stored) and folded as one that streamed."""
-    if turn.reasoning:
-        view = ReasoningView(tr=tr)
-        await view.add(turn.reasoning)
-        await view.close(title=stored_thought_label(turn.reasoning_s, tr))
+    when its time was not stored) and folded as one that streamed. Returns the step's id
+    (None: no reasoning)."""
+    if not turn.reasoning:
+        return None
+    step_id = str(uuid.uuid4())
+    view = ReasoningView(tr=tr)
+    await view.add(turn.reasoning, step_id)
+    await view.close(title=stored_thought_label(turn.reasoning_s, tr))
+    return step_id

@@ -70,7 +70,7 @@ async def draw_version(turns: TurnRunner, version: Version) -> None:
     )
     await question.send()
     chat.message_turns[question.id] = turn
-    await draw_stored(turn, chat.tr)
+    reasoning_id = await draw_stored(turn, chat.tr)
     if not turn.answer:
         return
     buttons = [retry_button(question.id, chat.tr, REGENERATE_LABEL)]
@@ -79,6 +79,6 @@ async def draw_version(turns: TurnRunner, version: Version) -> None:
         content=link_remote_images(turn.answer), actions=[action(b) for b in buttons]
     )
     await answer.send()
-    for note in await turns.drawn_again(version.key, answer.id):
+    for note in await turns.drawn_again(version.key, answer.id, reasoning_id):
         if isinstance(note, Note):
             await say(note.text, note.buttons, note.level)

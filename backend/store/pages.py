@@ -8,7 +8,9 @@ so a database of an earlier release reads back as it was. An answer's text is no
 them: its turn (``kimi_turns``, :mod:`backend.store.turns`) is its one record, and the
 step of the answer's message (the step a turn names as its ``answer_id``) keeps no output
 while the turn has an answer (:func:`write_step`; :func:`answers` gives them back to the
-page). Here they are SQLAlchemy Core
+page). Nor is an ended answer's reasoning: the blocks of its reasoning step (the children
+of the step a turn names as its ``reasoning_id``) keep none, and :func:`reasonings` gives
+the page the text to cut into those blocks again. Here they are SQLAlchemy Core
 tables: every statement is built, typed and bound by SQLAlchemy on SQLite and PostgreSQL
 alike. JSON columns (``metadata``, ``tags``, ``props``, ...) are TEXT holding JSON,
 encoded on write and decoded on read (:class:`JSONText`); booleans are booleans on both.
@@ -162,8 +164,17 @@ feedbacks = Table(
     Column("comment", Text),
 )
 
-turns = table("kimi_turns", named("thread_id"), named("answer_id"), named("answer"))
-"""What the page reads of the turns (:mod:`backend.store.turns` writes them): the answers."""
+turns = table(
+    "kimi_turns",
+    named("thread_id"),
+    named("answer_id"),
+    named("answer"),
+    named("reasoning_id"),
+    named("reasoning"),
+    named("status"),
+)
+"""What the page reads of the turns (:mod:`backend.store.turns` writes them): the answers
+and the reasonings."""
 
 STEP_READ: Final = (
     "id", "name", "type", "threadId", "parentId", "streaming", "waitForAnswer", "isError",
@@ -262,19 +273,29 @@ async def write_step(connection: AsyncConnection, step: dict[str, Any]) -> bool:
     row["generation"] = step.get("generation") or {}
     if "showInput" in step:
         row["showInput"] = str(step["showInput"]).lower()
-    if row.get("output") and await _answer_step(connection, str(step["threadId"]), row["id"]):
+    if row.get("output") and await _held_by_a_turn(connection, str(step["threadId"]), row):
         row["output"] = ""  # the turn holds it (backend/store/turns.py)
     statement = _upsert(connection, steps, row, lambda new: steps.c.threadId == new.threadId)
     result = await connection.execute(statement)
     return bool(result.rowcount)
 
 
-async def _answer_step(connection: AsyncConnection, thread_id: str, step_id: str) -> bool:
-    """True if a turn of ``thread_id`` with an answer names ``step_id`` as its answer's."""
-    found = await connection.execute(
-        select(turns.c.answer_id).where(
-            turns.c.thread_id == thread_id, turns.c.answer_id == step_id, turns.c.answer != ""
+async def _held_by_a_turn(
+    connection: AsyncConnection, thread_id: str, step: dict[str, Any]
+) -> bool:
+    """True if a turn of ``thread_id`` holds ``step``'s text: its answer's message, or a
+    block of its reasoning step (a child step) once its answer has ended."""
+    answer = (turns.c.answer_id == step["id"]) & (turns.c.answer != "")
+    held = answer
+    if step.get("parentId"):
+        held = or_(
+            answer,
+            (turns.c.reasoning_id == step["parentId"])
+            & (turns.c.reasoning != "")
+            & (turns.c.status != "pending"),
         )
+    found = await connection.execute(
+        select(turns.c.thread_id).where(turns.c.thread_id == thread_id, held)
     )
     return found.first() is not None
 
@@ -290,6 +311,20 @@ async def answers(connection: AsyncConnection, thread_ids: Iterable[str]) -> dic
         )
     )
     return {str(step_id): str(answer) for step_id, answer in found}
+
+
+async def reasonings(connection: AsyncConnection, thread_ids: Iterable[str]) -> dict[str, str]:
+    """The reasonings of the turns of ``thread_ids`` whose answer has ended, by the id of
+    their reasoning step on the page (whose blocks keep no copy: :func:`write_step`)."""
+    found = await connection.execute(
+        select(turns.c.reasoning_id, turns.c.reasoning).where(
+            turns.c.thread_id.in_(list(thread_ids)),
+            turns.c.reasoning_id.is_not(None),
+            turns.c.reasoning != "",
+            turns.c.status != "pending",
+        )
+    )
+    return {str(step_id): str(reasoning) for step_id, reasoning in found}
 
 
 async def delete_steps(connection: AsyncConnection, step_ids: Iterable[str]) -> list[str]:
@@ -407,7 +442,8 @@ async def listed_threads(
     """Threads of ``user_id`` (or the one ``thread_id``), most recently written first (the
     time of their last step), without steps: the thread's columns and ``updatedAt``.
 
-    ``search``: only threads with a step or an answer that holds it (any case); ``feedback``:
+    ``search``: only threads with a step, an answer or a reasoning that holds it (any
+    case); ``feedback``:
     only threads with a feedback of that value.
     """
     last = select(func.max(steps.c.createdAt)).where(steps.c.threadId == threads.c.id)
@@ -424,7 +460,11 @@ async def listed_threads(
                     steps.c.threadId == threads.c.id, func.lower(steps.c.output).like(pattern)
                 ),
                 exists().where(
-                    turns.c.thread_id == threads.c.id, func.lower(turns.c.answer).like(pattern)
+                    turns.c.thread_id == threads.c.id,
+                    or_(
+                        func.lower(turns.c.answer).like(pattern),
+                        func.lower(turns.c.reasoning).like(pattern),
+                    ),
                 ),
             )
         )

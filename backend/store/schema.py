@@ -225,6 +225,12 @@ _ANSWERS_IN_THEIR_TURNS: Final = (
 )
 
 
+_REASONING_STEP_COLUMN: Final = (("kimi_turns", "reasoning_id", "TEXT"),)
+"""The reasoning step of a turn's answer on the page (Chainlit's step id): its blocks, the
+step's children, keep no copy of the turn's reasoning (:mod:`backend.store.pages`). Rows
+of earlier releases have none: their blocks keep their text, and are read as they were."""
+
+
 def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
     def apply(connection: Connection) -> None:
         for statement in statements:
@@ -271,6 +277,7 @@ MIGRATIONS: Final = (
     Migration(7, "versions of a turn (Regenerate, Edit) beside each other", _versions),
     Migration(8, "the page's rows in the store's own tables", _run(_PAGE_ROWS_ARE_OURS)),
     Migration(9, "an answer's text only in its turn", _run(_ANSWERS_IN_THEIR_TURNS)),
+    Migration(10, "a reasoning's text only in its turn", _add_columns(_REASONING_STEP_COLUMN)),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 

@@ -93,8 +93,8 @@ class TurnStore:
         files are written before the rows that name them, off the event loop. Writes
         to one chat wait for each other (SQLite's BEGIN IMMEDIATE, a PostgreSQL
         advisory lock per chat), so two writers never take the same place. The page's
-        step of the answer's message keeps no copy of an answer stored here
-        (:mod:`backend.store.pages`).
+        step of the answer's message keeps no copy of an answer stored here, nor do the
+        blocks of its reasoning step once the answer has ended (:mod:`backend.store.pages`).
         """
         keys = await asyncio.to_thread(self._write_images, thread_id, record.turn.images)
         async with self.engine.begin() as db:
@@ -111,6 +111,7 @@ class TurnStore:
             kept: tuple[str, ...] = ("thread_id", "position", "created_at", "parent_id")
             kept += () if record.chosen else ("chosen",)
             kept += () if record.answer_id else ("answer_id",)
+            kept += () if record.reasoning_id else ("reasoning_id",)
             updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in row if c not in kept)
             await db.execute(
                 text("DELETE FROM kimi_images WHERE thread_id = :t AND turn = :p"),
@@ -120,6 +121,14 @@ class TurnStore:
                 await db.execute(
                     text("UPDATE kimi_steps SET output = '' WHERE id = :a AND \"threadId\" = :t"),
                     {"a": record.answer_id, "t": thread_id},
+                )
+            if record.reasoning_id and record.turn.reasoning and record.turn.status != "pending":
+                await db.execute(  # so is the ended reasoning's: its blocks keep no copy
+                    text(
+                        "UPDATE kimi_steps SET output = '' "
+                        'WHERE "parentId" = :r AND "threadId" = :t'
+                    ),
+                    {"r": record.reasoning_id, "t": thread_id},
                 )
             await db.execute(
                 text(
@@ -234,6 +243,7 @@ def _row(thread_id: str, record: TurnRecord, place: Place) -> dict[str, Any]:
         "position": place.position,
         "message_id": record.message_id,
         "answer_id": record.answer_id,
+        "reasoning_id": record.reasoning_id,
         "text": turn.text,
         "answer": turn.answer,
         "reasoning": turn.reasoning,
@@ -280,6 +290,7 @@ def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
         position=int(row["position"]),
         message_id=str(row["message_id"]),
         answer_id=row["answer_id"],
+        reasoning_id=row["reasoning_id"],
         turn=Turn(
             text=str(row["text"]),
             images=images,
