@@ -485,6 +485,20 @@ async def test_turns_come_back_with_the_same_prepared_images(store: Store) -> No
     assert sorted(f.suffix for f in files) == [".jpg", ".png"]
 
 
+async def test_a_turn_saved_again_without_its_numbers_keeps_them(store: Store) -> None:
+    """Choosing a version (‹ n/m ›) or drawing it again saves its turn with what the chat
+    holds, which has no measured numbers: the stored ones stay ("Thought for 2.5s" after
+    a resume, the stats line in Export)."""
+    thread_id = str(uuid.uuid4())
+    turn = Turn(text="why?", answer="Because.", reasoning="hmm", status="done")
+    numbers = Timings(0.1, 2.5, 3.0, 40)
+    await store.turns.save(thread_id, record(0, "m1", turn, answer_id="a1", timings=numbers))
+    await store.turns.save(thread_id, record(0, "m1", turn, answer_id="a2", chosen=7))
+    (back,) = await store.turns.load(thread_id)
+    assert (back.answer_id, back.chosen, back.timings) == ("a2", 7, numbers)
+    assert back.turn.reasoning_s == 2.5
+
+
 async def test_a_webp_sent_as_uploaded_comes_back_as_webp(store: Store, tmp_path: Path) -> None:
     """A WebP the model gets as uploaded (backend/images.py ``_as_uploaded``) is stored as a
     ``.webp`` file and read back with its own type, not labelled JPEG."""

@@ -51,6 +51,10 @@ def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
     return f"prepared/{thread_id}/{digest}{PREPARED_SUFFIXES[mime]}", data
 
 
+MEASURED: Final = ("ttft_s", "reasoning_s", "elapsed_s", "completion_tokens")
+"""The columns of what was measured of an answer (:class:`backend.timings.Timings`)."""
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -89,8 +93,9 @@ class TurnStore:
         A turn already stored keeps its place (its ``position``); a new one goes after
         the last stored turn, so two tabs of one chat that each add a turn keep both.
         No turn is ever removed (an edit or a rerun of an earlier turn is a version
-        beside it). A record without an answer id keeps the stored one. Image
-        files are written before the rows that name them, off the event loop. Writes
+        beside it). A record without an answer id (reasoning step id, measured numbers,
+        stats line) keeps the stored one. Image files are written before the rows that
+        name them, off the event loop. Writes
         to one chat wait for each other (SQLite's BEGIN IMMEDIATE, a PostgreSQL
         advisory lock per chat), so two writers never take the same place. The page's
         step of the answer's message keeps no copy of an answer stored here, nor do the
@@ -112,6 +117,9 @@ class TurnStore:
             kept += () if record.chosen else ("chosen",)
             kept += () if record.answer_id else ("answer_id",)
             kept += () if record.reasoning_id else ("reasoning_id",)
+            # A version chosen or drawn again has no numbers in hand: the stored ones stay.
+            kept += () if record.timings is not None else MEASURED
+            kept += () if record.legacy_stats is not None else ("stats",)
             updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in row if c not in kept)
             await db.execute(
                 text("DELETE FROM kimi_images WHERE thread_id = :t AND turn = :p"),
