@@ -28,8 +28,9 @@ the text was cut into pieces. Where it cuts (CommonMark terms):
   (:attr:`BlockCut.closing`, :attr:`BlockCut.opening`: for display only; the
   text itself is unchanged): the reader sees the code in two boxes, in order.
   Outside code, a line break becomes a paragraph break.
-* After ``2 * hard_chars`` without a line end, at a space: the rest of the
-  line continues in the next block, as a new paragraph.
+* In a line longer than ``2 * hard_chars``: after its first space at or past that
+  size (not one the line ends right after); the rest of the line continues in the
+  next block, as a new paragraph.
 
 A cut is only made once text for the next block has arrived, so no block is
 ever empty.
@@ -91,6 +92,7 @@ class BlockSplitter:
         "_math",
         "_size",
         "_soft",
+        "_space_cut_due",
     )
 
     def __init__(self, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_CHARS) -> None:
@@ -102,6 +104,7 @@ class BlockSplitter:
         self._after_blank = False  # the line before the current one was blank
         self._fence: tuple[str, str] | None = None  # (fence characters, opening line)
         self._math = False  # inside $$ display math
+        self._space_cut_due = False  # a piece ended with a space past the line limit
 
     def feed(self, text: str) -> list[BlockPart]:
         """Split the next piece of text.
@@ -137,20 +140,23 @@ class BlockSplitter:
     def _add_line_part(self, text: str, start: int, end: int, out: list[BlockPart]) -> int:
         """Add ``text[start:end]`` (at most one line end, at its end); the next position.
 
-        A line that runs past ``2 * hard_chars`` with no line end is cut at a space.
+        A line that runs past ``2 * hard_chars`` is cut after its first space at or past
+        that size, unless the line ends right after it: where depends on the text only,
+        not on how it came in pieces (a space that ends a piece is cut after once the next
+        character has come, and is not a line end).
         """
-        if text[end - 1] != "\n" and self._size + end - start > 2 * self._hard:
-            # The last space that leaves this block within the limit, else the first one;
-            # never the piece's last character, so text for the next block has arrived.
-            limit = max(start, start + 2 * self._hard - self._size)
-            space = text.rfind(" ", start, min(limit, end - 1))
-            if space < 0:
-                space = text.find(" ", start, end - 1)
-            if space >= 0:
-                self._append(out, text[start : space + 1])
-                self._line_start = False
+        if self._space_cut_due:
+            self._space_cut_due = False
+            if text[start] != "\n":
                 self._cut(out, self._fence_cut())
-                return space + 1
+        first = max(start, start + 2 * self._hard - self._size - 1)
+        space = text.find(" ", first, end)
+        if space >= 0 and space + 1 < end and text[space + 1] != "\n":
+            self._append(out, text[start : space + 1])
+            self._line_start = False
+            self._cut(out, self._fence_cut())
+            return space + 1
+        self._space_cut_due = space == end - 1
         piece = text[start:end]
         self._append(out, piece)
         if len(self._line) < _LINE_HEAD:

@@ -61,7 +61,9 @@ def text_of(parts: list[BlockPart]) -> str:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_the_text_is_kept_exactly_whatever_the_chunks(seed: int) -> None:
-    text = paragraphs(30) + "```python\n" + "x = 1\n\ny = 2\n" * 200 + "```\n" + paragraphs(5)
+    long_line = " ".join(f"w{i}" for i in range(900)) + " \n"  # over 2 * 600, one line
+    code = "x = 1\n\ny = 2\n" * 200 + "print(" + "1, " * 700 + ")\n"  # a long code line too
+    text = paragraphs(30) + long_line + "```python\n" + code + "```\n" + paragraphs(5)
     parts = feed_in_chunks(BlockSplitter(300, 600), text, seed)
     assert text_of(parts) == text
     assert blocks_of(parts) == block_texts(text, 300, 600)  # same cuts as fed at once
