@@ -227,3 +227,13 @@ def block_texts(text: str, soft_chars: int = SOFT_CHARS, hard_chars: int = HARD_
         else:
             current += part
     return [*blocks, current] if current is not None else blocks
+
+
+def blocks_for(text: str, count: int) -> list[str]:
+    """The texts of ``count`` stored blocks of ``text`` (:func:`block_texts`); where the
+    blocks are not those ``text`` cuts into (a block's write was lost), the whole text in
+    the first and the others empty, so nothing of it is lost."""
+    texts = block_texts(text)
+    if len(texts) == count:
+        return texts
+    return [text, *[""] * (count - 1)] if count else []

@@ -499,6 +499,55 @@ async def test_a_turn_saved_again_without_its_numbers_keeps_them(store: Store) -
     assert back.turn.reasoning_s == 2.5
 
 
+async def test_a_message_answered_again_in_place_gets_new_numbers_or_none(store: Store) -> None:
+    """Retry or more tokens answer the same message again (one row): what was measured of
+    the earlier answer, or an older release's stats line, does not stay on the new one."""
+    thread_id = str(uuid.uuid4())
+    cut = Turn(text="why?", reasoning="long", status="cut_off", reasoning_s=9.5)
+    await store.turns.save(
+        thread_id, record(0, "m1", cut, timings=Timings(0.1, 9.5, 30.0, 4096), legacy_stats="x")
+    )
+    await store.turns.save(thread_id, record(0, "m1", Turn(text="why?", status="pending")))
+    stopped = Turn(text="why?", reasoning="short", status="stopped")
+    await store.turns.save(thread_id, record(0, "m1", stopped))
+    (back,) = await store.turns.load(thread_id)
+    assert (back.timings, back.turn.reasoning_s, back.legacy_stats) == (None, None, None)
+    done = Turn(text="why?", answer="A.", status="done")
+    await store.turns.save(thread_id, record(0, "m1", done, timings=Timings(0.1, None, 2.0, 50)))
+    (back,) = await store.turns.load(thread_id)
+    assert (back.timings, back.legacy_stats) == (Timings(0.1, None, 2.0, 50), None)
+
+
+@pytest.mark.parametrize("shown", [True, False], ids=["reasoning shown", "reasoning hidden"])
+async def test_a_reasoning_answered_again_in_place_keeps_its_blocks_text(
+    layer: KimiDataLayer, store: Store, shown: bool
+) -> None:
+    """Stopped while thinking, then Retry: the first attempt's reasoning step stays on the
+    page, and once the row holds the second answer its blocks get their own text back
+    (never empty, never the second attempt's)."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    first, second = reasoning_text(), "Second thoughts. " * 400
+    stopped = Turn(text="why?", reasoning=first, status="stopped")
+    await store.turns.save(thread_id, record(0, "q1", stopped, reasoning_id="s1"))
+    drawn = [link_remote_images(t) for t in block_texts(first)]
+    for i, out in enumerate(drawn):
+        await layer.create_step(StepDict(
+            id=f"s1-{i}", type="undefined", name="block", output=out, parentId="s1",
+            threadId=thread_id, streaming=False, createdAt=f"2026-12-01T10:00:0{i}.000Z",
+        ))  # fmt: skip
+    await store.turns.save(thread_id, record(0, "q1", Turn(text="why?", status="pending")))
+    done = Turn(text="why?", reasoning=second, answer="A.", status="done")
+    again = record(0, "q1", done, answer_id="a2", reasoning_id="s2" if shown else None)
+    await store.turns.save(thread_id, again)
+    thread = await layer.get_thread(thread_id)
+    assert thread is not None
+    outputs = {s["id"]: s["output"] for s in thread["steps"]}
+    assert [outputs[f"s1-{i}"] for i in range(len(drawn))] == drawn
+    (back,) = await store.turns.load(thread_id)
+    assert back.reasoning_id == ("s2" if shown else None)
+
+
 async def test_a_webp_sent_as_uploaded_comes_back_as_webp(store: Store, tmp_path: Path) -> None:
     """A WebP the model gets as uploaded (backend/images.py ``_as_uploaded``) is stored as a
     ``.webp`` file and read back with its own type, not labelled JPEG."""

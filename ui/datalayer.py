@@ -58,7 +58,7 @@ from chainlit.user import PersistedUser, User
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.blocks import block_texts
+from backend.blocks import blocks_for
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.safety import link_remote_images_off_loop
@@ -186,10 +186,7 @@ async def _reasoned(steps: list[StepDict], reasonings: dict[str, str]) -> None:
         if parent in reasonings:
             blocks.setdefault(str(parent), []).append(step)
     for parent, run in blocks.items():
-        texts = block_texts(reasonings[parent])
-        if len(texts) != len(run):
-            texts = [reasonings[parent]]
-        for block, text in zip(run, texts, strict=False):
+        for block, text in zip(run, blocks_for(reasonings[parent], len(run)), strict=True):
             block["output"] = await link_remote_images_off_loop(text)
 
 

@@ -47,10 +47,14 @@ from sqlalchemy import (
     select,
     table,
     type_coerce,
+    update,
 )
 from sqlalchemy import column as named
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.blocks import blocks_for
+from backend.safety import link_remote_images_off_loop
 
 
 def _finite(number: str) -> float | None:
@@ -325,6 +329,23 @@ async def reasonings(connection: AsyncConnection, thread_ids: Iterable[str]) -> 
         )
     )
     return {str(step_id): str(reasoning) for step_id, reasoning in found}
+
+
+async def give_reasoning_back(
+    connection: AsyncConnection, thread_id: str, step_id: str, reasoning: str
+) -> None:
+    """Give the blocks of reasoning step ``step_id`` their text again (as drawn: remote
+    images made links), when no turn holds it any more (a Retry in place answered its
+    message again: :mod:`backend.store.turns`)."""
+    found = await connection.execute(
+        select(steps.c.id)
+        .where(steps.c.threadId == thread_id, steps.c.parentId == step_id)
+        .order_by(steps.c.createdAt)
+    )
+    ids = [str(row[0]) for row in found]
+    for block_id, shown in zip(ids, blocks_for(reasoning, len(ids)), strict=True):
+        output = await link_remote_images_off_loop(shown)
+        await connection.execute(update(steps).where(steps.c.id == block_id).values(output=output))
 
 
 async def delete_steps(connection: AsyncConnection, step_ids: Iterable[str]) -> list[str]:

@@ -37,6 +37,7 @@ from backend.conversation import Turn, TurnStatus
 from backend.i18n import msg
 from backend.images import PREPARED_SUFFIXES, PREPARED_TYPES, PreparedImage, data_url
 from backend.record import INTERRUPTED, Saving, TurnRecord
+from backend.store import pages
 from backend.store.files import Files
 from backend.store.pending import PendingWrites, Write
 from backend.timings import Timings
@@ -68,11 +69,32 @@ class Place:
         new: True if no row of the turn is stored yet.
         parent_id: the message id of the turn a new turn follows (None: a first turn, or
             an existing row, which keeps what it has).
+        stored: an existing row's answer; None for a new turn.
     """
 
     position: int
     new: bool
     parent_id: str | None = None
+    stored: StoredAnswer | None = None
+
+
+@dataclass(frozen=True)
+class StoredAnswer:
+    """What a stored turn's row holds of its answer (:func:`_kept`, :func:`_page_copies`)."""
+
+    status: str
+    answer: str
+    reasoning: str
+    reasoning_id: str | None
+
+    def same_as(self, turn: Turn) -> bool:
+        """True if ``turn`` is this answer again (a version chosen or drawn again), not
+        another answer to the same message (Retry or more tokens, in place)."""
+        return (self.status, self.answer, self.reasoning) == (
+            turn.status,
+            turn.answer,
+            turn.reasoning,
+        )
 
 
 class TurnStore:
@@ -112,32 +134,13 @@ class TurnStore:
             row = _row(thread_id, record, place)
             columns = ", ".join(f'"{c}"' for c in row)
             values = ", ".join(f":{c}" for c in row)
-            # A stored turn keeps its place among versions unless the record chooses it.
-            kept: tuple[str, ...] = ("thread_id", "position", "created_at", "parent_id")
-            kept += () if record.chosen else ("chosen",)
-            kept += () if record.answer_id else ("answer_id",)
-            kept += () if record.reasoning_id else ("reasoning_id",)
-            # A version chosen or drawn again has no numbers in hand: the stored ones stay.
-            kept += () if record.timings is not None else MEASURED
-            kept += () if record.legacy_stats is not None else ("stats",)
+            kept = _kept(record, place.stored)
             updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in row if c not in kept)
             await db.execute(
                 text("DELETE FROM kimi_images WHERE thread_id = :t AND turn = :p"),
                 {"t": thread_id, "p": position},
             )
-            if record.answer_id and record.turn.answer:  # its one record is this row
-                await db.execute(
-                    text("UPDATE kimi_steps SET output = '' WHERE id = :a AND \"threadId\" = :t"),
-                    {"a": record.answer_id, "t": thread_id},
-                )
-            if record.reasoning_id and record.turn.reasoning and record.turn.status != "pending":
-                await db.execute(  # so is the ended reasoning's: its blocks keep no copy
-                    text(
-                        "UPDATE kimi_steps SET output = '' "
-                        'WHERE "parentId" = :r AND "threadId" = :t'
-                    ),
-                    {"r": record.reasoning_id, "t": thread_id},
-                )
+            await _page_copies(db, thread_id, record, place.stored)
             await db.execute(
                 text(
                     f"INSERT INTO kimi_turns ({columns}) VALUES ({values}) "
@@ -215,12 +218,16 @@ async def _place_of(db: AsyncConnection, thread_id: str, record: TurnRecord) -> 
     the recording tab showed last; at each later place the version chosen last), so a
     turn another tab added after that one comes before it (:mod:`backend.versions`)."""
     found = await db.execute(
-        text('SELECT "position" FROM kimi_turns WHERE thread_id = :t AND message_id = :m'),
+        text(
+            'SELECT "position", status, answer, reasoning, reasoning_id FROM kimi_turns '
+            "WHERE thread_id = :t AND message_id = :m"
+        ),
         {"t": thread_id, "m": record.message_id},
     )
-    position = found.scalar()
-    if position is not None:
-        return Place(int(position), new=False)
+    stored = found.first()
+    if stored is not None:
+        position, *answer = stored
+        return Place(int(position), new=False, stored=StoredAnswer(*answer))
     found = await db.execute(
         text(
             'SELECT "position", message_id, parent_id, chosen FROM kimi_turns '
@@ -240,6 +247,51 @@ async def _place_of(db: AsyncConnection, thread_id: str, record: TurnRecord) -> 
     while end in children:  # at each place the version chosen last (the first of a tie)
         end = max(children[end], key=lambda child: child[0])[1]
     return Place(after, new=True, parent_id=end)
+
+
+def _kept(record: TurnRecord, stored: StoredAnswer | None) -> tuple[str, ...]:
+    """The columns of a stored row that a save of ``record`` leaves as they are: its place
+    among versions (unless the record chooses it), the answer id it does not name, and, for
+    the same answer saved again with nothing of its own (a version chosen or drawn again),
+    its reasoning step and measured numbers. Another answer to the message (Retry, more
+    tokens) replaces them, also with nothing."""
+    kept: tuple[str, ...] = ("thread_id", "position", "created_at", "parent_id")
+    kept += () if record.chosen else ("chosen",)
+    kept += () if record.answer_id else ("answer_id",)
+    same = stored is not None and stored.same_as(record.turn)
+    if same and record.reasoning_id is None:
+        kept += ("reasoning_id",)
+    if same and record.timings is None and record.legacy_stats is None:
+        kept += (*MEASURED, "stats")
+    return kept
+
+
+async def _page_copies(
+    db: AsyncConnection, thread_id: str, record: TurnRecord, stored: StoredAnswer | None
+) -> None:
+    """Keep the page's steps from holding a second copy of what ``record`` stores: its
+    answer's message, and once the answer ended its reasoning step's blocks, keep no text
+    (:mod:`backend.store.pages` draws them from this row). A reasoning this row held
+    before (a Retry in place answers its message again) is given back to its blocks,
+    which stay on the page with no turn to draw them from."""
+    if record.answer_id and record.turn.answer:
+        await db.execute(
+            text("UPDATE kimi_steps SET output = '' WHERE id = :a AND \"threadId\" = :t"),
+            {"a": record.answer_id, "t": thread_id},
+        )
+    if (
+        stored is not None
+        and stored.reasoning_id
+        and stored.status != "pending"  # its blocks were emptied
+        and stored.reasoning_id != record.reasoning_id
+        and stored.reasoning != record.turn.reasoning
+    ):
+        await pages.give_reasoning_back(db, thread_id, stored.reasoning_id, stored.reasoning)
+    if record.reasoning_id and record.turn.reasoning and record.turn.status != "pending":
+        await db.execute(
+            text('UPDATE kimi_steps SET output = \'\' WHERE "parentId" = :r AND "threadId" = :t'),
+            {"r": record.reasoning_id, "t": thread_id},
+        )
 
 
 def _row(thread_id: str, record: TurnRecord, place: Place) -> dict[str, Any]:
