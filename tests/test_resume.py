@@ -25,6 +25,7 @@ from chainlit.user import PersistedUser
 from sqlalchemy import text
 
 import app
+from backend.blocks import block_texts
 from backend.settings import Settings
 from backend.store.core import Store
 from tests.conftest import DATA, RunningFake
@@ -314,6 +315,42 @@ async def test_an_interrupted_turns_reasoning_step_is_found_by_never_having_ende
     assert page["steps"][-1]["output"].endswith(
         "Interrupted: the app stopped before this answer ended."
     )
+
+
+@pytest.mark.parametrize("stored_blocks", [0, 1, 3])
+async def test_an_interrupted_reasoning_shows_each_saved_block_once(stored_blocks: int) -> None:
+    """A block is stored once it closes; the reasoning saved while it streamed may hold
+    more. The page shows the stored blocks and then the saved rest as blocks, each text
+    once (never the whole reasoning again in the step itself)."""
+    from backend.conversation import Turn
+    from backend.record import TurnRecord
+    from ui.blocks import BLOCK_NAME
+
+    saved = "".join(f"Thought {i} about the sky and the sea.\n\n" for i in range(300))
+    texts = block_texts(saved)
+    assert len(texts) >= 3
+    at = "2026-12-01T10:00:0{}.000000Z"
+    page = thread("t")
+    page["steps"] = [  # type: ignore[typeddict-item]
+        {"id": "m1", "type": "user_message", "name": "alice", "createdAt": at.format(0),
+         "output": "why?"},
+        {"id": "r1", "type": "llm", "name": "Thinking…", "createdAt": at.format(1),
+         "start": at.format(1), "end": None, "output": ""},
+    ] + [
+        {"id": f"b{i}", "type": "undefined", "name": BLOCK_NAME, "parentId": "r1",
+         "createdAt": at.format(2 + i), "output": texts[i]}
+        for i in range(stored_blocks)
+    ]  # fmt: skip
+    turn = Turn(text="why?", reasoning=saved, status="stopped")
+    await history.mark_interrupted(page, [TurnRecord(0, "m1", turn, stored_status="pending")])
+    steps = page["steps"]
+    shown = [s["output"] for s in steps if s.get("parentId") == "r1"]
+    assert shown == texts  # stored ones first, then the rest, in order
+    (step,) = [s for s in steps if s["id"] == "r1"]
+    assert step["output"] == "" and step["name"] == "Thought (interrupted)"
+    assert [s["id"] for s in steps if s.get("parentId") == "r1"][:stored_blocks] == [
+        f"b{i}" for i in range(stored_blocks)
+    ]
 
 
 async def test_an_interrupted_answer_never_stored_as_a_step_is_drawn_with_its_images_as_links() -> (

@@ -26,6 +26,7 @@ from chainlit.config import config
 from chainlit.data import get_data_layer
 from chainlit.types import CommandDict, ThreadDict
 
+from backend.blocks import block_texts
 from backend.chat import ChatSession
 from backend.errors import ChatError
 from backend.i18n import ENGLISH, Translator, msg
@@ -39,6 +40,7 @@ from backend.store.files import DATABASE_FILE
 from backend.store.resume import Restored, restore, shown_records
 from backend.turn_runner import TurnRunner
 from ui import bridge
+from ui.blocks import BLOCK_NAME, block_id
 from ui.language import session_translator
 from ui.notes import note_id
 
@@ -290,12 +292,12 @@ async def mark_interrupted(
             (j for j in range(index + 1, len(steps)) if steps[j]["type"] == "user_message"),
             len(steps),
         )
-        for step in steps[index + 1 : end]:
+        for step in list(steps[index + 1 : end]):
             if step["type"] == "llm" and not step.get("end"):  # its reasoning never ended
                 step["name"] = tr("Thought (interrupted)")
                 step["end"] = step.get("start") or step.get("createdAt")
-                if len(record.turn.reasoning) > len(step.get("output") or ""):
-                    step["output"] = record.turn.reasoning
+                added = await _saved_blocks(steps, step, record.turn.reasoning)
+                end += added
         created = str(steps[end - 1].get("createdAt") or "")
         answer = record.turn.answer
         shown = any(s["id"] == record.answer_id for s in steps[index + 1 : end])
@@ -309,25 +311,58 @@ async def mark_interrupted(
         steps.insert(end, _note_step(thread["id"], record.message_id, created, note))
 
 
+async def _saved_blocks(steps: list[dict[str, Any]], step: dict[str, Any], saved: str) -> int:
+    """Add to the page the blocks of reasoning step ``step`` that only ``saved`` (the
+    reasoning saved while it streamed) holds: a block is stored once it closes, so the
+    stored ones are the first blocks of ``saved`` cut as it streamed
+    (:func:`backend.blocks.block_texts`) and what came after them is the rest. Nothing when
+    the stored blocks already show as much. Returns the number of steps added."""
+    children = [i for i, s in enumerate(steps) if s.get("parentId") == step["id"]]
+    missing = block_texts(saved)[len(children) :]
+    at = children[-1] + 1 if children else steps.index(step) + 1
+    after = str(steps[at - 1].get("createdAt") or "")
+    for offset, text in enumerate(missing):
+        block = {
+            **_drawn_after(str(step.get("threadId") or ""), after),
+            "id": block_id(),
+            "parentId": step["id"],
+            "name": BLOCK_NAME,
+            "type": "undefined",
+            "output": await link_remote_images_off_loop(text),
+        }
+        steps.insert(at + offset, block)
+        after = str(block["createdAt"])
+    return len(missing)
+
+
 def _note_step(thread_id: str, parent: str, after: str, note: str) -> dict[str, Any]:
+    return {
+        **_drawn_after(thread_id, after),
+        "id": note_id("warning"),
+        "name": "Kimi-VL Chat",
+        "type": "assistant_message",
+        "output": note,
+        "metadata": {"interrupted_turn": parent},
+    }
+
+
+def _drawn_after(thread_id: str, after: str) -> dict[str, Any]:
+    """The keys of a step the page gets drawn, not stored: an ended step of ``thread_id``
+    made 1 ms after ``after`` (an ISO time; now if it is not one)."""
     try:
         moment = datetime.fromisoformat(after.replace("Z", "+00:00")) + timedelta(milliseconds=1)
     except ValueError:
         moment = datetime.now(UTC)
     stamp = moment.isoformat().replace("+00:00", "Z")
     return {
-        "id": note_id("warning"),
         "threadId": thread_id,
         "parentId": None,
-        "name": "Kimi-VL Chat",
-        "type": "assistant_message",
-        "output": note,
         "createdAt": stamp,
         "start": stamp,
         "end": stamp,
         "streaming": False,
         "isError": False,
-        "metadata": {"interrupted_turn": parent},
+        "metadata": {},
         "tags": None,
         "input": "",
     }
