@@ -152,20 +152,25 @@ class BlockSplitter:
         first = max(start, start + 2 * self._hard - self._size - 1)
         space = text.find(" ", first, end)
         if space >= 0 and space + 1 < end and text[space + 1] != "\n":
-            self._append(out, text[start : space + 1])
+            self._add_to_line(out, text[start : space + 1])
             self._line_start = False
             self._cut(out, self._fence_cut())
             return space + 1
         self._space_cut_due = space == end - 1
         piece = text[start:end]
-        self._append(out, piece)
-        if len(self._line) < _LINE_HEAD:
-            self._line += piece[: _LINE_HEAD - len(self._line)]
+        self._add_to_line(out, piece)
         if piece.endswith("\n"):
             self._end_line()
         else:
             self._line_start = False
         return end
+
+    def _add_to_line(self, out: list[BlockPart], piece: str) -> None:
+        """Append ``piece`` of the current line, keeping the line's head (what
+        :meth:`_end_line` reads) whatever block it goes in."""
+        self._append(out, piece)
+        if len(self._line) < _LINE_HEAD:
+            self._line += piece[: _LINE_HEAD - len(self._line)]
 
     def _fence_cut(self) -> BlockCut:
         """A cut here: inside fenced code it closes and reopens the fence."""

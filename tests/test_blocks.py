@@ -162,3 +162,29 @@ def test_a_code_block_cut_in_two_shows_as_two_closed_fences() -> None:
         "```sh\necho hi\n```\n",
     ]
     assert block_texts("") == []
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_small_blocks_cut_the_same_however_the_text_comes(seed: int) -> None:
+    """Long lines cut at spaces before a line that opens math or code: the line's head is
+    read the same whether the line came whole or in pieces of 1 to 3 characters."""
+    rng = random.Random(seed)
+
+    def line() -> str:
+        marker = rng.choice(["", "$$", "```sh", "```"])
+        return rng.choice(["w " * rng.randint(0, 12) + marker, "x^2", "", "| a | b |", "b"])
+
+    text = "\n".join(line() for _ in range(80)) + "\n"
+    splitter, parts, pos = BlockSplitter(5, 10), [], 0
+    while pos < len(text):
+        size = rng.randint(1, 3)
+        parts += splitter.feed(text[pos : pos + size])
+        pos += size
+    assert text_of(parts) == text
+    assert blocks_of(parts) == block_texts(text, 5, 10)
+
+
+def test_a_line_cut_at_a_space_is_still_read_for_what_it_opens() -> None:
+    one = BlockSplitter(1, 1)
+    by_character = [part for character in "a $$\na" for part in one.feed(character)]
+    assert blocks_of(by_character) == block_texts("a $$\na", 1, 1) == ["a ", "$$\n", "a"]
