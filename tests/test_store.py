@@ -548,6 +548,41 @@ async def test_a_reasoning_answered_again_in_place_keeps_its_blocks_text(
     assert back.reasoning_id == ("s2" if shown else None)
 
 
+async def test_an_interrupted_version_chosen_after_a_resume_keeps_its_reasoning_step(
+    store: Store,
+) -> None:
+    """A turn stored ``pending`` reads back ``stopped``; chosen again it is the same
+    answer, so its reasoning step stays named."""
+    thread_id = str(uuid.uuid4())
+    cut = Turn(text="why?", reasoning="so far", status="pending")
+    await store.turns.save(thread_id, record(0, "m1", cut, reasoning_id="s1"))
+    (loaded,) = await store.turns.load(thread_id)
+    assert loaded.turn.status == "stopped"
+    await store.turns.save(thread_id, record(0, "m1", loaded.turn, chosen=5))
+    (back,) = await store.turns.load(thread_id)
+    assert (back.reasoning_id, back.chosen) == ("s1", 5)
+
+
+async def test_a_retry_with_the_same_reasoning_gives_the_earlier_blocks_their_text(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    """Saves held through an outage replace each other, so the first the database sees of
+    a Retry may be its end; a reasoning that came out the same is still another answer."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    reasoning = "Same thoughts. " * 10
+    stopped = Turn(text="why?", reasoning=reasoning, status="stopped")
+    await store.turns.save(thread_id, record(0, "q1", stopped, reasoning_id="s1"))
+    await layer.create_step(StepDict(
+        id="s1-0", type="undefined", name="block", output=reasoning, parentId="s1",
+        threadId=thread_id, streaming=False, createdAt="2026-12-01T10:00:00.000Z",
+    ))  # fmt: skip
+    done = Turn(text="why?", reasoning=reasoning, answer="A.", status="done")
+    await store.turns.save(thread_id, record(0, "q1", done, answer_id="a2", reasoning_id="s2"))
+    stored = await rows(store, "SELECT output FROM kimi_steps WHERE id = 's1-0'")
+    assert [r["output"] for r in stored] == [reasoning]
+
+
 async def test_a_webp_sent_as_uploaded_comes_back_as_webp(store: Store, tmp_path: Path) -> None:
     """A WebP the model gets as uploaded (backend/images.py ``_as_uploaded``) is stored as a
     ``.webp`` file and read back with its own type, not labelled JPEG."""

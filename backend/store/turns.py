@@ -90,7 +90,7 @@ class StoredAnswer:
     def same_as(self, turn: Turn) -> bool:
         """True if ``turn`` is this answer again (a version chosen or drawn again), not
         another answer to the same message (Retry or more tokens, in place)."""
-        return (self.status, self.answer, self.reasoning) == (
+        return (_read_status(self.status), self.answer, self.reasoning) == (
             turn.status,
             turn.answer,
             turn.reasoning,
@@ -284,7 +284,7 @@ async def _page_copies(
         and stored.reasoning_id
         and stored.status != "pending"  # its blocks were emptied
         and stored.reasoning_id != record.reasoning_id
-        and stored.reasoning != record.turn.reasoning
+        and not stored.same_as(record.turn)
     ):
         await pages.give_reasoning_back(db, thread_id, stored.reasoning_id, stored.reasoning)
     if record.reasoning_id and record.turn.reasoning and record.turn.status != "pending":
@@ -344,7 +344,7 @@ def _image(row: RowMapping, data: bytes) -> PreparedImage:
 def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
     """A record from its ``kimi_turns`` row; a turn whose answer never ended is ``stopped``."""
     stored = str(row["status"])
-    status: TurnStatus = "stopped" if stored in ("pending", INTERRUPTED) else _status(stored)
+    status = _read_status(stored)
     numbers = Timings(row["ttft_s"], row["reasoning_s"], row["elapsed_s"], row["completion_tokens"])
     return TurnRecord(
         position=int(row["position"]),
@@ -400,6 +400,12 @@ class ThreadTurns:
         await self.pending.write(job)
         lost = tuple(self.pending.take_lost(self.thread_id))
         return Saving(held=self.pending.holds(self.thread_id) > 0, lost=lost)
+
+
+def _read_status(stored: str) -> TurnStatus:
+    """A stored status as a turn read back has it: one whose answer never ended (``pending``,
+    ``interrupted``) is ``stopped``."""
+    return "stopped" if stored in ("pending", INTERRUPTED) else _status(stored)
 
 
 def _status(stored: str) -> TurnStatus:
