@@ -421,13 +421,15 @@ class TurnRunner:
         self, turn: Turn, shown: Shown, attempt: Attempt, saving: Checkpoints, exc: ChatError
     ) -> list[RenderEvent]:
         """End a turn that failed with ``exc``: logged (a refusal before sending too),
-        recorded, and the events that say so (after the turn's notices not said yet)."""
+        recorded, and the events that say so (after the turn's notices not said yet). The
+        note's time is the log line's, taken before the record (which may take a while)."""
+        failed_at = datetime.now()
         if attempt.planned is None:
             log.warning(
                 "request %s refused before sending: %s", attempt.request_id, log_reason(exc)
             )
         notes = await self._end(turn, shown, "failed", attempt.sent, failure=exc, saving=saving)
-        ended = [*await shown.failed(turn, exc, attempt.request_id), *notes]
+        ended = [*await shown.failed(turn, exc, attempt.request_id, failed_at), *notes]
         return [merged(attempt.notices), *ended] if attempt.notices else ended
 
     async def _plan(self, answering: Answering, request_id: str) -> Planned:
@@ -793,14 +795,17 @@ class Shown:
         drawn.append(stopped(self.answer_id, shown, self.message_id, self.chat.tr))
         return [*drawn, TurnEnded(turn.status, turn.answer, turn.reasoning)]
 
-    async def failed(self, turn: Turn, exc: ChatError, request_id: str) -> list[RenderEvent]:
-        """The end of an answer that failed: what came marked incomplete, and why (with the
-        request's reference, :func:`backend.render.reference`)."""
+    async def failed(
+        self, turn: Turn, exc: ChatError, request_id: str, at: datetime
+    ) -> list[RenderEvent]:
+        """The end of an answer that failed at ``at`` (the app's clock, as its log line):
+        what came marked incomplete, and why (with the request's reference,
+        :func:`backend.render.reference`)."""
         drawn = [*self._waiting_over(), *self._step_end("failed")]
         if self.answer_started:
             shown = await link_remote_images_off_loop(turn.answer)
             drawn.append(incomplete(self.answer_id, shown, self.chat.tr))
-        ref = reference(request_id, datetime.now(), self.chat.tr)
+        ref = reference(request_id, at, self.chat.tr)
         drawn.append(error_note(exc, self.message_id, self.chat.tr, ref))
         return [*drawn, TurnEnded(turn.status, turn.answer, turn.reasoning)]
 

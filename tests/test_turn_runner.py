@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from contextlib import ExitStack, aclosing
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -70,9 +71,11 @@ class Lines(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.lines: list[str] = []
+        self.times: list[float] = []  # each line's time (the log's clock, time.time())
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(f"{record.levelname} {record.getMessage()}")
+        self.times.append(record.created)
 
 
 @pytest.fixture
@@ -319,6 +322,31 @@ async def test_a_failed_request_is_logged_with_why_and_its_note_names_it(
     text, ref = note.text.rsplit("\n\n", 1)
     assert text == "The model server failed while answering. Try again."  # ours only
     assert re.fullmatch(rf"\*ref {sent[:11]}, \d\d:\d\d:\d\d\*", ref)  # chat- and 6 digits
+
+
+class SlowToStoreTheEnd(Recorded):
+    """A sink that takes 1.1 s to store a turn's end (a busy database)."""
+
+    async def record(self, record: TurnRecord) -> Saving:
+        if record.turn.status != "pending":
+            await asyncio.sleep(1.1)
+        return await super().record(record)
+
+
+async def test_the_time_on_a_failures_note_is_its_log_lines_when_storing_is_slow(
+    chat: ChatSession, fake: RunningFake, app_log: Lines
+) -> None:
+    """The person reads the time to the operator, who looks for it in app.log."""
+    events = await drain(
+        TurnRunner(chat, SlowToStoreTheEnd()).new_turn("m1", "#scenario=error-500", [])
+    )
+    (logged,) = [
+        t for t, line in zip(app_log.times, app_log.lines, strict=True) if "ended: failed" in line
+    ]
+    note = next(e for e in events if isinstance(e, Note) and e.level == "error")
+    shown = re.search(r"(\d\d:\d\d:\d\d)\*$", note.text)
+    assert shown is not None
+    assert shown.group(1) == datetime.fromtimestamp(logged).strftime("%H:%M:%S")
 
 
 async def test_a_refusal_before_sending_is_logged_and_named_on_screen(
