@@ -58,7 +58,6 @@ from chainlit.user import PersistedUser, User
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.blocks import blocks_for
 from backend.i18n import msg
 from backend.logs import LOGGER_NAME
 from backend.safety import link_remote_images_off_loop
@@ -186,8 +185,9 @@ async def _reasoned(steps: list[StepDict], reasonings: dict[str, str]) -> None:
         if parent in reasonings:
             blocks.setdefault(str(parent), []).append(step)
     for parent, run in blocks.items():
-        for block, text in zip(run, blocks_for(reasonings[parent], len(run)), strict=True):
-            block["output"] = await link_remote_images_off_loop(text)
+        drawn = await pages.drawn_blocks(reasonings[parent], len(run))
+        for block, text in zip(run, drawn, strict=True):
+            block["output"] = text
 
 
 def _step_dict(row: dict[str, Any]) -> StepDict:

@@ -180,6 +180,12 @@ turns = table(
 """What the page reads of the turns (:mod:`backend.store.turns` writes them): the answers
 and the reasonings."""
 
+_HAS_ANSWER: Final = turns.c.answer != ""
+"""A turn whose answer its row holds (the answer's message keeps no copy)."""
+
+_ENDED_REASONING: Final = (turns.c.reasoning != "") & (turns.c.status != "pending")
+"""A turn whose reasoning its row holds whole (the reasoning step's blocks keep no copy)."""
+
 STEP_READ: Final = (
     "id", "name", "type", "threadId", "parentId", "streaming", "waitForAnswer", "isError",
     "metadata", "tags", "input", "output", "createdAt", "start", "end", "generation",
@@ -289,15 +295,10 @@ async def _held_by_a_turn(
 ) -> bool:
     """True if a turn of ``thread_id`` holds ``step``'s text: its answer's message, or a
     block of its reasoning step (a child step) once its answer has ended."""
-    answer = (turns.c.answer_id == step["id"]) & (turns.c.answer != "")
+    answer = (turns.c.answer_id == step["id"]) & _HAS_ANSWER
     held = answer
     if step.get("parentId"):
-        held = or_(
-            answer,
-            (turns.c.reasoning_id == step["parentId"])
-            & (turns.c.reasoning != "")
-            & (turns.c.status != "pending"),
-        )
+        held = or_(answer, (turns.c.reasoning_id == step["parentId"]) & _ENDED_REASONING)
     found = await connection.execute(
         select(turns.c.thread_id).where(turns.c.thread_id == thread_id, held)
     )
@@ -311,7 +312,7 @@ async def answers(connection: AsyncConnection, thread_ids: Iterable[str]) -> dic
         select(turns.c.answer_id, turns.c.answer).where(
             turns.c.thread_id.in_(list(thread_ids)),
             turns.c.answer_id.is_not(None),
-            turns.c.answer != "",
+            _HAS_ANSWER,
         )
     )
     return {str(step_id): str(answer) for step_id, answer in found}
@@ -324,28 +325,52 @@ async def reasonings(connection: AsyncConnection, thread_ids: Iterable[str]) -> 
         select(turns.c.reasoning_id, turns.c.reasoning).where(
             turns.c.thread_id.in_(list(thread_ids)),
             turns.c.reasoning_id.is_not(None),
-            turns.c.reasoning != "",
-            turns.c.status != "pending",
+            _ENDED_REASONING,
         )
     )
     return {str(step_id): str(reasoning) for step_id, reasoning in found}
 
 
+async def drawn_blocks(reasoning: str, count: int) -> list[str]:
+    """The texts of ``count`` blocks of ``reasoning`` as the stream drew them
+    (:func:`backend.blocks.blocks_for`), remote images made links."""
+    return [await link_remote_images_off_loop(text) for text in blocks_for(reasoning, count)]
+
+
 async def give_reasoning_back(
     connection: AsyncConnection, thread_id: str, step_id: str, reasoning: str
 ) -> None:
-    """Give the blocks of reasoning step ``step_id`` their text again (as drawn: remote
-    images made links), when no turn holds it any more (a Retry in place answered its
-    message again: :mod:`backend.store.turns`)."""
+    """Give the blocks of reasoning step ``step_id`` their text again (:func:`drawn_blocks`),
+    when no turn holds it any more (a Retry in place answered its message again:
+    :mod:`backend.store.turns`)."""
     found = await connection.execute(
         select(steps.c.id)
         .where(steps.c.threadId == thread_id, steps.c.parentId == step_id)
         .order_by(steps.c.createdAt)
     )
     ids = [str(row[0]) for row in found]
-    for block_id, shown in zip(ids, blocks_for(reasoning, len(ids)), strict=True):
-        output = await link_remote_images_off_loop(shown)
+    for block_id, output in zip(ids, await drawn_blocks(reasoning, len(ids)), strict=True):
         await connection.execute(update(steps).where(steps.c.id == block_id).values(output=output))
+
+
+async def empty_copies(
+    connection: AsyncConnection, thread_id: str, answer_id: str | None, reasoning_id: str | None
+) -> None:
+    """Empty the steps of ``thread_id`` whose text a turn now holds: its answer's message
+    (``answer_id``) and the blocks of its ended reasoning's step (``reasoning_id``); None:
+    not that one."""
+    if answer_id is not None:
+        await connection.execute(
+            update(steps)
+            .where(steps.c.threadId == thread_id, steps.c.id == answer_id)
+            .values(output="")
+        )
+    if reasoning_id is not None:
+        await connection.execute(
+            update(steps)
+            .where(steps.c.threadId == thread_id, steps.c.parentId == reasoning_id)
+            .values(output="")
+        )
 
 
 async def delete_steps(connection: AsyncConnection, step_ids: Iterable[str]) -> list[str]:

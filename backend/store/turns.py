@@ -274,11 +274,6 @@ async def _page_copies(
     (:mod:`backend.store.pages` draws them from this row). A reasoning this row held
     before (a Retry in place answers its message again) is given back to its blocks,
     which stay on the page with no turn to draw them from."""
-    if record.answer_id and record.turn.answer:
-        await db.execute(
-            text("UPDATE kimi_steps SET output = '' WHERE id = :a AND \"threadId\" = :t"),
-            {"a": record.answer_id, "t": thread_id},
-        )
     if (
         stored is not None
         and stored.reasoning_id
@@ -287,11 +282,13 @@ async def _page_copies(
         and not stored.same_as(record.turn)
     ):
         await pages.give_reasoning_back(db, thread_id, stored.reasoning_id, stored.reasoning)
-    if record.reasoning_id and record.turn.reasoning and record.turn.status != "pending":
-        await db.execute(
-            text('UPDATE kimi_steps SET output = \'\' WHERE "parentId" = :r AND "threadId" = :t'),
-            {"r": record.reasoning_id, "t": thread_id},
-        )
+    turn = record.turn
+    await pages.empty_copies(
+        db,
+        thread_id,
+        answer_id=record.answer_id if turn.answer else None,
+        reasoning_id=record.reasoning_id if turn.reasoning and turn.status != "pending" else None,
+    )
 
 
 def _row(thread_id: str, record: TurnRecord, place: Place) -> dict[str, Any]:
