@@ -224,17 +224,18 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         first = [e async for e in runner.ask("m0", "Hello.", [])]
     assert isinstance(first[-1], TurnEnded) and first[-1].done is not None, first[-3:]
-    (request_id,) = (m[1] for r in caplog.records if (m := SENT.match(r.getMessage())))
-    victim = launched.replica_of(request_id)
-    pgid = next(s.pid for s in launched.state().servers if s.replica == victim)
     answers_ignore_eos(monkeypatch, 1900)
     events: list[RenderEvent] = []
-    async for event in runner.ask("m1", "Tell me a long story.", []):
-        if isinstance(event, ReasoningText | AnswerText) and not any(
-            isinstance(e, ReasoningText | AnswerText) for e in events
-        ):
-            os.killpg(pgid, signal.SIGKILL)  # mid-answer: its replica dies
-        events.append(event)
+    victim = 0
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        async for event in runner.ask("m1", "Tell me a long story.", []):
+            if isinstance(event, ReasoningText | AnswerText) and not victim:
+                # The replica that logged this answer's request (not assumed from m0's).
+                sent = [m[1] for r in caplog.records if (m := SENT.match(r.getMessage()))]
+                victim = launched.replica_of(sent[-1])
+                pgid = next(s.pid for s in launched.state().servers if s.replica == victim)
+                os.killpg(pgid, signal.SIGKILL)  # mid-answer: its replica dies
+            events.append(event)
     assert any(isinstance(e, ReasoningText | AnswerText) for e in events), "nothing streamed"
     notes = [e.text for e in events if isinstance(e, Note) and e.level == "error"]
     # One of our sentences for a broken stream (backend/vllm_errors.broken_stream, the
