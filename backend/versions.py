@@ -16,8 +16,14 @@ version made by Regenerate or Edit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from backend.conversation import Turn
+
+TURN_KEY: Final = "kimi_turn"
+"""Metadata key of a person's message drawn again for a version (ui/versions_view.py): the
+version's key, so a resumed chat, and the store (:mod:`backend.store.pages`), find the turn
+of that message; a message without it is its turn's by its own id."""
 
 
 @dataclass(eq=False)

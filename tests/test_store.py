@@ -77,7 +77,7 @@ def photo(name: str = "rocket.jpg") -> Any:
 async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
     assert await migrate(store.engine) == []  # check() applied them; again: nothing
     versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
-    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
 
     def columns(sync: Any) -> set[str]:
         return {c["name"] for c in inspect(sync).get_columns("kimi_steps")}
@@ -103,11 +103,11 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
             "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
         )
     try:
-        assert await migrate(engine) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert await migrate(engine) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         async with engine.connect() as db:
             row = (await db.execute(text('SELECT output, "autoCollapse" FROM kimi_steps'))).one()
         assert tuple(row) == ("kept", None)
-        assert LATEST == 10
+        assert LATEST == 11
     finally:
         await engine.dispose()
 
@@ -132,7 +132,7 @@ async def test_turns_stored_with_their_stats_line_as_text_read_back_after_migrat
             )
         )
     try:
-        assert await migrate(engine) == [4, 5, 6, 7, 8, 9, 10]
+        assert await migrate(engine) == [4, 5, 6, 7, 8, 9, 10, 11]
         (old,) = await TurnStore(engine, FileStore(Path(settings.data_dir) / "files")).load("t")
     finally:
         await engine.dispose()
@@ -269,11 +269,7 @@ async def test_an_answers_text_is_kept_in_its_turn_only_and_drawn_from_it(
     stored = await rows(
         store, 'SELECT id, output FROM kimi_steps WHERE "threadId" = :t', t=thread_id
     )
-    assert {r["id"]: r["output"] for r in stored} == {
-        "q1": "what is it?",
-        "a1": "",
-        "n1": "*2.0 s*",
-    }
+    assert {r["id"]: r["output"] for r in stored} == {"q1": None, "a1": "", "n1": "*2.0 s*"}
     thread = await layer.get_thread(thread_id)
     assert thread is not None
     outputs = {s["id"]: s["output"] for s in thread["steps"]}
@@ -289,6 +285,72 @@ async def test_an_answers_text_is_kept_in_its_turn_only_and_drawn_from_it(
     await layer.update_thread(thread_id, name="what is it?", user_id=user_id)
     found = await layer.list_threads(
         Pagination(first=5), ThreadFilter(userId=user_id, search="SEE")
+    )
+    assert [t["id"] for t in found.data] == [thread_id]
+
+
+@pytest.mark.parametrize("turn_first", [True, False], ids=["turn first", "step first"])
+async def test_a_question_asked_as_typed_is_kept_in_its_turn_only_and_drawn_from_it(
+    layer: KimiDataLayer, store: Store, turn_first: bool
+) -> None:
+    """One record of a question: the person's message keeps no copy of the text its turn
+    was asked with, whichever is written first, and the page (a resume, a share, the
+    sidebar's search) gets it from the turn. A message whose turn was asked with more (PDF
+    pages) or with nothing typed keeps what it has; a message drawn again for a version
+    names its turn in its metadata."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    pdf = "[report.pdf, page 1]\nRevenue grew.\nsummarise it"
+    asked = {  # step id: (what the step shows, what its turn was asked with, its turn key)
+        "q1": ("what is the octopus doing?", "what is the octopus doing?", "q1"),
+        "q2": ("summarise it", pdf, "q2"),
+        "q3": ("", "", "q3"),
+        "q4": ("and the sky?", "and the sky?", "v4"),
+    }
+    steps: list[dict[str, Any]] = [
+        {
+            "id": step_id,
+            "type": "user_message",
+            "output": shown,
+            "metadata": {"kimi_turn": key} if key != step_id else {},
+            "createdAt": f"2026-12-01T10:00:0{n}.000Z",
+            "threadId": thread_id,
+            "name": "alice",
+            "streaming": False,
+        }
+        for n, (step_id, (shown, _, key)) in enumerate(asked.items())
+    ]
+
+    async def save_turns() -> None:
+        for n, (_, sent, key) in enumerate(asked.values()):
+            await store.turns.save(thread_id, record(n, key, Turn(text=sent, status="done")))
+
+    if turn_first:
+        await save_turns()
+    for step in steps:
+        await layer.create_step(StepDict(**step))  # type: ignore[typeddict-item]
+    if not turn_first:
+        await save_turns()
+
+    stored = await rows(
+        store, 'SELECT id, output FROM kimi_steps WHERE "threadId" = :t', t=thread_id
+    )
+    held = {
+        "q1": None,
+        "q2": "summarise it",
+        "q3": "",
+        "q4": None if turn_first else "and the sky?",
+    }
+    assert {r["id"]: r["output"] for r in stored} == held
+    thread = await layer.get_thread(thread_id)
+    assert thread is not None
+    assert {s["id"]: s["output"] for s in thread["steps"]} == {
+        step_id: shown for step_id, (shown, _, _) in asked.items()
+    }
+    user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
+    await layer.update_thread(thread_id, name="a chat", user_id=user_id)
+    found = await layer.list_threads(
+        Pagination(first=5), ThreadFilter(userId=user_id, search="OCTOPUS")
     )
     assert [t["id"] for t in found.data] == [thread_id]
 

@@ -33,7 +33,7 @@ import app
 from backend.settings import Settings
 from backend.store.core import Store
 from backend.store.schema import PAGE_TABLES, migrate
-from tests.conftest import RunningFake
+from tests.conftest import RunningFake, rows
 from tests.fakes.kimi_server import conversation
 from tests.make_upgrade_fixture import FIXTURE, PASSWORD, QUESTIONS
 from tests.pg import SUPERUSER, PgServer
@@ -75,7 +75,7 @@ async def upgraded(
     else:
         url = restore_postgres(request.getfixturevalue("postgres"), source / "dump.sql")
     store = Store(Settings(data_dir=str(data), database_url=url))
-    assert await migrate(store.engine) == [7, 8, 9, 10]  # the release stood at 6: migrated now
+    assert await migrate(store.engine) == [7, 8, 9, 10, 11]  # the release stood at 6: migrated now
     await store.check()
     layer = KimiDataLayer(store, FilesStorageClient(store.files))
     monkeypatch.setattr(history, "_store", store)
@@ -110,6 +110,14 @@ async def test_the_releases_chat_is_listed_and_read_back_unchanged(
         if s["type"] in ("user_message", "assistant_message", "llm")
     ]
     assert steps == expected["steps"]
+    kept = await rows(  # one record: its turns hold the release's questions and answers
+        store,
+        "SELECT type, output FROM kimi_steps WHERE type IN ('user_message', 'assistant_message')",
+    )
+    assert {(r["type"], r["output"]) for r in kept} == {
+        ("user_message", None),
+        ("assistant_message", ""),
+    }
     rated = next(s for s in thread["steps"] if s["id"] == expected["answer_id"])
     feedback = dict(rated.get("feedback") or {})
     assert (feedback.get("value"), feedback.get("comment")) == (1, expected["feedback"]["comment"])

@@ -13,8 +13,8 @@ with what only a Chainlit session knows:
   database cannot be read, the chat still gets its owner: issue 52);
 * thread titles are cut to :data:`TITLE_MAX_CHARS`; the sidebar's pages carry no steps;
 * an answer's text is drawn from its stored turn (its one record: the step of its message
-  keeps none, :mod:`backend.store.pages`), and so is an ended answer's reasoning (its
-  blocks, cut again as they streamed);
+  keeps none, :mod:`backend.store.pages`), and so are an ended answer's reasoning (its
+  blocks, cut again as they streamed) and a question its turn was asked with as typed;
 * writes of one step run one after the other in the order they were started (a FIFO lock
   per step id; Chainlit runs a step's ``send()`` and later ``update()`` as two tasks, and
   the empty first write must never land last), and so do the element writes of one thread
@@ -32,9 +32,9 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar, cast
 
@@ -163,14 +163,31 @@ def _after_first_words(
     return run
 
 
-async def _answered(step: StepDict, answers: dict[str, str]) -> StepDict:
-    """``step`` with its answer's text if it is the message of a stored turn's answer
-    (``answers``: :func:`backend.store.pages.answers`), whose one record is the turn: as
-    the answer's end drew it, with remote images made links (backend/turn_runner.py)."""
-    answer = answers.get(str(step["id"]))
-    if answer is not None:  # over a block's text stored before its turn named it
-        step["output"] = await link_remote_images_off_loop(answer)
-    return step
+@dataclass(frozen=True, slots=True)
+class _TurnTexts:
+    """What the stored turns of some chats hold for their page, whose one record they are
+    (:mod:`backend.store.pages`): questions by turn key, answers by their message's step id."""
+
+    questions: dict[str, str]
+    answers: dict[str, str]
+
+    @classmethod
+    async def read(cls, connection: AsyncConnection, thread_ids: Iterable[str]) -> _TurnTexts:
+        """Those of the turns of ``thread_ids``."""
+        ids = list(thread_ids)
+        return cls(await pages.questions(connection, ids), await pages.answers(connection, ids))
+
+    async def step(self, row: dict[str, Any]) -> StepDict:
+        """Stored step ``row`` as Chainlit's ``StepDict``, with the text its turn holds: a
+        question stored without one, an answer as the answer's end drew it, with remote
+        images made links (backend/turn_runner.py)."""
+        step = _step_dict(row)
+        if row.get("output") is None and step["type"] == "user_message":
+            step["output"] = self.questions.get(pages.question_key(dict(step)), "")
+        answer = self.answers.get(str(step["id"]))
+        if answer is not None:  # over a block's text stored before its turn named it
+            step["output"] = await link_remote_images_off_loop(answer)
+        return step
 
 
 async def _reasoned(steps: list[StepDict], reasonings: dict[str, str]) -> None:
@@ -431,10 +448,9 @@ class KimiDataLayer(BaseDataLayer):
             if not with_steps or not threads:
                 return list(threads.values())
             step_rows, element_rows = await pages.thread_rows(connection, list(threads))
-            answers = await pages.answers(connection, list(threads))
+            texts = await _TurnTexts.read(connection, threads)
             for row in step_rows:
-                step = await _answered(_step_dict(row), answers)
-                threads[str(row["threadId"])]["steps"].append(step)
+                threads[str(row["threadId"])]["steps"].append(await texts.step(row))
             reasonings = await pages.reasonings(connection, list(threads))
             for thread in threads.values():
                 await _reasoned(thread["steps"], reasonings)
@@ -516,8 +532,8 @@ class KimiDataLayer(BaseDataLayer):
 
         async def read(connection: AsyncConnection) -> list[StepDict]:
             rows = await pages.favorite_steps(connection, user_id)
-            answers = await pages.answers(connection, {str(row["threadId"]) for row in rows})
-            return [await _answered(_step_dict(row), answers) for row in rows]
+            texts = await _TurnTexts.read(connection, {str(row["threadId"]) for row in rows})
+            return [await texts.step(row) for row in rows]
 
         none: list[StepDict] = []
         return await self._read(read, none)

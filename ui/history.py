@@ -39,6 +39,7 @@ from backend.store.export import INTERRUPTED_NOTE, ChatExport, export_html, mark
 from backend.store.files import DATABASE_FILE
 from backend.store.resume import Restored, restore, shown_records
 from backend.turn_runner import TurnRunner
+from backend.versions import TURN_KEY
 from ui import bridge
 from ui.blocks import BLOCK_NAME, block_id
 from ui.language import session_translator
@@ -202,10 +203,6 @@ async def _clear_from(messages: list[cl.Message], start: int) -> None:
     if first:
         await _forget_stored_after(first)
 
-
-TURN_KEY: Final = "kimi_turn"
-"""Metadata key of a person's message drawn again for a version (ui/versions_view.py):
-the version's key, so a resumed chat finds the turn of that message."""
 
 RUNS = "button_runs"
 """User session key: the run steps of the turns buttons started (:func:`ui.answer.draw_run`)."""

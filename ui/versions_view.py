@@ -5,8 +5,8 @@ A click shows the version its payload names: the turn runner records the choice
 (:meth:`backend.turn_runner.TurnRunner.choose`), the turns from that place on leave the
 page and the stored page (:func:`ui.history.clear_turns_from`), and the branch now shown
 is drawn from the turns themselves: each question (with its images) as the person's
-message, naming its version (metadata :data:`ui.history.TURN_KEY`: Edit and Regenerate
-on it find the turn after a resume too), its reasoning as a folded step, and its answer,
+message, naming its version (metadata :data:`backend.versions.TURN_KEY`: Edit and
+Regenerate on it find the turn after a resume too), its reasoning as a folded step, and its answer,
 recorded as the version's, with
 Regenerate and, where the turn has other versions, ‹ n/m ›. Fresh message ids: Chainlit
 deletes a removed step in a task of its own, which may land after a new write of the same
@@ -22,7 +22,7 @@ from backend.presenter import REGENERATE_LABEL
 from backend.render import Note, retry_button, version_buttons
 from backend.safety import link_remote_images
 from backend.turn_runner import TurnRunner
-from backend.versions import Version
+from backend.versions import TURN_KEY, Version
 from ui import history, process
 from ui.answer import action, said, say
 from ui.reasoning_view import draw_stored
@@ -66,7 +66,7 @@ async def draw_version(turns: TurnRunner, version: Version) -> None:
         type="user_message",
         author=author,
         elements=pictures,
-        metadata={history.TURN_KEY: version.key},
+        metadata={TURN_KEY: version.key},
     )
     await question.send()
     chat.message_turns[question.id] = turn

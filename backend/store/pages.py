@@ -10,10 +10,14 @@ step of the answer's message (the step a turn names as its ``answer_id``) keeps 
 while the turn has an answer (:func:`write_step`; :func:`answers` gives them back to the
 page). Nor is an ended answer's reasoning: the blocks of its reasoning step (the children
 of the step a turn names as its ``reasoning_id``) keep none, and :func:`reasonings` gives
-the page the text to cut into those blocks again. Here they are SQLAlchemy Core
-tables: every statement is built, typed and bound by SQLAlchemy on SQLite and PostgreSQL
-alike. JSON columns (``metadata``, ``tags``, ``props``, ...) are TEXT holding JSON,
-encoded on write and decoded on read (:class:`JSONText`); booleans are booleans on both.
+the page the text to cut into those blocks again. Nor is a question: the person's message
+keeps a NULL output where its turn was asked with exactly its text, and :func:`questions`
+gives it back (a question sent with PDF pages or video frames was asked with more than
+was typed, and an edited message shows its edit: those keep their own text). Here they
+are SQLAlchemy Core tables: every statement is built, typed and bound by SQLAlchemy on
+SQLite and PostgreSQL alike. JSON columns (``metadata``, ``tags``, ``props``, ...) are
+TEXT holding JSON, encoded on write and decoded on read (:class:`JSONText`); booleans
+are booleans on both.
 
 Rows are plain dicts with Chainlit's key names (``threadId``, ``createdAt`` ...); nothing
 here imports Chainlit (``ui/datalayer.py`` is Chainlit's view over these functions). Every
@@ -55,6 +59,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.blocks import blocks_for
 from backend.safety import link_remote_images_off_loop
+from backend.versions import TURN_KEY
 
 
 def _finite(number: str) -> float | None:
@@ -171,14 +176,16 @@ feedbacks = Table(
 turns = table(
     "kimi_turns",
     named("thread_id"),
+    named("message_id"),
+    named("text"),
     named("answer_id"),
     named("answer"),
     named("reasoning_id"),
     named("reasoning"),
     named("status"),
 )
-"""What the page reads of the turns (:mod:`backend.store.turns` writes them): the answers
-and the reasonings."""
+"""What the page reads of the turns (:mod:`backend.store.turns` writes them): the
+questions, the answers and the reasonings."""
 
 _HAS_ANSWER: Final = turns.c.answer != ""
 """A turn whose answer its row holds (the answer's message keeps no copy)."""
@@ -285,6 +292,8 @@ async def write_step(connection: AsyncConnection, step: dict[str, Any]) -> bool:
         row["showInput"] = str(step["showInput"]).lower()
     if row.get("output") and await _held_by_a_turn(connection, str(step["threadId"]), row):
         row["output"] = ""  # the turn holds it (backend/store/turns.py)
+    elif row.get("output") and await _asked_in_a_turn(connection, str(step["threadId"]), step):
+        row["output"] = None  # NULL: the turn holds it (:func:`questions`)
     statement = _upsert(connection, steps, row, lambda new: steps.c.threadId == new.threadId)
     result = await connection.execute(statement)
     return bool(result.rowcount)
@@ -303,6 +312,40 @@ async def _held_by_a_turn(
         select(turns.c.thread_id).where(turns.c.thread_id == thread_id, held)
     )
     return found.first() is not None
+
+
+def question_key(step: dict[str, Any]) -> str:
+    """The key of the turn a person's message ``step`` (Chainlit's step dict) asks: the
+    version it names (:data:`backend.versions.TURN_KEY`), else its own id."""
+    return str((step.get("metadata") or {}).get(TURN_KEY) or step["id"])
+
+
+async def _asked_in_a_turn(
+    connection: AsyncConnection, thread_id: str, step: dict[str, Any]
+) -> bool:
+    """True if ``step`` is a person's message whose turn in ``thread_id`` was asked with
+    exactly its text (a question sent with PDF pages or video frames was asked with more;
+    an edited one keeps its own)."""
+    if step.get("type") != "user_message":
+        return False
+    found = await connection.execute(
+        select(turns.c.thread_id).where(
+            turns.c.thread_id == thread_id,
+            turns.c.message_id == question_key(step),
+            turns.c.text == step["output"],
+        )
+    )
+    return found.first() is not None
+
+
+async def questions(connection: AsyncConnection, thread_ids: Iterable[str]) -> dict[str, str]:
+    """The questions of the turns of ``thread_ids``, by their turn key
+    (:func:`question_key`): the text of each person's message stored without one (NULL
+    output: :func:`write_step`)."""
+    found = await connection.execute(
+        select(turns.c.message_id, turns.c.text).where(turns.c.thread_id.in_(list(thread_ids)))
+    )
+    return {str(key): str(question) for key, question in found}
 
 
 async def answers(connection: AsyncConnection, thread_ids: Iterable[str]) -> dict[str, str]:
@@ -354,11 +397,28 @@ async def give_reasoning_back(
 
 
 async def empty_copies(
-    connection: AsyncConnection, thread_id: str, answer_id: str | None, reasoning_id: str | None
+    connection: AsyncConnection,
+    thread_id: str,
+    question: tuple[str, str],
+    answer_id: str | None,
+    reasoning_id: str | None,
 ) -> None:
-    """Empty the steps of ``thread_id`` whose text a turn now holds: its answer's message
-    (``answer_id``) and the blocks of its ended reasoning's step (``reasoning_id``); None:
-    not that one."""
+    """Empty the steps of ``thread_id`` whose text a turn now holds: the person's message
+    (``question``: its id and the text the turn was asked with; only if its step holds
+    exactly that), its answer's message (``answer_id``) and the blocks of its ended
+    reasoning's step (``reasoning_id``); None: not that one."""
+    message_id, text = question
+    await connection.execute(
+        update(steps)
+        .where(
+            steps.c.threadId == thread_id,
+            steps.c.id == message_id,
+            steps.c.type == "user_message",
+            steps.c.output == text,
+            steps.c.output != "",
+        )
+        .values(output=None)
+    )
     if answer_id is not None:
         await connection.execute(
             update(steps)
@@ -488,9 +548,8 @@ async def listed_threads(
     """Threads of ``user_id`` (or the one ``thread_id``), most recently written first (the
     time of their last step), without steps: the thread's columns and ``updatedAt``.
 
-    ``search``: only threads with a step, an answer or a reasoning that holds it (any
-    case); ``feedback``:
-    only threads with a feedback of that value.
+    ``search``: only threads with a step, a question, an answer or a reasoning that holds
+    it (any case); ``feedback``: only threads with a feedback of that value.
     """
     last = select(func.max(steps.c.createdAt)).where(steps.c.threadId == threads.c.id)
     query = select(threads, last.scalar_subquery().label("updatedAt"))
@@ -508,6 +567,7 @@ async def listed_threads(
                 exists().where(
                     turns.c.thread_id == threads.c.id,
                     or_(
+                        func.lower(turns.c.text).like(pattern),
                         func.lower(turns.c.answer).like(pattern),
                         func.lower(turns.c.reasoning).like(pattern),
                     ),

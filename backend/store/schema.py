@@ -24,7 +24,8 @@ so a regenerated answer or an edited question is a version beside the earlier on
 (:data:`PAGE_TABLES`, :mod:`backend.store.pages`): the page's rows are the store's, read
 and written only through Chainlit's public ``BaseDataLayer`` in ``ui/datalayer.py``;
 migration 9 leaves an answer's text in its turn only (the step of its message, named by
-the turn's ``answer_id``, had a copy).
+the turn's ``answer_id``, had a copy); migration 10 names a turn's reasoning step, whose
+blocks then keep no copy; migration 11 leaves a question asked as typed in its turn only.
 
 :func:`migrate` applies what is missing, each migration in one transaction that
 also records its version; running it again does nothing. Two processes starting
@@ -231,6 +232,16 @@ step's children, keep no copy of the turn's reasoning (:mod:`backend.store.pages
 of earlier releases have none: their blocks keep their text, and are read as they were."""
 
 
+_QUESTIONS_IN_THEIR_TURNS: Final = (
+    """UPDATE kimi_steps SET output = NULL WHERE type = 'user_message' AND output <> ''
+        AND EXISTS (SELECT 1 FROM kimi_turns WHERE kimi_turns.thread_id = kimi_steps."threadId"
+        AND kimi_turns.message_id = kimi_steps.id AND kimi_turns.text = kimi_steps.output)""",
+)
+"""A person's message asked as typed keeps no copy of its turn's text (NULL: the page reads
+it from the turn, :mod:`backend.store.pages`). Messages drawn again for a version name
+their turn in their metadata; earlier ones keep their text and are read as they were."""
+
+
 def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
     def apply(connection: Connection) -> None:
         for statement in statements:
@@ -278,6 +289,7 @@ MIGRATIONS: Final = (
     Migration(8, "the page's rows in the store's own tables", _run(_PAGE_ROWS_ARE_OURS)),
     Migration(9, "an answer's text only in its turn", _run(_ANSWERS_IN_THEIR_TURNS)),
     Migration(10, "a reasoning's text only in its turn", _add_columns(_REASONING_STEP_COLUMN)),
+    Migration(11, "a question's text only in its turn", _run(_QUESTIONS_IN_THEIR_TURNS)),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 

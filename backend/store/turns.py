@@ -270,7 +270,8 @@ async def _page_copies(
     db: AsyncConnection, thread_id: str, record: TurnRecord, stored: StoredAnswer | None
 ) -> None:
     """Keep the page's steps from holding a second copy of what ``record`` stores: its
-    answer's message, and once the answer ended its reasoning step's blocks, keep no text
+    question's message (where it holds exactly the turn's text), its answer's message, and
+    once the answer ended its reasoning step's blocks, keep no text
     (:mod:`backend.store.pages` draws them from this row). A reasoning this row held
     before (a Retry in place answers its message again) is given back to its blocks,
     which stay on the page with no turn to draw them from."""
@@ -286,6 +287,7 @@ async def _page_copies(
     await pages.empty_copies(
         db,
         thread_id,
+        question=(record.message_id, turn.text),
         answer_id=record.answer_id if turn.answer else None,
         reasoning_id=record.reasoning_id if turn.reasoning and turn.status != "pending" else None,
     )
