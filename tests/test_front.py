@@ -8,17 +8,23 @@ Three hosts (tests/netlab.py): ``front`` runs HAProxy with the config
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import suppress
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
 
 from serving import proxy
-from serving.front import front_config, host_port
+from serving.front import front_config, host_port, model_api_config
 from tests import netlab
+from tests.conftest import free_port
 
 REASON = netlab.unavailable()
 HAPROXY = proxy.find_haproxy()
@@ -117,3 +123,80 @@ def test_a_front_keeps_a_browser_on_its_ui_host_and_moves_it_when_that_host_is_c
                 assert served_by(newcomer, url)[0] == other
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert lab.namespace("front") in out
+
+
+class _StandInRouter(BaseHTTPRequestHandler):
+    """Answers every request 200 and keeps its path as sent (``seen``)."""
+
+    seen: ClassVar[list[str]] = []
+
+    def _answer(self) -> None:
+        self.seen.append(self.path)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def status_of(port: int, method: str, path: str) -> int:
+    """The status HAProxy on 127.0.0.1:``port`` answers to ``path`` sent as is (httpx would
+    remove its dot segments)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(
+            f"{method} {path} HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    return int(reply.split(b" ", 2)[1])
+
+
+def test_the_model_api_passes_the_chat_uis_paths_to_the_router_and_no_admin_path(
+    tmp_path: Path,
+) -> None:
+    """``--model-api``: the UI hosts reach the front host's router for a chat completion,
+    the model list, token counts, metrics and health; the router's admin API (which adds
+    and removes replicas, with no key) is refused by HAProxy, however the path is written."""
+    router = ThreadingHTTPServer(("127.0.0.1", 0), _StandInRouter)
+    threading.Thread(target=router.serve_forever, daemon=True).start()
+    api_port, ui_port = free_port(), free_port()
+    config = tmp_path / "front.cfg"
+    text = front_config(("127.0.0.1", ui_port), [("127.0.0.1", 9)])
+    served = ("127.0.0.1", router.server_port)
+    config.write_text(text + model_api_config(("127.0.0.1", api_port), served))
+    assert proxy.validate(config, HAPROXY or "haproxy") == ""
+    front = subprocess.Popen([HAPROXY or "haproxy", "-db", "-f", str(config)])
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with suppress(OSError):
+                socket.create_connection(("127.0.0.1", api_port), timeout=1).close()
+                break
+            assert time.monotonic() < deadline, "HAProxy did not listen"
+            time.sleep(0.1)
+        passed = [("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+                  ("POST", "/tokenize"), ("GET", "/metrics"), ("GET", "/health")]  # fmt: skip
+        assert [status_of(api_port, *request) for request in passed] == [200] * 5
+        admin = [
+            ("POST", "/add_worker?url=http://evil:8000"),
+            ("POST", "/remove_worker?url=http://10.0.0.2:8000"),
+            ("GET", "/list_workers"),
+            ("POST", "/v1/models/../add_worker?url=http://evil:8000"),
+            ("POST", "/%61dd_worker?url=http://evil:8000"),
+            ("POST", "//add_worker?url=http://evil:8000"),
+            ("GET", "/v1/models/"),
+            ("GET", "/healthz"),
+        ]
+        assert [status_of(api_port, *request) for request in admin] == [403] * len(admin)
+        assert _StandInRouter.seen == [path for _, path in passed]
+    finally:
+        front.terminate()
+        front.wait(timeout=10)
+        router.shutdown()

