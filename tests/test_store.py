@@ -289,6 +289,42 @@ async def test_an_answers_text_is_kept_in_its_turn_only_and_drawn_from_it(
     assert [t["id"] for t in found.data] == [thread_id]
 
 
+QUESTIONS: dict[str, tuple[str, dict[str, str]]] = {
+    # step id: (what the step shows, its metadata)
+    "q1": ("what is the octopus doing?", {}),
+    "q2": ("summarise it", {}),  # sent with a PDF's pages
+    "q3": ("", {}),  # a photo alone
+    "q4": ("and the sky?", {"kimi_turn": "v4"}),  # drawn again for version v4
+    "q5": ("what is B?", {"kimi_turn": "v5"}),  # drawn for v5, then edited: a turn of its own
+}
+ASKED = {  # turn key: what the model was asked
+    "q1": "what is the octopus doing?",
+    "q2": "[report.pdf, page 1]\nRevenue grew.\nsummarise it",
+    "q3": "",
+    "v4": "and the sky?",
+    "v5": "what is A?",
+    "q5": "what is B?",
+}
+"""A chat's questions: only q1's text is its turn's as typed, by its own id (the others
+keep their own: :func:`backend.store.pages.asked_as_its_own`)."""
+
+
+def question_steps(thread_id: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": step_id,
+            "type": "user_message",
+            "output": shown,
+            "metadata": metadata,
+            "createdAt": f"2026-12-01T10:00:0{n}.000Z",
+            "threadId": thread_id,
+            "name": "alice",
+            "streaming": False,
+        }
+        for n, (step_id, (shown, metadata)) in enumerate(QUESTIONS.items())
+    ]
+
+
 @pytest.mark.parametrize("turn_first", [True, False], ids=["turn first", "step first"])
 async def test_a_question_asked_as_typed_is_kept_in_its_turn_only_and_drawn_from_it(
     layer: KimiDataLayer, store: Store, turn_first: bool
@@ -296,38 +332,18 @@ async def test_a_question_asked_as_typed_is_kept_in_its_turn_only_and_drawn_from
     """One record of a question: the person's message keeps no copy of the text its turn
     was asked with, whichever is written first, and the page (a resume, a share, the
     sidebar's search) gets it from the turn. A message whose turn was asked with more (PDF
-    pages) or with nothing typed keeps what it has; a message drawn again for a version
-    names its turn in its metadata."""
+    pages), with nothing typed, or that names another turn (drawn again for a version)
+    keeps what it shows, and the search finds only what the page shows."""
     thread_id = str(uuid.uuid4())
     init_http_context(thread_id=thread_id)
-    pdf = "[report.pdf, page 1]\nRevenue grew.\nsummarise it"
-    asked = {  # step id: (what the step shows, what its turn was asked with, its turn key)
-        "q1": ("what is the octopus doing?", "what is the octopus doing?", "q1"),
-        "q2": ("summarise it", pdf, "q2"),
-        "q3": ("", "", "q3"),
-        "q4": ("and the sky?", "and the sky?", "v4"),
-    }
-    steps: list[dict[str, Any]] = [
-        {
-            "id": step_id,
-            "type": "user_message",
-            "output": shown,
-            "metadata": {"kimi_turn": key} if key != step_id else {},
-            "createdAt": f"2026-12-01T10:00:0{n}.000Z",
-            "threadId": thread_id,
-            "name": "alice",
-            "streaming": False,
-        }
-        for n, (step_id, (shown, _, key)) in enumerate(asked.items())
-    ]
 
     async def save_turns() -> None:
-        for n, (_, sent, key) in enumerate(asked.values()):
+        for n, (key, sent) in enumerate(ASKED.items()):
             await store.turns.save(thread_id, record(n, key, Turn(text=sent, status="done")))
 
     if turn_first:
         await save_turns()
-    for step in steps:
+    for step in question_steps(thread_id):
         await layer.create_step(StepDict(**step))  # type: ignore[typeddict-item]
     if not turn_first:
         await save_turns()
@@ -335,24 +351,55 @@ async def test_a_question_asked_as_typed_is_kept_in_its_turn_only_and_drawn_from
     stored = await rows(
         store, 'SELECT id, output FROM kimi_steps WHERE "threadId" = :t', t=thread_id
     )
-    held = {
-        "q1": None,
-        "q2": "summarise it",
-        "q3": "",
-        "q4": None if turn_first else "and the sky?",
-    }
-    assert {r["id"]: r["output"] for r in stored} == held
+    shown = {step_id: text for step_id, (text, _) in QUESTIONS.items()}
+    assert {r["id"]: r["output"] for r in stored} == {**shown, "q1": None}
     thread = await layer.get_thread(thread_id)
     assert thread is not None
-    assert {s["id"]: s["output"] for s in thread["steps"]} == {
-        step_id: shown for step_id, (shown, _, _) in asked.items()
-    }
+    assert {s["id"]: s["output"] for s in thread["steps"]} == shown
     user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
     await layer.update_thread(thread_id, name="a chat", user_id=user_id)
-    found = await layer.list_threads(
-        Pagination(first=5), ThreadFilter(userId=user_id, search="OCTOPUS")
-    )
-    assert [t["id"] for t in found.data] == [thread_id]
+
+    async def found(words: str) -> list[str]:
+        page = await layer.list_threads(
+            Pagination(first=5), ThreadFilter(userId=user_id, search=words)
+        )
+        return [t["id"] for t in page.data]
+
+    assert await found("OCTOPUS") == [thread_id]
+    assert await found("revenue") == await found("what is a?") == []  # not on the page
+
+
+async def test_migration_11_leaves_a_question_asked_as_typed_in_its_turn_only(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat of an earlier release (schema version 10): its questions' copies go where the
+    page draws them from the turn again, and only there."""
+    store = Store(settings)
+    with monkeypatch.context() as before:  # the schema as it was at version 10
+        before.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:10])
+        before.setattr(schema, "LATEST", 10)
+        await store.check()
+    try:
+        layer = KimiDataLayer(store, FilesStorageClient(store.files))
+        thread_id = str(uuid.uuid4())
+        init_http_context(thread_id=thread_id)
+        for step in question_steps(thread_id):
+            await layer.create_step(StepDict(**step))  # type: ignore[typeddict-item]
+        for n, (key, sent) in enumerate(ASKED.items()):
+            await store.turns.save(thread_id, record(n, key, Turn(text=sent, status="done")))
+        shown = {step_id: text for step_id, (text, _) in QUESTIONS.items()}
+        async with store.engine.begin() as db:  # as the earlier release stored it
+            await db.execute(
+                text("UPDATE kimi_steps SET output = :q WHERE id = 'q1'"), {"q": shown["q1"]}
+            )
+        assert await migrate(store.engine) == [11]
+        after = await rows(store, "SELECT id, output FROM kimi_steps")
+        assert {r["id"]: r["output"] for r in after} == {**shown, "q1": None}
+        thread = await layer.get_thread(thread_id)
+        assert thread is not None
+        assert {s["id"]: s["output"] for s in thread["steps"]} == shown
+    finally:
+        await store.close()
 
 
 def reasoning_text() -> str:

@@ -166,7 +166,7 @@ def _after_first_words(
 @dataclass(frozen=True, slots=True)
 class _TurnTexts:
     """What the stored turns of some chats hold for their page, whose one record they are
-    (:mod:`backend.store.pages`): questions by turn key, answers by their message's step id."""
+    (:mod:`backend.store.pages`): questions and answers by their message's step id."""
 
     questions: dict[str, str]
     answers: dict[str, str]
@@ -183,7 +183,7 @@ class _TurnTexts:
         images made links (backend/turn_runner.py)."""
         step = _step_dict(row)
         if row.get("output") is None and step["type"] == "user_message":
-            step["output"] = self.questions.get(pages.question_key(dict(step)), "")
+            step["output"] = self.questions.get(str(step["id"]), "")
         answer = self.answers.get(str(step["id"]))
         if answer is not None:  # over a block's text stored before its turn named it
             step["output"] = await link_remote_images_off_loop(answer)

@@ -13,7 +13,8 @@ of the step a turn names as its ``reasoning_id``) keep none, and :func:`reasonin
 the page the text to cut into those blocks again. Nor is a question: the person's message
 keeps a NULL output where its turn was asked with exactly its text, and :func:`questions`
 gives it back (a question sent with PDF pages or video frames was asked with more than
-was typed, and an edited message shows its edit: those keep their own text). Here they
+was typed, an edited message shows its edit, and a message drawn again for a version names
+that version in its metadata: those keep their own text). Here they
 are SQLAlchemy Core tables: every statement is built, typed and bound by SQLAlchemy on
 SQLite and PostgreSQL alike. JSON columns (``metadata``, ``tags``, ``props``, ...) are
 TEXT holding JSON, encoded on write and decoded on read (:class:`JSONText`); booleans
@@ -314,24 +315,26 @@ async def _held_by_a_turn(
     return found.first() is not None
 
 
-def question_key(step: dict[str, Any]) -> str:
-    """The key of the turn a person's message ``step`` (Chainlit's step dict) asks: the
-    version it names (:data:`backend.versions.TURN_KEY`), else its own id."""
-    return str((step.get("metadata") or {}).get(TURN_KEY) or step["id"])
+def asked_as_its_own(step: dict[str, Any]) -> bool:
+    """True if ``step`` (Chainlit's step dict) is a person's message that is its turn's by
+    its own id. Not one drawn again for a version (ui/versions_view.py): its metadata names
+    that version (:data:`backend.versions.TURN_KEY`), and it keeps its text."""
+    named = (step.get("metadata") or {}).get(TURN_KEY)
+    return step.get("type") == "user_message" and named in (None, "", step["id"])
 
 
 async def _asked_in_a_turn(
     connection: AsyncConnection, thread_id: str, step: dict[str, Any]
 ) -> bool:
-    """True if ``step`` is a person's message whose turn in ``thread_id`` was asked with
-    exactly its text (a question sent with PDF pages or video frames was asked with more;
-    an edited one keeps its own)."""
-    if step.get("type") != "user_message":
+    """True if ``step`` is a person's message (:func:`asked_as_its_own`) whose turn in
+    ``thread_id`` was asked with exactly its text (a question sent with PDF pages or video
+    frames was asked with more; an edited one keeps its own)."""
+    if not asked_as_its_own(step):
         return False
     found = await connection.execute(
         select(turns.c.thread_id).where(
             turns.c.thread_id == thread_id,
-            turns.c.message_id == question_key(step),
+            turns.c.message_id == step["id"],
             turns.c.text == step["output"],
         )
     )
@@ -339,9 +342,8 @@ async def _asked_in_a_turn(
 
 
 async def questions(connection: AsyncConnection, thread_ids: Iterable[str]) -> dict[str, str]:
-    """The questions of the turns of ``thread_ids``, by their turn key
-    (:func:`question_key`): the text of each person's message stored without one (NULL
-    output: :func:`write_step`)."""
+    """The questions of the turns of ``thread_ids``, by their message's step id: the text of
+    each person's message stored without one (NULL output: :func:`write_step`)."""
     found = await connection.execute(
         select(turns.c.message_id, turns.c.text).where(turns.c.thread_id.in_(list(thread_ids)))
     )
@@ -408,17 +410,17 @@ async def empty_copies(
     exactly that), its answer's message (``answer_id``) and the blocks of its ended
     reasoning's step (``reasoning_id``); None: not that one."""
     message_id, text = question
-    await connection.execute(
-        update(steps)
-        .where(
+    found = await connection.execute(
+        select(steps.c.id, steps.c.type, steps.c.metadata).where(
             steps.c.threadId == thread_id,
             steps.c.id == message_id,
-            steps.c.type == "user_message",
             steps.c.output == text,
             steps.c.output != "",
         )
-        .values(output=None)
     )
+    step = found.mappings().first()
+    if step is not None and asked_as_its_own(dict(step)):
+        await connection.execute(update(steps).where(steps.c.id == message_id).values(output=None))
     if answer_id is not None:
         await connection.execute(
             update(steps)
@@ -564,10 +566,17 @@ async def listed_threads(
                 exists().where(
                     steps.c.threadId == threads.c.id, func.lower(steps.c.output).like(pattern)
                 ),
+                exists().where(  # a question its turn holds: the page shows the turn's text
+                    steps.c.threadId == threads.c.id,
+                    steps.c.output.is_(None),
+                    steps.c.type == "user_message",
+                    turns.c.thread_id == threads.c.id,
+                    turns.c.message_id == steps.c.id,
+                    func.lower(turns.c.text).like(pattern),
+                ),
                 exists().where(
                     turns.c.thread_id == threads.c.id,
                     or_(
-                        func.lower(turns.c.text).like(pattern),
                         func.lower(turns.c.answer).like(pattern),
                         func.lower(turns.c.reasoning).like(pattern),
                     ),

@@ -35,7 +35,9 @@ at once wait for each other: SQLite's transactions take the write lock at BEGIN
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -44,6 +46,7 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from backend.store.db import StoreError
+from backend.versions import TURN_KEY
 
 MIGRATION_LOCK: Final = 8_640_012
 """PostgreSQL advisory lock key held while migrating (any constant unique to this app)."""
@@ -232,14 +235,26 @@ step's children, keep no copy of the turn's reasoning (:mod:`backend.store.pages
 of earlier releases have none: their blocks keep their text, and are read as they were."""
 
 
-_QUESTIONS_IN_THEIR_TURNS: Final = (
-    """UPDATE kimi_steps SET output = NULL WHERE type = 'user_message' AND output <> ''
-        AND EXISTS (SELECT 1 FROM kimi_turns WHERE kimi_turns.thread_id = kimi_steps."threadId"
-        AND kimi_turns.message_id = kimi_steps.id AND kimi_turns.text = kimi_steps.output)""",
-)
-"""A person's message asked as typed keeps no copy of its turn's text (NULL: the page reads
-it from the turn, :mod:`backend.store.pages`). Messages drawn again for a version name
-their turn in their metadata; earlier ones keep their text and are read as they were."""
+def _questions_in_their_turns(connection: Connection) -> None:
+    """A person's message asked as typed keeps no copy of its turn's text (NULL: the page
+    reads it from the turn, :mod:`backend.store.pages`); a message drawn again for a
+    version, whose metadata names it, keeps its text."""
+    columns = {c["name"] for c in inspect(connection).get_columns("kimi_steps")}
+    metadata = "kimi_steps.metadata" if "metadata" in columns else "NULL"  # docs' first DDL
+    found = connection.exec_driver_sql(
+        f"""SELECT kimi_steps.id, {metadata} FROM kimi_steps JOIN kimi_turns
+        ON kimi_turns.thread_id = kimi_steps."threadId" AND kimi_turns.message_id = kimi_steps.id
+        AND kimi_turns.text = kimi_steps.output
+        WHERE kimi_steps.type = 'user_message' AND kimi_steps.output <> ''"""
+    )
+    for step_id, metadata in found.all():
+        with suppress(ValueError, TypeError):
+            named = json.loads(metadata or "{}")
+            if isinstance(named, dict) and named.get(TURN_KEY) not in (None, "", step_id):
+                continue
+        connection.execute(
+            text("UPDATE kimi_steps SET output = NULL WHERE id = :id"), {"id": step_id}
+        )
 
 
 def _run(statements: tuple[str, ...]) -> Callable[[Connection], None]:
@@ -289,7 +304,7 @@ MIGRATIONS: Final = (
     Migration(8, "the page's rows in the store's own tables", _run(_PAGE_ROWS_ARE_OURS)),
     Migration(9, "an answer's text only in its turn", _run(_ANSWERS_IN_THEIR_TURNS)),
     Migration(10, "a reasoning's text only in its turn", _add_columns(_REASONING_STEP_COLUMN)),
-    Migration(11, "a question's text only in its turn", _run(_QUESTIONS_IN_THEIR_TURNS)),
+    Migration(11, "a question's text only in its turn", _questions_in_their_turns),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 
