@@ -108,6 +108,14 @@ class Versions:
         """The versions of the place of ``key`` (itself included), oldest first."""
         return self.siblings_under(self._nodes[key].parent)
 
+    def shown_at_place_of(self, key: str) -> Version | None:
+        """The version shown at the place of version ``key`` (itself, if it is the one
+        shown); None if ``key`` is unknown or its place is not on the branch shown."""
+        version = self._nodes.get(key)
+        if version is None:
+            return None
+        return next((v for v in self.branch() if v.parent == version.parent), None)
+
     def place(self, key: str) -> tuple[int, int]:
         """``(n, count)``: ``key`` is version ``n`` (from 1) of ``count`` at its place."""
         keys = [v.key for v in self.siblings(key)]

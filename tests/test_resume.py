@@ -186,6 +186,36 @@ async def test_regenerate_keeps_the_later_turns_and_a_switch_back_shows_them_aft
     assert asked(fake.requests[-1]) == ["q1", "q2", "q3", "q5", "q6"]
 
 
+async def test_edit_and_regenerate_after_a_resume_act_on_the_version_a_message_shows(
+    store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message whose answer was regenerated shows the new version; after a resume, its
+    Edit makes a version of that place and asks the edited question (before: "Something
+    went wrong", the message was taken for a new one whose turn was already stored), and
+    Regenerate answers it again."""
+    thread_id = str(uuid.uuid4())
+    page = open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    first = cl.Message(content="what is A?", type="user_message")
+    cl.chat_context.add(first)
+    await app.on_message(first)
+    await press("retry", next(a for a in page.actions() if a["label"] == "Regenerate"))
+    assert len(await store.turns.load(thread_id)) == 2
+
+    page = open_page(thread_id, monkeypatch, fake)  # opened again
+    await app.on_chat_resume(thread(thread_id))
+    first.content = "what is B?"  # Chainlit's edit: same id, new text
+    await app.on_message(first)
+    assert asked(fake.requests[-1]) == ["what is B?"]
+    said = [d["output"] for e, d in page.frames if e == "new_message"]
+    assert not [text for text in said if "Something went wrong" in text]
+    assert [t.text for t in runner().chat.conversation.turns] == ["what is B?"]
+    assert len(await store.turns.load(thread_id)) == 3  # a third version, none replaced
+    await press("retry", [a for a in page.actions() if a["label"] == "Regenerate"][-1])
+    assert asked(fake.requests[-1]) == ["what is B?"]
+    assert len(await store.turns.load(thread_id)) == 4
+
+
 async def test_export_sends_one_html_file_with_the_stored_chat(
     store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:

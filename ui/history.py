@@ -255,8 +255,9 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
     restored = restore(records)
     for step in thread["steps"]:  # questions drawn again for a version name it
         key = str((step.get("metadata") or {}).get(TURN_KEY))
-        if key in restored.versions:
-            restored.message_turns[step["id"]] = restored.versions[key].turn
+        shown = restored.versions.shown_at_place_of(key)
+        if shown is not None:  # the version shown there, as restore() maps a message
+            restored.message_turns[step["id"]] = shown.turn
     session.restore(restored.versions, restored.message_turns)
     await session.connect_first([restored.model, None])
     session.with_stored_options(sane_options(restored.options, session.max_model_len))
