@@ -402,6 +402,40 @@ async def test_migration_11_leaves_a_question_asked_as_typed_in_its_turn_only(
         await store.close()
 
 
+async def test_the_search_finds_what_the_page_shows_not_other_versions_or_hidden_reasoning(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    """The sidebar's search looks in the answers and reasonings the page shows: not in a
+    version the person switched away from (its answer's message left the page), nor in a
+    reasoning the settings hid (no reasoning step was drawn)."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    shown = Turn(text="q", answer="A wombat.", reasoning="Think of a quokka.", status="done")
+    other = Turn(text="q", answer="A platypus.", reasoning="Think of a numbat.", status="done")
+    hidden = Turn(text="r", answer="Fine.", reasoning="Think of a bilby.", status="done")
+    on_page = {"q1": "user_message", "a1": "assistant_message", "t1": "llm",
+               "q2": "user_message", "a3": "assistant_message"}  # fmt: skip
+    for step_id, kind in on_page.items():
+        step = {"id": step_id, "type": kind, "output": "", "threadId": thread_id, "name": "x",
+                "streaming": False, "createdAt": "2026-12-01T10:00:00.000Z"}  # fmt: skip
+        await layer.create_step(StepDict(**step))  # type: ignore[typeddict-item]
+    await store.turns.save(thread_id, record(0, "q1", shown, answer_id="a1", reasoning_id="t1"))
+    await store.turns.save(thread_id, record(1, "v2", other, answer_id="a2", reasoning_id="t2"))
+    await store.turns.save(thread_id, record(2, "q2", hidden, answer_id="a3"))
+    user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
+    await layer.update_thread(thread_id, name="a chat", user_id=user_id)
+
+    async def found(words: str) -> list[str]:
+        page = await layer.list_threads(
+            Pagination(first=5), ThreadFilter(userId=user_id, search=words)
+        )
+        return [t["id"] for t in page.data]
+
+    assert await found("WOMBAT") == await found("quokka") == [thread_id]
+    for elsewhere in ("platypus", "numbat", "bilby"):
+        assert await found(elsewhere) == [], elsewhere
+
+
 def reasoning_text() -> str:
     """A reasoning of several blocks (backend/blocks.py), code cut in two among them."""
     prose = "".join(f"Step {i}: weigh the sky against the sea, then the hull. " for i in range(60))

@@ -550,8 +550,10 @@ async def listed_threads(
     """Threads of ``user_id`` (or the one ``thread_id``), most recently written first (the
     time of their last step), without steps: the thread's columns and ``updatedAt``.
 
-    ``search``: only threads with a step, a question, an answer or a reasoning that holds
-    it (any case); ``feedback``: only threads with a feedback of that value.
+    ``search``: only threads whose page shows it (any case): in a step, or in a question,
+    an answer or a reasoning its turn holds for the page (not another version's, nor a
+    reasoning the chat's settings hid); ``feedback``: only threads with a feedback of that
+    value.
     """
     last = select(func.max(steps.c.createdAt)).where(steps.c.threadId == threads.c.id)
     query = select(threads, last.scalar_subquery().label("updatedAt"))
@@ -574,11 +576,14 @@ async def listed_threads(
                     turns.c.message_id == steps.c.id,
                     func.lower(turns.c.text).like(pattern),
                 ),
-                exists().where(
+                exists().where(  # an answer or a reasoning its turn holds, on the page
+                    steps.c.threadId == threads.c.id,
                     turns.c.thread_id == threads.c.id,
                     or_(
-                        func.lower(turns.c.answer).like(pattern),
-                        func.lower(turns.c.reasoning).like(pattern),
+                        (steps.c.id == turns.c.answer_id)
+                        & func.lower(turns.c.answer).like(pattern),
+                        (steps.c.id == turns.c.reasoning_id)
+                        & func.lower(turns.c.reasoning).like(pattern),
                     ),
                 ),
             )
