@@ -315,8 +315,9 @@ class ChatSession:
         return turn if turn is not None and turn in self.conversation.turns else None
 
     def message_of(self, turn: Turn) -> str | None:
-        """The UI message id of ``turn``, if it has one."""
-        return next((k for k, t in self.message_turns.items() if t is turn), None)
+        """The UI message id of ``turn``, if it has one: the key mapped to it last (the
+        message the page shows it under, after a resume: ui/history.py)."""
+        return next((k for k, t in reversed(self.message_turns.items()) if t is turn), None)
 
     def start_turn(self, message_id: str, text: str, images: list[PreparedImage]) -> Turn:
         """Record a new turn for a UI message, after the last turn shown.

@@ -216,6 +216,48 @@ async def test_edit_and_regenerate_after_a_resume_act_on_the_version_a_message_s
     assert len(await store.turns.load(thread_id)) == 4
 
 
+def page_steps(page: Page) -> list[StepDict]:
+    """The messages and steps ``page`` shows now, oldest first, as last sent."""
+    shown: dict[str, dict[str, Any]] = {}
+    for event, data in page.frames:
+        if event == "new_message":
+            shown[data["id"]] = dict(data)
+        elif event == "update_message" and data["id"] in shown:
+            shown[data["id"]].update(data)
+        elif event == "delete_message":
+            shown.pop(data["id"], None)
+    return [cast(StepDict, step) for step in shown.values()]
+
+
+async def test_regenerate_after_a_resume_names_the_question_the_page_shows(
+    store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """‹ draws the first version again under a new question; after a resume, Regenerate
+    under its answer names that question, so a later question leaves the page as in the
+    tab (before: it named the first question, gone from the page, and the later question
+    stayed on the page while the model no longer had it)."""
+    thread_id = str(uuid.uuid4())
+    page = open_page(thread_id, monkeypatch, fake)
+    await app.on_chat_start()
+    await ask("q1")
+    await press("retry", next(a for a in page.actions() if a["label"] == "Regenerate"))
+    await press("version", next(a for a in page.actions() if a["label"].startswith("‹")))
+    shown = page_steps(page)
+
+    page = open_page(thread_id, monkeypatch, fake)  # opened again, with the page it showed
+    await app.on_chat_resume(ThreadDict(**{**thread(thread_id), "steps": shown}))
+    regenerate = next(a for a in page.actions() if a["label"] == "Regenerate")
+    [question] = [s for s in shown if s["type"] == "user_message"]
+    assert regenerate["payload"]["message"] == question["id"]
+    await ask("q2")
+    later = [d["id"] for e, d in page.frames if e == "new_message" and d["output"] == "q2"]
+    await press("retry", regenerate)
+    assert asked(fake.requests[-1]) == ["q1"]
+    assert [t.text for t in runner().chat.conversation.turns] == ["q1"]
+    removed = {d["id"] for e, d in page.frames if e == "delete_message"}
+    assert set(later) <= removed
+
+
 async def test_export_sends_one_html_file_with_the_stored_chat(
     store: Store, fake: RunningFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import chainlit as cl
 from chainlit.config import config
 from chainlit.data import get_data_layer
+from chainlit.step import StepDict
 from chainlit.types import CommandDict, ThreadDict
 
 from backend.blocks import block_texts
@@ -229,6 +230,24 @@ async def _forget_stored_after(after: str) -> None:
     await _store.pending.write(job)
 
 
+def _show_at_its_place(step: StepDict, restored: Restored) -> None:
+    """Map ``step``, if it is a person's message on the page, to the version shown at its
+    place, as the tab did before the reload: a message whose answer was regenerated or
+    which was edited shows the newer version, one drawn again for a version names that
+    version's place (:data:`TURN_KEY`; unless it became a turn of its own, by an edit).
+    Mapped last, so that it is the message the page shows for that turn
+    (:meth:`ChatSession.message_of`: Regenerate and Compare name it)."""
+    if step.get("type") != "user_message":
+        return
+    message_id = str(step["id"])
+    named = (step.get("metadata") or {}).get(TURN_KEY)
+    own = message_id in restored.versions or not named
+    shown = restored.versions.shown_at_place_of(message_id if own else str(named))
+    if shown is not None:
+        restored.message_turns.pop(message_id, None)
+        restored.message_turns[message_id] = shown.turn
+
+
 async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
     """Rebuild the chat of ``thread`` into ``session`` and mark interrupted answers on the page.
 
@@ -253,11 +272,8 @@ async def resume(thread: ThreadDict, session: ChatSession) -> Restored:
         log.error("opening chat %s failed: %s", thread_id, cause(exc, opened.where))
         raise ChatError(CANNOT_OPEN) from None
     restored = restore(records)
-    for step in thread["steps"]:  # questions drawn again for a version name it
-        key = str((step.get("metadata") or {}).get(TURN_KEY))
-        shown = restored.versions.shown_at_place_of(key)
-        if shown is not None:  # the version shown there, as restore() maps a message
-            restored.message_turns[step["id"]] = shown.turn
+    for step in thread["steps"]:
+        _show_at_its_place(step, restored)
     session.restore(restored.versions, restored.message_turns)
     await session.connect_first([restored.model, None])
     session.with_stored_options(sane_options(restored.options, session.max_model_len))
