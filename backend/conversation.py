@@ -201,6 +201,17 @@ class Plan:
     budget: Budget
 
     @property
+    def images_sent(self) -> int:
+        """The ``image_url`` parts of :attr:`messages` (every turn's images that were not
+        left out)."""
+        return sum(
+            part.get("type") == "image_url"
+            for message in self.messages
+            if isinstance(message.get("content"), list)
+            for part in message["content"]
+        )
+
+    @property
     def notices(self) -> list[str]:
         """What to tell the person: what was left out, and a budget below the one asked."""
         if self.max_tokens >= self.budget.max_tokens:

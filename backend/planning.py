@@ -143,11 +143,12 @@ async def plan_turn(
         session_id=chat.chat_id,
     )
     log.info(
-        "request %s model=%s messages=%d prompt_tokens~%d max_tokens=%d "
+        "request %s model=%s messages=%d images=%d prompt_tokens~%d max_tokens=%d "
         "images_left_out=%d turns_left_out=%d",
         request.request_id,
         request.model,
         len(plan.messages),
+        plan.images_sent,
         plan.prompt_tokens,
         plan.max_tokens,
         plan.images_left_out,

@@ -90,6 +90,7 @@ def test_oldest_images_are_left_out_first_for_the_image_limit() -> None:
     ]
     assert sent == ["1b.png", "2a.png", "2b.png", "ew.png"]
     assert plan.images_left_out == 3 and plan.turns_left_out == 0
+    assert plan.images_sent == 4  # what the request log line says (backend/planning.py)
     assert "0a.png, 0b.png" in plan.messages[0]["content"][-1]["text"]
     assert plan.notices == [
         "Left out 3 older image(s) to fit the model's limits (100000 tokens, 4 images per request)."

@@ -13,8 +13,8 @@
   ``launch.sh --ui-only`` as docs/scaling.md writes it (``KIMI_BASE_URL`` = the front's
   model API, ``KIMI_UI_HOST`` = the host's address, ``FORWARDED_ALLOW_IPS`` = a's). Its
   answers are noise, kept short (:data:`ANSWER_TOKENS`); that the next question goes with
-  the photo in context is read from c's app log (each chat completion's messages and what
-  was left out) and from c's vLLM (``vllm:mm_cache_queries_total``: the images it took in).
+  the photo in context is read from c's app log (each chat completion's messages and
+  images) and from c's vLLM (``vllm:mm_cache_queries_total``: the images it took in).
 
 Eight signed-in chats with a photo each go through a's front and spread over b and c. Then
 b's link is cut: a's router stops sending to b's model server, every chat goes on from c (a
@@ -367,7 +367,6 @@ async def test_chats_go_on_from_c_when_b_is_cut_and_b_rejoins(hosts: Hosts) -> N
         answers = dict(await stored(hosts.database, "SELECT text, answer FROM kimi_turns"))
 
         lab, b = hosts.lab, f"http://{hosts.lab.hosts['b']}:{MODEL_PORT}"
-        served_by_b = hosts.metric("b", "vllm:request_success_total")
         photos_to_c = hosts.metric("c", "vllm:mm_cache_queries_total")
         lab.cut("b")
         mark("b's link cut (its UI worker and model server unreachable)")
@@ -407,8 +406,8 @@ async def test_chats_go_on_from_c_when_b_is_cut_and_b_rejoins(hosts: Hosts) -> N
         requests = [line for line in hosts.app_log("c") if " request chat-" in line]
         second = [line for line in requests if " messages=3 " in line]
         assert len(second) == CHATS, requests
-        assert all(" images_left_out=0 turns_left_out=0" in line for line in second), second
-        assert hosts.metric("c", "vllm:mm_cache_queries_total") - photos_to_c >= CHATS
+        assert all(" images=1 " in line for line in second), second
+        assert hosts.metric("c", "vllm:mm_cache_queries_total") - photos_to_c == CHATS
         after = {**before, "user messages": 2 * CHATS, "turns": 2 * CHATS}
         after["answered turns"] = 2 * CHATS
         assert await stored_counts(hosts.database, after) == after  # none lost, none twice
@@ -422,8 +421,6 @@ async def test_chats_go_on_from_c_when_b_is_cut_and_b_rejoins(hosts: Hosts) -> N
         mark("b's link mended")
         wait_said(hosts.said("a"), f"remote replica {b} is in the router", 2)
         mark("b's model server back in a's router")
-        # No second turn went to b's model server, cut off while they were asked.
-        assert hosts.metric("b", "vllm:request_success_total") == served_by_b
         deadline = time.monotonic() + 30
         while True:  # leastconn: a new tab goes to b as soon as the front sees it up
             newcomer = Tab(front, http, load_page=True, cookies=dict(token))
