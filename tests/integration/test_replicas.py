@@ -33,6 +33,7 @@ from backend.render import AnswerText, Note, ReasoningText, RenderEvent, TurnEnd
 from backend.settings import Settings
 from backend.turn_runner import TurnRunner
 from serving import runstate
+from serving.replicas import read_load
 from tests.conftest import SessionFactory
 from tests.integration.conftest import VllmServer, _serve, answers_ignore_eos
 from tests.launching import LAUNCH, ROOT, quiet_ports
@@ -73,6 +74,16 @@ class Launched:
         """The request ids replica ``number`` took, in order."""
         log = self.work / f"llm-{number}.log"
         return RECEIVED.findall(log.read_text()) if log.exists() else []
+
+    def generating(self) -> runstate.Server:
+        """The one replica generating a request now (``vllm:num_requests_running``)."""
+        busy = []
+        for server in self.state().servers:
+            load = read_load(f"http://127.0.0.1:{server.port}", time.monotonic())
+            if load is not None and load.running:
+                busy.append(server)
+        assert len(busy) == 1, f"replicas generating: {busy}"
+        return busy[0]
 
     def replica_of(self, request_id: str, timeout_s: float = 30) -> int:
         """The replica that took ``request_id`` (vLLM logs it as ``chatcmpl-<id>``), once a
@@ -230,13 +241,15 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         async for event in runner.ask("m1", "Tell me a long story.", []):
             if isinstance(event, ReasoningText | AnswerText) and not victim:
-                # The replica that logged this answer's request (not assumed from m0's).
-                sent = [m[1] for r in caplog.records if (m := SENT.match(r.getMessage()))]
-                victim = launched.replica_of(sent[-1])
-                pgid = next(s.pid for s in launched.state().servers if s.replica == victim)
-                os.killpg(pgid, signal.SIGKILL)  # mid-answer: its replica dies
+                # The replica generating this answer now (not assumed from m0's, and not
+                # read from its log, which may reach the file after the answer ended).
+                busy = launched.generating()
+                os.killpg(busy.pid, signal.SIGKILL)  # mid-answer: its replica dies
+                victim = busy.replica
             events.append(event)
     assert any(isinstance(e, ReasoningText | AnswerText) for e in events), "nothing streamed"
+    sent = [m[1] for r in caplog.records if (m := SENT.match(r.getMessage()))]
+    assert launched.replica_of(sent[-1]) == victim  # the one that took this answer
     notes = [e.text for e in events if isinstance(e, Note) and e.level == "error"]
     # One of our sentences for a broken stream (backend/vllm_errors.broken_stream, the
     # client's stream without a finish reason): the router may pass the dead replica's
