@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -232,6 +232,24 @@ async def test_steps_with_modes_and_tags_are_stored_and_read_back_typed(
     assert isinstance(thread["metadata"], dict)
 
 
+async def alices_search(
+    layer: KimiDataLayer, thread_id: str
+) -> Callable[[str], Awaitable[list[str]]]:
+    """Give chat ``thread_id`` its owner, alice; her sidebar's search: the ids of her chats
+    that show a text (any case)."""
+    user = await layer.create_user(cl.User(identifier="alice"))
+    assert user is not None
+    await layer.update_thread(thread_id, name="a chat", user_id=user.id)
+
+    async def found(words: str) -> list[str]:
+        page = await layer.list_threads(
+            Pagination(first=5), ThreadFilter(userId=user.id, search=words)
+        )
+        return [t["id"] for t in page.data]
+
+    return found
+
+
 @pytest.mark.parametrize("turn_first", [True, False], ids=["turn first", "step first"])
 async def test_an_answers_text_is_kept_in_its_turn_only_and_drawn_from_it(
     layer: KimiDataLayer, store: Store, turn_first: bool
@@ -281,12 +299,8 @@ async def test_an_answers_text_is_kept_in_its_turn_only_and_drawn_from_it(
     thread = await layer.get_thread(thread_id)
     assert thread is not None
     assert {s["id"]: s["output"] for s in thread["steps"]}["a1"] == outputs["a1"]
-    user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
-    await layer.update_thread(thread_id, name="what is it?", user_id=user_id)
-    found = await layer.list_threads(
-        Pagination(first=5), ThreadFilter(userId=user_id, search="SEE")
-    )
-    assert [t["id"] for t in found.data] == [thread_id]
+    found = await alices_search(layer, thread_id)
+    assert await found("SEE") == [thread_id]
 
 
 QUESTIONS: dict[str, tuple[str, dict[str, str]]] = {
@@ -356,15 +370,7 @@ async def test_a_question_asked_as_typed_is_kept_in_its_turn_only_and_drawn_from
     thread = await layer.get_thread(thread_id)
     assert thread is not None
     assert {s["id"]: s["output"] for s in thread["steps"]} == shown
-    user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
-    await layer.update_thread(thread_id, name="a chat", user_id=user_id)
-
-    async def found(words: str) -> list[str]:
-        page = await layer.list_threads(
-            Pagination(first=5), ThreadFilter(userId=user_id, search=words)
-        )
-        return [t["id"] for t in page.data]
-
+    found = await alices_search(layer, thread_id)
     assert await found("OCTOPUS") == [thread_id]
     assert await found("revenue") == await found("what is a?") == []  # not on the page
 
@@ -422,15 +428,7 @@ async def test_the_search_finds_what_the_page_shows_not_other_versions_or_hidden
     await store.turns.save(thread_id, record(0, "q1", shown, answer_id="a1", reasoning_id="t1"))
     await store.turns.save(thread_id, record(1, "v2", other, answer_id="a2", reasoning_id="t2"))
     await store.turns.save(thread_id, record(2, "q2", hidden, answer_id="a3"))
-    user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
-    await layer.update_thread(thread_id, name="a chat", user_id=user_id)
-
-    async def found(words: str) -> list[str]:
-        page = await layer.list_threads(
-            Pagination(first=5), ThreadFilter(userId=user_id, search=words)
-        )
-        return [t["id"] for t in page.data]
-
+    found = await alices_search(layer, thread_id)
     assert await found("WOMBAT") == await found("quokka") == [thread_id]
     for elsewhere in ("platypus", "numbat", "bilby"):
         assert await found(elsewhere) == [], elsewhere
@@ -483,12 +481,8 @@ async def test_an_ended_reasoning_is_kept_in_its_turn_only_and_its_blocks_drawn_
     outputs = {s["id"]: s["output"] for s in thread["steps"]}
     assert [outputs[f"b{i}"] for i in range(len(shown))] == shown
     assert "elsewhere.example/i.png" in shown[-1] and "![it]" not in shown[-1]
-    user_id = (await layer.create_user(cl.User(identifier="alice"))).id  # type: ignore[union-attr]
-    await layer.update_thread(thread_id, name="why?", user_id=user_id)
-    found = await layer.list_threads(
-        Pagination(first=5), ThreadFilter(userId=user_id, search="AGAINST THE SEA")
-    )
-    assert [t["id"] for t in found.data] == [thread_id]
+    found = await alices_search(layer, thread_id)
+    assert await found("AGAINST THE SEA") == [thread_id]
 
 
 async def test_a_reasoning_still_streaming_keeps_its_blocks_text(
