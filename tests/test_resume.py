@@ -198,12 +198,14 @@ async def test_edit_and_regenerate_after_a_resume_act_on_the_version_a_message_s
     await app.on_chat_start()
     first = cl.Message(content="what is A?", type="user_message")
     cl.chat_context.add(first)
+    await first.send()  # the page shows it, as Chainlit's socket does
     await app.on_message(first)
     await press("retry", next(a for a in page.actions() if a["label"] == "Regenerate"))
     assert len(await store.turns.load(thread_id)) == 2
+    shown = page_steps(page)
 
-    page = open_page(thread_id, monkeypatch, fake)  # opened again
-    await app.on_chat_resume(thread(thread_id))
+    page = open_page(thread_id, monkeypatch, fake)  # opened again, with the page it showed
+    await app.on_chat_resume(ThreadDict(**{**thread(thread_id), "steps": shown}))
     first.content = "what is B?"  # Chainlit's edit: same id, new text
     await app.on_message(first)
     assert asked(fake.requests[-1]) == ["what is B?"]

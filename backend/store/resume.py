@@ -29,10 +29,8 @@ class Restored:
         conversation: the turns of the branch shown, oldest first.
         versions: every version of every turn.
         message_turns: the key (Chainlit message id of the person's message, or a
-            version's own id) of each version -> the turn shown at its place (its own,
-            unless Regenerate or Edit made another version that is shown there: the
-            message's Edit and Regenerate then act on that one, as before the resume), or
-            its own turn where its place is not shown.
+            version's own id) of each version -> its turn (the page's messages are then
+            mapped to the version shown at their place: ui/history.py).
         model: served model name of the last turn that names one (None if none does).
         options: sampling options of that turn, as stored.
         last_answer_id: Chainlit id of the last answer message (for its Regenerate).
@@ -58,9 +56,8 @@ def restore(records: list[TurnRecord]) -> Restored:
     restored = Restored(
         conversation=Conversation(turns=[v.turn for v in versions.branch()]), versions=versions
     )
-    for record in ordered:  # a message shows the version shown at its place, as in the tab
-        shown_there = versions.shown_at_place_of(record.message_id)
-        restored.message_turns[record.message_id] = (shown_there or record).turn
+    for record in ordered:
+        restored.message_turns[record.message_id] = record.turn
         if record.answer_id:
             restored.answer_ids[record.message_id] = record.answer_id
         if record.interrupted:
