@@ -10,6 +10,7 @@ requests it gets). :func:`signed_in` signs in over HTTP as the sign-in page does
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.harness import Tab
 from serving.ui_main import ui_command
 from tests.conftest import free_port, wait_for_200
 
@@ -224,3 +226,25 @@ def signed_in(app_url: str, name: str, password: str) -> dict[str, str]:
         answer = http.post("/login", data={"username": name, "password": password})
         answer.raise_for_status()
         return {**dict(page.cookies.items()), **dict(answer.cookies.items())}
+
+
+REFUSED_BUSY = "answers running or waiting"
+"""Words of the sentence with which the app refuses an answer past a bound
+(backend/fair_use.py, ``Busy``)."""
+
+
+async def answers_taken(tabs: list[Tab], question: str, each: int = 3) -> int:
+    """Ask ``each`` questions at once in each of ``tabs`` (opened); how many answers were
+    taken (running or waiting), the rest being refused with a sentence
+    (:data:`REFUSED_BUSY`). Every answer is stopped and every tab closed after."""
+    for n in range(each):
+        for tab in tabs:
+            await tab.send(f"{n}: {question}")
+    await asyncio.sleep(3)  # every message taken or refused by now (milliseconds each)
+    refused = 0
+    for tab in tabs:
+        said = [str(m.get("output")) for m in tab._messages.values()]
+        refused += sum(REFUSED_BUSY in s for s in said)
+        await tab.sio.emit("stop")
+        await tab.close()
+    return each * len(tabs) - refused

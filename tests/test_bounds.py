@@ -29,7 +29,7 @@ from backend.store.core import Store
 from bench.harness import ALARMS, Tab
 from serving.proxy import HEALTH_PATH
 from tests.conftest import DATA, stored
-from tests.live_app import LiveApp, scripted_server, signed_in
+from tests.live_app import LiveApp, answers_taken, scripted_server, signed_in
 from tests.pg import PgServer, start_postgres
 
 PASSWORD = "alice-password-1"
@@ -369,24 +369,12 @@ async def test_an_answer_given_back_counts_here_until_the_store_lets_it_go(
 
 async def answers_allowed(urls: list[str], name: str) -> int:
     """``name`` opens a tab on each URL and asks 3 slow questions in each at once; how
-    many answers are taken (running or waiting), the rest being refused with a sentence.
-    Every answer is stopped after."""
-    sent = 3 * len(urls)
+    many answers are taken (:func:`tests.live_app.answers_taken`)."""
     async with httpx.AsyncClient(timeout=120) as http:
         tabs = [Tab(url, http, cookies=signed_in(url, name, PASSWORDS[name])) for url in urls]
         for tab in tabs:
             await tab.open()
-        for n in range(3):
-            for tab in tabs:
-                await tab.send(f"slow {n} #scenario=slow")
-        refused = 0
-        await asyncio.sleep(3)  # every message taken or refused by now (milliseconds each)
-        for tab in tabs:
-            said = [str(m.get("output")) for m in tab._messages.values()]
-            refused += sum("answers running or waiting" in s for s in said)
-            await tab.sio.emit("stop")
-            await tab.close()
-    return sent - refused
+        return await answers_taken(tabs, "slow #scenario=slow")
 
 
 async def test_a_person_gets_as_many_answers_from_two_workers_as_from_one(
