@@ -150,6 +150,10 @@ def build(out: Path, *, do_image_splitting: bool = True, longest_edge: int = 2 *
     Returns:
         True if it built, False if an identical build was already there.
     """
+    wanted = recipe(do_image_splitting=do_image_splitting, longest_edge=longest_edge)
+    if is_built(out, wanted):
+        return False  # before the imports below: they take about 4 s, at every launch
+
     import torch
     from transformers import (
         Idefics3Config,
@@ -160,9 +164,6 @@ def build(out: Path, *, do_image_splitting: bool = True, longest_edge: int = 2 *
         Idefics3ImageProcessorPil,
     )
 
-    wanted = recipe(do_image_splitting=do_image_splitting, longest_edge=longest_edge)
-    if is_built(out, wanted):
-        return False
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
