@@ -17,8 +17,8 @@ import secrets
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,18 +233,25 @@ REFUSED_BUSY = "answers running or waiting"
 (backend/fair_use.py, ``Busy``)."""
 
 
-async def answers_taken(tabs: list[Tab], question: str, each: int = 3) -> int:
-    """Ask ``each`` questions at once in each of ``tabs`` (opened); how many answers were
-    taken (running or waiting), the rest being refused with a sentence
-    (:data:`REFUSED_BUSY`). Every answer is stopped and every tab closed after."""
+@asynccontextmanager
+async def asked_at_once(tabs: list[Tab], question: str, each: int = 3) -> AsyncIterator[None]:
+    """Ask ``each`` questions at once in each of ``tabs`` (opened), then wait 3 s, by which
+    every message is taken (running or waiting) or refused (milliseconds each); on exit,
+    stop every answer and close every tab."""
     for n in range(each):
         for tab in tabs:
             await tab.send(f"{n}: {question}")
-    await asyncio.sleep(3)  # every message taken or refused by now (milliseconds each)
-    refused = 0
-    for tab in tabs:
-        said = [str(m.get("output")) for m in tab._messages.values()]
-        refused += sum(REFUSED_BUSY in s for s in said)
-        await tab.sio.emit("stop")
-        await tab.close()
-    return each * len(tabs) - refused
+    await asyncio.sleep(3)
+    try:
+        yield
+    finally:
+        for tab in tabs:
+            await tab.sio.emit("stop")
+            await tab.close()
+
+
+def refused(tabs: list[Tab]) -> int:
+    """How many of ``tabs``' messages were refused with the sentence of a bound
+    (:data:`REFUSED_BUSY`)."""
+    said = [str(m.get("output")) for tab in tabs for m in tab._messages.values()]
+    return sum(REFUSED_BUSY in s for s in said)

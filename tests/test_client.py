@@ -390,6 +390,7 @@ async def test_a_stream_that_breaks_says_how_and_keeps_what_came(
     assert "\n" not in str(caught.value) and can_retry(caught.value)
 
 
+@pytest.mark.serial
 async def test_the_opening_marker_alone_starts_the_reasoning_at_once(client: ChatClient) -> None:
     """vLLM's first chunk may be ``◁think▷`` alone, the rest a UI update later: the
     reasoning step must show when the marker comes, not with the next chunk."""

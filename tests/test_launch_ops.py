@@ -396,6 +396,7 @@ def proc_server_pid(out: Path) -> int:
     return int(re.findall(r"vLLM server pid (\d+)", out.read_text())[-1])
 
 
+@pytest.mark.serial
 def test_a_stop_while_vllm_starts_does_not_wait_out_the_grace_of_a_serving_one(
     tmp_path: Path,
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from backend.batching import Pacing
 from backend.client import ChatClient, ChatRequest
 from backend.events import AnswerDelta, Done, ReasoningDelta, ReasoningOpened, StreamEvent
@@ -103,6 +105,7 @@ async def test_a_fixed_stream_interval_is_sent_from_the_first_request(fake: Runn
     await client.aclose()
 
 
+@pytest.mark.serial
 async def test_the_speed_is_learnt_from_a_paced_answer(fake: RunningFake) -> None:
     """The scripted ``paced`` stream sends 200 tokens 10 ms apart: 100 tokens/s."""
     client = ChatClient(fake.base_url, "k")

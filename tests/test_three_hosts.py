@@ -22,7 +22,7 @@ tab reconnects through the front to its chat, which is there with its photo, and
 question is answered with the photo in context), nothing stored is lost or duplicated
 (rows counted in PostgreSQL), and once the link is mended b is back in a's router and a new
 chat lands on b's UI. One person's answers at once are then bounded over both hosts
-together (3, the app's default, counted in PostgreSQL). The timeline (cut, first answer
+together (3, the app's default: the answers' leases in PostgreSQL). The timeline (cut, first answer
 from c, rejoin) is printed (``pytest -s``). About 100 s here; skipped where namespaces
 cannot be made (not root, no ``ip``).
 """
@@ -55,7 +55,7 @@ from serving.settings import LaunchSettings
 from tests import netlab
 from tests.conftest import DATA, stored
 from tests.launching import ROOT
-from tests.live_app import add_users, answers_taken
+from tests.live_app import add_users, asked_at_once
 from tests.pg import pg_bin, start_postgres
 from tests.s3 import ACCESS_KEY, SECRET_KEY, SeaweedFS, start_seaweedfs
 
@@ -314,6 +314,13 @@ STORED = {
 }
 
 
+LIVE_ANSWER_LEASES = (
+    "SELECT count(*) FROM kimi_leases WHERE kind = 'answer' "
+    "AND expires_at > extract(epoch FROM now())"
+)
+"""The answers running or waiting, on every host (backend/store/bounds.py, ``Leases``)."""
+
+
 async def stored_counts(url: str, want: dict[str, int], timeout_s: float = 20) -> dict[str, int]:
     """What :data:`STORED` counts, once it is ``want`` (the app stores after the first
     words, ui/first_words.py) or after ``timeout_s``."""
@@ -338,12 +345,14 @@ async def tab_on(
     server: str, front: str, http: httpx.AsyncClient, token: dict[str, str], timeout_s: float = 30
 ) -> Tab:
     """A new signed-in tab that the front put on UI ``server`` ("w1": b, "w2": c), opened
-    again until it is (leastconn sends a new tab to the UI with the fewest)."""
+    again until it is (leastconn sends a new tab to the UI with the fewest), its chat's
+    settings :data:`PANEL`."""
     deadline = time.monotonic() + timeout_s
     while True:
         tab = Tab(front, http, load_page=True, cookies=dict(token))
         await tab.open()
         if tab.cookies[proxy.COOKIE] == server:
+            await tab.apply_settings(PANEL)
             return tab
         await tab.close()
         assert time.monotonic() < deadline, f"no new tab landed on {server}"
@@ -459,8 +468,12 @@ async def test_chats_go_on_from_c_when_b_is_cut_and_b_rejoins(hosts: Hosts) -> N
         mark("a new chat with a photo answered on b (rejoined)")
 
         # The person's bound holds over both hosts again: 3 answers running or waiting in
-        # all, asked at once in the tab on b and one on c; none of them can end meanwhile.
+        # all (a lease each in PostgreSQL), of 3 asked at once in the tab on b and 3 in one
+        # on c; none of them can end meanwhile.
         tabs = [newcomer, await tab_on("w2", front, http, token)]
         with hosts.models_paused():
-            assert await answers_taken(tabs, "Describe it.") == AT_ONCE
+            async with asked_at_once(tabs, "Describe it."):
+                [(held,)] = await stored(hosts.database, LIVE_ANSWER_LEASES)
+        mark(f"one person's answers at once over b and c: {held} of 6 taken")
+        assert held == AT_ONCE
     print("\nthree hosts, timeline:\n" + "\n".join(timeline))
