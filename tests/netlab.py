@@ -15,11 +15,13 @@ a route beyond its /24, and the lab's addresses are its own.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -154,6 +156,24 @@ class Lab:
             _ip("netns", "del", self.switch)
 
 
+LOCK = Path(tempfile.gettempdir()) / "kimi-netlab.lock"
+"""Held while a lab picks its /24 and routes it, so that labs of tests running at once in
+several processes (tests/run.sh's unit tests) never share one."""
+
+
+def unused_net(routes: str) -> int:
+    """A ``<net>`` of ``10.231.<net>.0/24`` that none of ``routes`` (``ip -4 route show``)
+    names, at random.
+
+    Raises:
+        RuntimeError: all 250 are routed.
+    """
+    free = [net for net in range(250) if f"10.231.{net}.0/24 " not in routes + " "]
+    if not free:
+        raise RuntimeError("every 10.231.<net>.0/24 is routed: too many labs at once")
+    return secrets.choice(free)
+
+
 @contextmanager
 def lab(hosts: Sequence[str]) -> Iterator[Lab]:
     """A lab of ``hosts`` (names of at most 6 characters), closed on exit.
@@ -161,14 +181,18 @@ def lab(hosts: Sequence[str]) -> Iterator[Lab]:
     Raises:
         subprocess.CalledProcessError: ``ip`` refused a step (what it said is in ``stderr``).
     """
-    made = Lab(tag=f"kv{secrets.token_hex(2)}", net=secrets.randbelow(250))
+    made = Lab(tag=f"kv{secrets.token_hex(2)}", net=-1)
     try:
-        _ip("netns", "add", made.switch)
-        _ip("link", "add", "br0", "type", "bridge", netns=made.switch)
-        _ip("link", "set", "br0", "up", netns=made.switch)
-        for host in hosts:
-            made._add_host(host)
-        made._add_client()
+        with LOCK.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+            routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True)
+            made.net = unused_net(routes.stdout)
+            _ip("netns", "add", made.switch)
+            _ip("link", "add", "br0", "type", "bridge", netns=made.switch)
+            _ip("link", "set", "br0", "up", netns=made.switch)
+            for host in hosts:
+                made._add_host(host)
+            made._add_client()  # routes the lab's /24
         yield made
     finally:
         made.close()

@@ -59,3 +59,18 @@ def test_hosts_reach_each_other_and_a_cut_host_is_unreachable_until_mended() -> 
     assert tag not in namespaces()
     links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
     assert tag not in links
+
+
+def routes(nets: list[int]) -> str:
+    """What ``ip -4 route show`` prints with a lab on each of ``nets``."""
+    lines = [f"10.231.{n}.0/24 dev kv{n}c proto kernel scope link src 10.231.{n}.254" for n in nets]
+    return "\n".join(["default via 10.0.0.1 dev eth0", *lines]) + "\n"
+
+
+def test_a_lab_takes_a_net_no_other_lab_routes() -> None:
+    """Two labs made at once (tests in two processes) must not share a /24."""
+    for left in (17, 1):  # 1: not taken for routed 10.231.1x and 10.231.1xx
+        all_but = routes([n for n in range(250) if n != left])
+        assert {netlab.unused_net(all_but) for _ in range(20)} == {left}
+    with pytest.raises(RuntimeError, match="too many labs"):
+        netlab.unused_net(routes(list(range(250))))
