@@ -238,11 +238,11 @@ async def asked_at_once(tabs: list[Tab], question: str, each: int = 3) -> AsyncI
     """Ask ``each`` questions at once in each of ``tabs`` (opened), then wait 3 s, by which
     every message is taken (running or waiting) or refused (milliseconds each); on exit,
     stop every answer and close every tab."""
-    for n in range(each):
-        for tab in tabs:
-            await tab.send(f"{n}: {question}")
-    await asyncio.sleep(3)
     try:
+        for n in range(each):
+            for tab in tabs:
+                await tab.send(f"{n}: {question}")
+        await asyncio.sleep(3)
         yield
     finally:
         for tab in tabs:

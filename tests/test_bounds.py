@@ -368,15 +368,20 @@ async def test_an_answer_given_back_counts_here_until_the_store_lets_it_go(
     await asyncio.gather(*leases._leaving)
 
 
+ASKED_EACH = 3
+"""Slow questions :func:`answers_allowed` asks at once in each tab."""
+
+
 async def answers_allowed(urls: list[str], name: str) -> int:
-    """``name`` opens a tab on each URL and asks 3 slow questions in each at once; how
-    many answers are taken (running or waiting), the rest being refused with a sentence."""
+    """``name`` opens a tab on each URL and asks :data:`ASKED_EACH` slow questions in each at
+    once; how many answers are taken (running or waiting), the rest being refused with a
+    sentence."""
     async with httpx.AsyncClient(timeout=120) as http:
         tabs = [Tab(url, http, cookies=signed_in(url, name, PASSWORDS[name])) for url in urls]
         for tab in tabs:
             await tab.open()
-        async with asked_at_once(tabs, "slow #scenario=slow"):
-            return 3 * len(tabs) - refused(tabs)
+        async with asked_at_once(tabs, "slow #scenario=slow", each=ASKED_EACH):
+            return ASKED_EACH * len(tabs) - refused(tabs)
 
 
 async def test_a_person_gets_as_many_answers_from_two_workers_as_from_one(

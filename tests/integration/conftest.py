@@ -77,21 +77,21 @@ def _serve(work: Path, model: str = "kimi-vl-dev", **extra: str) -> Iterator[Vll
 
     ``model``: the served model name (another than the default needs
     ``KIMI_VLLM_EXTRA_ARGS="--served-model-name NAME"`` in ``extra``).
-    ``extra``: more launch.sh settings (``KIMI_VLLM_EXTRA_ARGS`` ...).
+    ``extra``: more launch.sh settings (``KIMI_VLLM_EXTRA_ARGS`` ...); they win over
+    this module's defaults (``KIMI_DEV_MAX_MODEL_LEN`` :data:`MAX_MODEL_LEN` ...).
 
     Every test server runs with ``--enforce-eager``: it is healthy 6.5 s sooner (27.4 s
     against 33.9 s on the project's 2-core machine, 2026-12-06) and writes ~420 tokens
     a second instead of ~725, which the tests' short answers do not feel.
     """
     vllm_args = " ".join(filter(None, ["--enforce-eager", extra.pop("KIMI_VLLM_EXTRA_ARGS", "")]))
+    defaults = {
+        "KIMI_DEV_MAX_MODEL_LEN": str(MAX_MODEL_LEN),
+        "KIMI_DEV_MAX_IMAGES_PER_PROMPT": str(MAX_IMAGES),
+        "KIMI_SERVER_START_TIMEOUT_S": str(START_TIMEOUT_S),
+    }
     env = launch_env(
-        work,
-        KIMI_VLLM_EXTRA_ARGS=vllm_args,
-        KIMI_API_KEY=API_KEY,
-        KIMI_DEV_MAX_MODEL_LEN=str(MAX_MODEL_LEN),
-        KIMI_DEV_MAX_IMAGES_PER_PROMPT=str(MAX_IMAGES),
-        KIMI_SERVER_START_TIMEOUT_S=str(START_TIMEOUT_S),
-        **extra,
+        work, KIMI_VLLM_EXTRA_ARGS=vllm_args, KIMI_API_KEY=API_KEY, **{**defaults, **extra}
     )
     port = int(env["KIMI_VLLM_PORT"])
     output = work / "launch.out"
@@ -125,8 +125,8 @@ def _serve(work: Path, model: str = "kimi-vl-dev", **extra: str) -> Iterator[Vll
         base_url=f"http://127.0.0.1:{port}/v1",
         model=model,
         api_key=API_KEY,
-        max_model_len=MAX_MODEL_LEN,
-        max_images=MAX_IMAGES,
+        max_model_len=int(env["KIMI_DEV_MAX_MODEL_LEN"]),
+        max_images=int(env["KIMI_DEV_MAX_IMAGES_PER_PROMPT"]),
         log_path=Path(env["KIMI_LLM_LOG"]),
         pid=int(found.group(1)),
     )

