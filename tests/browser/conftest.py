@@ -322,6 +322,8 @@ def ask(page: Page, text: str, *files: Path) -> None:
 
 
 def wait_answer_done(page: Page) -> None:
-    """Wait until the answer has ended (the Stop button is gone, Send is back)."""
+    """Wait until the answer has ended (the Stop button is gone, Send is back). Right after
+    a question is sent, before the server's ``task_start``, that is already so: wait first
+    for something the answer draws where it matters."""
     expect(page.locator("#stop-button")).to_have_count(0)
     expect(page.locator("#chat-submit")).to_be_visible()

@@ -248,9 +248,16 @@ def test_the_scroll_to_bottom_button_covers_no_answer_button(
 ) -> None:
     """Issue 47: the ↓ button covered Compare and Regenerate."""
     page = chat
-    for question in ("One #scenario=plain", "Two #scenario=plain", "Three #scenario=plain"):
+    questions = ("One #scenario=plain", "Two #scenario=plain", "Three #scenario=plain")
+    for answers, question in enumerate(questions, start=1):
         page.locator("#chat-input").fill(question)
         page.locator("#chat-input").press("Enter")
+        # Its answer has ended once its buttons are drawn (Chainlit draws none while a
+        # message streams). Waiting for Stop to go alone could pass before the server's
+        # task_start came: a full run then took the last answer's buttons for the one
+        # before, disabled while the answer ran (Chainlit's ``loading``), which takes no
+        # click.
+        expect(page.get_by_role("button", name="Regenerate", exact=True)).to_have_count(answers)
         wait_answer_done(page)
     arrow = page.locator("button:has(svg.lucide-arrow-down)")
     page.mouse.move(viewport["width"] // 2, viewport["height"] // 2)
