@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import httpx
 import pytest
@@ -25,6 +26,7 @@ from playwright.sync_api import (
     Playwright,
     Route,
     ViewportSize,
+    WebSocket,
     expect,
     sync_playwright,
 )
@@ -205,6 +207,50 @@ def block_cdn(route: Route) -> None:
     route.abort()
 
 
+QUESTION_FRAMES = ('42["client_message"', '42["edit_message"')
+"""Socket.io frames a page sends for a question typed or edited; Chainlit answers each with
+a ``task_start`` frame as it takes it (chainlit/socket.py, ``process_message``)."""
+TASK_START_WAIT_S = 10.0
+"""How long :func:`wait_answer_done` waits for a sent question's ``task_start``; one refused
+before Chainlit takes it (the app's bounds) gets none."""
+
+
+@dataclass
+class QuestionsOut:
+    """Questions one page has sent that the server has not yet taken (no ``task_start``)."""
+
+    pending: int = 0
+    sent_at: float = 0.0
+
+    def watch(self, socket: WebSocket) -> None:
+        socket.on("framesent", self._sent)
+        socket.on("framereceived", self._received)
+
+    def _sent(self, payload: str | bytes) -> None:
+        if isinstance(payload, str) and payload.startswith(QUESTION_FRAMES):
+            self.pending += 1
+            self.sent_at = time.monotonic()
+
+    def _received(self, payload: str | bytes) -> None:
+        if isinstance(payload, str) and payload.startswith('42["task_start"'):
+            self.pending = max(0, self.pending - 1)
+
+
+QUESTIONS_OUT: WeakKeyDictionary[Page, QuestionsOut] = WeakKeyDictionary()
+
+
+def _watch_questions(page: Page) -> None:
+    QUESTIONS_OUT[page] = out = QuestionsOut()
+    page.on("websocket", out.watch)
+
+
+def watch_questions(context: BrowserContext) -> BrowserContext:
+    """``context``, whose pages say to :func:`wait_answer_done` which questions the server
+    has not taken yet (every context the browser tests make, from its creation)."""
+    context.on("page", _watch_questions)
+    return context
+
+
 def new_context(
     chromium: Browser, locale: str = "en-US", bypass_csp: bool = False
 ) -> BrowserContext:
@@ -221,7 +267,7 @@ def new_context(
     )
     context.set_default_timeout(TIMEOUT_MS)
     context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)
-    return context
+    return watch_questions(context)
 
 
 def functional_context(
@@ -238,7 +284,7 @@ def functional_context(
     )
     context.set_default_timeout(TIMEOUT_MS)
     context.route(lambda url: not url.startswith("http://127.0.0.1"), block_cdn)
-    return context
+    return watch_questions(context)
 
 
 @pytest.fixture
@@ -322,8 +368,13 @@ def ask(page: Page, text: str, *files: Path) -> None:
 
 
 def wait_answer_done(page: Page) -> None:
-    """Wait until the answer has ended (the Stop button is gone, Send is back). Right after
-    a question is sent, before the server's ``task_start``, that is already so: wait first
-    for something the answer draws where it matters."""
+    """Wait until the answer has ended: the server has taken every question the page sent
+    (its ``task_start`` came, or :data:`TASK_START_WAIT_S` passed), the Stop button is gone
+    and Send is back. Without the first, a question sent a moment before looked answered
+    (no Stop yet). An answer started by an action (Regenerate, Compare) is not watched:
+    wait first for something it draws."""
+    out = QUESTIONS_OUT.get(page)
+    while out and out.pending and time.monotonic() - out.sent_at < TASK_START_WAIT_S:
+        page.wait_for_timeout(20)
     expect(page.locator("#stop-button")).to_have_count(0)
     expect(page.locator("#chat-submit")).to_be_visible()

@@ -24,6 +24,7 @@ from tests.browser.conftest import (
     Stack,
     screenshot,
     wait_answer_done,
+    watch_questions,
 )
 
 pytestmark = pytest.mark.browser
@@ -95,7 +96,7 @@ def open_page(chromium: Browser, url: str, viewport: ViewportSize) -> tuple[Brow
         is_mobile=False,
     )
     context.add_init_script(IN_VIEW)
-    page = context.new_page()
+    page = watch_questions(context).new_page()
     page.goto(url)
     expect(page.locator("#chat-settings-open-modal")).to_be_attached()
     return context, page
