@@ -214,7 +214,7 @@ def test_a_long_reasoning_streams_folds_resumes_and_exports_whole(
 
 
 SAMPLE = """
-(reasoningText) => {
+(reasoningText) => new Promise((done) => requestAnimationFrame(() => {
   const boxes = [...document.querySelectorAll(".kimi-live")];
   const last = boxes.at(-1);
   const scroller = last?.closest(".overflow-y-auto");
@@ -223,17 +223,20 @@ SAMPLE = """
     below = last.getBoundingClientRect().bottom - scroller.getBoundingClientRect().bottom;
   }
   const reasoning = [...document.querySelectorAll(reasoningText)].map((e) => e.textContent);
-  return {
+  done({
     live: boxes.map((box) => box.textContent),
     inAnswer: boxes.some((box) => box.closest('[data-step-type="assistant_message"]') !== null),
     reasoning: reasoning.join("\\n"),
     below,
     thread: location.pathname.startsWith("/thread/"),
-  };
-}
+  });
+}))
 """
-"""What the page shows at one moment: the live texts (public/live.js), whether one is in an
-answer, the reasoning's text, and how far the last live text ends under the visible chat."""
+"""What the page shows at one frame: the live texts (public/live.js), whether one is in an
+answer, the reasoning's text, and how far the last live text ends under the visible chat.
+Taken in an animation frame, so after the scroll that live.js asked for at each change of
+the text made before the sample was asked (it follows in the next frame): taken at any
+moment, a fresh-clone run caught the text grown and not yet followed (2026-12-07)."""
 
 
 def test_the_open_block_streams_as_raw_text_once_and_in_view(chromium: Browser, app: App) -> None:
