@@ -12,7 +12,8 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from weakref import WeakKeyDictionary
@@ -22,8 +23,11 @@ import pytest
 from playwright.sync_api import (
     Browser,
     BrowserContext,
+    ConsoleMessage,
+    Frame,
     Page,
     Playwright,
+    Response,
     Route,
     ViewportSize,
     WebSocket,
@@ -238,17 +242,68 @@ class QuestionsOut:
 
 QUESTIONS_OUT: WeakKeyDictionary[Page, QuestionsOut] = WeakKeyDictionary()
 
+TRAIL: deque[str] = deque(maxlen=400)
+"""What the current test's pages did, one line each (navigations, socket frames cut to
+:data:`TRAIL_CHARS`, console errors and warnings, HTTP answers of 400 and up): shown with a
+failed test's report, since its pages are closed by then."""
+TRAIL_CHARS = 160
+
+
+def _trail(page: Page, what: str) -> None:
+    TRAIL.append(f"{time.monotonic():.3f} page {id(page) % 10_000:04d} {what[:TRAIL_CHARS]}")
+
+
+def _trail_page(page: Page) -> None:
+    def frames(socket: WebSocket) -> None:
+        socket.on("framesent", lambda payload: _trail(page, f">> {payload!s}"))
+        socket.on("framereceived", lambda payload: _trail(page, f"<< {payload!s}"))
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type in ("error", "warning"):
+            _trail(page, f"console {message.type}: {message.text}")
+
+    def response(answer: Response) -> None:
+        if answer.status >= 400:
+            _trail(page, f"HTTP {answer.status} {answer.request.method} {answer.url}")
+
+    def navigated(frame: Frame) -> None:
+        if frame.parent_frame is None:
+            _trail(page, f"at {frame.url}")
+
+    page.on("websocket", frames)
+    page.on("console", console)
+    page.on("response", response)
+    page.on("framenavigated", navigated)
+
 
 def _watch_questions(page: Page) -> None:
     QUESTIONS_OUT[page] = out = QuestionsOut()
     page.on("websocket", out.watch)
+    _trail_page(page)
 
 
 def watch_questions(context: BrowserContext) -> BrowserContext:
     """``context``, whose pages say to :func:`wait_answer_done` which questions the server
-    has not taken yet (every context the browser tests make, from its creation)."""
+    has not taken yet and keep a :data:`TRAIL` (every context the browser tests make, from
+    its creation)."""
     context.on("page", _watch_questions)
     return context
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Each test's :data:`TRAIL` starts empty."""
+    TRAIL.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed browser test's report carries its pages' :data:`TRAIL`."""
+    report = yield
+    if report.failed and TRAIL:
+        report.sections.append(("page trail", "\n".join(TRAIL)))
+    return report
 
 
 def new_context(
@@ -332,6 +387,37 @@ def stored_chat(page: Page, url: str, name: str) -> str:
             return found[0]
         assert time.monotonic() < deadline, f"no stored chat named {name!r}"
         page.wait_for_timeout(200)
+
+
+SIDEBAR_WAIT_MS = 5_000
+"""How long :func:`reopen_from_sidebar` waits for a listed chat in view before it opens the
+sidebar; the list comes a moment after the page."""
+
+
+def reopen_from_sidebar(page: Page, url: str, name: str) -> Page:
+    """Close ``page`` and open the signed-in person's stored chat named ``name`` as a person
+    does: a new tab on the app's page at ``url``, then the chat in the sidebar's list
+    (opened first where the screen is too narrow to show it). Returns the new tab, the same
+    size as ``page``, once Chainlit has resumed the chat there.
+
+    Not ``page.goto(url + "/thread/<id>")``: a full load of a chat's address can open a new
+    chat instead and show a spinner for good (Chainlit's page races two connections,
+    docs/facts.md "A chat's address loaded afresh can open a new chat")."""
+    chat = stored_chat(page, url, name)
+    context, size = page.context, page.viewport_size
+    page.close()
+    tab = context.new_page()
+    if size is not None:
+        tab.set_viewport_size(size)
+    tab.goto(url)
+    entry = tab.locator("#thread-history").get_by_text(name, exact=True)
+    try:
+        expect(entry).to_be_in_viewport(timeout=SIDEBAR_WAIT_MS)
+    except AssertionError:  # the sidebar is shut (a phone): open it
+        tab.locator("#sidebar-trigger-button").click()
+    entry.click()
+    tab.wait_for_url(f"**/thread/{chat}")
+    return tab
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -17,6 +17,7 @@ from tests.browser.conftest import (
     Stack,
     ask,
     new_context,
+    reopen_from_sidebar,
     screenshot,
     sign_in,
     stored_chat,
@@ -87,9 +88,9 @@ def test_compare_shows_both_answers_side_by_side_and_resumes_so(
         assert [part["type"] for part in content] == ["image_url", "text"]
         screenshot(page, f"compare-{size}")
 
-        chat = stored_chat(page, signed_stack.ui_url, question)
+        stored_chat(page, signed_stack.ui_url, question)
         page.wait_for_timeout(1_000)  # the rest of the chat's writes reach the database
-        page.goto(f"{signed_stack.ui_url}/thread/{chat}")
+        page = reopen_from_sidebar(page, signed_stack.ui_url, question)
         assert_laid_out(page, phone)
         expect(page.get_by_role("button", name=COMPARE)).to_have_count(1)  # under the answer
         screenshot(page, f"compare-resumed-{size}")
