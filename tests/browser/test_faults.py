@@ -101,6 +101,7 @@ def black_hole() -> Iterator[str]:
     listener.close()
 
 
+@pytest.mark.serial
 def test_a_server_that_never_answers_does_not_blank_the_page(
     chromium: Browser, black_hole: str, tmp_path: Path
 ) -> None:

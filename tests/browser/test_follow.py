@@ -27,7 +27,7 @@ from tests.browser.conftest import (
     watch_questions,
 )
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.serial]
 
 IN_VIEW = """
 window.__follow = { frames: 0, hidden: [] };

@@ -35,7 +35,7 @@ from tests.browser.test_persistence import PASSWORDS, App
 from tests.browser.test_persistence import scripted as scripted  # the scripted server
 from tests.fakes.kimi_server import LONG_END
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.serial]
 
 REASONING_TOKENS, ANSWER_TOKENS = 2_000, 400
 QUESTION = (

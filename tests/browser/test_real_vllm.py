@@ -26,7 +26,7 @@ from tests.browser.conftest import (
 from tests.conftest import DATA, free_port
 from tests.integration.conftest import VllmServer, vllm_server  # noqa: F401  (fixture)
 
-pytestmark = [pytest.mark.browser, pytest.mark.integration]
+pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.serial]
 
 
 @pytest.fixture

@@ -531,6 +531,7 @@ TYPE_INTO_CHAT = """(text) => {
 }"""
 
 
+@pytest.mark.serial
 def test_a_message_over_a_megabyte_is_answered_with_its_token_count(
     chromium: Browser, guarded: Guarded
 ) -> None:
