@@ -391,6 +391,36 @@ async def test_an_interrupted_turns_reasoning_step_is_found_by_never_having_ende
     )
 
 
+async def test_a_turn_stopped_before_its_row_was_written_is_marked_interrupted_too() -> None:
+    """The turn's row is written once its first words are out (backend/turn_runner.py), its
+    reasoning step as it opens: an app killed between the two leaves a question and a
+    reasoning step that never ended, and no turn record. A fresh-clone run at 437acd5
+    resumed such a chat as "Thinking…" with no note (test_persistence, sqlite)."""
+    at = "2026-12-01T10:00:0{}.000000Z"
+    page = thread("t")
+    page["steps"] = [
+        {"id": "m1", "type": "user_message", "name": "alice", "createdAt": at.format(0),
+         "output": "why?"},
+        {"id": "r1", "type": "llm", "name": "Thought for 1.0s", "createdAt": at.format(1),
+         "start": at.format(1), "end": at.format(2), "output": ""},
+        {"id": "a1", "type": "assistant_message", "name": "Kimi-VL", "createdAt": at.format(3),
+         "output": "Because."},
+        {"id": "m2", "type": "user_message", "name": "alice", "createdAt": at.format(4),
+         "output": "Think longer"},
+        {"id": "r2", "type": "llm", "name": "Thinking…", "createdAt": at.format(5),
+         "start": at.format(5), "end": None, "output": ""},
+    ]  # fmt: skip
+    await history.mark_interrupted(page, [])
+    steps = page["steps"]
+    assert [s["id"] for s in steps][:5] == ["m1", "r1", "a1", "m2", "r2"]
+    assert {s["id"]: s["name"] for s in steps}["r1"] == "Thought for 1.0s"
+    assert {s["id"]: s["name"] for s in steps}["r2"] == "Thought (interrupted)"
+    assert len(steps) == 6 and steps[-1]["output"].endswith(
+        "Interrupted: the app stopped before this answer ended."
+    )
+    assert steps[-1]["metadata"] == {"interrupted_turn": "m2"}
+
+
 @pytest.mark.parametrize("stored_blocks", [0, 1, 3])
 async def test_an_interrupted_reasoning_shows_each_saved_block_once(stored_blocks: int) -> None:
     """A block is stored once it closes; the reasoning saved while it streamed may hold

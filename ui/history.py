@@ -296,33 +296,64 @@ async def mark_interrupted(
     saved while it streamed, the answer saved while it streamed where its message was
     never stored (Chainlit stores a streaming message only once a block of it ends; a
     stored one is drawn from the turn: ui/datalayer.py), with remote images made links
-    as everywhere an answer is drawn, then a note that the app stopped there."""
+    as everywhere an answer is drawn, then a note that the app stopped there.
+
+    A turn is interrupted where ``records`` says so, and where a reasoning step never ended
+    with no record of its turn: the turn's row is written once its first words are out
+    (backend/turn_runner.py, ``Checkpoints.begin``), its reasoning step as it opens."""
     steps = cast(list[dict[str, Any]], thread["steps"])
     for record in records:
-        index = next((i for i, s in enumerate(steps) if s["id"] == record.message_id), None)
-        if index is None:
-            continue
-        end = next(
-            (j for j in range(index + 1, len(steps)) if steps[j]["type"] == "user_message"),
-            len(steps),
-        )
-        for step in list(steps[index + 1 : end]):
-            if step["type"] == "llm" and not step.get("end"):  # its reasoning never ended
-                step["name"] = tr("Thought (interrupted)")
-                step["end"] = step.get("start") or step.get("createdAt")
-                added = await _saved_blocks(steps, step, record.turn.reasoning)
-                end += added
-        created = str(steps[end - 1].get("createdAt") or "")
-        answer = record.turn.answer
-        shown = any(s["id"] == record.answer_id for s in steps[index + 1 : end])
-        if not shown and answer and record.answer_id:
-            linked = await link_remote_images_off_loop(answer)  # no image fetches
-            partial = _note_step(thread["id"], record.message_id, created, linked)
-            partial.update(id=record.answer_id, name=config.ui.name)  # as the answer's own
-            steps.insert(end, partial)
-            end, created = end + 1, str(partial["createdAt"])
-        note = tr(INTERRUPTED_NOTE)
-        steps.insert(end, _note_step(thread["id"], record.message_id, created, note))
+        await _mark_turn(thread["id"], steps, record.message_id, tr, record)
+    for message_id in _never_ended(steps):
+        await _mark_turn(thread["id"], steps, message_id, tr, None)
+
+
+def _never_ended(steps: list[dict[str, Any]]) -> list[str]:
+    """The ids of the person's messages whose turn has a reasoning step that never ended."""
+    asked: str | None = None
+    found: list[str] = []
+    for step in steps:
+        if step["type"] == "user_message":
+            asked = str(step["id"])
+        elif step["type"] == "llm" and not step.get("end") and asked and asked not in found:
+            found.append(asked)
+    return found
+
+
+async def _mark_turn(
+    thread_id: str,
+    steps: list[dict[str, Any]],
+    message_id: str,
+    tr: Translator,
+    record: TurnRecord | None,
+) -> None:
+    """Mark the turn of the person's message ``message_id`` interrupted, with what
+    ``record`` saved of it (None: nothing)."""
+    index = next((i for i, s in enumerate(steps) if s["id"] == message_id), None)
+    if index is None:
+        return
+    end = next(
+        (j for j in range(index + 1, len(steps)) if steps[j]["type"] == "user_message"),
+        len(steps),
+    )
+    for step in list(steps[index + 1 : end]):
+        if step["type"] == "llm" and not step.get("end"):  # its reasoning never ended
+            step["name"] = tr("Thought (interrupted)")
+            step["end"] = step.get("start") or step.get("createdAt")
+            if record is not None:
+                end += await _saved_blocks(steps, step, record.turn.reasoning)
+    created = str(steps[end - 1].get("createdAt") or "")
+    answer = record.turn.answer if record is not None else ""
+    answer_id = record.answer_id if record is not None else None
+    shown = any(s["id"] == answer_id for s in steps[index + 1 : end])
+    if not shown and answer and answer_id:
+        linked = await link_remote_images_off_loop(answer)  # no image fetches
+        partial = _note_step(thread_id, message_id, created, linked)
+        partial.update(id=answer_id, name=config.ui.name)  # as the answer's own
+        steps.insert(end, partial)
+        end, created = end + 1, str(partial["createdAt"])
+    note = tr(INTERRUPTED_NOTE)
+    steps.insert(end, _note_step(thread_id, message_id, created, note))
 
 
 async def _saved_blocks(steps: list[dict[str, Any]], step: dict[str, Any], saved: str) -> int:
