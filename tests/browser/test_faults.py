@@ -31,6 +31,7 @@ from tests.fakes.kimi_server import REASONING, SCENARIOS, continued, grouped, pr
 pytestmark = pytest.mark.browser
 
 
+@pytest.mark.serial  # the note must come within 6 s
 def test_a_silent_server_is_explained_within_seconds(page: Page, stack: Stack) -> None:
     ask(page, "Anyone there? #scenario=silent")
     note = page.get_by_text("The model server has not started answering yet")
@@ -101,7 +102,7 @@ def black_hole() -> Iterator[str]:
     listener.close()
 
 
-@pytest.mark.serial
+@pytest.mark.serial  # the page must answer within 15 s
 def test_a_server_that_never_answers_does_not_blank_the_page(
     chromium: Browser, black_hole: str, tmp_path: Path
 ) -> None:

@@ -91,6 +91,7 @@ def test_a_long_text_is_folded_and_a_click_unfolds_it(sized_page: Page) -> None:
     expect(text).to_have_attribute("aria-expanded", "false")
 
 
+@pytest.mark.serial  # the view must follow within 3 s
 def test_the_view_follows_the_grounding_overlay(sized_page: Page) -> None:
     page = sized_page
     page.locator('[id="starter-where-should-i-click?"]').click()

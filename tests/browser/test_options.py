@@ -98,7 +98,7 @@ def test_chinese_welcome_readme_and_starters(chromium: Browser, stack: Stack) ->
         context.close()
 
 
-@pytest.mark.serial
+@pytest.mark.serial  # the page's own clock times the stream and its frames
 def test_long_reasoning_is_batched_and_the_page_keeps_painting(
     chromium: Browser, stack: Stack
 ) -> None:

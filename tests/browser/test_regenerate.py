@@ -121,6 +121,7 @@ def stored_app(tmp_path: Path) -> Iterator[App]:
         server.stop()
 
 
+@pytest.mark.serial  # reloads at a chat's address: docs/facts.md, a chat loaded afresh
 def test_the_branch_shown_stays_after_a_reload_and_the_earlier_version_comes_back(
     chromium: Browser, stored_app: App
 ) -> None:

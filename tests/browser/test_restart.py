@@ -57,6 +57,7 @@ def restartable(tmp_path: Path) -> Iterator[Restartable]:
         stack.server.stop()
 
 
+@pytest.mark.serial  # the waiting note's count must move within 5 s
 @pytest.mark.parametrize(
     ("locale", "away", "back"),
     [
