@@ -416,17 +416,16 @@ PHONE_WIDTH_PX = 768
 (``frontend/src/hooks/use-mobile.tsx``)."""
 
 
-def reopen_from_sidebar(page: Page, url: str, name: str) -> Page:
-    """Close ``page`` and open the signed-in person's stored chat named ``name`` as a person
-    does: a new tab on the app's page at ``url``, then, once its chat session has started,
-    the chat in the sidebar's list (opened first on a phone-sized page). Returns the new
-    tab, the same size as ``page``, at the chat's address; the caller waits for what the
-    chat shows.
+def reopen_from_sidebar(page: Page, url: str, name: str, chat: str) -> Page:
+    """Close ``page`` and open the signed-in person's stored chat ``chat`` (its id, from
+    :func:`stored_chat`), named ``name``, as a person does: a new tab on the app's page at
+    ``url``, then, once its chat session has started, the chat in the sidebar's list
+    (opened first on a phone-sized page). Returns the new tab, the same size as ``page``,
+    at the chat's address; the caller waits for what the chat shows.
 
     Not ``page.goto(url + "/thread/<id>")``: a full load of a chat's address at times opened
     a new chat instead and showed a spinner for good (docs/facts.md, "A chat's address
     loaded afresh can open a new chat")."""
-    chat = stored_chat(page, url, name)
     context, size = page.context, page.viewport_size
     page.close()
     tab = context.new_page()

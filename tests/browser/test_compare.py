@@ -88,9 +88,9 @@ def test_compare_shows_both_answers_side_by_side_and_resumes_so(
         assert [part["type"] for part in content] == ["image_url", "text"]
         screenshot(page, f"compare-{size}")
 
-        stored_chat(page, signed_stack.ui_url, question)
+        chat = stored_chat(page, signed_stack.ui_url, question)
         page.wait_for_timeout(1_000)  # the rest of the chat's writes reach the database
-        page = reopen_from_sidebar(page, signed_stack.ui_url, question)
+        page = reopen_from_sidebar(page, signed_stack.ui_url, question, chat)
         assert_laid_out(page, phone)
         expect(page.get_by_role("button", name=COMPARE)).to_have_count(1)  # under the answer
         screenshot(page, f"compare-resumed-{size}")

@@ -95,9 +95,9 @@ def test_photos_the_browser_cannot_decode_show_as_pictures_everywhere(
         sent = conversation(signed_stack.requests()[-1])[-1]["content"]
         assert [part["type"] for part in sent] == ["image_url", "image_url", "text"]
 
-        stored_chat(page, signed_stack.ui_url, question)
+        chat = stored_chat(page, signed_stack.ui_url, question)
         page.wait_for_timeout(1_000)  # the rest of the chat's writes reach the database
-        page = reopen_from_sidebar(page, signed_stack.ui_url, question)
+        page = reopen_from_sidebar(page, signed_stack.ui_url, question, chat)
         expect(page.locator(SENT)).to_have_count(1)
         for photo in photos:
             shows_picture(page.locator(f'{SENT} img[alt="{photo.name}"]'))
