@@ -223,12 +223,16 @@ before Chainlit takes it (the app's bounds) gets none."""
 
 @dataclass
 class QuestionsOut:
-    """Questions one page has sent that the server has not yet taken (no ``task_start``)."""
+    """Questions one page has sent that the server has not yet taken (no ``task_start``),
+    and the tasks it runs for the page (a ``task_start`` without its ``task_end`` yet, on
+    the page's socket now: a new socket's tasks are all there is)."""
 
     pending: int = 0
     sent_at: float = 0.0
+    running: int = 0
 
     def watch(self, socket: WebSocket) -> None:
+        self.running = 0
         socket.on("framesent", self._sent)
         socket.on("framereceived", self._received)
 
@@ -238,8 +242,13 @@ class QuestionsOut:
             self.sent_at = time.monotonic()
 
     def _received(self, payload: str | bytes) -> None:
-        if isinstance(payload, str) and payload.startswith('42["task_start"'):
+        if not isinstance(payload, str):
+            return
+        if payload.startswith('42["task_start"'):
             self.pending = max(0, self.pending - 1)
+            self.running += 1
+        elif payload.startswith('42["task_end"'):  # Chainlit sends one unpaired as it connects
+            self.running = max(0, self.running - 1)
 
 
 QUESTIONS_OUT: WeakKeyDictionary[Page, QuestionsOut] = WeakKeyDictionary()
@@ -476,12 +485,17 @@ def ask(page: Page, text: str, *files: Path) -> None:
 
 def wait_answer_done(page: Page) -> None:
     """Wait until the answer has ended: the server has taken every question the page sent
-    (its ``task_start`` came, or :data:`TASK_START_WAIT_S` passed), the Stop button is gone
-    and Send is back. Without the first, a question sent a moment before looked answered
-    (no Stop yet). An answer started by an action (Regenerate, Compare) is not watched:
-    wait first for something it draws."""
+    (its ``task_start`` came, or :data:`TASK_START_WAIT_S` passed) and ended the tasks it
+    started (their ``task_end`` came, within :data:`TIMEOUT_MS`), the Stop button is gone
+    and Send is back. Without the first two, a question sent a moment before looked
+    answered (no Stop yet, or not drawn yet on a busy machine, while the app had not even
+    sent its request). An answer started by an action (Regenerate, Compare) is not
+    watched: wait first for something it draws."""
     out = QUESTIONS_OUT.get(page)
     while out and out.pending and time.monotonic() - out.sent_at < TASK_START_WAIT_S:
+        page.wait_for_timeout(20)
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while out and out.running and time.monotonic() < deadline:
         page.wait_for_timeout(20)
     expect(page.locator("#stop-button")).to_have_count(0)
     expect(page.locator("#chat-submit")).to_be_visible()
