@@ -10,6 +10,7 @@ answer, reasoning, status, the measured numbers), never rendered text.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
@@ -63,8 +64,8 @@ class TurnRecord:
         created_at: ISO 8601 UTC time the turn was first saved.
         legacy_stats: the stats line as text, as versions before :class:`Timings` stored
             it (their rows have no numbers but the reasoning time); None for newer rows.
-        compared: other models' answers to it (Compare), oldest first; only what this
-            session showed (:class:`ShownAnswers`), never stored.
+        compared: other models' answers to it (Compare), oldest first. Read: as stored
+            (:meth:`TurnSink.record_compared`); a save ignores it.
         parent_id: the message id (key) of the turn it follows; None for a first turn.
             Versions of one turn (Regenerate, Edit) follow the same turn
             (:mod:`backend.versions`).
@@ -132,41 +133,68 @@ class TurnSink(Protocol):
         """Store ``record`` (see the class docstring); how the chat's storing stands."""
         ...
 
+    async def record_compared(self, message_id: str, answer: ComparedAnswer) -> Saving:
+        """Store ``answer``, another model's answer to the turn of ``message_id`` (Compare),
+        after those stored before it; an answer of the turn's own that replaces an ended one
+        in place (Retry) drops them. How the chat's storing stands."""
+        ...
+
 
 class ShownAnswers:
     """What this session showed of each turn's answers beyond the turn itself: the
-    measured numbers and model (open mode stores none) and the Compare answers, by the person's
-    message id (Chainlit's); for an export of what the chat looks like."""
+    measured numbers and model (open mode stores none) and the Compare answers, by the
+    turn's key (:mod:`backend.versions`); for an export of what the chat looks like, and
+    for a version drawn again. A resumed chat starts with the stored Compare answers
+    (:meth:`resumed`)."""
 
     def __init__(self) -> None:
         self._timings: dict[str, Timings | None] = {}
         self._models: dict[str, str | None] = {}
         self._compared: dict[str, list[ComparedAnswer]] = {}
 
+    def resumed(self, compared: Mapping[str, Sequence[ComparedAnswer]]) -> None:
+        """Start from a stored chat's Compare answers, by turn key."""
+        for key, answers in compared.items():
+            self._compared[key] = list(answers)
+
     def ended(
         self,
-        message_id: str,
+        key: str,
         turn: Turn,
         timings: Timings | None,
         compared: str | None,
         model: str | None = None,
-    ) -> None:
-        """An answer to ``message_id`` ended: the turn's own, from served ``model``
+    ) -> ComparedAnswer | None:
+        """An answer to the turn of ``key`` ended: the turn's own, from served ``model``
         (``compared`` None; its earlier Compare answers were of an answer now replaced),
-        or another model's, labelled ``compared``."""
+        or another model's, labelled ``compared``, which is returned."""
         if compared is None:
-            self._timings[message_id] = timings
-            self._models[message_id] = model
-            self._compared.pop(message_id, None)
-        else:
-            answer = ComparedAnswer(compared, turn, timings)
-            self._compared.setdefault(message_id, []).append(answer)
+            self._timings[key] = timings
+            self._models[key] = model
+            self._compared.pop(key, None)
+            return None
+        answer = ComparedAnswer(compared, turn, timings)
+        self._compared.setdefault(key, []).append(answer)
+        return answer
+
+    def compared(self, key: str) -> tuple[ComparedAnswer, ...]:
+        """The other models' answers to the turn of ``key`` shown (or stored), oldest first."""
+        return tuple(self._compared.get(key, ()))
 
     def completed(self, record: TurnRecord) -> TurnRecord:
         """``record`` with what this session showed of it: its numbers and model if the
-        record has none, and its Compare answers."""
+        record has none, and its Compare answers: the stored ones, then those shown here
+        that are not stored (yet)."""
         shown = self._timings.get(record.message_id)
         timings = record.timings if record.timings is not None else shown
         model = record.model or self._models.get(record.message_id)
-        compared = tuple(self._compared.get(record.message_id, ()))
+        stored = [(c.label, c.turn.answer) for c in record.compared]
+        unstored = []
+        for answer in self.compared(record.message_id):
+            same = (answer.label, answer.turn.answer)
+            if same in stored:
+                stored.remove(same)  # one stored answer stands for one shown
+            else:
+                unstored.append(answer)
+        compared = (*record.compared, *unstored)
         return replace(record, timings=timings, model=model, compared=compared)

@@ -63,7 +63,14 @@ from backend.presenter import (
     rerun_note,
     server_away_note,
 )
-from backend.record import FIRST_WORDS_WAIT_S, Saving, ShownAnswers, TurnRecord, TurnSink
+from backend.record import (
+    FIRST_WORDS_WAIT_S,
+    ComparedAnswer,
+    Saving,
+    ShownAnswers,
+    TurnRecord,
+    TurnSink,
+)
 from backend.render import (
     AnswerText,
     Button,
@@ -489,10 +496,13 @@ class TurnRunner:
         timings = Timings.from_done(done) if done is not None else None
         turn.reasoning_s = timings.reasoning_s if timings is not None else None
         model = self.chat.model.id if self.chat.model else None
-        self.shown.ended(shown.message_id, turn, timings, shown.compared, model)
+        key = self._key_of(shown.message_id)
+        compared = self.shown.ended(key, turn, timings, shown.compared, model)
         answer_id = shown.answer_id if status != "failed" or shown.answer_started else None
 
         async def last() -> list[RenderEvent]:
+            if compared is not None:
+                return await self._record_compared(key, compared)
             earlier = await saving.settled() if saving is not None else []
             return [
                 *earlier,
@@ -538,6 +548,20 @@ class TurnRunner:
             ),
         )
         return self._storing_notes(await self.sink.record(record))
+
+    def _key_of(self, message_id: str) -> str:
+        """The key of the turn of UI message ``message_id`` (:mod:`backend.versions`); the
+        id itself where it names no turn of the chat (any more)."""
+        turn = self.chat.turn_of(message_id)
+        version = self.chat.version_of(turn) if turn is not None else None
+        return version.key if version is not None else message_id
+
+    async def _record_compared(self, key: str, answer: ComparedAnswer) -> list[RenderEvent]:
+        """Hand another model's ``answer`` to the turn of ``key`` to the sink, if there is
+        one; the notes on how the chat's storing stands."""
+        if self.sink is None or key not in self.chat.versions:
+            return []
+        return self._storing_notes(await self.sink.record_compared(key, answer))
 
     def _storing_notes(self, saving: Saving) -> list[RenderEvent]:
         """Say once that the chat is not being saved, once that it is again, and each thing

@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 
 from backend.conversation import Turn
 from backend.images import prepare_image
-from backend.record import ShownAnswers, TurnRecord
+from backend.record import ComparedAnswer, ShownAnswers, TurnRecord
 from backend.store.export import ChatExport, answer_key, export_html, marked_copies
 from backend.timings import Timings
 from tests.conftest import DATA
@@ -153,6 +153,24 @@ def test_open_mode_has_the_times_compare_answers_and_the_drawn_copies() -> None:
     images = [attrs["src"] or "" for tag, attrs in page.tags if tag == "img"]
     assert len(images) == 2 and images[0] != images[1]  # the photo and its drawn copy
     assert images[1].startswith("data:image/")
+
+
+def test_a_resumed_chat_exports_its_stored_compare_answers_and_those_shown_since() -> None:
+    """Defect: a resumed chat's export had none of the Compare answers the page showed (they
+    were held by the session that showed them). One stored answer stands for one shown:
+    the same answer twice, stored once, is exported twice once the second is stored too."""
+    turn = Turn(text="q", answer="a", status="done")
+    stored = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="b", status="done"))
+    shown = ShownAnswers()
+    shown.resumed({"m": [stored]})
+    assert shown.completed(TurnRecord(0, "m", turn, compared=(stored,))).compared == (stored,)
+    same_again = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="b", status="done"))
+    shown.ended("m", same_again.turn, None, "Kimi-VL Instruct")  # not stored yet
+    answers = shown.completed(TurnRecord(0, "m", turn, compared=(stored,))).compared
+    assert [(c.label, c.turn.answer) for c in answers] == [("Kimi-VL Instruct", "b")] * 2
+    assert answers[0] is stored
+    text = "".join(parse(chat([shown.completed(TurnRecord(0, "m", turn))])).text)
+    assert text.count("Kimi-VL Instruct") == 2
 
 
 def test_a_switch_of_model_mid_chat_is_marked_where_it_happened() -> None:

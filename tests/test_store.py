@@ -39,7 +39,7 @@ from backend.chat import SamplingOptions
 from backend.cli import main
 from backend.conversation import Budget, Turn
 from backend.images import prepare_image
-from backend.record import TurnRecord
+from backend.record import ComparedAnswer, TurnRecord
 from backend.safety import link_remote_images
 from backend.settings import Settings
 from backend.store import schema
@@ -77,7 +77,7 @@ def photo(name: str = "rocket.jpg") -> Any:
 async def test_migrations_apply_once_and_add_what_chainlit_writes(store: Store) -> None:
     assert await migrate(store.engine) == []  # check() applied them; again: nothing
     versions = await rows(store, "SELECT version FROM kimi_schema ORDER BY version")
-    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert [r["version"] for r in versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
 
     def columns(sync: Any) -> set[str]:
         return {c["name"] for c in inspect(sync).get_columns("kimi_steps")}
@@ -103,11 +103,11 @@ async def test_a_database_made_from_chainlits_documented_ddl_is_brought_up_to_da
             "\"output\") VALUES ('s1', 'n', 'user_message', 't1', false, 'kept')"
         )
     try:
-        assert await migrate(engine) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        assert await migrate(engine) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
         async with engine.connect() as db:
             row = (await db.execute(text('SELECT output, "autoCollapse" FROM kimi_steps'))).one()
         assert tuple(row) == ("kept", None)
-        assert LATEST == 11
+        assert LATEST == 12
     finally:
         await engine.dispose()
 
@@ -132,7 +132,7 @@ async def test_turns_stored_with_their_stats_line_as_text_read_back_after_migrat
             )
         )
     try:
-        assert await migrate(engine) == [4, 5, 6, 7, 8, 9, 10, 11]
+        assert await migrate(engine) == [4, 5, 6, 7, 8, 9, 10, 11, 12]
         (old,) = await TurnStore(engine, FileStore(Path(settings.data_dir) / "files")).load("t")
     finally:
         await engine.dispose()
@@ -398,7 +398,7 @@ async def test_migration_11_leaves_a_question_asked_as_typed_in_its_turn_only(
             await db.execute(
                 text("UPDATE kimi_steps SET output = :q WHERE id = 'q1'"), {"q": shown["q1"]}
             )
-        assert await migrate(store.engine) == [11]
+        assert await migrate(store.engine) == [11, 12]
         after = await rows(store, "SELECT id, output FROM kimi_steps")
         assert {r["id"]: r["output"] for r in after} == {**shown, "q1": None}
         thread = await layer.get_thread(thread_id)
@@ -653,6 +653,68 @@ async def test_a_message_answered_again_in_place_gets_new_numbers_or_none(store:
     await store.turns.save(thread_id, record(0, "m1", done, timings=Timings(0.1, None, 2.0, 50)))
     (back,) = await store.turns.load(thread_id)
     assert (back.timings, back.legacy_stats) == (Timings(0.1, None, 2.0, 50), None)
+
+
+def as_stored(answer: ComparedAnswer) -> tuple[object, ...]:
+    """What a store keeps of another model's answer (a turn compares by identity)."""
+    turn = answer.turn
+    return answer.label, turn.answer, turn.reasoning, turn.reasoning_s, turn.status, answer.timings
+
+
+async def test_other_models_answers_come_back_with_their_turn_oldest_first(store: Store) -> None:
+    """Compare answers are the chat's record too: an export and a version drawn again show
+    them after a resume and on another UI worker. The turn saved again as it was (a
+    version chosen or drawn again) keeps them; deleting the chat removes them."""
+    thread_id = str(uuid.uuid4())
+    turn = Turn(text="why?", answer="Because.", status="done")
+    await store.turns.save(thread_id, record(0, "m1", turn, answer_id="a1"))
+    await store.turns.save(
+        thread_id, record(1, "m2", Turn(text="and?", answer="So.", status="done"))
+    )
+    first = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="Since.", status="done"),
+                           Timings(0.2, None, 1.5, 12))  # fmt: skip
+    second = ComparedAnswer("Kimi-VL Thinking", Turn(text="", answer="As.", reasoning="hm",
+                            status="stopped"))  # fmt: skip
+    await store.turns.save_compared(thread_id, "m1", first)
+    await store.turns.save_compared(thread_id, "m1", second)
+    await store.turns.save(thread_id, record(0, "m1", turn, chosen=9))  # drawn again
+    one, two = await store.turns.load(thread_id)
+    assert [as_stored(c) for c in one.compared] == [as_stored(first), as_stored(second)]
+    assert two.compared == ()
+    await store.turns.delete_thread(thread_id)
+    assert await rows(store, "SELECT * FROM kimi_compared") == []
+
+
+async def test_a_persons_stored_chats_count_their_compare_answers(store: Store) -> None:
+    """``KIMI_USER_STORE_MB`` bounds what a person's chats hold: Compare answers too."""
+    thread_id = str(uuid.uuid4())
+    async with store.engine.begin() as db:
+        await db.execute(
+            text('INSERT INTO kimi_threads (id, "userIdentifier") VALUES (:t, :u)'),
+            {"t": thread_id, "u": "erin"},
+        )
+    turn = Turn(text="why?", answer="Because.", status="done")  # 4 + 8 bytes
+    await store.turns.save(thread_id, record(0, "m1", turn))
+    assert await store.stored_chats.held("erin") == 12
+    other = Turn(text="", answer="Weil.", reasoning="hm… ", status="done")  # 5 + 6 bytes
+    await store.turns.save_compared(thread_id, "m1", ComparedAnswer("Kimi-VL Instruct", other))
+    assert await store.stored_chats.held("erin") == 23
+    assert await store.stored_chats.held("frank") == 0
+
+
+async def test_an_answer_replaced_in_place_drops_the_other_models_answers_beside_it(
+    store: Store,
+) -> None:
+    """Retry on a stopped answer answers its message again in place: the Compare answers
+    were beside the answer it replaces, as the chat shows (backend/record.py)."""
+    thread_id = str(uuid.uuid4())
+    stopped = Turn(text="why?", answer="Beca", status="stopped")
+    await store.turns.save(thread_id, record(0, "m1", stopped))
+    other = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="Since.", status="done"))
+    await store.turns.save_compared(thread_id, "m1", other)
+    await store.turns.save(thread_id, record(0, "m1", Turn(text="why?", status="pending")))
+    (back,) = await store.turns.load(thread_id)
+    assert back.compared == ()
 
 
 @pytest.mark.parametrize("shown", [True, False], ids=["reasoning shown", "reasoning hidden"])

@@ -19,7 +19,7 @@ from PIL import Image
 from backend.chat import ChatSession, Upload
 from backend.events import ReasoningDelta, ReasoningOpened, Waiting
 from backend.logs import LOGGER_NAME
-from backend.record import Saving, TurnRecord
+from backend.record import ComparedAnswer, Saving, TurnRecord
 from backend.render import (
     AnswerEnd,
     AnswerText,
@@ -48,12 +48,17 @@ class Recorded:
 
     def __init__(self) -> None:
         self.records: list[TurnRecord] = []
+        self.compared: list[tuple[str, ComparedAnswer]] = []
 
     async def record(self, record: TurnRecord) -> Saving:
         turn = record.turn
         snapshot = replace(turn, images=list(turn.images))
         self.records.append(replace(record, turn=snapshot))
         return Saving()  # everything stored
+
+    async def record_compared(self, message_id: str, answer: ComparedAnswer) -> Saving:
+        self.compared.append((message_id, answer))
+        return Saving()
 
 
 async def drain(events: object) -> list[RenderEvent]:
@@ -418,20 +423,45 @@ async def test_a_rerun_of_an_older_turn_answers_a_new_version_and_keeps_the_late
     assert await drain(runner.rerun("m1")) != gone  # the message shows the new version
 
 
-async def test_a_compare_is_not_recorded_and_leaves_the_chat_as_it_was(chat: ChatSession) -> None:
+async def test_a_compare_is_recorded_beside_its_turn_and_leaves_the_chat_as_it_was(
+    chat: ChatSession,
+) -> None:
     sink = Recorded()
     runner = TurnRunner(chat, sink)
     await drain(runner.new_turn("m1", "#scenario=plain", []))
     other = (await chat.client.list_models())[0]
     chat.others = [replace(other, id="kimi-vl")]  # served by the same scripted server here
     events = await drain(runner.compare("m1", "kimi-vl"))
-    assert len(sink.records) == 2  # the first turn's two, nothing for the compare
+    assert len(sink.records) == 2  # the first turn's two, no turn for the compare
+    ((key, stored),) = sink.compared  # beside the turn, by its key
+    assert key == "m1" and stored.label == "Kimi-VL Instruct"
+    assert (stored.turn.answer, stored.turn.status) == (ANSWER.lstrip(), "done")
+    assert stored.timings is not None and stored.timings.completion_tokens
     final = next(e for e in events if isinstance(e, AnswerEnd))
     assert final.content == ANSWER.lstrip() and final.buttons == ()  # the label is not copied
     assert final.author == "Kimi-VL Instruct"  # its column's title (ui/compare_view.py)
     assert final.footer.startswith("*TTFT")
     assert len(chat.conversation.turns) == 1 and chat.model is not None
     assert chat.model.id == "kimi-vl-thinking-2506"
+
+
+async def test_a_compare_of_a_regenerated_answer_is_recorded_with_that_version(
+    chat: ChatSession,
+) -> None:
+    """The message shows the newest version; its Compare answer belongs to that version
+    (drawn again with it after ‹ n/m ›), not to the first one."""
+    sink = Recorded()
+    runner = TurnRunner(chat, sink)
+    await drain(runner.new_turn("m1", "#scenario=plain", []))
+    await drain(runner.rerun("m1"))  # Regenerate: a new version of the turn
+    newest = sink.records[-1].message_id
+    other = (await chat.client.list_models())[0]
+    chat.others = [replace(other, id="kimi-vl")]
+    await drain(runner.compare("m1", "kimi-vl"))
+    ((key, _),) = sink.compared
+    assert key == newest != "m1"
+    assert [c.label for c in runner.shown.compared(newest)] == ["Kimi-VL Instruct"]
+    assert runner.shown.compared("m1") == ()
 
 
 async def test_a_resumed_chat_gets_regenerate_under_its_last_answer(chat: ChatSession) -> None:

@@ -75,7 +75,14 @@ async def upgraded(
     else:
         url = restore_postgres(request.getfixturevalue("postgres"), source / "dump.sql")
     store = Store(Settings(data_dir=str(data), database_url=url))
-    assert await migrate(store.engine) == [7, 8, 9, 10, 11]  # the release stood at 6: migrated now
+    assert await migrate(store.engine) == [
+        7,
+        8,
+        9,
+        10,
+        11,
+        12,
+    ]  # the release stood at 6: migrated now
     await store.check()
     layer = KimiDataLayer(store, FilesStorageClient(store.files))
     monkeypatch.setattr(history, "_store", store)

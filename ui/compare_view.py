@@ -26,8 +26,11 @@ import chainlit as cl
 from chainlit.config import config
 
 from backend.i18n import ENGLISH, Translator, msg
+from backend.record import ComparedAnswer
+from backend.safety import link_remote_images
 from ui.blocks import BLOCK_ID_TAIL, StepBlocks
 from ui.reasoning_view import ReasoningView
+from ui.reasoning_view import draw_stored as draw_reasoning
 
 PAIR_ID_TAIL: Final = "c0a1c0a1c0a1"
 """The last group of a Compare pair's step id (public/style.css lays its columns out)."""
@@ -131,3 +134,14 @@ class ComparePair:
             await right.send()
             self._column = CompareColumn(right, self.tr)
         return self._column
+
+
+async def draw_stored(
+    left: tuple[str, str], answer: ComparedAnswer, footer: str, tr: Translator
+) -> None:
+    """Draw a Compare that has ended (a version drawn again: ui/versions_view.py): the
+    chat's own answer ``left`` (its model's label, its text as shown) beside ``answer``,
+    another model's, its reasoning folded in its column and ``footer`` under it."""
+    column = await ComparePair(left, answer.label, tr).column()
+    await draw_reasoning(answer.turn, tr, parent=column.step)
+    await column.finish(link_remote_images(answer.turn.answer), [], footer)

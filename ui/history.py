@@ -432,9 +432,8 @@ async def export(turns: TurnRunner) -> tuple[str, str]:
         except (SQLAlchemyError, OSError) as exc:
             log.error("export: reading the stored chat failed: %s", exc)
     if not records:  # nothing stored (open mode): what this session holds
-        message_ids = {id(t): k for k, t in session.message_turns.items()}
         records = [
-            TurnRecord(position=i, message_id=message_ids.get(id(t), ""), turn=t)
+            TurnRecord(position=i, message_id=session.versions.key_of(t) or "", turn=t)
             for i, t in enumerate(session.conversation.turns)
         ]
     records = [turns.shown.completed(record) for record in records]

@@ -100,15 +100,15 @@ class ReasoningView:
         await step.update()
 
 
-async def draw_stored(turn: Turn, tr: Translator) -> str | None:
+async def draw_stored(turn: Turn, tr: Translator, parent: cl.Step | None = None) -> str | None:
     """Draw ``turn``'s reasoning, if it has any, as a step that has ended (a version drawn
     again: ui/versions_view.py), titled as it was ("Thought for 12.3s", or "Thought"
-    when its time was not stored) and folded as one that streamed. Returns the step's id
-    (None: no reasoning)."""
+    when its time was not stored) and folded as one that streamed; inside ``parent`` if
+    given (a Compare column). Returns the step's id (None: no reasoning)."""
     if not turn.reasoning:
         return None
     step_id = str(uuid.uuid4())
-    view = ReasoningView(tr=tr)
+    view = ReasoningView(tr=tr, parent=parent)
     await view.add(turn.reasoning, step_id)
     await view.close(title=stored_thought_label(turn.reasoning_s, tr))
     return step_id

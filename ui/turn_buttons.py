@@ -52,7 +52,7 @@ async def on_compare(action: cl.Action) -> None:
     model = str(action.payload.get("model", ""))
     chat = turns.chat
     turn = chat.turn_of(message_id)
-    own_label = chat.tr.text(family_for(chat.model.id if chat.model else "").label)
+    own_label = chat.tr.text(chat.profile.label)
     own_answer = link_remote_images(turn.answer) if turn is not None else ""
     pair = ComparePair((own_label, own_answer), chat.tr.text(family_for(model).label), chat.tr)
     start_answer_task(

@@ -8,7 +8,8 @@ is drawn from the turns themselves: each question (with its images) as the perso
 message, naming its version (metadata :data:`backend.versions.TURN_KEY`: Edit and
 Regenerate on it find the turn after a resume too), its reasoning as a folded step, and its answer,
 recorded as the version's, with
-Regenerate and, where the turn has other versions, ‹ n/m ›. Fresh message ids: Chainlit
+Regenerate and, where the turn has other versions, ‹ n/m ›, and the other models' answers
+to it (Compare) beside it, as they were shown. Fresh message ids: Chainlit
 deletes a removed step in a task of its own, which may land after a new write of the same
 id. Chainlit stores what is drawn, so a resumed chat shows the same branch.
 """
@@ -17,13 +18,16 @@ from __future__ import annotations
 
 import chainlit as cl
 
+from backend.chat import ChatSession
 from backend.images import decode_data_url
 from backend.presenter import REGENERATE_LABEL
+from backend.record import ComparedAnswer
 from backend.render import Note, retry_button, version_buttons
 from backend.safety import link_remote_images
+from backend.timings import stats_line
 from backend.turn_runner import TurnRunner
 from backend.versions import TURN_KEY, Version
-from ui import history, process
+from ui import compare_view, history, process
 from ui.answer import action, said, say
 from ui.reasoning_view import draw_stored
 from ui.session import runner
@@ -79,6 +83,16 @@ async def draw_version(turns: TurnRunner, version: Version) -> None:
         content=link_remote_images(turn.answer), actions=[action(b) for b in buttons]
     )
     await answer.send()
+    own = (chat.tr.text(chat.profile.label), answer.content)
+    for compared in turns.shown.compared(version.key):
+        await compare_view.draw_stored(own, compared, compared_footer(compared, chat), chat.tr)
     for note in await turns.drawn_again(version.key, answer.id, reasoning_id):
         if isinstance(note, Note):
             await say(note.text, note.buttons, note.level)
+
+
+def compared_footer(compared: ComparedAnswer, chat: ChatSession) -> str:
+    """The line under another model's answer drawn again: its numbers, where it ended
+    normally and the chat shows them ("Timings under answers")."""
+    show_stats = chat.options is None or chat.options.show_stats
+    return f"*{stats_line(compared.timings, chat.tr)}*" if compared.timings and show_stats else ""

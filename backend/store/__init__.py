@@ -6,8 +6,8 @@ What is stored where (``KIMI_DATA_DIR``, default ``data/``):
   the page's tables (``kimi_threads``, ``kimi_steps``, ``kimi_elements``,
   ``kimi_feedback``, ``kimi_page_users``: what the page shows,
   :mod:`backend.store.pages`), ``kimi_users`` (sign-in), ``kimi_turns`` and ``kimi_images`` (the
-  conversation as the model saw it), ``kimi_signin_attempts`` (bounds every UI
-  worker shares: :mod:`backend.store.bounds`);
+  conversation as the model saw it), ``kimi_compared`` (other models' answers, Compare),
+  ``kimi_signin_attempts`` (bounds every UI worker shares: :mod:`backend.store.bounds`);
 * ``files/<user id>/<element id>/<name>``: uploads as the person sent them
   (shown on the page);
 * ``files/prepared/<thread id>/<sha256>.jpg|png|webp``: the prepared copies sent to

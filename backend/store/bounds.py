@@ -392,7 +392,8 @@ class Lease:
 class StoredChats:
     """What one user's stored chats hold, in bytes, and the bound on it
     (``KIMI_USER_STORE_MB``), read from the store so that every worker and host sees the
-    same: the UTF-8 bytes of their turns' text, answer and reasoning (``kimi_turns``) and
+    same: the UTF-8 bytes of their turns' text, answer and reasoning (``kimi_turns``), of
+    the other models' answers and reasoning beside them (Compare, ``kimi_compared``) and
     the source bytes of their images (``kimi_images``), over the chats the user owns
     (``kimi_threads."userIdentifier"``). What Chainlit keeps beside a turn (its steps, the
     uploaded files) follows the turn's size.
@@ -411,13 +412,16 @@ class StoredChats:
         if self.engine.dialect.name == "sqlite":  # SQLite 3.40 has no octet_length
             length = "length(CAST({} AS BLOB))"
         text_bytes = " + ".join(length.format(f"t.{c}") for c in ("text", "answer", "reasoning"))
+        compared_bytes = " + ".join(length.format(f"c.{c}") for c in ("answer", "reasoning"))
         owned = 'JOIN kimi_threads h ON h.id = {}.thread_id WHERE h."userIdentifier" = :user'
         async with self.engine.connect() as db:
             found = await db.execute(
                 text(
                     f"SELECT (SELECT COALESCE(SUM({text_bytes}), 0) FROM kimi_turns t "
-                    f"{owned.format('t')}) + (SELECT COALESCE(SUM(i.source_bytes), 0) "
-                    f"FROM kimi_images i {owned.format('i')})"
+                    f"{owned.format('t')}) + (SELECT COALESCE(SUM({compared_bytes}), 0) "
+                    f"FROM kimi_compared c {owned.format('c')}) + "
+                    f"(SELECT COALESCE(SUM(i.source_bytes), 0) FROM kimi_images i "
+                    f"{owned.format('i')})"
                 ),
                 {"user": user},
             )

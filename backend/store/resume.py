@@ -5,7 +5,8 @@ model saw: the text as sent, the prepared image copies (the stored bytes, never
 prepared again), answers, and reasoning for display only (it never goes back:
 :meth:`backend.conversation.Turn.assistant_message`). A turn whose answer never
 ended (the app was killed) comes back ``stopped`` with what was stored, so it is
-left out of the history when it has no answer. Message ids map to turns again,
+left out of the history when it has no answer; other models' answers to a turn
+(Compare) come back with it. Message ids map to turns again,
 so Edit of a message and Regenerate of the last answer work as before. Every version of
 a turn comes back (:mod:`backend.versions`); the conversation is the branch shown when the
 chat was left.
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.conversation import Conversation, Turn
-from backend.record import TurnRecord
+from backend.record import ComparedAnswer, TurnRecord
 from backend.versions import Versions
 
 
@@ -36,6 +37,7 @@ class Restored:
         last_answer_id: Chainlit id of the last answer message (for its Regenerate).
         answer_ids: each version's answer message (Chainlit id), by its key, where stored.
         interrupted: the turns whose answer never ended.
+        compared: other models' answers to a turn (Compare), by its key, oldest first.
     """
 
     conversation: Conversation
@@ -46,6 +48,7 @@ class Restored:
     last_answer_id: str | None = None
     answer_ids: dict[str, str] = field(default_factory=dict)
     interrupted: list[TurnRecord] = field(default_factory=list)
+    compared: dict[str, tuple[ComparedAnswer, ...]] = field(default_factory=dict)
 
 
 def restore(records: list[TurnRecord]) -> Restored:
@@ -62,6 +65,8 @@ def restore(records: list[TurnRecord]) -> Restored:
             restored.answer_ids[record.message_id] = record.answer_id
         if record.interrupted:
             restored.interrupted.append(record)
+        if record.compared:
+            restored.compared[record.message_id] = record.compared
     asked = [r for r in ordered if r.model]
     if asked:  # the model and options the chat was last asked with
         restored.model, restored.options = asked[-1].model, dict(asked[-1].options)

@@ -25,7 +25,8 @@ so a regenerated answer or an edited question is a version beside the earlier on
 and written only through Chainlit's public ``BaseDataLayer`` in ``ui/datalayer.py``;
 migration 9 leaves an answer's text in its turn only (the step of its message, named by
 the turn's ``answer_id``, had a copy); migration 10 names a turn's reasoning step, whose
-blocks then keep no copy; migration 11 leaves a question asked as typed in its turn only.
+blocks then keep no copy; migration 11 leaves a question asked as typed in its turn only;
+migration 12 stores other models' answers to a turn (Compare, ``kimi_compared``).
 
 :func:`migrate` applies what is missing, each migration in one transaction that
 also records its version; running it again does nothing. Two processes starting
@@ -235,6 +236,28 @@ step's children, keep no copy of the turn's reasoning (:mod:`backend.store.pages
 of earlier releases have none: their blocks keep their text, and are read as they were."""
 
 
+_COMPARED_ANSWERS: Final = (
+    """CREATE TABLE IF NOT EXISTS kimi_compared (
+        "thread_id" TEXT NOT NULL,
+        "message_id" TEXT NOT NULL,
+        "position" INTEGER NOT NULL,
+        "label" TEXT NOT NULL,
+        "answer" TEXT NOT NULL,
+        "reasoning" TEXT NOT NULL,
+        "status" TEXT NOT NULL,
+        "ttft_s" DOUBLE PRECISION,
+        "reasoning_s" DOUBLE PRECISION,
+        "elapsed_s" DOUBLE PRECISION,
+        "completion_tokens" INTEGER,
+        "created_at" TEXT NOT NULL,
+        PRIMARY KEY ("thread_id", "message_id", "position")
+    )""",
+)
+"""Other models' answers to a turn (Compare), by the turn's message id, oldest first
+(:mod:`backend.store.turns`): an export, and a version drawn again, show them after a
+resume and on any UI worker, as the page does."""
+
+
 def _questions_in_their_turns(connection: Connection) -> None:
     """A person's message asked as typed keeps no copy of its turn's text (NULL: the page
     reads it from the turn, :mod:`backend.store.pages`); a message drawn again for a
@@ -305,6 +328,7 @@ MIGRATIONS: Final = (
     Migration(9, "an answer's text only in its turn", _run(_ANSWERS_IN_THEIR_TURNS)),
     Migration(10, "a reasoning's text only in its turn", _add_columns(_REASONING_STEP_COLUMN)),
     Migration(11, "a question's text only in its turn", _questions_in_their_turns),
+    Migration(12, "other models' answers to a turn (Compare)", _run(_COMPARED_ANSWERS)),
 )
 """Every migration, oldest first; versions are 1, 2, ... without gaps."""
 

@@ -6,9 +6,11 @@ each turn's text as sent (with PDF page and video frame lines), its answer and
 reasoning, how it ended, the model and sampling options it was asked with, what
 was measured of its answer (:class:`backend.timings.Timings`: numbers, never the
 words shown), and the prepared image copies (the very bytes that went to vLLM, so
-a resumed chat never prepares an upload again). Tables ``kimi_turns`` and
-``kimi_images`` (:mod:`backend.store.schema`); image bytes in the file store
-under ``prepared/<thread id>/<sha256>.<jpg|png|webp>``.
+a resumed chat never prepares an upload again). Other models' answers to a turn
+(Compare) are stored beside it, so an export and a version drawn again show them after
+a resume too. Tables ``kimi_turns``, ``kimi_images`` and ``kimi_compared``
+(:mod:`backend.store.schema`); image bytes in the file store under
+``prepared/<thread id>/<sha256>.<jpg|png|webp>``.
 
 A turn is found by its message id (one row per message in a chat); ``position``
 orders the turns. Versions of a turn (Regenerate, Edit) are turns of their own that name
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any, Final
@@ -36,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from backend.conversation import Turn, TurnStatus
 from backend.i18n import msg
 from backend.images import PREPARED_SUFFIXES, PREPARED_TYPES, PreparedImage, data_url
-from backend.record import INTERRUPTED, Saving, TurnRecord
+from backend.record import INTERRUPTED, ComparedAnswer, Saving, TurnRecord
 from backend.store import pages
 from backend.store.files import Files
 from backend.store.pending import PendingWrites, Write
@@ -141,6 +143,11 @@ class TurnStore:
                 {"t": thread_id, "p": position},
             )
             await _page_copies(db, thread_id, record, place.stored)
+            if _answer_replaced(record, place.stored):  # Compare answers were beside that one
+                await db.execute(
+                    text("DELETE FROM kimi_compared WHERE thread_id = :t AND message_id = :m"),
+                    {"t": thread_id, "m": record.message_id},
+                )
             await db.execute(
                 text(
                     f"INSERT INTO kimi_turns ({columns}) VALUES ({values}) "
@@ -167,6 +174,40 @@ class TurnStore:
                         "source_bytes": image.source_bytes,
                     },
                 )
+
+    async def save_compared(self, thread_id: str, message_id: str, answer: ComparedAnswer) -> None:
+        """Store ``answer``, another model's answer to the turn of ``message_id`` (Compare),
+        after the ones stored before it. Writes to one chat wait for each other, as
+        :meth:`save`'s do."""
+        turn, timings = answer.turn, answer.timings or Timings()
+        async with self.engine.begin() as db:
+            if db.dialect.name == "postgresql":
+                await db.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": thread_id}
+                )
+            await db.execute(
+                text(
+                    'INSERT INTO kimi_compared (thread_id, message_id, "position", label, answer, '
+                    "reasoning, status, ttft_s, reasoning_s, elapsed_s, completion_tokens, "
+                    'created_at) SELECT :t, :m, COALESCE(MAX("position") + 1, 0), :label, '
+                    ":answer, :reasoning, :status, :ttft_s, :reasoning_s, :elapsed_s, "
+                    ":completion_tokens, :created_at FROM kimi_compared "
+                    "WHERE thread_id = :t AND message_id = :m"
+                ),
+                {
+                    "t": thread_id,
+                    "m": message_id,
+                    "label": answer.label,
+                    "answer": turn.answer,
+                    "reasoning": turn.reasoning,
+                    "status": turn.status,
+                    "ttft_s": timings.ttft_s,
+                    "reasoning_s": timings.reasoning_s,
+                    "elapsed_s": timings.elapsed_s,
+                    "completion_tokens": timings.completion_tokens,
+                    "created_at": _now(),
+                },
+            )
 
     def _write_images(self, thread_id: str, images: list[PreparedImage]) -> list[str]:
         """Write each image's file unless it is there already; their keys, in order."""
@@ -195,19 +236,38 @@ class TurnStore:
                 {"t": thread_id},
             )
             images = found.mappings().all()
+            found = await db.execute(
+                text(
+                    "SELECT * FROM kimi_compared WHERE thread_id = :t "
+                    'ORDER BY message_id, "position"'
+                ),
+                {"t": thread_id},
+            )
+            compared: dict[str, list[ComparedAnswer]] = {}
+            for row in found.mappings():
+                compared.setdefault(str(row["message_id"]), []).append(_compared(row))
         payloads = await asyncio.to_thread(
             lambda: [self.files.read(str(row["object_key"])) for row in images]
         )
         by_turn: dict[int, list[PreparedImage]] = {}
         for row, data in zip(images, payloads, strict=True):
             by_turn.setdefault(int(row["turn"]), []).append(_image(row, data))
-        return [_record(row, by_turn.get(int(row["position"]), [])) for row in turns]
+        return [
+            replace(
+                _record(row, by_turn.get(int(row["position"]), [])),
+                compared=tuple(compared.get(str(row["message_id"]), ())),
+            )
+            for row in turns
+        ]
 
     async def delete_thread(self, thread_id: str) -> None:
         """Remove the turns, image rows and image files of ``thread_id``."""
         async with self.engine.begin() as db:
             await db.execute(text("DELETE FROM kimi_images WHERE thread_id = :t"), {"t": thread_id})
             await db.execute(text("DELETE FROM kimi_turns WHERE thread_id = :t"), {"t": thread_id})
+            await db.execute(
+                text("DELETE FROM kimi_compared WHERE thread_id = :t"), {"t": thread_id}
+            )
         await asyncio.to_thread(self.files.delete_tree, f"prepared/{thread_id}")
 
 
@@ -247,6 +307,12 @@ async def _place_of(db: AsyncConnection, thread_id: str, record: TurnRecord) -> 
     while end in children:  # at each place the version chosen last (the first of a tie)
         end = max(children[end], key=lambda child: child[0])[1]
     return Place(after, new=True, parent_id=end)
+
+
+def _answer_replaced(record: TurnRecord, stored: StoredAnswer | None) -> bool:
+    """True if ``record`` answers its message again in place (Retry, more tokens) where an
+    answer had ended: the other models' answers stored beside the earlier one go."""
+    return stored is not None and stored.status != "pending" and not stored.same_as(record.turn)
 
 
 def _kept(record: TurnRecord, stored: StoredAnswer | None) -> tuple[str, ...]:
@@ -340,6 +406,19 @@ def _image(row: RowMapping, data: bytes) -> PreparedImage:
     )
 
 
+def _compared(row: RowMapping) -> ComparedAnswer:
+    """Another model's answer from its ``kimi_compared`` row."""
+    numbers = Timings(row["ttft_s"], row["reasoning_s"], row["elapsed_s"], row["completion_tokens"])
+    turn = Turn(
+        text="",
+        answer=str(row["answer"]),
+        reasoning=str(row["reasoning"]),
+        reasoning_s=row["reasoning_s"],
+        status=_status(str(row["status"])),
+    )
+    return ComparedAnswer(str(row["label"]), turn, None if numbers == Timings() else numbers)
+
+
 def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
     """A record from its ``kimi_turns`` row; a turn whose answer never ended is ``stopped``."""
     stored = str(row["status"])
@@ -396,6 +475,20 @@ class ThreadTurns:
             size=size,
             key=("turn", self.thread_id, record.message_id),  # the latest replaces a held one
         )
+        return await self._written(job)
+
+    async def record_compared(self, message_id: str, answer: ComparedAnswer) -> Saving:
+        """Save ``answer``, another model's, beside the turn of ``message_id``
+        (:meth:`TurnStore.save_compared`), now or once the store takes writes again."""
+        job = Write(
+            run=lambda: self.turns.save_compared(self.thread_id, message_id, answer),
+            chat=self.thread_id,
+            what=msg("the answer of {model}", model=answer.label),
+            size=len(answer.turn.answer) + len(answer.turn.reasoning),
+        )
+        return await self._written(job)
+
+    async def _written(self, job: Write) -> Saving:
         await self.pending.write(job)
         lost = tuple(self.pending.take_lost(self.thread_id))
         return Saving(held=self.pending.holds(self.thread_id) > 0, lost=lost)

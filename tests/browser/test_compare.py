@@ -7,6 +7,8 @@ Content-Security-Policy: the checks are Playwright's, not the test's own scripts
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import Browser, FloatRect, Locator, Page, ViewportSize, expect
 
@@ -23,6 +25,7 @@ from tests.browser.conftest import (
     stored_chat,
     wait_answer_done,
 )
+from tests.browser.test_export import export
 from tests.conftest import DATA
 from tests.fakes.kimi_server import conversation
 
@@ -82,7 +85,10 @@ def test_compare_shows_both_answers_side_by_side_and_resumes_so(
         wait_answer_done(page)
         assert_laid_out(page, phone)
         expect(page.locator(COLUMNS).last).to_contain_text("TTFT")  # how it ended, under it
-        (request,) = signed_stack.requests()
+        requests = signed_stack.requests()
+        asked = [(r["model"], str(conversation(r)[-1]["content"])[-120:]) for r in requests]
+        assert len(requests) == 1, asked
+        (request,) = requests
         assert request["model"] == "kimi-vl"
         content = conversation(request)[-1]["content"]
         assert [part["type"] for part in content] == ["image_url", "text"]
@@ -94,5 +100,40 @@ def test_compare_shows_both_answers_side_by_side_and_resumes_so(
         assert_laid_out(page, phone)
         expect(page.get_by_role("button", name=COMPARE)).to_have_count(1)  # under the answer
         screenshot(page, f"compare-resumed-{size}")
+    finally:
+        context.close()
+
+
+def test_an_earlier_version_comes_back_with_its_compare_and_a_resumed_chat_exports_it(
+    chromium: Browser, signed_stack: Stack, tmp_path: Path
+) -> None:
+    """Defects: ‹ n/m › drew an earlier version without the Compare it had, and a resumed
+    chat's Export left out the Compare answers its page showed (they were held by the
+    session that showed them; now stored with their turn)."""
+    context = new_context(chromium)
+    try:
+        page = sign_in(context, signed_stack.ui_url, *SIGNED_USER)
+        question = "What is in this picture? (versions)"
+        ask(page, question, DATA / "rocket.jpg")
+        wait_answer_done(page)
+        page.get_by_role("button", name=COMPARE).last.click()
+        expect(page.locator(COLUMNS).last).to_contain_text("TTFT")
+        page.get_by_role("button", name="Regenerate", exact=True).last.click()
+        earlier = page.get_by_role("button", name="‹ 2/2", exact=True)
+        expect(earlier).to_have_count(1)  # under the new answer, once it has ended
+        earlier.click()
+        expect(page.get_by_role("button", name="‹ 1/2", exact=True)).to_have_count(1)
+        expect(page.locator(PAIR)).to_have_count(1)  # drawn again with its version
+        assert_laid_out(page, phone=False)
+        expect(page.locator(COLUMNS).last).to_contain_text("TTFT")
+        screenshot(page, "compare-earlier-version")
+
+        chat = stored_chat(page, signed_stack.ui_url, question)
+        page.wait_for_timeout(1_000)  # the rest of the chat's writes reach the database
+        page = reopen_from_sidebar(page, signed_stack.ui_url, question, chat)
+        expect(page.locator(PAIR)).to_have_count(1)
+        html = export(page, "Export", tmp_path / "chat.html").read_text()
+        assert html.count('class="compared"') == 1
+        assert html.count(">Kimi-VL Instruct<") == 1
     finally:
         context.close()
