@@ -127,10 +127,7 @@ class TurnStore:
         """
         keys = await asyncio.to_thread(self._write_images, thread_id, record.turn.images)
         async with self.engine.begin() as db:
-            if db.dialect.name == "postgresql":
-                await db.execute(
-                    text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": thread_id}
-                )
+            await _one_writer(db, thread_id)
             place = await _place_of(db, thread_id, record)
             position = place.position
             row = _row(thread_id, record, place)
@@ -181,10 +178,7 @@ class TurnStore:
         :meth:`save`'s do."""
         turn, timings = answer.turn, answer.timings or Timings()
         async with self.engine.begin() as db:
-            if db.dialect.name == "postgresql":
-                await db.execute(
-                    text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": thread_id}
-                )
+            await _one_writer(db, thread_id)
             await db.execute(
                 text(
                     'INSERT INTO kimi_compared (thread_id, message_id, "position", label, answer, '
@@ -269,6 +263,14 @@ class TurnStore:
                 text("DELETE FROM kimi_compared WHERE thread_id = :t"), {"t": thread_id}
             )
         await asyncio.to_thread(self.files.delete_tree, f"prepared/{thread_id}")
+
+
+async def _one_writer(db: AsyncConnection, thread_id: str) -> None:
+    """Make the other writers of chat ``thread_id`` wait for this transaction: on PostgreSQL
+    an advisory lock per chat; SQLite's transactions take the write lock at BEGIN
+    (:mod:`backend.store.db`)."""
+    if db.dialect.name == "postgresql":
+        await db.execute(text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": thread_id})
 
 
 async def _place_of(db: AsyncConnection, thread_id: str, record: TurnRecord) -> Place:
