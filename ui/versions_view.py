@@ -22,7 +22,7 @@ from backend.chat import ChatSession
 from backend.images import decode_data_url
 from backend.presenter import REGENERATE_LABEL
 from backend.record import ComparedAnswer
-from backend.render import Note, retry_button, version_buttons
+from backend.render import Note, compare_button, retry_button, version_buttons
 from backend.safety import link_remote_images
 from backend.timings import stats_line
 from backend.turn_runner import TurnRunner
@@ -48,16 +48,17 @@ async def show_version(turns: TurnRunner, key: str) -> None:
     shown, notes = await turns.choose(key)
     place = len(turns.chat.conversation.turns) - len(shown)
     await history.clear_turns_from(place)
-    for version in shown:
-        await draw_version(turns, version)
+    for n, version in enumerate(shown, 1):
+        await draw_version(turns, version, last=n == len(shown))
     for note in notes:
         if isinstance(note, Note):
             await say(note.text, note.buttons, note.level)
 
 
-async def draw_version(turns: TurnRunner, version: Version) -> None:
+async def draw_version(turns: TurnRunner, version: Version, last: bool) -> None:
     """Draw one turn of the branch shown: its question as the person's message (id: the
-    version's key, which Edit and Regenerate then name) and its answer, if it has one."""
+    version's key, which Edit and Regenerate then name) and its answer, if it has one;
+    the ``last`` turn's answer with Compare too, as a resumed chat's last answer has."""
     chat, turn = turns.chat, version.turn
     pictures = []
     for image in turn.images:
@@ -78,6 +79,8 @@ async def draw_version(turns: TurnRunner, version: Version) -> None:
     if not turn.answer:
         return
     buttons = [retry_button(question.id, chat.tr, REGENERATE_LABEL)]
+    if last and turn.in_history:
+        buttons += [compare_button(question.id, other, chat.tr) for other in chat.others]
     buttons += version_buttons(chat.versions, version.key)
     answer = cl.Message(
         content=link_remote_images(turn.answer), actions=[action(b) for b in buttons]

@@ -124,6 +124,7 @@ def test_an_earlier_version_comes_back_with_its_compare_and_a_resumed_chat_expor
         earlier.click()
         expect(page.get_by_role("button", name="‹ 1/2", exact=True)).to_have_count(1)
         expect(page.locator(PAIR)).to_have_count(1)  # drawn again with its version
+        expect(page.get_by_role("button", name=COMPARE)).to_have_count(1)  # the last answer's
         assert_laid_out(page, phone=False)
         expect(page.locator(COLUMNS).last).to_contain_text("TTFT")
         screenshot(page, "compare-earlier-version")
