@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing, asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, ParamSpec
 
@@ -104,11 +104,20 @@ async def draw_run(
     """:func:`draw` a turn a button started (Retry, Regenerate, Compare, Send without
     them) inside a run step, as Chainlit runs ``on_message``: its page puts the Copy
     button under the last answer of a run, and only there."""
+    async with button_run():
+        await draw(events, chat, pressed, compare=compare)
+
+
+@asynccontextmanager
+async def button_run() -> AsyncIterator[cl.Step]:
+    """A run step for what a button draws, as Chainlit runs ``on_message``; kept in the
+    session (``history.RUNS``) so that the turns it drew leave the page with it when the
+    chat forks before them (:func:`ui.history.fork_after`, a version shown instead)."""
     # The page knows a run by its step's name (CL_RUN_NAMES in chainlit/context.py).
     async with cl.Step(name="on_message", type="run", show_input=False) as run:
         runs: list[cl.Step] = cl.user_session.get(history.RUNS) or []
-        cl.user_session.set(history.RUNS, [*runs, run])  # for history.fork_after
-        await draw(events, chat, pressed, compare=compare)
+        cl.user_session.set(history.RUNS, [*runs, run])
+        yield run
 
 
 async def _draw(events: Events, view: TurnView, after_first: AfterFirst | None = None) -> None:

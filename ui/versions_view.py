@@ -28,7 +28,7 @@ from backend.timings import stats_line
 from backend.turn_runner import TurnRunner
 from backend.versions import TURN_KEY, Version
 from ui import compare_view, history, process
-from ui.answer import action, said, say
+from ui.answer import action, button_run, said, say
 from ui.reasoning_view import draw_stored
 from ui.session import runner
 from ui.tasks import start_answer_task
@@ -75,12 +75,20 @@ async def draw_version(turns: TurnRunner, version: Version, last: bool) -> None:
     )
     await question.send()
     chat.message_turns[question.id] = turn
+    async with button_run():  # what it draws under the question leaves with it
+        await draw_answer(turns, version, question.id, last)
+
+
+async def draw_answer(turns: TurnRunner, version: Version, question_id: str, last: bool) -> None:
+    """Draw the reasoning and the answer of ``version`` (asked as message ``question_id``)
+    and the other models' answers to it beside it, as :func:`draw_version` says."""
+    chat, turn = turns.chat, version.turn
     reasoning_id = await draw_stored(turn, chat.tr)
     if not turn.answer:
         return
-    buttons = [retry_button(question.id, chat.tr, REGENERATE_LABEL)]
+    buttons = [retry_button(question_id, chat.tr, REGENERATE_LABEL)]
     if last and turn.in_history:
-        buttons += [compare_button(question.id, other, chat.tr) for other in chat.others]
+        buttons += [compare_button(question_id, other, chat.tr) for other in chat.others]
     buttons += version_buttons(chat.versions, version.key)
     answer = cl.Message(
         content=link_remote_images(turn.answer), actions=[action(b) for b in buttons]

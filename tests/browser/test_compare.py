@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, FloatRect, Locator, Page, ViewportSize,
 from tests.browser.conftest import (
     DESKTOP,
     PHONE,
+    REASONING_STEP,
     SIGNED_USER,
     Stack,
     ask,
@@ -35,6 +36,8 @@ PAIR = '[id^="step-"][id$="c0a1c0a1c0a1"]'
 COLUMNS = '[id^="step-"][id$="c0a1c0a1c01a"]'
 """The pair's step and its columns (ui/compare_view.py's id tails)."""
 TITLE = "h3 button"
+THOUGHT = f'{REASONING_STEP} button[id^="step-Thought for"]'
+"""The title of a reasoning step that has ended."""
 COMPARE = "Compare with Kimi-VL Instruct"
 
 
@@ -128,6 +131,12 @@ def test_an_earlier_version_comes_back_with_its_compare_and_a_resumed_chat_expor
         assert_laid_out(page, phone=False)
         expect(page.locator(COLUMNS).last).to_contain_text("TTFT")
         screenshot(page, "compare-earlier-version")
+        page.get_by_role("button", name="›", exact=True).click()  # the newer version again
+        expect(earlier).to_have_count(1)
+        expect(page.locator(PAIR)).to_have_count(0)  # it has no Compare
+        expect(page.locator(THOUGHT)).to_have_count(1)  # its reasoning, not the other's too
+        earlier.click()
+        expect(page.locator(PAIR)).to_have_count(1)
 
         chat = stored_chat(page, signed_stack.ui_url, question)
         page.wait_for_timeout(1_000)  # the rest of the chat's writes reach the database
