@@ -38,7 +38,7 @@ from backend.auth import MAX_PASSWORD_CHARS, AuthError, check_password
 from backend.cli import main
 from backend.conversation import Turn
 from backend.images import prepare_image
-from backend.record import TurnRecord
+from backend.record import ComparedAnswer, TurnRecord
 from backend.settings import Settings
 from backend.store.bounds import SignInThrottle
 from backend.store.core import Store
@@ -358,6 +358,28 @@ async def shared_chat(app: App) -> dict[str, str]:
     assert threads is not None and threads[0]["elements"]
     ids["photo_url"] = str(threads[0]["elements"][0]["url"])
     return ids
+
+
+async def test_a_shared_chat_shows_the_version_shown_with_its_compare_answers(app: App) -> None:
+    """Defect: the public page showed every version of a turn, not the branch the chat
+    shows (as Export does)."""
+    chat = await shared_chat(app)
+    regenerated = Turn(text="What is in the photo?", answer="A launch pad at dawn.",
+                       status="done")  # fmt: skip
+    again = TurnRecord(position=1, message_id="v2", turn=regenerated, chosen=99,
+                       parent_id=None, beside=chat["question"])  # fmt: skip
+    await app.store.turns.save(chat["thread"], again)
+    other = Turn(text="", answer="Also a rocket, says Instruct.", status="done")
+    await app.store.turns.save_compared(
+        chat["thread"], "v2", ComparedAnswer("Kimi-VL Instruct", other)
+    )
+    alice = await app.signed_in("alice")
+    body = {"threadId": chat["thread"], "isShared": True}
+    assert (await alice.put("/project/thread/share", json=body)).status_code == 200
+    page = (await app.client().get(f"/share/{chat['thread']}")).text
+    assert "A launch pad at dawn." in page and "Also a rocket, says Instruct." in page
+    assert "A rocket on its pad." not in page  # the version not shown
+    assert page.count("What is in the photo?") == 1
 
 
 async def test_a_shared_chat_is_a_public_page_until_it_is_unshared(app: App) -> None:

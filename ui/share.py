@@ -26,6 +26,7 @@ from backend.families import family_for
 from backend.i18n import Translator, msg
 from backend.store.core import Store
 from backend.store.export import ChatExport, export_html
+from backend.store.resume import shown_records
 
 _SHARE_PATH: Final = re.compile(r"^/share/([A-Za-z0-9-]{1,64})/?$")
 NOT_SHARED: Final = msg("This chat is not shared.")
@@ -51,7 +52,7 @@ async def public_page(
         text = tr(NOT_SHARED)
         body = f'<!DOCTYPE html><html lang="{tr.locale}"><meta charset="utf-8"><p>{text}</p></html>'
         return HTMLResponse(body, 404, headers=headers)
-    records = await store.turns.load(thread_id)
+    records = shown_records(await store.turns.load(thread_id))  # the branch the chat shows
     last = records[-1] if records else None
     page = ChatExport(
         title=thread.name or "Kimi-VL chat",
