@@ -133,10 +133,11 @@ class TurnSink(Protocol):
         """Store ``record`` (see the class docstring); how the chat's storing stands."""
         ...
 
-    async def record_compared(self, message_id: str, answer: ComparedAnswer) -> Saving:
+    async def record_compared(self, message_id: str, answer: ComparedAnswer, beside: str) -> Saving:
         """Store ``answer``, another model's answer to the turn of ``message_id`` (Compare),
-        after those stored before it; an answer of the turn's own that replaces an ended one
-        in place (Retry) drops them. How the chat's storing stands."""
+        after those stored before it, while the turn's own answer is ``beside`` (the one it
+        was shown beside); an answer of the turn's own that replaces an ended one in place
+        (Retry) drops them. How the chat's storing stands."""
         ...
 
 

@@ -561,7 +561,8 @@ class TurnRunner:
         one; the notes on how the chat's storing stands."""
         if self.sink is None or key not in self.chat.versions:
             return []
-        return self._storing_notes(await self.sink.record_compared(key, answer))
+        beside = self.chat.versions[key].turn.answer
+        return self._storing_notes(await self.sink.record_compared(key, answer, beside))
 
     def _storing_notes(self, saving: Saving) -> list[RenderEvent]:
         """Say once that the chat is not being saved, once that it is again, and each thing

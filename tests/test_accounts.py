@@ -371,7 +371,7 @@ async def test_a_shared_chat_shows_the_version_shown_with_its_compare_answers(ap
     await app.store.turns.save(chat["thread"], again)
     other = Turn(text="", answer="Also a rocket, says Instruct.", status="done")
     await app.store.turns.save_compared(
-        chat["thread"], "v2", ComparedAnswer("Kimi-VL Instruct", other)
+        chat["thread"], "v2", ComparedAnswer("Kimi-VL Instruct", other), regenerated.answer
     )
     alice = await app.signed_in("alice")
     body = {"threadId": chat["thread"], "isShared": True}

@@ -675,8 +675,8 @@ async def test_other_models_answers_come_back_with_their_turn_oldest_first(store
                            Timings(0.2, None, 1.5, 12))  # fmt: skip
     second = ComparedAnswer("Kimi-VL Thinking", Turn(text="", answer="As.", reasoning="hm",
                             status="stopped"))  # fmt: skip
-    await store.turns.save_compared(thread_id, "m1", first)
-    await store.turns.save_compared(thread_id, "m1", second)
+    await store.turns.save_compared(thread_id, "m1", first, "Because.")
+    await store.turns.save_compared(thread_id, "m1", second, "Because.")
     await store.turns.save(thread_id, record(0, "m1", turn, chosen=9))  # drawn again
     one, two = await store.turns.load(thread_id)
     assert [as_stored(c) for c in one.compared] == [as_stored(first), as_stored(second)]
@@ -697,7 +697,9 @@ async def test_a_persons_stored_chats_count_their_compare_answers(store: Store) 
     await store.turns.save(thread_id, record(0, "m1", turn))
     assert await store.stored_chats.held("erin") == 12
     other = Turn(text="", answer="Weil.", reasoning="hm… ", status="done")  # 5 + 6 bytes
-    await store.turns.save_compared(thread_id, "m1", ComparedAnswer("Kimi-VL Instruct", other))
+    await store.turns.save_compared(
+        thread_id, "m1", ComparedAnswer("Kimi-VL Instruct", other), "Because."
+    )
     assert await store.stored_chats.held("erin") == 23
     assert await store.stored_chats.held("frank") == 0
 
@@ -711,10 +713,21 @@ async def test_an_answer_replaced_in_place_drops_the_other_models_answers_beside
     stopped = Turn(text="why?", answer="Beca", status="stopped")
     await store.turns.save(thread_id, record(0, "m1", stopped))
     other = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="Since.", status="done"))
-    await store.turns.save_compared(thread_id, "m1", other)
+    await store.turns.save_compared(thread_id, "m1", other, "Beca")
     await store.turns.save(thread_id, record(0, "m1", Turn(text="why?", status="pending")))
     (back,) = await store.turns.load(thread_id)
     assert back.compared == ()
+    # Held while the store was away, the Compare's write comes after the Retry's: the
+    # answer it stood beside is gone, so it is not stored beside the new one.
+    await store.turns.save(
+        thread_id, record(0, "m1", Turn(text="why?", answer="So.", status="done"))
+    )
+    await store.turns.save_compared(thread_id, "m1", other, "Beca")
+    (back,) = await store.turns.load(thread_id)
+    assert back.compared == ()
+    await store.turns.save_compared(thread_id, "m1", other, "So.")
+    (back,) = await store.turns.load(thread_id)
+    assert [c.turn.answer for c in back.compared] == ["Since."]
 
 
 @pytest.mark.parametrize("shown", [True, False], ids=["reasoning shown", "reasoning hidden"])

@@ -49,6 +49,7 @@ class Recorded:
     def __init__(self) -> None:
         self.records: list[TurnRecord] = []
         self.compared: list[tuple[str, ComparedAnswer]] = []
+        self.beside: list[str] = []
 
     async def record(self, record: TurnRecord) -> Saving:
         turn = record.turn
@@ -56,8 +57,9 @@ class Recorded:
         self.records.append(replace(record, turn=snapshot))
         return Saving()  # everything stored
 
-    async def record_compared(self, message_id: str, answer: ComparedAnswer) -> Saving:
+    async def record_compared(self, message_id: str, answer: ComparedAnswer, beside: str) -> Saving:
         self.compared.append((message_id, answer))
+        self.beside.append(beside)
         return Saving()
 
 
@@ -101,8 +103,9 @@ async def test_a_turn_is_recorded_as_it_starts_and_as_it_ends_with_numbers_not_w
     events = await drain(
         TurnRunner(chat, sink).new_turn("m1", "What is it? #scenario=thinking", [])
     )
-    started, ended = sink.records
+    started, *streaming, ended = sink.records  # saves while it streams: save_every_s
     assert (started.position, started.message_id, started.turn.status) == (0, "m1", "pending")
+    assert all(r.turn.status == "pending" for r in streaming)
     assert started.answer_id is None and started.timings is None
     assert ended.turn.status == "done" and ended.turn.reasoning == REASONING
     assert ended.turn.answer == ANSWER.lstrip()
@@ -177,8 +180,9 @@ async def test_the_turn_as_it_starts_is_stored_once_its_first_words_are_drawn(
     sink = StoreThatSeesTheScreen()
     async for event in TurnRunner(chat, sink).new_turn("m1", "#scenario=thinking", []):
         sink.drawn.append(event)
-    started, ended = sink.records
+    started, *streaming, ended = sink.records  # saves while it streams: save_every_s
     assert (started.turn.status, ended.turn.status) == ("pending", "done")
+    assert all(r.turn.status == "pending" for r in streaming)
     assert started.turn.reasoning == started.turn.answer == ""  # the turn as it started
     first_words = sink.words_at_write[0]
     assert first_words.strip() and REASONING.startswith(first_words)
@@ -438,6 +442,7 @@ async def test_a_compare_is_recorded_beside_its_turn_and_leaves_the_chat_as_it_w
     assert len(sink.records) == 2  # the first turn's two, no turn for the compare
     ((key, stored),) = sink.compared  # beside the turn, by its key
     assert key == "m1" and stored.label == "Kimi-VL Instruct"
+    assert sink.beside == [sink.records[-1].turn.answer]  # and beside its own answer
     assert (stored.turn.answer, stored.turn.status) == (ANSWER.lstrip(), "done")
     assert stored.timings is not None and stored.timings.completion_tokens
     final = next(e for e in events if isinstance(e, AnswerEnd))

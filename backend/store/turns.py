@@ -172,9 +172,13 @@ class TurnStore:
                     },
                 )
 
-    async def save_compared(self, thread_id: str, message_id: str, answer: ComparedAnswer) -> None:
+    async def save_compared(
+        self, thread_id: str, message_id: str, answer: ComparedAnswer, beside: str
+    ) -> None:
         """Store ``answer``, another model's answer to the turn of ``message_id`` (Compare),
-        after the ones stored before it. Writes to one chat wait for each other, as
+        after the ones stored before it, if the turn's own answer is still ``beside``, the
+        one it was shown beside (a write held while the store was away may come after a
+        Retry in place replaced it). Writes to one chat wait for each other, as
         :meth:`save`'s do."""
         turn, timings = answer.turn, answer.timings or Timings()
         async with self.engine.begin() as db:
@@ -183,14 +187,16 @@ class TurnStore:
                 text(
                     'INSERT INTO kimi_compared (thread_id, message_id, "position", label, answer, '
                     "reasoning, status, ttft_s, reasoning_s, elapsed_s, completion_tokens, "
-                    'created_at) SELECT :t, :m, COALESCE(MAX("position") + 1, 0), :label, '
+                    'created_at) SELECT :t, :m, (SELECT COALESCE(MAX("position") + 1, 0) '
+                    "FROM kimi_compared WHERE thread_id = :t AND message_id = :m), :label, "
                     ":answer, :reasoning, :status, :ttft_s, :reasoning_s, :elapsed_s, "
-                    ":completion_tokens, :created_at FROM kimi_compared "
-                    "WHERE thread_id = :t AND message_id = :m"
+                    ":completion_tokens, :created_at WHERE EXISTS (SELECT 1 FROM kimi_turns "
+                    "WHERE thread_id = :t AND message_id = :m AND answer = :beside)"
                 ),
                 {
                     "t": thread_id,
                     "m": message_id,
+                    "beside": beside,
                     "label": answer.label,
                     "answer": turn.answer,
                     "reasoning": turn.reasoning,
@@ -479,11 +485,12 @@ class ThreadTurns:
         )
         return await self._written(job)
 
-    async def record_compared(self, message_id: str, answer: ComparedAnswer) -> Saving:
-        """Save ``answer``, another model's, beside the turn of ``message_id``
-        (:meth:`TurnStore.save_compared`), now or once the store takes writes again."""
+    async def record_compared(self, message_id: str, answer: ComparedAnswer, beside: str) -> Saving:
+        """Save ``answer``, another model's, beside the turn of ``message_id`` and its own
+        answer ``beside`` (:meth:`TurnStore.save_compared`), now or once the store takes
+        writes again."""
         job = Write(
-            run=lambda: self.turns.save_compared(self.thread_id, message_id, answer),
+            run=lambda: self.turns.save_compared(self.thread_id, message_id, answer, beside),
             chat=self.thread_id,
             what=msg("the answer of {model}", model=answer.label),
             size=len(answer.turn.answer) + len(answer.turn.reasoning),
