@@ -96,7 +96,8 @@ async def write_chat(layer: KimiDataLayer, store: Store, photos: list[Path]) -> 
 async def table_bytes(store: Store) -> int:
     """PostgreSQL: bytes of the app's tables with their indexes and TOAST data."""
     tables = ("kimi_page_users", "kimi_threads", "kimi_steps", "kimi_elements", "kimi_feedback",
-              "kimi_users", "kimi_turns", "kimi_images", "kimi_schema")  # fmt: skip
+              "kimi_users", "kimi_turns", "kimi_images", "kimi_compared",
+              "kimi_schema")  # fmt: skip
     async with store.engine.connect() as db:
         sizes = [
             (await db.execute(text("SELECT pg_total_relation_size(:t)"), {"t": t})).scalar()

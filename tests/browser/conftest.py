@@ -489,8 +489,8 @@ def wait_answer_done(page: Page) -> None:
     started (their ``task_end`` came, within :data:`TIMEOUT_MS`), the Stop button is gone
     and Send is back. Without the first two, a question sent a moment before looked
     answered (no Stop yet, or not drawn yet on a busy machine, while the app had not even
-    sent its request). An answer started by an action (Regenerate, Compare) is not
-    watched: wait first for something it draws."""
+    sent its request). An answer started by an action (Regenerate, Compare) is watched
+    only once its ``task_start`` has come: wait first for something it draws."""
     out = QUESTIONS_OUT.get(page)
     while out and out.pending and time.monotonic() - out.sent_at < TASK_START_WAIT_S:
         page.wait_for_timeout(20)
