@@ -223,6 +223,6 @@ async def on_chat_resume(thread: ThreadDict) -> None:
     await connect_or_wait(turns.chat, [], served_now)
     turns.chat.served_besides(process.served_known(refresh=False))  # its Compare buttons
     turns.answer_ids.update(restored.answer_ids)  # where ‹ n/m › go
-    turns.shown.resumed(restored.compared)  # drawn again with their version, and exported
+    turns.shown.resumed(restored.compared, restored.models)  # for ‹ n/m › and Export
     await draw(turns.resumed(restored.last_answer_id), turns.chat)
     await commands.offer()

@@ -153,10 +153,18 @@ class ShownAnswers:
         self._models: dict[str, str | None] = {}
         self._compared: dict[str, list[ComparedAnswer]] = {}
 
-    def resumed(self, compared: Mapping[str, Sequence[ComparedAnswer]]) -> None:
-        """Start from a stored chat's Compare answers, by turn key."""
+    def resumed(
+        self, compared: Mapping[str, Sequence[ComparedAnswer]], models: Mapping[str, str]
+    ) -> None:
+        """Start from a stored chat's Compare answers and the models that answered its
+        turns, by turn key."""
         for key, answers in compared.items():
             self._compared[key] = list(answers)
+        self._models.update(models)
+
+    def model(self, key: str) -> str | None:
+        """The served model that answered the turn of ``key``, if known."""
+        return self._models.get(key)
 
     def ended(
         self,

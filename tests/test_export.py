@@ -162,13 +162,14 @@ def test_a_resumed_chat_exports_its_stored_compare_answers_and_those_shown_since
     turn = Turn(text="q", answer="a", status="done")
     stored = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="b", status="done"))
     shown = ShownAnswers()
-    shown.resumed({"m": [stored]})
+    shown.resumed({"m": [stored]}, {"m": "kimi-vl-thinking-2506"})
     assert shown.completed(TurnRecord(0, "m", turn, compared=(stored,))).compared == (stored,)
     same_again = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="b", status="done"))
     shown.ended("m", same_again.turn, None, "Kimi-VL Instruct")  # not stored yet
     answers = shown.completed(TurnRecord(0, "m", turn, compared=(stored,))).compared
     assert [(c.label, c.turn.answer) for c in answers] == [("Kimi-VL Instruct", "b")] * 2
     assert answers[0] is stored
+    assert shown.model("m") == "kimi-vl-thinking-2506" and shown.model("n") is None
     text = "".join(parse(chat([shown.completed(TurnRecord(0, "m", turn))])).text)
     assert text.count("Kimi-VL Instruct") == 2
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import chainlit as cl
 
 from backend.chat import ChatSession
+from backend.families import family_for
 from backend.images import decode_data_url
 from backend.presenter import REGENERATE_LABEL
 from backend.record import ComparedAnswer
@@ -94,7 +95,9 @@ async def draw_answer(turns: TurnRunner, version: Version, question_id: str, las
         content=link_remote_images(turn.answer), actions=[action(b) for b in buttons]
     )
     await answer.send()
-    own = (chat.tr.text(chat.profile.label), answer.content)
+    model = turns.shown.model(version.key)  # its own, which the chat may have left since
+    family = family_for(model) if model else chat.profile
+    own = (chat.tr.text(family.label), answer.content)
     for compared in turns.shown.compared(version.key):
         await compare_view.draw_stored(own, compared, compared_footer(compared, chat), chat.tr)
     for note in await turns.drawn_again(version.key, answer.id, reasoning_id):

@@ -38,6 +38,7 @@ class Restored:
         answer_ids: each version's answer message (Chainlit id), by its key, where stored.
         interrupted: the turns whose answer never ended.
         compared: other models' answers to a turn (Compare), by its key, oldest first.
+        models: the served model name each turn was answered by, by its key, where stored.
     """
 
     conversation: Conversation
@@ -49,6 +50,7 @@ class Restored:
     answer_ids: dict[str, str] = field(default_factory=dict)
     interrupted: list[TurnRecord] = field(default_factory=list)
     compared: dict[str, tuple[ComparedAnswer, ...]] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
 
 
 def restore(records: list[TurnRecord]) -> Restored:
@@ -67,6 +69,8 @@ def restore(records: list[TurnRecord]) -> Restored:
             restored.interrupted.append(record)
         if record.compared:
             restored.compared[record.message_id] = record.compared
+        if record.model:
+            restored.models[record.message_id] = record.model
     asked = [r for r in ordered if r.model]
     if asked:  # the model and options the chat was last asked with
         restored.model, restored.options = asked[-1].model, dict(asked[-1].options)
