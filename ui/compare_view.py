@@ -39,7 +39,7 @@ COLUMN_ID_TAIL: Final = "c0a1c0a1c01a"
 """The last group of a column's step id."""
 
 COMPARE_LABEL: Final = msg("Compare")
-"""The pair's own title (hidden by the page's stylesheet: each column has its model's)."""
+"""The pair's own title, above its two columns (each titled with its model's label)."""
 
 
 def tailed_id(tail: str) -> str:

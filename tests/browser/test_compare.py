@@ -130,6 +130,7 @@ def test_an_earlier_version_comes_back_with_its_compare_and_a_resumed_chat_expor
         expect(page.get_by_role("button", name=COMPARE)).to_have_count(1)  # the last answer's
         assert_laid_out(page, phone=False)
         expect(page.locator(COLUMNS).last).to_contain_text("TTFT")
+        page.get_by_role("button", name="‹ 1/2", exact=True).scroll_into_view_if_needed()
         screenshot(page, "compare-earlier-version")
         page.get_by_role("button", name="›", exact=True).click()  # the newer version again
         expect(earlier).to_have_count(1)
