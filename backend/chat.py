@@ -157,6 +157,12 @@ class ChatSession:
         return family_for(self.wanted_model or self.settings.model)
 
     @property
+    def shows_stats(self) -> bool:
+        """Whether answers end with their line of timings (the settings panel's "Timings
+        under answers"; on until the chat has options)."""
+        return self.options is None or self.options.show_stats
+
+    @property
     def max_model_len(self) -> int:
         """Max model length in tokens: the server's if it says, else the setting."""
         if self.model and self.model.max_model_len:

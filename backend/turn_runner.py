@@ -797,7 +797,7 @@ class Shown:
             others=tuple(chat.others),
             compared=self.compared,
             dev_mode=chat.settings.dev_mode,
-            show_stats=chat.options is None or chat.options.show_stats,
+            show_stats=chat.shows_stats,
             versions=self._versions(turn),
         )
         drawn: list[RenderEvent] = [finished(self.answer_id, shown, done, ending, chat.tr)]

@@ -108,5 +108,5 @@ async def draw_answer(turns: TurnRunner, version: Version, question_id: str, las
 def compared_footer(compared: ComparedAnswer, chat: ChatSession) -> str:
     """The line under another model's answer drawn again: its numbers, where it ended
     normally and the chat shows them ("Timings under answers")."""
-    show_stats = chat.options is None or chat.options.show_stats
-    return f"*{stats_line(compared.timings, chat.tr)}*" if compared.timings and show_stats else ""
+    timings = compared.timings
+    return f"*{stats_line(timings, chat.tr)}*" if timings and chat.shows_stats else ""

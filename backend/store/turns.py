@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any, Final
@@ -253,9 +253,10 @@ class TurnStore:
         for row, data in zip(images, payloads, strict=True):
             by_turn.setdefault(int(row["turn"]), []).append(_image(row, data))
         return [
-            replace(
-                _record(row, by_turn.get(int(row["position"]), [])),
-                compared=tuple(compared.get(str(row["message_id"]), ())),
+            _record(
+                row,
+                by_turn.get(int(row["position"]), []),
+                tuple(compared.get(str(row["message_id"]), ())),
             )
             for row in turns
         ]
@@ -416,7 +417,6 @@ def _image(row: RowMapping, data: bytes) -> PreparedImage:
 
 def _compared(row: RowMapping) -> ComparedAnswer:
     """Another model's answer from its ``kimi_compared`` row."""
-    numbers = Timings(row["ttft_s"], row["reasoning_s"], row["elapsed_s"], row["completion_tokens"])
     turn = Turn(
         text="",
         answer=str(row["answer"]),
@@ -424,14 +424,23 @@ def _compared(row: RowMapping) -> ComparedAnswer:
         reasoning_s=row["reasoning_s"],
         status=_status(str(row["status"])),
     )
-    return ComparedAnswer(str(row["label"]), turn, None if numbers == Timings() else numbers)
+    return ComparedAnswer(str(row["label"]), turn, _measured(row))
 
 
-def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
-    """A record from its ``kimi_turns`` row; a turn whose answer never ended is ``stopped``."""
+def _measured(row: RowMapping) -> Timings | None:
+    """What was measured of the answer of a ``kimi_turns`` or ``kimi_compared`` row (its
+    :data:`MEASURED` columns); None if nothing was."""
+    numbers = Timings(row["ttft_s"], row["reasoning_s"], row["elapsed_s"], row["completion_tokens"])
+    return None if numbers == Timings() else numbers
+
+
+def _record(
+    row: RowMapping, images: list[PreparedImage], compared: tuple[ComparedAnswer, ...]
+) -> TurnRecord:
+    """A record from its ``kimi_turns`` row, its images and the other models' answers to it;
+    a turn whose answer never ended is ``stopped``."""
     stored = str(row["status"])
     status = _read_status(stored)
-    numbers = Timings(row["ttft_s"], row["reasoning_s"], row["elapsed_s"], row["completion_tokens"])
     return TurnRecord(
         position=int(row["position"]),
         message_id=str(row["message_id"]),
@@ -445,7 +454,7 @@ def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
             reasoning_s=row["reasoning_s"],
             status=status,
         ),
-        timings=None if numbers == Timings() else numbers,
+        timings=_measured(row),
         model=row["model"],
         options=json.loads(row["options"] or "{}"),
         stored_status=stored,
@@ -453,6 +462,7 @@ def _record(row: RowMapping, images: list[PreparedImage]) -> TurnRecord:
         legacy_stats=row["stats"],
         parent_id=row["parent_id"],
         chosen=int(row["chosen"] or 0),
+        compared=compared,
     )
 
 
