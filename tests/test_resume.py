@@ -421,6 +421,31 @@ async def test_a_turn_stopped_before_its_row_was_written_is_marked_interrupted_t
     assert steps[-1]["metadata"] == {"interrupted_turn": "m2"}
 
 
+async def test_a_question_stopped_before_anything_of_its_answer_was_written_is_marked() -> None:
+    """The page's writes wait for the answer's first words (ui/first_words.py): an app
+    killed while the page showed "Thinking…" left the question alone, and the resumed chat
+    showed it with no note (a fresh-clone run at 01e7189, test_persistence, postgresql)."""
+    at = "2026-12-01T10:00:0{}.000000Z"
+    page = thread("t")
+    page["steps"] = [
+        {"id": "m1", "type": "user_message", "name": "alice", "createdAt": at.format(0),
+         "output": "why?"},
+        {"id": "a1", "type": "assistant_message", "name": "Kimi-VL", "createdAt": at.format(1),
+         "output": "Because."},
+        {"id": "m2", "type": "user_message", "name": "alice", "createdAt": at.format(2),
+         "output": "Think longer"},
+    ]  # fmt: skip
+    await history.mark_interrupted(page, [])
+    steps = page["steps"]
+    assert [s["id"] for s in steps][:3] == ["m1", "a1", "m2"] and len(steps) == 4
+    assert steps[-1]["output"].endswith("Interrupted: the app stopped before this answer ended.")
+    assert steps[-1]["metadata"] == {"interrupted_turn": "m2"}
+    answered = thread("t")
+    answered["steps"] = page["steps"][:2]
+    await history.mark_interrupted(answered, [])
+    assert len(answered["steps"]) == 2  # a chat whose last question was answered: no note
+
+
 @pytest.mark.parametrize("stored_blocks", [0, 1, 3])
 async def test_an_interrupted_reasoning_shows_each_saved_block_once(stored_blocks: int) -> None:
     """A block is stored once it closes; the reasoning saved while it streamed may hold

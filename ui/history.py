@@ -298,14 +298,18 @@ async def mark_interrupted(
     stored one is drawn from the turn: ui/datalayer.py), with remote images made links
     as everywhere an answer is drawn, then a note that the app stopped there.
 
-    A turn is interrupted where ``records`` says so, and where a reasoning step never ended
-    with no record of its turn: the turn's row is written once its first words are out
-    (backend/turn_runner.py, ``Checkpoints.begin``), its reasoning step as it opens."""
+    A turn is interrupted where ``records`` says so, and, with no record of its turn, where
+    a reasoning step never ended or the chat's last question has nothing after it: the
+    turn's row, and the page's writes, wait for its first words (backend/turn_runner.py,
+    ``Checkpoints.begin``; ui/first_words.py), so an app stopped before them left only the
+    question, or the question and its reasoning step."""
     steps = cast(list[dict[str, Any]], thread["steps"])
     for record in records:
         await _mark_turn(thread["id"], steps, record.message_id, tr, record)
-    for message_id in _never_ended(steps):
-        await _mark_turn(thread["id"], steps, message_id, tr, None)
+    recorded = {record.message_id for record in records}
+    for message_id in _never_ended(steps) + _unanswered_last(steps):
+        if message_id not in recorded:
+            await _mark_turn(thread["id"], steps, message_id, tr, None)
 
 
 def _never_ended(steps: list[dict[str, Any]]) -> list[str]:
@@ -318,6 +322,12 @@ def _never_ended(steps: list[dict[str, Any]]) -> list[str]:
         elif step["type"] == "llm" and not step.get("end") and asked and asked not in found:
             found.append(asked)
     return found
+
+
+def _unanswered_last(steps: list[dict[str, Any]]) -> list[str]:
+    """The id of the chat's last person's message if no step follows it."""
+    last = steps[-1] if steps else None
+    return [str(last["id"])] if last is not None and last["type"] == "user_message" else []
 
 
 async def _mark_turn(
