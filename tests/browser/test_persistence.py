@@ -27,6 +27,7 @@ from tests.browser.conftest import (
     ANSWERS,
     LOGS,
     REASONING_STEP,
+    REASONING_TEXT,
     THINKING_MODEL,
     Process,
     ask,
@@ -145,7 +146,11 @@ def test_a_chat_survives_a_kill_and_comes_back_with_its_photos_and_reasoning(
 
     ask(page, "Think about it for long #scenario=slow")
     thinking = page.locator(f'{REASONING_STEP} button[id="step-Thinking…"]')
-    expect(thinking).to_be_visible()  # the second answer streams (its turn is saved first)
+    expect(thinking).to_be_visible()
+    # The second answer streams: its first words are out, so its turn and the page's
+    # writes, which wait for them (ui/first_words.py), are on their way to the database.
+    expect(page.locator(REASONING_TEXT).last).to_be_visible()
+    page.wait_for_timeout(1_000)  # the chat's writes reach the database
     app.kill()  # mid-answer
     context.close()
 
