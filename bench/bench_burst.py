@@ -23,8 +23,9 @@ answer (connect, chat start, the question, the answer, the close), the
 process's user + system seconds over the round divided by N, both UIs measured
 in the same run. With ``--photo`` each app tab also attaches a 1.5 MB photo,
 uploaded as the browser does when it is attached, ``--think-s`` before Enter; with
-``--kinds text photo`` each level runs both, and a second table gives the app's CPU per
-chat with a photo against without (issue 53's target: at most 1.3x). Open WebUI's tabs
+``--kinds text photo`` each level runs both, round by round, and a second table gives the
+app's CPU per chat with a photo against without (issue 53's target: at most 1.3x, with
+``--tokens 512``). Open WebUI's tabs
 attach no photo: it runs only in the text rounds. With ``--profile``, py-spy records the
 app meanwhile and the stages of a chat are summed (:mod:`bench.pyspy`).
 
@@ -61,6 +62,7 @@ import math
 import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
@@ -73,12 +75,14 @@ from backend.client import KEEPALIVE_EXPIRY_S
 from bench.bench_load import LevelResult, sweep_level, sweep_table
 from bench.harness import (
     PACED,
+    PACED_512,
     RESULTS,
     DirectClient,
     Report,
     Sampler,
     Target,
     Timing,
+    Workload,
     add_target_options,
     cpu_s,
     measured_app,
@@ -94,6 +98,9 @@ from bench.openwebui import VERSION, OpenWebUITab, Peer, running_openwebui
 from bench.pyspy import recording, stage_table
 
 APP, PEER, DIRECT = "app", f"Open WebUI {VERSION}", "direct"
+ANSWERS = {PACED.tokens: PACED, PACED_512.tokens: PACED_512}
+"""The scripted answers ``--tokens`` picks, by their pieces."""
+
 QUEUED = question("queued")
 """The question of the scripted ``queued`` answer: the server starts its response 1.5 s
 after the request."""
@@ -161,8 +168,8 @@ async def burst(
     return Round(side.name, timings, side.cpu_s() - cpu0)
 
 
-def app_side(target: Target) -> Side:
-    """The app: a fresh :class:`bench.harness.Tab` per ask."""
+def app_side(target: Target, work: Workload) -> Side:
+    """The app: a fresh :class:`bench.harness.Tab` per ask of ``work``."""
 
     async def open_tab(
         http: httpx.AsyncClient, _: int, photo: bytes | None, think_s: float
@@ -172,26 +179,27 @@ def app_side(target: Target) -> Side:
         files = [await tab.upload(photo)] if photo is not None else []
         if files:
             await asyncio.sleep(think_s)
-        return lambda: tab.ask(PACED.text, files, marker=PACED.end), tab.close
+        return lambda: tab.ask(work.text, files, marker=work.end), tab.close
 
     return Side(APP, target.pids, open_tab)
 
 
-def peer_side(peer: Peer, tokens: list[str]) -> Side:
-    """Open WebUI: a fresh :class:`bench.openwebui.OpenWebUITab` per ask, as user ``i``."""
+def peer_side(peer: Peer, tokens: list[str], work: Workload) -> Side:
+    """Open WebUI: a fresh :class:`bench.openwebui.OpenWebUITab` per ask of ``work``, as
+    user ``i``."""
 
     async def open_tab(
         http: httpx.AsyncClient, i: int, _: bytes | None, __: float
     ) -> tuple[Ask, Closer]:
         tab = OpenWebUITab(peer, http, token=tokens[i])
         await tab.open()
-        return lambda: tab.ask(PACED.text, PACED.end), tab.close
+        return lambda: tab.ask(work.text, work.end), tab.close
 
     return Side(PEER, [peer.pid], open_tab)
 
 
-def direct_side(direct: DirectClient) -> Side:
-    """Straight to the server: no tab; the request goes at the round's instant."""
+def direct_side(direct: DirectClient, work: Workload) -> Side:
+    """Straight to the server: no tab; ``work``'s request goes at the round's instant."""
 
     async def nothing() -> None:
         return None
@@ -199,7 +207,7 @@ def direct_side(direct: DirectClient) -> Side:
     async def open_tab(
         _: httpx.AsyncClient, __: int, photo: bytes | None, ___: float
     ) -> tuple[Ask, Closer]:
-        return lambda: direct.ask(PACED, photo), nothing
+        return lambda: direct.ask(work, photo), nothing
 
     return Side(DIRECT, [], open_tab)
 
@@ -243,18 +251,15 @@ class Level:
         return f"{errors} / {sum(not t.complete and not t.error for t in timings)}"
 
 
-async def run_level(
-    sides: list[Side], http: httpx.AsyncClient, chats: int, photo: bytes | None, args: Any
-) -> Level:
-    """``args.rounds`` bursts of ``chats`` per side, the order rotated each round."""
-    level = Level(chats, photo is not None)
-    for r in range(args.rounds):
-        for side in rotated(sides, r):
-            done = await burst(side, http, chats, photo, args.think_s)
-            level.rounds.setdefault(side.name, []).append(done)
-            await asyncio.sleep(args.pause_s)  # the last round's closed tabs settle
-    level.load_avg = os.getloadavg()[0]
-    return level
+async def run_round(
+    level: Level, sides: list[Side], http: httpx.AsyncClient, photo: bytes | None, args: Any, r: int
+) -> None:
+    """Round ``r`` of ``level``: a burst of ``level.chats`` per side, the sides' order
+    rotated by ``r``."""
+    for side in rotated(sides, r):
+        done = await burst(side, http, level.chats, photo, args.think_s)
+        level.rounds.setdefault(side.name, []).append(done)
+        await asyncio.sleep(args.pause_s)  # the last round's closed tabs settle
 
 
 def _cells(level: Level, side: str) -> tuple[str, str, str, str]:
@@ -343,7 +348,7 @@ async def first_question_cpu_ms(target: Target, http: httpx.AsyncClient, asks: i
 
     # Warm: a process's very first questions run cold code (CPython's adaptive
     # interpreter specializes it as it runs), which a room's process has long left.
-    await burst(app_side(target), http, asks, None, 0)
+    await burst(app_side(target, PACED), http, asks, None, 0)
     for _ in range(asks):
         tab = target.tab(http)
         await tab.open()
@@ -395,30 +400,26 @@ async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -
             if (peer)
             else []
         )
-        sides = [direct_side(direct), app_side(target)]
+        work = ANSWERS[args.tokens]
+        sides = [direct_side(direct, work), app_side(target, work)]
         try:
-            await direct.ask(PACED)  # warm-up of every path
-            await (await app_side(target).open(http, 0, photo, 0))[1]()
+            await direct.ask(work)  # warm-up of every path
+            await (await sides[1].open(http, 0, photo, 0))[1]()
             # Before the bursts: the chats they leave end a minute after their tabs close,
             # a full collection's work grows with them, and both fall in these seconds.
             first_ms = await first_question_cpu_ms(target, http, args.first_asks)
             levels, profiles = [], {}
-            for chats, kind in [(n, k) for n in args.levels for k in args.kinds]:
-                with_peer = peer is not None and chats in args.peer_levels and kind == "text"
-                here = sides + ([peer_side(peer, tokens)] if with_peer and peer else [])
-                attached = photo if kind == "photo" else None
-                spy = RESULTS / f"{args.name}-{chats}-{kind}.spy"
-                with recording(target.pids if args.profile else [], spy) as rec:
-                    levels.append(await run_level(here, http, chats, attached, args))
-                if rec is not None:
-                    profiles[f"{chats} chats, {kind}"] = (
-                        rec.stages(),
-                        len(levels[-1].timings(APP)),
-                    )
-                print(burst_table(levels[-1:]).splitlines()[-1], flush=True)
+            for chats in args.levels:
+                here = sides + ([peer_side(peer, tokens, work)] if peer else [])
+                for level, stages in await run_kinds(here, http, chats, photo, args, target):
+                    levels.append(level)
+                    if stages is not None:
+                        kind = "photo" if level.photo else "text"
+                        profiles[f"{chats} chats, {kind}"] = (stages, len(level.timings(APP)))
+                    print(burst_table(levels[-1:]).splitlines()[-1], flush=True)
             steady = []
             if not args.no_steady:
-                steady = await steady_levels(target, direct, http, photo, args)
+                steady = await steady_levels(target, direct, http, photo, work, args)
         finally:
             await direct.aclose()
     profile = stage_table(profiles) if profiles else ""
@@ -432,11 +433,46 @@ async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -
     }
 
 
+async def run_kinds(
+    sides: list[Side],
+    http: httpx.AsyncClient,
+    chats: int,
+    photo: bytes | None,
+    args: argparse.Namespace,
+    target: Target,
+) -> list[tuple[Level, Counter[str] | None]]:
+    """One level per kind of ``args.kinds`` (text, photo), their rounds interleaved, the
+    kinds' order rotated each round: the chats a round leaves behind (they end a minute
+    after their tabs close) then weigh on every kind alike, not only on the later one
+    (run one after the other, the later kind cost 10-25 ms more per chat on 2026-12-07).
+    Open WebUI (the last side, if any) runs only in the text rounds of
+    ``args.peer_levels``. With ``args.profile``, each kind's py-spy samples by stage,
+    summed over its rounds; else None."""
+    levels = {kind: Level(chats, kind == "photo") for kind in args.kinds}
+    stages: dict[str, Counter[str]] = {kind: Counter() for kind in args.kinds}
+    profiled = False
+    for r in range(args.rounds):
+        for kind in rotated(args.kinds, r):
+            with_peer = chats in args.peer_levels and kind == "text"
+            here = sides if with_peer else [s for s in sides if s.name != PEER]
+            attached = photo if kind == "photo" else None
+            spy = RESULTS / f"{args.name}-{chats}-{kind}-{r}.spy"
+            with recording(target.pids if args.profile else [], spy) as rec:
+                await run_round(levels[kind], here, http, attached, args, r)
+            if rec is not None:
+                stages[kind] += rec.stages()
+                profiled = True
+    for level in levels.values():
+        level.load_avg = os.getloadavg()[0]
+    return [(levels[kind], stages[kind] if profiled else None) for kind in args.kinds]
+
+
 async def steady_levels(
     target: Target,
     direct: DirectClient,
     http: httpx.AsyncClient,
     photo: bytes | None,
+    work: Workload,
     args: argparse.Namespace,
 ) -> list[LevelResult]:
     """The steady load at the same levels, on the same app (``bench/bench_load.py sweep``:
@@ -445,7 +481,7 @@ async def steady_levels(
     sampler.start()
     try:
         return [
-            await sweep_level(target, direct, http, sampler, n, photo, n, PACED, args.think_s)
+            await sweep_level(target, direct, http, sampler, n, photo, n, work, args.think_s)
             for n in args.levels
         ]
     finally:
@@ -472,6 +508,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--profile", action="store_true", help="py-spy records the app; stages summed"
+    )
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        choices=sorted(ANSWERS),
+        default=200,
+        help="pieces of each scripted answer (512: issue 53's photo-against-text chat)",
     )
     parser.add_argument("--think-s", type=float, default=1.0, help="attach to Enter (s)")
     parser.add_argument("--pause-s", type=float, default=1.0, help="between two bursts (s)")
@@ -509,7 +552,7 @@ def main(argv: list[str] | None = None) -> None:
     levels: list[Level] = result["levels"]
     steady: list[LevelResult] = result["steady"]
     report.add(
-        "Scripted server `paced` (200 tokens at 100 tokens/s per chat); each chat a fresh tab "
+        f"Scripted server ({args.tokens} tokens at 100 tokens/s per chat); each chat a fresh tab "
         f"that connects, then all ask in the same instant; {args.rounds} rounds per level, "
         "sides in rotating order; added = a side's percentile of time to first visible words "
         "less the same burst's sent directly. " + target.about(args),

@@ -107,9 +107,10 @@ class Workload:
     uses_budget: bool = False
 
 
-def scripted(scenario: str) -> Workload:
-    """The scripted server's ``paced`` or ``quick`` answer (200 pieces)."""
-    return Workload(question(scenario), PACED_TOKENS, PACED_TOKENS * 0.01, PACED_END)
+def scripted(scenario: str, tokens: int = PACED_TOKENS) -> Workload:
+    """The scripted server's answer of ``scenario``: ``paced`` or ``quick`` (200 pieces),
+    ``paced-512`` (``tokens=512``); ``answer_s`` as 10 ms a piece."""
+    return Workload(question(scenario), tokens, tokens * 0.01, PACED_END)
 
 
 Cores = tuple[set[int], set[int]]
@@ -306,6 +307,9 @@ def question(scenario: str) -> str:
 
 PACED = scripted("paced")
 """The scripted ``paced`` answer: 200 pieces 10 ms apart (2 s of streaming)."""
+PACED_512 = scripted("paced-512", 512)
+"""The scripted ``paced-512`` answer: 512 pieces 10 ms apart (5.1 s), the answer of issue
+53's photo-against-text chat."""
 
 
 RATE = 200

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 
 import httpx
 import pytest
@@ -16,13 +17,18 @@ from bench.bench_burst import (
     DIRECT,
     PEER,
     QUEUED,
+    Ask,
+    Closer,
     Level,
     Round,
+    Side,
     app_cores,
     burst_table,
     first_question_summary,
+    parse_args,
+    run_kinds,
 )
-from bench.harness import Timing
+from bench.harness import PACED_512, DirectClient, Target, Timing
 from tests.conftest import RunningFake
 
 
@@ -47,6 +53,59 @@ def test_a_failed_ask_is_an_error_and_left_out_of_the_times() -> None:
     level.rounds[APP] = [Round(APP, [answered(0.02), failed], 0.0)]
     assert round(level.first_ms(APP, 95), 6) == 20.0
     assert level.faults(APP) == "1 / 0"
+
+
+def test_text_and_photo_rounds_take_turns_so_neither_pays_for_the_others_leftovers() -> None:
+    """Defect: every text round ran before every photo round, and the chats the earlier
+    rounds left (they end a minute after their tabs close) made the photo chats cost
+    10-25 ms more each (2026-12-07). Rounds now alternate, the first kind rotating."""
+    order: list[tuple[str, bool]] = []
+
+    def side(name: str) -> Side:
+        async def open_tab(
+            _: httpx.AsyncClient, __: int, photo: bytes | None, ___: float
+        ) -> tuple[Ask, Closer]:
+            async def ask() -> Timing:
+                return answered(0.01)
+
+            async def close() -> None:
+                return None
+
+            order.append((name, photo is not None))
+            return ask, close
+
+        return Side(name, [], open_tab)
+
+    args = parse_args(["--kinds", "text", "photo", "--rounds", "3", "--pause-s", "0"])
+    target = Target("http://x/v1", ["http://x"], [], float("nan"))
+
+    async def run() -> list[tuple[Level, Counter[str] | None]]:
+        async with httpx.AsyncClient() as http:
+            return await run_kinds([side(DIRECT), side(APP)], http, 1, b"jpeg", args, target)
+
+    (text, _), (photo, _) = asyncio.run(run())
+    kinds = [with_photo for name, with_photo in order if name == APP]
+    assert kinds == [False, True, True, False, False, True]
+    assert (len(text.timings(APP)), len(photo.timings(APP))) == (3, 3)
+    assert not text.photo and photo.photo
+
+
+def test_the_512_token_answer_streams_512_pieces_to_its_end(fake: RunningFake) -> None:
+    """Issue 53 prices a photo chat against a text chat of a 512-token answer: the scripted
+    ``paced-512`` answer is that long and ends with the marker the tabs wait for."""
+
+    async def ask() -> Timing:
+        direct = DirectClient(fake.base_url)
+        try:
+            return await direct.ask(PACED_512)
+        finally:
+            await direct.aclose()
+
+    timing = asyncio.run(ask())
+    assert timing.complete and timing.text.endswith(PACED_512.end)
+    words = timing.text.split()
+    assert sum(w[0] in "ra" and w[1:].isdigit() for w in words) == 512 - 3  # less 2 markers + end
+    assert 5.0 <= timing.last_s <= 7.0  # 512 pieces 10 ms apart
 
 
 def test_the_table_shows_a_side_that_did_not_run_as_a_dash() -> None:

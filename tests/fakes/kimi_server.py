@@ -274,6 +274,8 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     # A real model's pace for load benchmarks: 200 pieces at 10 ms (100 tokens/s per chat).
     "paced": Scenario(pieces=paced_pieces(200), delay_s=0.01, on_schedule=True),
+    # The same pace for 512 pieces (5.1 s): issue 53's photo-against-text chat.
+    "paced-512": Scenario(pieces=paced_pieces(512), delay_s=0.01, on_schedule=True),
     # The same 200 pieces at once (memory benchmarks: many short chats).
     "quick": Scenario(pieces=paced_pieces(200), delay_s=0.0),
     # Slow reasoning, for Stop.
