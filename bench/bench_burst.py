@@ -47,7 +47,8 @@ Run from the repository root (Open WebUI installed: ``python -m bench.openwebui 
     .venv/bin/python -m bench.bench_burst                       # 8/32/64, 3 rounds, both UIs
     .venv/bin/python -m bench.bench_burst --levels 64 --sides app --rounds 2   # a quick look
     .venv/bin/python -m bench.bench_burst --photo --sides app   # with a photo each
-    .venv/bin/python -m bench.bench_burst --levels 16 --kinds text photo --tokens 512 --profile --no-steady
+    .venv/bin/python -m bench.bench_burst --levels 16 --kinds text photo --tokens 512 \
+        --profile --no-steady
 
 Several app processes behind HAProxy: start them as ``bench/bench_load.py``'s
 docstring says, then ``--app-url http://127.0.0.1:8300 --base-url ...``. Writes
