@@ -18,8 +18,8 @@ round, per side and in an order that rotates from round to round:
 
 Reported per level: added time to first visible words p50/p95 (a side's
 percentile minus the direct one's), tokens/s relayed per chat as a share of
-direct, and each UI's process CPU per chat: a fresh tab through one 200-token
-answer (connect, chat start, the question, the answer, the close), the
+direct, and each UI's process CPU per chat: a fresh tab through one answer of
+``--tokens`` pieces (connect, chat start, the question, the answer, the close), the
 process's user + system seconds over the round divided by N, both UIs measured
 in the same run. With ``--photo`` each app tab also attaches a 1.5 MB photo,
 uploaded as the browser does when it is attached, ``--think-s`` before Enter; with
@@ -531,7 +531,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--name", default="burst", help="results file name")
     args = parser.parse_args(argv)
-    args.kinds = args.kinds or (["photo"] if args.photo else ["text"])
+    args.kinds = list(dict.fromkeys(args.kinds or (["photo"] if args.photo else ["text"])))
     if args.app_url and args.pin:
         parser.error("--pin places the app this run starts, not one at --app-url")
     return args

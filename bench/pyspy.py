@@ -86,13 +86,14 @@ def stage_table(runs: dict[str, tuple[Counter[str], int]]) -> str:
 
 @contextmanager
 def recording(pids: list[int], path: Path, rate_hz: int = 100) -> Iterator[Recording | None]:
-    """py-spy records the first of ``pids`` (the app's process) into ``path`` while the
-    block runs; None if py-spy is not installed."""
+    """py-spy records the first of ``pids`` (the app's process) into ``path`` (a file
+    there before is removed) while the block runs; None if py-spy is not installed."""
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if spy is None or not pids:
         yield None
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # an earlier run's samples are not this one's
     command = [spy, "record", "--pid", str(pids[0]), "--gil", "--threads", "--rate"]
     command += [str(rate_hz), "--format", "raw", "--output", str(path)]
     with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from bench.bench_burst import (
+    ANSWERS,
     APP,
     DIRECT,
     PEER,
@@ -28,7 +29,7 @@ from bench.bench_burst import (
     parse_args,
     run_kinds,
 )
-from bench.harness import PACED_512, DirectClient, Target, Timing
+from bench.harness import PACED, PACED_512, DirectClient, Target, Timing
 from tests.conftest import RunningFake
 
 
@@ -58,7 +59,8 @@ def test_a_failed_ask_is_an_error_and_left_out_of_the_times() -> None:
 def test_text_and_photo_rounds_take_turns_so_neither_pays_for_the_others_leftovers() -> None:
     """Defect: every text round ran before every photo round, and the chats the earlier
     rounds left (they end a minute after their tabs close) made the photo chats cost
-    10-25 ms more each (2026-12-07). Rounds now alternate, the first kind rotating."""
+    10-25 ms more each (2026-12-07). Rounds now alternate, the first kind rotating; Open
+    WebUI, whose tabs attach no photo, runs in the text rounds only."""
     order: list[tuple[str, bool]] = []
 
     def side(name: str) -> Side:
@@ -76,18 +78,27 @@ def test_text_and_photo_rounds_take_turns_so_neither_pays_for_the_others_leftove
 
         return Side(name, [], open_tab)
 
-    args = parse_args(["--kinds", "text", "photo", "--rounds", "3", "--pause-s", "0"])
+    args = parse_args(["--kinds", "text", "photo", "photo", "--rounds", "3", "--pause-s", "0"])
+    args.peer_levels = [1]
     target = Target("http://x/v1", ["http://x"], [], float("nan"))
 
     async def run() -> list[tuple[Level, Counter[str] | None]]:
         async with httpx.AsyncClient() as http:
-            return await run_kinds([side(DIRECT), side(APP)], http, 1, b"jpeg", args, target)
+            sides = [side(DIRECT), side(APP), side(PEER)]
+            return await run_kinds(sides, http, 1, b"jpeg", args, target)
 
     (text, _), (photo, _) = asyncio.run(run())
     kinds = [with_photo for name, with_photo in order if name == APP]
     assert kinds == [False, True, True, False, False, True]
+    assert [with_photo for name, with_photo in order if name == PEER] == [False] * 3
     assert (len(text.timings(APP)), len(photo.timings(APP))) == (3, 3)
+    assert len(text.timings(PEER)) == 3 and not photo.timings(PEER)
     assert not text.photo and photo.photo
+
+
+def test_tokens_512_picks_the_512_token_answer_and_the_default_the_200_token_one() -> None:
+    assert ANSWERS[parse_args(["--tokens", "512"]).tokens] is PACED_512
+    assert ANSWERS[parse_args([]).tokens] is PACED
 
 
 def test_the_512_token_answer_streams_512_pieces_to_its_end(fake: RunningFake) -> None:
