@@ -412,10 +412,9 @@ async def measure(args: argparse.Namespace, target: Target, peer: Peer | None) -
             levels, profiles = [], {}
             for chats in args.levels:
                 here = sides + ([peer_side(peer, tokens, work)] if peer else [])
-                for level, stages in await run_kinds(here, http, chats, photo, args, target):
+                for kind, level, stages in await run_kinds(here, http, chats, photo, args, target):
                     levels.append(level)
                     if stages is not None:
-                        kind = "photo" if level.photo else "text"
                         profiles[f"{chats} chats, {kind}"] = (stages, len(level.timings(APP)))
                     print(burst_table(levels[-1:]).splitlines()[-1], flush=True)
             steady = []
@@ -441,17 +440,18 @@ async def run_kinds(
     photo: bytes | None,
     args: argparse.Namespace,
     target: Target,
-) -> list[tuple[Level, Counter[str] | None]]:
-    """One level per kind of ``args.kinds`` (text, photo), their rounds interleaved, the
-    kinds' order rotated each round: the chats a round leaves behind (they end a minute
-    after their tabs close) then weigh on every kind alike, not only on the later one
-    (run one after the other, the later kind cost 10-25 ms more per chat on 2026-12-07).
-    Open WebUI (the last side, if any) runs only in the text rounds of
-    ``args.peer_levels``. With ``args.profile``, each kind's py-spy samples by stage,
-    summed over its rounds; else None."""
+) -> list[tuple[str, Level, Counter[str] | None]]:
+    """(kind, its level, its profile) for each kind of ``args.kinds`` (text, photo).
+
+    Their rounds are interleaved, the kinds' order rotated each round: the chats a round
+    leaves behind (they end a minute after their tabs close) then weigh on every kind
+    alike, not only on the later one (run one after the other, the later kind cost
+    10-25 ms more per chat on 2026-12-07). Open WebUI (a side named :data:`PEER`) runs
+    only in the text rounds of ``args.peer_levels``. The profile: with ``args.profile``
+    and py-spy installed, the kind's py-spy samples by stage, summed over its rounds;
+    else None."""
     levels = {kind: Level(chats, kind == "photo") for kind in args.kinds}
-    stages: dict[str, Counter[str]] = {kind: Counter() for kind in args.kinds}
-    profiled = False
+    stages: dict[str, Counter[str]] = {}
     for r in range(args.rounds):
         for kind in rotated(args.kinds, r):
             with_peer = chats in args.peer_levels and kind == "text"
@@ -461,11 +461,10 @@ async def run_kinds(
             with recording(target.pids if args.profile else [], spy) as rec:
                 await run_round(levels[kind], here, http, attached, args, r)
             if rec is not None:
-                stages[kind] += rec.stages()
-                profiled = True
+                stages[kind] = stages.get(kind, Counter()) + rec.stages()
     for level in levels.values():
         level.load_avg = os.getloadavg()[0]
-    return [(levels[kind], stages[kind] if profiled else None) for kind in args.kinds]
+    return [(kind, levels[kind], stages.get(kind)) for kind in args.kinds]
 
 
 async def steady_levels(

@@ -82,12 +82,12 @@ def test_text_and_photo_rounds_take_turns_so_neither_pays_for_the_others_leftove
     args.peer_levels = [1]
     target = Target("http://x/v1", ["http://x"], [], float("nan"))
 
-    async def run() -> list[tuple[Level, Counter[str] | None]]:
+    async def run() -> list[tuple[str, Level, Counter[str] | None]]:
         async with httpx.AsyncClient() as http:
             sides = [side(DIRECT), side(APP), side(PEER)]
             return await run_kinds(sides, http, 1, b"jpeg", args, target)
 
-    (text, _), (photo, _) = asyncio.run(run())
+    (_, text, _), (_, photo, _) = asyncio.run(run())
     kinds = [with_photo for name, with_photo in order if name == APP]
     assert kinds == [False, True, True, False, False, True]
     assert [with_photo for name, with_photo in order if name == PEER] == [False] * 3
