@@ -29,7 +29,6 @@ to :data:`FREED_BLOCKS_KEPT` blocks of 16 MB.
 
 from __future__ import annotations
 
-import base64
 import io
 import math
 import os
@@ -241,12 +240,16 @@ def data_url(mime: str, payload: bytes) -> str:
 
 def decode_data_url(url: str) -> tuple[str, bytes]:
     """``data:image/png;base64,...`` -> (``"image/png"``, the encoded image's bytes).
+    pybase64's SIMD decoder: 0.14 ms of CPU for a 1.47 MB photo's data URL on the
+    project's 2-core machine, against 5.7 ms for ``base64.b64decode`` (docs/facts.md);
+    a stored turn decodes its images' data URLs at each save.
 
     Raises:
         binascii.Error: the payload is not base64.
     """
     header, _, encoded = url.partition(",")
-    return header.removeprefix("data:").split(";", 1)[0], base64.b64decode(encoded)
+    payload = pybase64.b64decode(encoded, validate=True)
+    return header.removeprefix("data:").split(";", 1)[0], payload
 
 
 WEB_FORMATS: Final = frozenset({"JPEG", "PNG", "GIF", "WEBP"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import io
 import math
 import os
@@ -225,6 +226,18 @@ def test_budget_functions_refuse_nonsense(bad: tuple[int, int, int]) -> None:
         image_tokens(*bad)
     with pytest.raises(ValueError):
         fit_to_budget(*bad)
+
+
+def test_decode_data_url_gives_the_type_and_bytes_back() -> None:
+    payload = bytes(range(256)) * 3
+    url = "data:image/webp;base64," + base64.b64encode(payload).decode()
+    assert decode_data_url(url) == ("image/webp", payload)
+
+
+@pytest.mark.parametrize("payload", ["aGk$", "aGk=\n", "aGk", "a GkK"])
+def test_decode_data_url_refuses_what_is_not_base64(payload: str) -> None:
+    with pytest.raises(binascii.Error):
+        decode_data_url("data:image/png;base64," + payload)
 
 
 # --- prepare_image on real photos ---------------------------------------------------
