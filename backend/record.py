@@ -76,6 +76,11 @@ class TurnRecord:
             turn). None: a turn asked in the composer, which the store puts after the
             chat's last stored turn, whatever the recording tab saw last (another tab may
             have added turns).
+        restates: the save only restates a turn the chat already has (a version chosen
+            or drawn again, ‹ n/m ›): a stored row keeps what it holds of the turn (another
+            tab may have answered it again since this tab read it, and Compare answers may
+            stand beside that answer) and takes only ``chosen`` and the page ids given; a
+            turn not stored yet is saved whole.
     """
 
     position: int
@@ -93,6 +98,7 @@ class TurnRecord:
     chosen: int = 0
     beside: str | None = None
     reasoning_id: str | None = None
+    restates: bool = False
 
     @property
     def interrupted(self) -> bool:

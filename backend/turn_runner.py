@@ -296,7 +296,7 @@ class TurnRunner:
             KeyError: the chat has no such version.
         """
         shown = self.chat.choose(key)
-        return shown, await self._record(shown[0].turn)
+        return shown, await self._record(shown[0].turn, restates=True)
 
     async def drawn_again(
         self, key: str, answer_id: str, reasoning_id: str | None = None
@@ -310,7 +310,7 @@ class TurnRunner:
             KeyError: the chat has no such version.
         """
         return await self._record(
-            self.chat.versions[key].turn, answer_id, reasoning_id=reasoning_id
+            self.chat.versions[key].turn, answer_id, reasoning_id=reasoning_id, restates=True
         )
 
     async def _compared(self, message_id: str, model: str) -> Opening:
@@ -518,12 +518,14 @@ class TurnRunner:
         timings: Timings | None = None,
         stored: Turn | None = None,
         reasoning_id: str | None = None,
+        restates: bool = False,
     ) -> list[RenderEvent]:
         """Hand ``turn`` to the sink, if there is one and the turn is one of the chat's
         versions (shown or not: a version answered while another is chosen is kept too);
         ``answer_id``: its answer message, once it has one; ``stored``: what to store of
         it, if not the turn as it is (an answer still streaming); ``reasoning_id``: its
-        reasoning step on the page, if it has one. Returns the notes that
+        reasoning step on the page, if it has one; ``restates``: the turn is only chosen
+        or drawn again (:attr:`TurnRecord.restates`). Returns the notes that
         say how the chat's storing stands, when that changed."""
         chat = self.chat
         version = chat.version_of(turn)
@@ -546,6 +548,7 @@ class TurnRunner:
             beside=next(
                 (v.key for v in chat.versions.siblings(version.key) if v is not version), None
             ),
+            restates=restates,
         )
         return self._storing_notes(await self.sink.record(record))
 

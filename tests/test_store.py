@@ -47,6 +47,7 @@ from backend.store.core import Store
 from backend.store.db import create_engine
 from backend.store.export import ChatExport, export_html
 from backend.store.files import FileStore
+from backend.store.pending import PendingWrites
 from backend.store.resume import restore
 from backend.store.schema import LATEST, migrate
 from backend.store.turns import ThreadTurns, TurnStore, image_file
@@ -728,6 +729,76 @@ async def test_an_answer_replaced_in_place_drops_the_other_models_answers_beside
     await store.turns.save_compared(thread_id, "m1", other, "So.")
     (back,) = await store.turns.load(thread_id)
     assert [c.turn.answer for c in back.compared] == ["Since."]
+
+
+async def test_a_stale_tab_choosing_a_version_keeps_the_newer_answer_and_its_compare(
+    layer: KimiDataLayer, store: Store
+) -> None:
+    """Tab A answers m1 again in place and compares it; tab B, which still holds the first
+    answer, then shows that version again (‹ n/m ›): the row keeps tab A's answer and the
+    Compare answer beside it, and takes only B's choice and its newly drawn answer message,
+    which keeps no copy (a resume draws the stored answer there)."""
+    thread_id = str(uuid.uuid4())
+    init_http_context(thread_id=thread_id)
+    first = Turn(text="why?", answer="Because.", status="done")
+    await store.turns.save(thread_id, record(0, "m1", first, answer_id="a1", chosen=1))
+    newer = Turn(text="why?", answer="Since the sky is blue.", status="done")
+    await store.turns.save(thread_id, record(0, "m1", newer, answer_id="a2"))
+    other = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="Blue.", status="done"))
+    await store.turns.save_compared(thread_id, "m1", other, newer.answer)
+    await layer.create_step(StepDict(
+        id="a3", type="assistant_message", name="Kimi", output=first.answer,
+        threadId=thread_id, streaming=False, createdAt="2026-12-01T10:00:00.000Z",
+    ))  # fmt: skip
+    stale = record(0, "m1", first, answer_id="a3", chosen=7, restates=True)
+    await store.turns.save(thread_id, stale)
+    (back,) = await store.turns.load(thread_id)
+    assert (back.turn.answer, back.answer_id, back.chosen) == (newer.answer, "a3", 7)
+    assert [c.turn.answer for c in back.compared] == ["Blue."]
+    drawn = await rows(store, "SELECT output FROM kimi_steps WHERE id = 'a3'")
+    assert [r["output"] for r in drawn] == [""]
+
+
+class AwayTurns(TurnStore):
+    """The store's turns, refusing writes (as a stopped database does) while ``away``."""
+
+    away = True
+
+    async def save(self, thread_id: str, record: TurnRecord) -> None:
+        if self.away:
+            raise OSError("the database is away")
+        await super().save(thread_id, record)
+
+
+async def test_a_restatement_held_in_an_outage_never_replaces_a_held_answer(
+    store: Store,
+) -> None:
+    """The answer's end is held while the store is away, then the tab shows that version
+    again (‹ n/m ›): once the store is back the answer is stored, not lost behind the
+    restatement that came after it."""
+    thread_id = str(uuid.uuid4())
+    first = Turn(text="why?", answer="Because.", status="done")
+    await store.turns.save(thread_id, record(0, "m1", first, answer_id="a1"))
+    turns = AwayTurns(store.engine, store.files)
+    pending = PendingWrites("test", 10_000_000, retry_s=(0.01,))
+    tab = ThreadTurns(turns, pending, thread_id)
+    newer = Turn(text="why?", answer="Since the sky is blue.", status="done")
+    assert (await tab.record(record(0, "m1", newer, answer_id="a2"))).held
+    assert (await tab.record(record(0, "m1", newer, answer_id="a3", restates=True))).held
+    turns.away = False
+    await asyncio.wait_for(pending.written(thread_id), 5)
+    (back,) = await store.turns.load(thread_id)
+    assert (back.turn.answer, back.answer_id) == (newer.answer, "a3")
+
+
+async def test_a_version_restated_before_it_was_stored_is_stored_whole(store: Store) -> None:
+    """A restatement of a turn with no row yet (its first save still held, then lost)
+    stores the turn as the tab has it."""
+    thread_id = str(uuid.uuid4())
+    turn = Turn(text="why?", answer="Because.", status="done")
+    await store.turns.save(thread_id, record(0, "m1", turn, chosen=3, restates=True))
+    (back,) = await store.turns.load(thread_id)
+    assert (back.turn.answer, back.chosen) == ("Because.", 3)
 
 
 @pytest.mark.parametrize("shown", [True, False], ids=["reasoning shown", "reasoning hidden"])

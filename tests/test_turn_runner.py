@@ -472,6 +472,25 @@ async def test_a_compare_of_a_regenerated_answer_is_recorded_with_that_version(
     assert runner.shown.compared("m1") == ()
 
 
+async def test_choosing_or_drawing_a_version_again_only_restates_it(chat: ChatSession) -> None:
+    """‹ n/m › and the branch drawn again save records that restate the turn (the store keeps
+    what a row holds of it: another tab may have answered it since); a Regenerate's answer
+    is saved whole."""
+    sink = Recorded()
+    runner = TurnRunner(chat, sink)
+    await drain(runner.new_turn("m1", "#scenario=plain", []))
+    await drain(runner.rerun("m1"))
+    assert sink.records and not any(r.restates for r in sink.records)
+    saved = len(sink.records)
+    await runner.choose("m1")
+    await runner.drawn_again("m1", "a9", "s9")
+    chosen, drawn = sink.records[saved:]
+    assert (chosen.message_id, chosen.restates) == ("m1", True)
+    assert (drawn.message_id, drawn.answer_id, drawn.reasoning_id, drawn.restates) == (
+        "m1", "a9", "s9", True,
+    )  # fmt: skip
+
+
 async def test_a_resumed_chat_gets_regenerate_under_its_last_answer(chat: ChatSession) -> None:
     runner = TurnRunner(chat)
     assert await drain(runner.resumed("a1")) == []  # nothing to regenerate yet

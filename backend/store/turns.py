@@ -125,6 +125,8 @@ class TurnStore:
         step of the answer's message keeps no copy of an answer stored here, nor do the
         blocks of its reasoning step once the answer has ended (:mod:`backend.store.pages`).
         """
+        if record.restates and await self._restated(thread_id, record):
+            return
         keys = await asyncio.to_thread(self._write_images, thread_id, record.turn.images)
         async with self.engine.begin() as db:
             await _one_writer(db, thread_id)
@@ -171,6 +173,44 @@ class TurnStore:
                         "source_bytes": image.source_bytes,
                     },
                 )
+
+    async def _restated(self, thread_id: str, record: TurnRecord) -> bool:
+        """Record on the stored row of ``record`` (:attr:`TurnRecord.restates`) only its
+        ``chosen`` and the page ids it names, the steps of those ids keeping no copy of
+        what the row holds (:mod:`backend.store.pages`); the row's text, answer,
+        reasoning, status, numbers and images stay as stored. False, with nothing
+        written, when no row of it is stored."""
+        async with self.engine.begin() as db:
+            await _one_writer(db, thread_id)
+            found = await _stored_answer(db, thread_id, record.message_id)
+            if found is None:
+                return False
+            _, stored = found
+            await pages.empty_copies(
+                db,
+                thread_id,
+                question=(record.message_id, record.turn.text),
+                answer_id=record.answer_id if stored.answer else None,
+                reasoning_id=(
+                    record.reasoning_id if stored.reasoning and stored.status != "pending" else None
+                ),
+            )
+            given = {
+                "chosen": record.chosen,
+                "answer_id": record.answer_id,
+                "reasoning_id": record.reasoning_id,
+            }
+            changes = {column: value for column, value in given.items() if value}
+            changes["updated_at"] = _now()
+            assignments = ", ".join(f'"{column}" = :{column}' for column in changes)
+            await db.execute(
+                text(
+                    f"UPDATE kimi_turns SET {assignments} "
+                    "WHERE thread_id = :thread_id AND message_id = :message_id"
+                ),
+                {**changes, "thread_id": thread_id, "message_id": record.message_id},
+            )
+        return True
 
     async def save_compared(
         self, thread_id: str, message_id: str, answer: ComparedAnswer, beside: str
@@ -286,17 +326,9 @@ async def _place_of(db: AsyncConnection, thread_id: str, record: TurnRecord) -> 
     new turn follows the end of the stored branch through ``record.parent_id`` (the turn
     the recording tab showed last; at each later place the version chosen last), so a
     turn another tab added after that one comes before it (:mod:`backend.versions`)."""
-    found = await db.execute(
-        text(
-            'SELECT "position", status, answer, reasoning, reasoning_id FROM kimi_turns '
-            "WHERE thread_id = :t AND message_id = :m"
-        ),
-        {"t": thread_id, "m": record.message_id},
-    )
-    stored = found.first()
+    stored = await _stored_answer(db, thread_id, record.message_id)
     if stored is not None:
-        position, *answer = stored
-        return Place(int(position), new=False, stored=StoredAnswer(*answer))
+        return Place(stored[0], new=False, stored=stored[1])
     found = await db.execute(
         text(
             'SELECT "position", message_id, parent_id, chosen FROM kimi_turns '
@@ -316,6 +348,24 @@ async def _place_of(db: AsyncConnection, thread_id: str, record: TurnRecord) -> 
     while end in children:  # at each place the version chosen last (the first of a tie)
         end = max(children[end], key=lambda child: child[0])[1]
     return Place(after, new=True, parent_id=end)
+
+
+async def _stored_answer(
+    db: AsyncConnection, thread_id: str, message_id: str
+) -> tuple[int, StoredAnswer] | None:
+    """The place and answer of the stored row of message ``message_id``; None if none."""
+    found = await db.execute(
+        text(
+            'SELECT "position", status, answer, reasoning, reasoning_id FROM kimi_turns '
+            "WHERE thread_id = :t AND message_id = :m"
+        ),
+        {"t": thread_id, "m": message_id},
+    )
+    row = found.first()
+    if row is None:
+        return None
+    position, *answer = row
+    return int(position), StoredAnswer(*answer)
 
 
 def _answer_replaced(record: TurnRecord, stored: StoredAnswer | None) -> bool:
@@ -491,7 +541,8 @@ class ThreadTurns:
             chat=self.thread_id,
             what=msg("your message “{text}” and its answer", text=short),
             size=size,
-            key=("turn", self.thread_id, record.message_id),  # the latest replaces a held one
+            # The latest replaces a held one; a restatement never replaces a whole save.
+            key=("chosen" if record.restates else "turn", self.thread_id, record.message_id),
         )
         return await self._written(job)
 
