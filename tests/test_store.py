@@ -791,6 +791,47 @@ async def test_a_restatement_held_in_an_outage_never_replaces_a_held_answer(
     assert (back.turn.answer, back.answer_id) == (newer.answer, "a3")
 
 
+async def test_an_answer_held_after_a_held_restatement_is_not_overwritten_by_it(
+    store: Store,
+) -> None:
+    """Held in an outage, in order: a turn's start, a restatement of it (drawn again as
+    a2), then its end (answer message a3): the end names the turn's current page ids, so
+    the older restatement is dropped, not replayed after it."""
+    thread_id = str(uuid.uuid4())
+    await store.turns.save(thread_id, record(0, "m1", Turn(text="why?", status="failed")))
+    turns = AwayTurns(store.engine, store.files)
+    pending = PendingWrites("test", 10_000_000, retry_s=(0.01,))
+    tab = ThreadTurns(turns, pending, thread_id)
+    start = Turn(text="why?", status="pending")
+    assert (await tab.record(record(0, "m1", start, answer_id="a1"))).held
+    assert (await tab.record(record(0, "m1", start, answer_id="a2", restates=True))).held
+    end = Turn(text="why?", answer="Since.", status="done")
+    assert (await tab.record(record(0, "m1", end, answer_id="a3"))).held
+    turns.away = False
+    await asyncio.wait_for(pending.written(thread_id), 5)
+    (back,) = await store.turns.load(thread_id)
+    assert (back.turn.answer, back.answer_id) == ("Since.", "a3")
+
+
+async def test_a_restatement_meeting_a_row_stored_meanwhile_restates_it(store: Store) -> None:
+    """A restatement finds no row, and another tab's save stores the turn before it is
+    written whole: it restates that row, not overwrites it."""
+    thread_id = str(uuid.uuid4())
+    newer = Turn(text="why?", answer="Since the sky is blue.", status="done")
+
+    class Meanwhile(TurnStore):
+        async def _restated(self, thread_id: str, restating: TurnRecord) -> bool:
+            found = await super()._restated(thread_id, restating)
+            await super().save(thread_id, record(0, "m1", newer, answer_id="a2"))
+            return found
+
+    stale = Turn(text="why?", answer="Because.", status="done")
+    restating = record(0, "m1", stale, answer_id="a3", chosen=4, restates=True)
+    await Meanwhile(store.engine, store.files).save(thread_id, restating)
+    (back,) = await store.turns.load(thread_id)
+    assert (back.turn.answer, back.answer_id, back.chosen) == (newer.answer, "a3", 4)
+
+
 async def test_a_version_restated_before_it_was_stored_is_stored_whole(store: Store) -> None:
     """A restatement of a turn with no row yet (its first save still held, then lost)
     stores the turn as the tab has it."""

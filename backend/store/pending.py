@@ -107,6 +107,8 @@ class Write:
         what: what it keeps, for the person, e.g. ``'your message "Hello" and its answer'``.
         size: bytes it holds in memory while held (text, images).
         key: the row it writes: a newer held write of the same key replaces it; None: none.
+        supersedes: the key of a held write that this one makes needless (it writes all
+            that one would): that write is dropped when this one is held; None: none.
     """
 
     run: Callable[[], Awaitable[Any]]
@@ -114,6 +116,7 @@ class Write:
     what: str
     size: int
     key: Hashable | None = None
+    supersedes: Hashable | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,12 +215,15 @@ class PendingWrites:
     def _hold(self, job: Write) -> Outcome:
         key: object = job.key if job.key is not None else object()
         replaced = self._held.get(key)
-        freed = replaced.size if replaced is not None else 0
+        superseded = self._held.get(job.supersedes) if job.supersedes is not None else None
+        freed = sum(held.size for held in (replaced, superseded) if held is not None)
         if self._bytes - freed + job.size > self.limit_bytes:
             log.error("not kept (no room for more unsaved writes): %s", job.what)
             if job.chat is not None:
                 self._lost.setdefault(job.chat, _Lost()).what.append(job.what)
             return Outcome(lost=True)
+        if superseded is not None:
+            del self._held[job.supersedes]
         self._held[key] = job  # a replaced write keeps its place in the order
         self._bytes += job.size - freed
         if self._retrying is None or self._retrying.done():

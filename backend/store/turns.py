@@ -131,6 +131,9 @@ class TurnStore:
         async with self.engine.begin() as db:
             await _one_writer(db, thread_id)
             place = await _place_of(db, thread_id, record)
+            if record.restates and place.stored is not None:  # stored by another tab since
+                await _restate(db, thread_id, record, place.stored)
+                return
             position = place.position
             row = _row(thread_id, record, place)
             columns = ", ".join(f'"{c}"' for c in row)
@@ -175,41 +178,14 @@ class TurnStore:
                 )
 
     async def _restated(self, thread_id: str, record: TurnRecord) -> bool:
-        """Record on the stored row of ``record`` (:attr:`TurnRecord.restates`) only its
-        ``chosen`` and the page ids it names, the steps of those ids keeping no copy of
-        what the row holds (:mod:`backend.store.pages`); the row's text, answer,
-        reasoning, status, numbers and images stay as stored. False, with nothing
-        written, when no row of it is stored."""
+        """:func:`_restate` ``record`` on its stored row; False, with nothing written, when
+        no row of it is stored."""
         async with self.engine.begin() as db:
             await _one_writer(db, thread_id)
             found = await _stored_answer(db, thread_id, record.message_id)
             if found is None:
                 return False
-            _, stored = found
-            await pages.empty_copies(
-                db,
-                thread_id,
-                question=(record.message_id, record.turn.text),
-                answer_id=record.answer_id if stored.answer else None,
-                reasoning_id=(
-                    record.reasoning_id if stored.reasoning and stored.status != "pending" else None
-                ),
-            )
-            given = {
-                "chosen": record.chosen,
-                "answer_id": record.answer_id,
-                "reasoning_id": record.reasoning_id,
-            }
-            changes = {column: value for column, value in given.items() if value}
-            changes["updated_at"] = _now()
-            assignments = ", ".join(f'"{column}" = :{column}' for column in changes)
-            await db.execute(
-                text(
-                    f"UPDATE kimi_turns SET {assignments} "
-                    "WHERE thread_id = :thread_id AND message_id = :message_id"
-                ),
-                {**changes, "thread_id": thread_id, "message_id": record.message_id},
-            )
+            await _restate(db, thread_id, record, found[1])
         return True
 
     async def save_compared(
@@ -366,6 +342,39 @@ async def _stored_answer(
         return None
     position, *answer = row
     return int(position), StoredAnswer(*answer)
+
+
+async def _restate(
+    db: AsyncConnection, thread_id: str, record: TurnRecord, stored: StoredAnswer
+) -> None:
+    """Record on the stored row of ``record`` (:attr:`TurnRecord.restates`), whose answer
+    is ``stored``, only its ``chosen`` and the page ids it names, the steps of those ids
+    keeping no copy of what the row holds (:mod:`backend.store.pages`); the row's text,
+    answer, reasoning, status, numbers and images stay as stored."""
+    await pages.empty_copies(
+        db,
+        thread_id,
+        question=(record.message_id, record.turn.text),
+        answer_id=record.answer_id if stored.answer else None,
+        reasoning_id=(
+            record.reasoning_id if stored.reasoning and stored.status != "pending" else None
+        ),
+    )
+    given = {
+        "chosen": record.chosen,
+        "answer_id": record.answer_id,
+        "reasoning_id": record.reasoning_id,
+    }
+    changes = {column: value for column, value in given.items() if value}
+    changes["updated_at"] = _now()
+    assignments = ", ".join(f'"{column}" = :{column}' for column in changes)
+    await db.execute(
+        text(
+            f"UPDATE kimi_turns SET {assignments} "
+            "WHERE thread_id = :thread_id AND message_id = :message_id"
+        ),
+        {**changes, "thread_id": thread_id, "message_id": record.message_id},
+    )
 
 
 def _answer_replaced(record: TurnRecord, stored: StoredAnswer | None) -> bool:
@@ -541,8 +550,11 @@ class ThreadTurns:
             chat=self.thread_id,
             what=msg("your message “{text}” and its answer", text=short),
             size=size,
-            # The latest replaces a held one; a restatement never replaces a whole save.
+            # The latest replaces a held one; a restatement never replaces a whole save, and
+            # a whole save (which names the turn's current choice and page ids) drops a held
+            # restatement, so an older one is never written after it.
             key=("chosen" if record.restates else "turn", self.thread_id, record.message_id),
+            supersedes=None if record.restates else ("chosen", self.thread_id, record.message_id),
         )
         return await self._written(job)
 
