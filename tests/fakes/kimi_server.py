@@ -116,9 +116,12 @@ class Scenario:
         breaks: how the stream breaks after its pieces instead of ending:
             ``"garbled"`` sends a chunk that is not JSON, ``"dropped"`` closes the
             connection without ending the HTTP response.
-        on_schedule: if True, chunk ``i`` is sent at ``i * delay_s`` after the
-            first chunk (a model's steady pace, which does not slow down when
-            this server's own process is busy); else ``delay_s`` between chunks.
+        on_schedule: if True, the pieces come on the steps of one clock of this
+            server's, ``delay_s`` apart (:meth:`KimiServer.step_after`), the first on the
+            step after the request came: vLLM's engine gives every running request its
+            next token at each step (continuous batching, docs/facts.md), so streams
+            that started apart tick together, at a pace that does not slow down when
+            this server's own process is busy; else ``delay_s`` between chunks.
         answer_after_s: seconds between reading the request and starting the response
             (its status and headers): a server that holds a request before it answers
             at all.
@@ -564,6 +567,8 @@ class KimiServer:
         record: bool = True,
     ) -> None:
         self.model = model
+        self.epoch = time.monotonic()
+        """When the engine clock of scripted answers that keep a pace began (``on_schedule``)."""
         self.models_served = (model, *extra_models)
         self.max_model_len = max_model_len
         self.record = record
@@ -590,6 +595,14 @@ class KimiServer:
         pixel size), ``"missing"`` (404, as a server without the endpoint),
         ``"not-json"`` (a 200 whose body is not JSON) or ``"hang"`` (no answer for
         :data:`HANG_S` seconds, as a server whose tokenizer is stuck)."""
+
+    def step_after(self, moment: float, period_s: float) -> float:
+        """The first step of this server's engine clock (:attr:`epoch`, one step every
+        ``period_s`` seconds) after ``moment`` (``time.monotonic()`` seconds); ``moment``
+        itself for a clock with no period."""
+        if period_s <= 0:
+            return moment
+        return self.epoch + (math.floor((moment - self.epoch) / period_s) + 1) * period_s
 
     def app(self) -> Starlette:
         """The Starlette application."""
@@ -750,9 +763,10 @@ class KimiServer:
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
         sent = -1
+        joined = self.step_after(started, scenario.delay_s)
         for i, piece in grouped(scenario.pieces, interval):
             if scenario.on_schedule:
-                due = started + (i + 1) * scenario.delay_s
+                due = joined + i * scenario.delay_s
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
             elif scenario.delay_s:
                 await asyncio.sleep(scenario.delay_s * (i - sent))
