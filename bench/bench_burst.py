@@ -27,7 +27,12 @@ uploaded as the browser does when it is attached, ``--think-s`` before Enter; wi
 app's CPU per chat with a photo against without (issue 53's target: at most 1.3x, with
 ``--tokens 512``). Open WebUI's tabs
 attach no photo: it runs only in the text rounds. With ``--profile``, py-spy records the
-app meanwhile and the stages of a chat are summed (:mod:`bench.pyspy`).
+app meanwhile and the stages of a chat are summed (:mod:`bench.pyspy`). With
+``--spread-ms`` the N questions go evenly over that span instead of in one tick, alike
+for every side and kind: a photo's larger request reaches the server later than a text
+one, so in one tick the text chats' answers stream in step and the photo chats' do
+not, which costs the app more per chat whatever the chat carries (docs/benchmarks.md,
+"Photo against text").
 
 Before the bursts, the first question's CPU before its request reaches the server:
 after ``--first-asks`` questions asked together to warm the process, one fresh tab
@@ -152,16 +157,28 @@ class Round:
 
 
 async def burst(
-    side: Side, http: httpx.AsyncClient, n: int, photo: bytes | None, think_s: float
+    side: Side,
+    http: httpx.AsyncClient,
+    n: int,
+    photo: bytes | None,
+    think_s: float,
+    spread_s: float = 0.0,
 ) -> Round:
-    """``n`` tabs open together; once all are open, all ask in the same tick; all close."""
+    """``n`` tabs open together; once all are open, all ask, tab ``i`` of those open
+    ``i * spread_s / n`` seconds after the first (0: all in the same tick); all close."""
     cpu0 = side.cpu_s()
     opened = await asyncio.gather(
         *(side.open(http, i, photo, think_s) for i in range(n)), return_exceptions=True
     )
     tabs = [t for t in opened if not isinstance(t, BaseException)]
+
+    async def ask_after(ask: Ask, delay_s: float) -> Timing:
+        await asyncio.sleep(delay_s)
+        return await ask()
+
+    asks = (ask_after(ask, i * spread_s / n) for i, (ask, _) in enumerate(tabs))
     try:
-        answers = await asyncio.gather(*(ask() for ask, _ in tabs), return_exceptions=True)
+        answers = await asyncio.gather(*asks, return_exceptions=True)
     finally:
         await asyncio.gather(*(close() for _, close in tabs), return_exceptions=True)
     timings = [Timing.failed(t) if isinstance(t, BaseException) else t for t in answers]
@@ -258,7 +275,7 @@ async def run_round(
     """Round ``r`` of ``level``: a burst of ``level.chats`` per side, the sides' order
     rotated by ``r``."""
     for side in rotated(sides, r):
-        done = await burst(side, http, level.chats, photo, args.think_s)
+        done = await burst(side, http, level.chats, photo, args.think_s, args.spread_ms / 1000)
         level.rounds.setdefault(side.name, []).append(done)
         await asyncio.sleep(args.pause_s)  # the last round's closed tabs settle
 
@@ -488,6 +505,11 @@ async def steady_levels(
         await sampler.stop()
 
 
+def asked_when(spread_ms: float) -> str:
+    """When a burst's questions go, in words for the report."""
+    return f"evenly over {spread_ms:g} ms" if spread_ms else "in the same instant"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
@@ -517,6 +539,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="pieces of each scripted answer (512: issue 53's photo-against-text chat)",
     )
     parser.add_argument("--think-s", type=float, default=1.0, help="attach to Enter (s)")
+    parser.add_argument(
+        "--spread-ms",
+        type=float,
+        default=0.0,
+        help="a burst's questions go evenly over this span, alike for every side and kind "
+        "(0: all in one tick)",
+    )
     parser.add_argument("--pause-s", type=float, default=1.0, help="between two bursts (s)")
     parser.add_argument(
         "--first-asks", type=int, default=10, help="tabs for the first-question CPU"
@@ -553,7 +582,8 @@ def main(argv: list[str] | None = None) -> None:
     steady: list[LevelResult] = result["steady"]
     report.add(
         f"Scripted server ({args.tokens} tokens at 100 tokens/s per chat); each chat a fresh tab "
-        f"that connects, then all ask in the same instant; {args.rounds} rounds per level, "
+        f"that connects, then all ask {asked_when(args.spread_ms)}; {args.rounds} rounds per "
+        "level, "
         "sides in rotating order; added = a side's percentile of time to first visible words "
         "less the same burst's sent directly. " + target.about(args),
         burst_table(levels),

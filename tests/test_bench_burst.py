@@ -24,6 +24,7 @@ from bench.bench_burst import (
     Round,
     Side,
     app_cores,
+    burst,
     burst_table,
     first_question_summary,
     parse_args,
@@ -96,6 +97,34 @@ def test_text_and_photo_rounds_take_turns_so_neither_pays_for_the_others_leftove
     assert not text.photo and photo.photo
 
 
+def test_a_spread_burst_asks_evenly_over_the_span_and_none_waits_by_default() -> None:
+    """``--spread-ms 200`` with 4 tabs: the questions go 0, 50, 100 and 150 ms after the
+    first; without it all go in the same tick."""
+
+    async def asked_at(spread_s: float) -> list[float]:
+        times: list[float] = []
+
+        async def open_tab(
+            _: httpx.AsyncClient, __: int, ___: bytes | None, ____: float
+        ) -> tuple[Ask, Closer]:
+            async def ask() -> Timing:
+                times.append(time.monotonic())
+                return answered(0.01)
+
+            async def close() -> None:
+                return None
+
+            return ask, close
+
+        async with httpx.AsyncClient() as http:
+            await burst(Side(APP, [], open_tab), http, 4, None, 0.0, spread_s)
+        return [round((t - times[0]) * 1000) for t in times]
+
+    spread = asyncio.run(asked_at(parse_args(["--spread-ms", "200"]).spread_ms / 1000))
+    assert all(abs(got - want) <= 15 for got, want in zip(spread, [0, 50, 100, 150], strict=True))
+    assert asyncio.run(asked_at(parse_args([]).spread_ms / 1000)) == [0, 0, 0, 0]
+
+
 def test_tokens_512_picks_the_512_token_answer_and_the_default_the_200_token_one() -> None:
     assert ANSWERS[parse_args(["--tokens", "512"]).tokens] is PACED_512
     assert ANSWERS[parse_args([]).tokens] is PACED
@@ -117,6 +146,38 @@ def test_the_512_token_answer_streams_512_pieces_to_its_end(fake: RunningFake) -
     words = timing.text.split()
     assert sum(w[0] in "ra" and w[1:].isdigit() for w in words) == 512 - 3  # less 2 markers + end
     assert 5.0 <= timing.last_s <= 7.0  # 512 pieces 10 ms apart
+
+
+def test_paced_answers_asked_apart_tick_together_as_on_vllms_engine(fake: RunningFake) -> None:
+    """vLLM gives every running request its next token at each engine step, so answers
+    asked a few milliseconds apart stream together. The scripted server keeps one clock for
+    all its paced answers: asked 5 ms apart, their chunks come at the same moments, not 5
+    ms apart. (Paced from each request's own start, a photo chat's larger body, parsed
+    first, put its stream out of step with the rest; docs/benchmarks.md, "Photo against
+    text".)"""
+
+    async def arrivals(http: httpx.AsyncClient, after_s: float) -> list[float]:
+        await asyncio.sleep(after_s)
+        body = {
+            "model": "kimi-vl-thinking-2506",
+            "stream": True,
+            "messages": [{"role": "user", "content": f"{PACED.text}"}],
+        }
+        times = []
+        async with http.stream("POST", f"{fake.base_url}/chat/completions", json=body) as got:
+            async for line in got.aiter_lines():
+                if line.startswith("data: {"):
+                    times.append(time.monotonic())
+        return times
+
+    async def both() -> tuple[list[float], list[float]]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            return await asyncio.gather(arrivals(http, 0.0), arrivals(http, 0.005))
+
+    first, second = asyncio.run(both())
+    assert len(first) == len(second) > 150
+    apart = sorted(min(abs(t - u) for u in first) for t in second[10:-10])
+    assert apart[len(apart) // 2] < 0.001  # the median: the same step, not 5 ms apart
 
 
 def test_the_table_shows_a_side_that_did_not_run_as_a_dash() -> None:
