@@ -146,6 +146,13 @@ class TurnSink(Protocol):
         (Retry) drops them. How the chat's storing stands."""
         ...
 
+    async def stored(self, keys: Sequence[str]) -> list[TurnRecord]:
+        """What is stored of the turns of ``keys`` (another tab of the chat may have
+        answered one again since this one read it): their answers, numbers, models and
+        Compare answers, not their images; a key with nothing stored is left out, and
+        nothing comes back while the store cannot be read."""
+        ...
+
 
 class ShownAnswers:
     """What this session showed of each turn's answers beyond the turn itself: the
@@ -167,6 +174,14 @@ class ShownAnswers:
         for key, answers in compared.items():
             self._compared[key] = list(answers)
         self._models.update(models)
+
+    def stored(self, record: TurnRecord) -> None:
+        """What the store holds of the turn of ``record.message_id`` (its numbers, model
+        and Compare answers) replaces what this session showed of it."""
+        key = record.message_id
+        self._timings[key] = record.timings
+        self._models[key] = record.model
+        self._compared[key] = list(record.compared)
 
     def model(self, key: str) -> str | None:
         """The served model that answered the turn of ``key``, if known."""

@@ -296,7 +296,28 @@ class TurnRunner:
             KeyError: the chat has no such version.
         """
         shown = self.chat.choose(key)
+        await self._as_stored(shown)
         return shown, await self._record(shown[0].turn, restates=True)
+
+    async def _as_stored(self, versions: list[Version]) -> None:
+        """Give each of ``versions`` the answer its stored row holds where that one ended
+        and is not this tab's copy (another tab answered it again in place, and may have
+        compared it since), with its numbers, model and Compare answers: the branch drawn
+        and sent to the model is the one the chat stores."""
+        if self.sink is None:
+            return
+        for record in await self.sink.stored([v.key for v in versions]):
+            stored, turn = record.turn, self.chat.versions[record.message_id].turn
+            same = (stored.answer, stored.reasoning, stored.status) == (
+                turn.answer,
+                turn.reasoning,
+                turn.status,
+            )
+            if same or record.interrupted:  # an answer still streaming elsewhere, or cut
+                continue
+            turn.answer, turn.reasoning = stored.answer, stored.reasoning
+            turn.status, turn.reasoning_s = stored.status, stored.reasoning_s
+            self.shown.stored(record)
 
     async def drawn_again(
         self, key: str, answer_id: str, reasoning_id: str | None = None

@@ -1082,6 +1082,54 @@ def asked(request: dict[str, Any]) -> list[str]:
     return [m["content"][0]["text"] for m in request["messages"] if m["role"] == "user"]
 
 
+async def test_a_stale_tab_choosing_a_version_shows_and_keeps_what_another_tab_stored(
+    store: Store, fake: RunningFake, make_session: SessionFactory
+) -> None:
+    """Two tabs hold a chat whose first turn has two versions. The other tab answers
+    version 1 again and compares it (written here straight to the store); this tab,
+    holding the old answer, shows version 1 (‹): it gets the stored answer and Compare
+    answer, the store keeps them, and a resume shows them."""
+    thread_id = str(uuid.uuid4())
+    settings = Settings(base_url=fake.base_url, data_dir=str(store.data_dir))
+    first = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
+    await drain(first.ask("m1", "q1 #scenario=quick", []))
+    await drain(first.rerun("m1"))
+    tab = TurnRunner(make_session(settings), ThreadTurns(store.turns, store.pending, thread_id))
+    restored = restore(await store.turns.load(thread_id))
+    tab.chat.restore(restored.versions, restored.message_turns)
+    newer = Turn(text="q1 #scenario=quick", answer="Since the sky is blue.", status="done")
+    await store.turns.save(thread_id, record(0, "m1", newer, answer_id="a9"))
+    other = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="Blue.", status="done"))
+    await store.turns.save_compared(thread_id, "m1", other, newer.answer)
+    assert tab.chat.versions["m1"].turn.answer != newer.answer  # the tab is stale
+
+    shown, _ = await tab.choose("m1")
+    assert shown[0].turn.answer == newer.answer
+    assert [c.turn.answer for c in tab.shown.compared("m1")] == ["Blue."]
+    stored = {r.message_id: r for r in await store.turns.load(thread_id)}
+    assert stored["m1"].turn.answer == newer.answer
+    assert [c.turn.answer for c in stored["m1"].compared] == ["Blue."]
+    back = restore(list(stored.values()))
+    assert [t.answer for t in back.conversation.turns] == [newer.answer]
+
+
+async def test_the_stored_answers_of_some_turns_come_without_images(store: Store) -> None:
+    thread_id = str(uuid.uuid4())
+    with_photo = Turn(text="what?", images=[photo("rocket.jpg")], answer="A rocket.",
+                      status="done")  # fmt: skip
+    await store.turns.save(thread_id, record(0, "m1", with_photo, model="kimi-vl"))
+    await store.turns.save(thread_id, record(1, "m2", Turn(text="and?", answer="Fire.")))
+    other = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="Flames.", status="done"))
+    await store.turns.save_compared(thread_id, "m2", other, "Fire.")
+    got = {r.message_id: r for r in await store.turns.answers(thread_id, ["m1", "m2", "m9"])}
+    assert set(got) == {"m1", "m2"}
+    assert (got["m1"].turn.answer, got["m1"].model, got["m1"].turn.images) == (
+        "A rocket.", "kimi-vl", [],
+    )  # fmt: skip
+    assert [c.turn.answer for c in got["m2"].compared] == ["Flames."]
+    assert await store.turns.answers(thread_id, []) == []
+
+
 async def test_regenerate_on_turn_one_of_three_keeps_the_later_turns_with_version_one(
     store: Store, fake: RunningFake, make_session: SessionFactory
 ) -> None:

@@ -7,7 +7,7 @@ import ast
 import asyncio
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, aclosing
 from dataclasses import replace
 from datetime import datetime
@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 from backend.chat import ChatSession, Upload
+from backend.conversation import Turn
 from backend.events import ReasoningDelta, ReasoningOpened, Waiting
 from backend.logs import LOGGER_NAME
 from backend.record import ComparedAnswer, Saving, TurnRecord
@@ -50,6 +51,8 @@ class Recorded:
         self.records: list[TurnRecord] = []
         self.compared: list[tuple[str, ComparedAnswer]] = []
         self.beside: list[str] = []
+        self.elsewhere: list[TurnRecord] = []
+        """What the store holds of turns as another tab stored them (:meth:`stored`)."""
 
     async def record(self, record: TurnRecord) -> Saving:
         turn = record.turn
@@ -61,6 +64,9 @@ class Recorded:
         self.compared.append((message_id, answer))
         self.beside.append(beside)
         return Saving()
+
+    async def stored(self, keys: Sequence[str]) -> list[TurnRecord]:
+        return [r for r in self.elsewhere if r.message_id in keys]
 
 
 async def drain(events: object) -> list[RenderEvent]:
@@ -489,6 +495,30 @@ async def test_choosing_or_drawing_a_version_again_only_restates_it(chat: ChatSe
     assert (drawn.message_id, drawn.answer_id, drawn.reasoning_id, drawn.restates) == (
         "m1", "a9", "s9", True,
     )  # fmt: skip
+
+
+async def test_a_version_chosen_shows_the_answer_another_tab_stored_since(
+    chat: ChatSession,
+) -> None:
+    """Another tab answered m1 again in place and compared it; this tab still holds the
+    first answer. Chosen (‹ n/m ›), the version takes the stored answer and its Compare
+    answer, which the page then draws and the model gets; an answer still streaming in
+    the other tab (stored ``pending``) leaves this tab's copy as it is."""
+    sink = Recorded()
+    runner = TurnRunner(chat, sink)
+    await drain(runner.new_turn("m1", "#scenario=plain", []))
+    await drain(runner.rerun("m1"))
+    newer = Turn(text="#scenario=plain", answer="Since the sky is blue.", status="done")
+    other = ComparedAnswer("Kimi-VL Instruct", Turn(text="", answer="Blue.", status="done"))
+    sink.elsewhere = [TurnRecord(0, "m1", newer, model="kimi-vl", compared=(other,))]
+    shown, _ = await runner.choose("m1")
+    assert shown[0].turn.answer == "Since the sky is blue." and shown[0].turn.in_history
+    assert runner.shown.compared("m1") == (other,) and runner.shown.model("m1") == "kimi-vl"
+    assert sink.records[-1].restates and sink.records[-1].turn.answer == newer.answer
+    streaming = Turn(text="#scenario=plain", answer="Half", status="pending")
+    sink.elsewhere = [TurnRecord(0, "m1", streaming, stored_status="pending")]
+    (again, *_), _ = await runner.choose("m1")
+    assert again.turn.answer == "Since the sky is blue."
 
 
 async def test_a_resumed_chat_gets_regenerate_under_its_last_answer(chat: ChatSession) -> None:

@@ -27,22 +27,27 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any, Final
 
-from sqlalchemy import RowMapping, text
+from sqlalchemy import RowMapping, bindparam, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from backend.conversation import Turn, TurnStatus
 from backend.i18n import msg
 from backend.images import PREPARED_SUFFIXES, PREPARED_TYPES, PreparedImage, data_url
+from backend.logs import LOGGER_NAME
 from backend.record import INTERRUPTED, ComparedAnswer, Saving, TurnRecord
 from backend.store import pages
 from backend.store.files import Files
-from backend.store.pending import PendingWrites, Write
+from backend.store.pending import PendingWrites, Write, retryable
 from backend.timings import Timings
+
+log = logging.getLogger(LOGGER_NAME)
 
 
 def image_file(thread_id: str, image: PreparedImage) -> tuple[str, bytes]:
@@ -276,6 +281,34 @@ class TurnStore:
             )
             for row in turns
         ]
+
+    async def answers(self, thread_id: str, keys: Sequence[str]) -> list[TurnRecord]:
+        """The stored turns of ``thread_id`` whose message ids are among ``keys``, with
+        the other models' answers to them but not their images (a version's images never
+        change), in no set order; a key with no row is left out."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return []
+        among = {"t": thread_id, "m": wanted}
+        async with self.engine.connect() as db:
+            found = await db.execute(
+                text(
+                    "SELECT * FROM kimi_turns WHERE thread_id = :t AND message_id IN :m"
+                ).bindparams(bindparam("m", expanding=True)),
+                among,
+            )
+            turns = found.mappings().all()
+            found = await db.execute(
+                text(
+                    "SELECT * FROM kimi_compared WHERE thread_id = :t AND message_id IN :m "
+                    'ORDER BY message_id, "position"'
+                ).bindparams(bindparam("m", expanding=True)),
+                among,
+            )
+            compared: dict[str, list[ComparedAnswer]] = {}
+            for row in found.mappings():
+                compared.setdefault(str(row["message_id"]), []).append(_compared(row))
+        return [_record(row, [], tuple(compared.get(str(row["message_id"]), ()))) for row in turns]
 
     async def delete_thread(self, thread_id: str) -> None:
         """Remove the turns, image rows and image files of ``thread_id``."""
@@ -557,6 +590,17 @@ class ThreadTurns:
             supersedes=None if record.restates else ("chosen", self.thread_id, record.message_id),
         )
         return await self._written(job)
+
+    async def stored(self, keys: Sequence[str]) -> list[TurnRecord]:
+        """What this chat stores of the turns of ``keys`` (:meth:`TurnStore.answers`);
+        none while the store cannot be read (what the tab holds stands)."""
+        try:
+            return await self.turns.answers(self.thread_id, keys)
+        except Exception as error:
+            if not retryable(error):
+                raise
+            log.warning("the store cannot be read (%s): the chat shows what it holds", error)
+            return []
 
     async def record_compared(self, message_id: str, answer: ComparedAnswer, beside: str) -> Saving:
         """Save ``answer``, another model's, beside the turn of ``message_id`` and its own
