@@ -813,6 +813,21 @@ async def test_an_answer_held_after_a_held_restatement_is_not_overwritten_by_it(
     assert (back.turn.answer, back.answer_id) == ("Since.", "a3")
 
 
+async def test_a_turn_whose_save_is_held_is_not_read_back_as_stored(store: Store) -> None:
+    """The store takes no writes but can be read (a read-only or full disk): this tab
+    answered m1 again, its save held, so the stored row is older than the tab's copy and a
+    version shown again keeps the tab's (:meth:`ThreadTurns.stored` leaves it out)."""
+    thread_id = str(uuid.uuid4())
+    await store.turns.save(thread_id, record(0, "m1", Turn(text="why?", answer="Because.")))
+    await store.turns.save(thread_id, record(1, "m2", Turn(text="and?", answer="Fire.")))
+    pending = PendingWrites("test", 10_000_000, retry_s=(60.0,))
+    tab = ThreadTurns(AwayTurns(store.engine, store.files), pending, thread_id)
+    newer = Turn(text="why?", answer="Since the sky is blue.", status="done")
+    assert (await tab.record(record(0, "m1", newer))).held
+    assert [r.message_id for r in await tab.stored(["m1", "m2"])] == ["m2"]
+    await pending.close(timeout_s=0)
+
+
 async def test_a_restatement_meeting_a_row_stored_meanwhile_restates_it(store: Store) -> None:
     """A restatement finds no row, and another tab's save stores the turn before it is
     written whole: it restates that row, not overwrites it."""

@@ -166,6 +166,10 @@ class PendingWrites:
         """How many writes of ``chat`` wait for the store."""
         return sum(1 for job in self._held.values() if job.chat == chat)
 
+    def holds_key(self, key: Hashable) -> bool:
+        """Whether a write of ``key`` (:attr:`Write.key`) waits for the store."""
+        return key in self._held
+
     async def written(self, chat: str) -> None:
         """Return once no write of ``chat`` is held any more (at once if none is): all
         of them written, or given up (:meth:`take_lost` says which)."""

@@ -586,16 +586,22 @@ class ThreadTurns:
             # The latest replaces a held one; a restatement never replaces a whole save, and
             # a whole save (which names the turn's current choice and page ids) drops a held
             # restatement, so an older one is never written after it.
-            key=("chosen" if record.restates else "turn", self.thread_id, record.message_id),
-            supersedes=None if record.restates else ("chosen", self.thread_id, record.message_id),
+            key=_restate_key(self.thread_id, record.message_id)
+            if record.restates
+            else _turn_key(self.thread_id, record.message_id),
+            supersedes=None if record.restates else _restate_key(self.thread_id, record.message_id),
         )
         return await self._written(job)
 
     async def stored(self, keys: Sequence[str]) -> list[TurnRecord]:
-        """What this chat stores of the turns of ``keys`` (:meth:`TurnStore.answers`);
-        none while the store cannot be read (what the tab holds stands)."""
+        """What this chat stores of the turns of ``keys`` (:meth:`TurnStore.answers`), but
+        for a turn whose save waits for the store (the row is older than what this process
+        holds); none while the store cannot be read (what the tab holds stands)."""
+        written = [
+            key for key in keys if not self.pending.holds_key(_turn_key(self.thread_id, key))
+        ]
         try:
-            return await self.turns.answers(self.thread_id, keys)
+            return await self.turns.answers(self.thread_id, written)
         except Exception as error:
             if not retryable(error):
                 raise
@@ -618,6 +624,16 @@ class ThreadTurns:
         await self.pending.write(job)
         lost = tuple(self.pending.take_lost(self.thread_id))
         return Saving(held=self.pending.holds(self.thread_id) > 0, lost=lost)
+
+
+def _turn_key(thread_id: str, message_id: str) -> tuple[str, str, str]:
+    """The :attr:`backend.store.pending.Write.key` of a turn's whole save."""
+    return ("turn", thread_id, message_id)
+
+
+def _restate_key(thread_id: str, message_id: str) -> tuple[str, str, str]:
+    """The :attr:`backend.store.pending.Write.key` of a turn's restatement."""
+    return ("chosen", thread_id, message_id)
 
 
 def _read_status(stored: str) -> TurnStatus:
