@@ -558,7 +558,7 @@ class TurnRunner:
         record = TurnRecord(
             position=shown.index(turn) if turn in shown else len(shown),
             message_id=version.key,
-            turn=stored or turn,
+            turn=stored or replace(turn, images=list(turn.images)),  # a held save keeps it
             answer_id=answer_id,
             reasoning_id=reasoning_id,
             timings=timings,

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ from backend.store.core import Store
 from backend.store.db import create_engine
 from backend.store.export import ChatExport, export_html
 from backend.store.files import FileStore
-from backend.store.pending import PendingWrites
+from backend.store.pending import PendingWrites, Write
 from backend.store.resume import restore
 from backend.store.schema import LATEST, migrate
 from backend.store.turns import ThreadTurns, TurnStore, image_file
@@ -813,6 +813,48 @@ async def test_an_answer_held_after_a_held_restatement_is_not_overwritten_by_it(
     assert (back.turn.answer, back.answer_id) == ("Since.", "a3")
 
 
+async def test_a_write_superseded_while_the_closing_store_writes_it_is_not_dropped() -> None:
+    """The app stops and the store, back, writes what was held: a restatement is being
+    written when its turn's whole save comes (which supersedes it). Both are written, in
+    that order, and closing ends without an error."""
+    pending = PendingWrites("test", 1_000_000, retry_s=(60.0,))
+    written: list[str] = []
+    away, writing = True, asyncio.Event()
+
+    async def restate() -> None:
+        if away:
+            raise OSError("the database is away")
+        writing.set()
+        await asyncio.sleep(0.05)
+        written.append("restatement")
+
+    async def whole() -> None:
+        written.append("whole save")
+
+    await pending.write(Write(run=restate, chat="c", what="r", size=1, key="chosen"))
+    away = False
+    closing = asyncio.create_task(pending.close(timeout_s=5))
+    await writing.wait()
+    whole_save = Write(run=whole, chat="c", what="w", size=1, key="turn", supersedes="chosen")
+    assert (await pending.write(whole_save)).held
+    await closing
+    assert written == ["restatement", "whole save"]
+
+
+async def test_a_read_that_fails_in_any_way_leaves_the_tabs_versions_as_they_are(
+    store: Store,
+) -> None:
+    """What the store holds of a version is read before it is shown again; whatever that
+    read meets (here a row it cannot decode), the version is shown as the tab holds it."""
+
+    class Garbled(TurnStore):
+        async def answers(self, thread_id: str, keys: Sequence[str]) -> list[TurnRecord]:
+            raise ValueError("a row that cannot be read")
+
+    tab = ThreadTurns(Garbled(store.engine, store.files), store.pending, str(uuid.uuid4()))
+    assert await tab.stored(["m1"]) == []
+
+
 async def test_a_turn_whose_save_is_held_is_not_read_back_as_stored(store: Store) -> None:
     """The store takes no writes but can be read (a read-only or full disk): this tab
     answered m1 again, its save held, so the stored row is older than the tab's copy and a
@@ -1126,6 +1168,38 @@ async def test_a_stale_tab_choosing_a_version_shows_and_keeps_what_another_tab_s
     assert [c.turn.answer for c in stored["m1"].compared] == ["Blue."]
     back = restore(list(stored.values()))
     assert [t.answer for t in back.conversation.turns] == [newer.answer]
+
+
+async def test_an_answer_held_in_an_outage_outlives_its_version_shown_again(
+    store: Store, fake: RunningFake, make_session: SessionFactory
+) -> None:
+    """Version 1 is stored failed. The store stops taking writes (it can still be read),
+    this tab answers version 1 again and its saves are held; ‹ › then shows version 1
+    again: the tab keeps its answer (the older stored row does not replace it), and once
+    the store is back that answer is what it stores."""
+    thread_id = str(uuid.uuid4())
+    failed = Turn(text="q1 #scenario=quick", status="failed")
+    await store.turns.save(thread_id, record(0, "m1", failed, chosen=2))
+    done = Turn(text="q1, edited #scenario=quick", answer="Other.", status="done")
+    await store.turns.save(thread_id, record(1, "m1b", done, chosen=1, beside="m1"))
+    turns = AwayTurns(store.engine, store.files)
+    turns.away = False
+    pending = PendingWrites("test", 10_000_000, retry_s=(0.05,))
+    settings = Settings(base_url=fake.base_url, data_dir=str(store.data_dir))
+    tab = TurnRunner(make_session(settings), ThreadTurns(turns, pending, thread_id))
+    restored = restore(await store.turns.load(thread_id))
+    tab.chat.restore(restored.versions, restored.message_turns)
+    turns.away = True
+    await drain(tab.rerun("m1"))  # in place: its answer is not in the model's history
+    answer = tab.chat.versions["m1"].turn.answer
+    assert answer and pending.holds(thread_id)
+    await tab.choose("m1b")
+    shown, _ = await tab.choose("m1")
+    assert (shown[0].turn.answer, shown[0].turn.status) == (answer, "done")
+    turns.away = False
+    await asyncio.wait_for(pending.written(thread_id), 5)
+    stored = {r.message_id: r for r in await store.turns.load(thread_id)}
+    assert (stored["m1"].turn.answer, stored["m1"].turn.status) == (answer, "done")
 
 
 async def test_the_stored_answers_of_some_turns_come_without_images(store: Store) -> None:

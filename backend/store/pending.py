@@ -283,7 +283,8 @@ class PendingWrites:
                 key, job = next(iter(self._held.items()))
                 if not await self._replay(job):
                     break
-                del self._held[key]
+                if self._held.get(key) is job:  # not replaced or superseded meanwhile
+                    del self._held[key]
         for job in self._held.values():
             log.error("never written (the app stopped before the store came back): %s", job.what)
         self._held.clear()

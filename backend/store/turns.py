@@ -44,7 +44,7 @@ from backend.logs import LOGGER_NAME
 from backend.record import INTERRUPTED, ComparedAnswer, Saving, TurnRecord
 from backend.store import pages
 from backend.store.files import Files
-from backend.store.pending import PendingWrites, Write, retryable
+from backend.store.pending import PendingWrites, Write, cause, retryable
 from backend.timings import Timings
 
 log = logging.getLogger(LOGGER_NAME)
@@ -602,10 +602,12 @@ class ThreadTurns:
         ]
         try:
             return await self.turns.answers(self.thread_id, written)
-        except Exception as error:
-            if not retryable(error):
-                raise
-            log.warning("the store cannot be read (%s): the chat shows what it holds", error)
+        except Exception as error:  # a version is shown whatever the read meets
+            log.warning(
+                "the store cannot be read (%s): the chat shows what it holds",
+                cause(error, self.pending.where),
+                exc_info=not retryable(error),
+            )
             return []
 
     async def record_compared(self, message_id: str, answer: ComparedAnswer, beside: str) -> Saving:
