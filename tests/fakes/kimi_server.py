@@ -117,11 +117,13 @@ class Scenario:
             ``"garbled"`` sends a chunk that is not JSON, ``"dropped"`` closes the
             connection without ending the HTTP response.
         on_schedule: if True, the pieces come on the steps of one clock of this
-            server's, ``delay_s`` apart (:meth:`KimiServer.step_after`), the first on the
-            step after the request came: vLLM's engine gives every running request its
-            next token at each step (continuous batching, docs/facts.md), so streams
-            that started apart tick together, at a pace that does not slow down when
-            this server's own process is busy; else ``delay_s`` between chunks.
+            server's, ``delay_s`` apart (:meth:`KimiServer.step_after`), the first at the
+            end of the step after the one running when the request came (its prefill's
+            step), so ``delay_s`` to twice that after it. vLLM's engine gives every
+            running request its next token at each step (continuous batching,
+            docs/facts.md), so streams that started apart tick together, at a pace that
+            does not slow down when this server's own process is busy. Else ``delay_s``
+            between chunks.
         answer_after_s: seconds between reading the request and starting the response
             (its status and headers): a server that holds a request before it answers
             at all.
@@ -763,7 +765,7 @@ class KimiServer:
             yield chunk({"reasoning": piece})
         last = len(scenario.pieces) - 1
         sent = -1
-        joined = self.step_after(started, scenario.delay_s)
+        joined = self.step_after(started, scenario.delay_s) + scenario.delay_s
         for i, piece in grouped(scenario.pieces, interval):
             if scenario.on_schedule:
                 due = joined + i * scenario.delay_s
