@@ -303,7 +303,8 @@ class TurnRunner:
         """Give each of ``versions`` the answer its stored row holds where that one ended
         and is not this tab's copy (another tab answered it again in place, and may have
         compared it since), with its numbers, model and Compare answers: the branch drawn
-        and sent to the model is the one the chat stores."""
+        and sent to the model is the one the chat stores. Where the answers are the same,
+        the Compare answers stored beside it (another tab's too) join those shown here."""
         if self.sink is None:
             return
         for record in await self.sink.stored([v.key for v in versions]):
@@ -313,11 +314,12 @@ class TurnRunner:
                 turn.reasoning,
                 turn.status,
             )
-            if same or record.interrupted:  # an answer still streaming elsewhere, or cut
-                continue
-            turn.answer, turn.reasoning = stored.answer, stored.reasoning
-            turn.status, turn.reasoning_s = stored.status, stored.reasoning_s
-            self.shown.stored(record)
+            if same:
+                self.shown.stored(self.shown.completed(record))
+            elif not record.interrupted:  # not an answer still streaming elsewhere, or cut
+                turn.answer, turn.reasoning = stored.answer, stored.reasoning
+                turn.status, turn.reasoning_s = stored.status, stored.reasoning_s
+                self.shown.stored(record)
 
     async def drawn_again(
         self, key: str, answer_id: str, reasoning_id: str | None = None

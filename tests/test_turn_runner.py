@@ -521,6 +521,26 @@ async def test_a_version_chosen_shows_the_answer_another_tab_stored_since(
     assert again.turn.answer == "Since the sky is blue."
 
 
+async def test_a_version_chosen_shows_the_compare_answers_another_tab_stored_beside_it(
+    chat: ChatSession,
+) -> None:
+    """The answer is the same in both tabs, but the other tab compared it: chosen again,
+    the version shows the stored Compare answer beside this tab's own (not stored yet)."""
+    sink = Recorded()
+    runner = TurnRunner(chat, sink)
+    await drain(runner.new_turn("m1", "#scenario=plain", []))
+    other = (await chat.client.list_models())[0]
+    chat.others = [replace(other, id="kimi-vl")]
+    await drain(runner.compare("m1", "kimi-vl"))
+    await drain(runner.rerun("m1"))
+    (mine,) = runner.shown.compared("m1")
+    turn = chat.versions["m1"].turn
+    theirs = ComparedAnswer("Kimi-VL A", Turn(text="", answer="Blue.", status="done"))
+    sink.elsewhere = [TurnRecord(0, "m1", replace(turn), compared=(theirs,))]
+    await runner.choose("m1")
+    assert runner.shown.compared("m1") == (theirs, mine)
+
+
 async def test_a_resumed_chat_gets_regenerate_under_its_last_answer(chat: ChatSession) -> None:
     runner = TurnRunner(chat)
     assert await drain(runner.resumed("a1")) == []  # nothing to regenerate yet
