@@ -81,7 +81,9 @@ def test_chromium_logs_the_frames_when_they_reach_the_tab_not_when_the_page_is_f
     log = NetLog.load(path)
     left = log.first_write(site, asked)
     # The log's times and its clock offset are whole ms, rounded down (netlog.CLOCK_SLACK_MS).
-    assert asked - CLOCK_SLACK_MS <= left <= asked + 5
+    # Chromium's network thread writes the question a few ms after the page's call: +7 ms
+    # in a fresh clone's run on this 2-core machine (2026-12-08); far from the 300 ms busy.
+    assert asked - CLOCK_SLACK_MS <= left <= asked + 50
     socket = f"{site.replace('http', 'ws')}/ws"
     arrived = [log.nth_message(socket, asked, n) for n in (1, 2, 3)]
     assert 35 <= arrived[2] - arrived[0] <= 150  # two 20 ms pauses on the server
