@@ -28,7 +28,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -264,9 +264,7 @@ class TurnStore:
                 ),
                 {"t": thread_id},
             )
-            compared: dict[str, list[ComparedAnswer]] = {}
-            for row in found.mappings():
-                compared.setdefault(str(row["message_id"]), []).append(_compared(row))
+            compared = _compared_by_message(found.mappings())
         payloads = await asyncio.to_thread(
             lambda: [self.files.read(str(row["object_key"])) for row in images]
         )
@@ -305,9 +303,7 @@ class TurnStore:
                 ).bindparams(bindparam("m", expanding=True)),
                 among,
             )
-            compared: dict[str, list[ComparedAnswer]] = {}
-            for row in found.mappings():
-                compared.setdefault(str(row["message_id"]), []).append(_compared(row))
+            compared = _compared_by_message(found.mappings())
         return [_record(row, [], tuple(compared.get(str(row["message_id"]), ()))) for row in turns]
 
     async def delete_thread(self, thread_id: str) -> None:
@@ -507,6 +503,15 @@ def _image(row: RowMapping, data: bytes) -> PreparedImage:
     )
 
 
+def _compared_by_message(rows: Iterable[RowMapping]) -> dict[str, list[ComparedAnswer]]:
+    """Other models' answers from ``kimi_compared`` rows, by the message id they answer,
+    in the rows' order."""
+    compared: dict[str, list[ComparedAnswer]] = {}
+    for row in rows:
+        compared.setdefault(str(row["message_id"]), []).append(_compared(row))
+    return compared
+
+
 def _compared(row: RowMapping) -> ComparedAnswer:
     """Another model's answer from its ``kimi_compared`` row."""
     turn = Turn(
@@ -578,6 +583,8 @@ class ThreadTurns:
         size += sum(len(i.data) for i in turn.images if isinstance(i.data, str))
         first_line = turn.text.strip().splitlines()[0] if turn.text.strip() else ""
         short = first_line[:60] + ("…" if len(first_line) > 60 else "")
+        whole = _turn_key(self.thread_id, record.message_id)
+        restating = _restate_key(self.thread_id, record.message_id)
         job = Write(
             run=lambda: self.turns.save(self.thread_id, record),
             chat=self.thread_id,
@@ -586,10 +593,8 @@ class ThreadTurns:
             # The latest replaces a held one; a restatement never replaces a whole save, and
             # a whole save (which names the turn's current choice and page ids) drops a held
             # restatement, so an older one is never written after it.
-            key=_restate_key(self.thread_id, record.message_id)
-            if record.restates
-            else _turn_key(self.thread_id, record.message_id),
-            supersedes=None if record.restates else _restate_key(self.thread_id, record.message_id),
+            key=restating if record.restates else whole,
+            supersedes=None if record.restates else restating,
         )
         return await self._written(job)
 
